@@ -1,0 +1,319 @@
+/* -*- P4_16 -*- */
+/*
+ * mltcp.p4 -- MLTCP-aware IPv4 switch for the v1model architecture (BMv2 simple_switch_grpc).
+ *
+ *  - Parses Ethernet / IPv4 / TCP / UDP and, when a UDP port is 9199, the 12-byte MLTCP shim
+ *    (docs/CONTRACTS.md). A shim with version != 1 is a parser error (MLTCPBadVersion);
+ *    a packet cut short inside a header is PacketTooShort.
+ *  - Ingress: packets with any parser error are counted in parse_errors and dropped;
+ *    IPv4 longest-prefix-match forwarding (ipv4_lpm); for every valid MLTCP packet the per-job
+ *    counter job_tx is incremented and the job's last bytes_ratio is written to the register
+ *    job_bytes_ratio (index job_id; job_ids >= MLTCP_MAX_JOBS are forwarded but not recorded).
+ *  - Egress: per-port ECN threshold (ecn_threshold, queue depth in packets); an ECN-capable
+ *    packet (ecn 1 or 2) that found enq_qdepth >= threshold is marked CE (ecn 3), and the mark
+ *    is counted per job in job_ecn_marks when it carries an MLTCP shim.
+ *  - The IPv4 header checksum is recomputed (TTL and ECN change). Only option-less IPv4
+ *    (ihl == 5) is handled; other IPv4 packets are parser errors (IPv4OptionsNotSupported).
+ *    Non-IPv4 frames (including ARP) are dropped: hosts need static ARP entries, as in the
+ *    p4lang tutorials.
+ *
+ * Object names are a contract (docs/CONTRACTS.md); p4src/mltcp_tna.p4 uses the same ones.
+ */
+
+#include <core.p4>
+#include <v1model.p4>
+
+const bit<16> TYPE_IPV4 = 0x0800;
+const bit<8>  PROTO_TCP = 6;
+const bit<8>  PROTO_UDP = 17;
+const bit<16> MLTCP_UDP_PORT = 9199;
+const bit<4>  MLTCP_VERSION = 1;
+const bit<2>  ECN_CE = 3;
+#define MLTCP_MAX_JOBS 1024
+
+typedef bit<9>  egressSpec_t;
+typedef bit<48> macAddr_t;
+typedef bit<32> ip4Addr_t;
+
+error {
+    MLTCPBadVersion,
+    IPv4OptionsNotSupported
+}
+
+/*************************************************************************
+*********************** H E A D E R S  ***********************************
+*************************************************************************/
+
+header ethernet_t {
+    macAddr_t dstAddr;
+    macAddr_t srcAddr;
+    bit<16>   etherType;
+}
+
+header ipv4_t {
+    bit<4>    version;
+    bit<4>    ihl;
+    bit<6>    diffserv;
+    bit<2>    ecn;
+    bit<16>   totalLen;
+    bit<16>   identification;
+    bit<3>    flags;
+    bit<13>   fragOffset;
+    bit<8>    ttl;
+    bit<8>    protocol;
+    bit<16>   hdrChecksum;
+    ip4Addr_t srcAddr;
+    ip4Addr_t dstAddr;
+}
+
+header tcp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<32> seqNo;
+    bit<32> ackNo;
+    bit<4>  dataOffset;
+    bit<4>  res;
+    bit<8>  flags;
+    bit<16> window;
+    bit<16> checksum;
+    bit<16> urgentPtr;
+}
+
+header udp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<16> length_;
+    bit<16> checksum;
+}
+
+/* The MLTCP shim: 12 bytes after UDP (see docs/CONTRACTS.md). */
+header mltcp_t {
+    bit<4>  version;
+    bit<4>  flags;        /* bit0 ACK, bit1 CNP, bit2 ITER_START, bit3 ECE */
+    bit<8>  reserved;
+    bit<16> job_id;
+    bit<32> iteration;
+    bit<16> bytes_ratio;  /* Q0.16, 0xFFFF = 1.0 */
+    bit<16> reserved2;
+}
+
+struct metadata {
+    bit<1>  ecn_enabled;
+    bit<19> ecn_threshold;
+}
+
+struct headers {
+    ethernet_t ethernet;
+    ipv4_t     ipv4;
+    tcp_t      tcp;
+    udp_t      udp;
+    mltcp_t    mltcp;
+}
+
+/*************************************************************************
+*********************** P A R S E R  ***********************************
+*************************************************************************/
+
+parser MyParser(packet_in packet,
+                out headers hdr,
+                inout metadata meta,
+                inout standard_metadata_t standard_metadata) {
+
+    state start {
+        transition parse_ethernet;
+    }
+
+    state parse_ethernet {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) {
+            TYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        verify(hdr.ipv4.ihl == 5, error.IPv4OptionsNotSupported);
+        transition select(hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
+            (0, PROTO_TCP): parse_tcp;
+            (0, PROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+
+    state parse_tcp {
+        packet.extract(hdr.tcp);
+        transition accept;
+    }
+
+    state parse_udp {
+        packet.extract(hdr.udp);
+        transition select(hdr.udp.dstPort, hdr.udp.srcPort) {
+            (MLTCP_UDP_PORT, _): parse_mltcp;
+            (_, MLTCP_UDP_PORT): parse_mltcp;
+            default: accept;
+        }
+    }
+
+    state parse_mltcp {
+        packet.extract(hdr.mltcp);
+        verify(hdr.mltcp.version == MLTCP_VERSION, error.MLTCPBadVersion);
+        transition accept;
+    }
+}
+
+/*************************************************************************
+************   C H E C K S U M    V E R I F I C A T I O N   *************
+*************************************************************************/
+
+control MyVerifyChecksum(inout headers hdr, inout metadata meta) {
+    apply { }
+}
+
+/*************************************************************************
+**************  I N G R E S S   P R O C E S S I N G   *******************
+*************************************************************************/
+
+control MyIngress(inout headers hdr,
+                  inout metadata meta,
+                  inout standard_metadata_t standard_metadata) {
+
+    counter(MLTCP_MAX_JOBS, CounterType.packets_and_bytes) job_tx;
+    counter(1, CounterType.packets) parse_errors;
+    register<bit<16>>(MLTCP_MAX_JOBS) job_bytes_ratio;
+
+    action drop() {
+        mark_to_drop(standard_metadata);
+    }
+
+    action ipv4_forward(macAddr_t dstAddr, egressSpec_t port) {
+        standard_metadata.egress_spec = port;
+        hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
+        hdr.ethernet.dstAddr = dstAddr;
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+    }
+
+    table ipv4_lpm {
+        key = {
+            hdr.ipv4.dstAddr: lpm;
+        }
+        actions = {
+            ipv4_forward;
+            drop;
+            NoAction;
+        }
+        size = 1024;
+        default_action = drop();
+    }
+
+    apply {
+        if (standard_metadata.parser_error != error.NoError) {
+            parse_errors.count(0);
+            drop();
+        } else if (hdr.ipv4.isValid()) {
+            if (hdr.mltcp.isValid() && hdr.mltcp.job_id < MLTCP_MAX_JOBS) {
+                job_tx.count((bit<32>)hdr.mltcp.job_id);
+                job_bytes_ratio.write((bit<32>)hdr.mltcp.job_id, hdr.mltcp.bytes_ratio);
+            }
+            ipv4_lpm.apply();
+        } else {
+            drop();
+        }
+    }
+}
+
+/*************************************************************************
+****************  E G R E S S   P R O C E S S I N G   *******************
+*************************************************************************/
+
+control MyEgress(inout headers hdr,
+                 inout metadata meta,
+                 inout standard_metadata_t standard_metadata) {
+
+    counter(MLTCP_MAX_JOBS, CounterType.packets) job_ecn_marks;
+
+    /* threshold: queue depth in packets at which ECN-capable packets get CE. */
+    action set_ecn_threshold(bit<19> threshold) {
+        meta.ecn_enabled = 1;
+        meta.ecn_threshold = threshold;
+    }
+
+    table ecn_threshold {
+        key = {
+            standard_metadata.egress_port: exact;
+        }
+        actions = {
+            set_ecn_threshold;
+            NoAction;
+        }
+        size = 512;
+        default_action = NoAction();
+    }
+
+    apply {
+        meta.ecn_enabled = 0;
+        if (hdr.ipv4.isValid()) {
+            ecn_threshold.apply();
+            if (meta.ecn_enabled == 1
+                    && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)
+                    && standard_metadata.enq_qdepth >= meta.ecn_threshold) {
+                hdr.ipv4.ecn = ECN_CE;
+                if (hdr.mltcp.isValid() && hdr.mltcp.job_id < MLTCP_MAX_JOBS) {
+                    job_ecn_marks.count((bit<32>)hdr.mltcp.job_id);
+                }
+            }
+        }
+    }
+}
+
+/*************************************************************************
+*************   C H E C K S U M    C O M P U T A T I O N   **************
+*************************************************************************/
+
+control MyComputeChecksum(inout headers hdr, inout metadata meta) {
+    apply {
+        update_checksum(
+            hdr.ipv4.isValid(),
+            { hdr.ipv4.version,
+              hdr.ipv4.ihl,
+              hdr.ipv4.diffserv,
+              hdr.ipv4.ecn,
+              hdr.ipv4.totalLen,
+              hdr.ipv4.identification,
+              hdr.ipv4.flags,
+              hdr.ipv4.fragOffset,
+              hdr.ipv4.ttl,
+              hdr.ipv4.protocol,
+              hdr.ipv4.srcAddr,
+              hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum,
+            HashAlgorithm.csum16);
+    }
+}
+
+/*************************************************************************
+***********************  D E P A R S E R  *******************************
+*************************************************************************/
+
+control MyDeparser(packet_out packet, in headers hdr) {
+    apply {
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.tcp);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.mltcp);
+    }
+}
+
+/*************************************************************************
+***********************  S W I T C H  *******************************
+*************************************************************************/
+
+V1Switch(
+    MyParser(),
+    MyVerifyChecksum(),
+    MyIngress(),
+    MyEgress(),
+    MyComputeChecksum(),
+    MyDeparser()
+) main;
