@@ -1,0 +1,425 @@
+"""Mininet topologies for MLTCP experiments and the code that turns one into a running network.
+
+Topologies (all node names start with a per-run prefix, see :mod:`mltcp.emulation.netns`):
+
+* :class:`Dumbbell` – N sender hosts on switch s1, N receiver hosts on s2, one bottleneck s1–s2.
+  Layer 2 (one subnet 10.0.0.0/24), so Mininet's LinuxBridge switches work without STP.
+* :class:`Ring3` – three routers in a triangle, three bottleneck links; traffic is routed one way
+  round the ring, so job k (sender at router k, receiver at router k+2) crosses two of the three
+  links and every link carries two jobs: a circular dependency.
+* :class:`LeafSpine` – 2 spines, 2 leaves, hosts per leaf; leaves split traffic over the spines
+  with Linux ECMP (layer-4 hash); leaf–spine links are the bottlenecks.
+
+Ring3 and LeafSpine have loops, so their switches are Linux routers (a namespace with forwarding
+on and static routes) instead of bridges.
+
+Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
+
+* ``htb`` – htb rate + bfifo drop-tail buffer on both ends of each shaped link. Works on this
+  kernel; no delay, no ECN marking.
+* ``linux-tc`` – htb rate + RED with ECN marking (threshold in packets) + netem delay, like
+  Mininet's TCLink. Needs sch_netem and sch_red (absent here: a clear error says so).
+* ``switch`` – the project's userspace P4 switch (``mltcp-switch``) applies rate, delay, buffer
+  and queue-depth ECN on its ports (see :func:`software_switch_class`).
+"""
+from __future__ import annotations
+
+import subprocess
+from collections import deque
+from dataclasses import dataclass, replace
+
+from mininet.link import Link
+from mininet.net import Mininet
+from mininet.node import Switch
+from mininet.nodelib import LinuxBridge
+from mininet.topo import Topo
+
+LINK_MODES = ("auto", "htb", "linux-tc", "switch")
+
+
+class TopologyError(ValueError):
+    """Bad topology parameters or a link feature this machine cannot provide."""
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """Parameters of one (bottleneck) link, both directions."""
+
+    rate_mbps: float | None = None       # None: unshaped
+    delay_ms: float = 0.0                # one-way
+    buffer_bytes: int | None = None      # drop-tail limit; None: qdisc default
+    ecn_threshold_pkts: int | None = None  # mark CE at this queue depth; None: no marking
+
+    def validate(self, where: str = "link") -> "LinkParams":
+        if self.rate_mbps is not None and not (0 < self.rate_mbps <= 10_000):
+            raise TopologyError(f"{where}: rate_mbps must be in (0, 10000], got {self.rate_mbps}")
+        if self.delay_ms < 0:
+            raise TopologyError(f"{where}: delay_ms must be >= 0, got {self.delay_ms}")
+        if self.buffer_bytes is not None and self.buffer_bytes < 1500:
+            raise TopologyError(f"{where}: buffer_bytes must be >= 1500, got {self.buffer_bytes}")
+        if self.ecn_threshold_pkts is not None and self.ecn_threshold_pkts < 1:
+            raise TopologyError(f"{where}: ecn_threshold_pkts must be >= 1")
+        return self
+
+
+class Router(Switch):
+    """A Linux router: its own namespace, IPv4 forwarding, static routes set by the builder."""
+
+    def __init__(self, name, **params):
+        params["inNamespace"] = True
+        super().__init__(name, **params)
+
+    def defaultDpid(self, dpid=None):  # routers need no datapath id
+        return dpid or "0" * 16
+
+    def start(self, _controllers):
+        for key, val in (("net.ipv4.ip_forward", 1), ("net.ipv4.conf.all.rp_filter", 0),
+                         ("net.ipv4.conf.default.rp_filter", 0),
+                         ("net.ipv4.fib_multipath_hash_policy", 1)):
+            self.cmd(f"sysctl -qw {key}={val}")
+        for intf in self.intfList():
+            if intf.name != "lo":
+                self.cmd(f"sysctl -qw net.ipv4.conf.{intf.name}.rp_filter=0")
+                self.cmd(f"ip link set {intf.name} up")
+
+    def stop(self, deleteIntfs=True):
+        super().stop(deleteIntfs)
+
+
+class _PrefixBridge(LinuxBridge):
+    """LinuxBridge whose names carry the run prefix (the dpid is not used by a bridge)."""
+
+    def defaultDpid(self, dpid=None):
+        return dpid or "0" * 16
+
+
+class EmuTopo(Topo):
+    """Base: records link parameters, bottlenecks, job endpoints and addressing for the builder."""
+
+    layer2 = False
+
+    def build(self, prefix: str = "m", switch_cls=None, **kw):
+        self.prefix = prefix
+        self.link_params: dict[frozenset, LinkParams] = {}
+        self.bottlenecks: list[tuple[str, str]] = []
+        self.job_pairs: list[tuple[str, str]] = []
+        self.host_ip: dict[str, str] = {}          # name -> "a.b.c.d/len"
+        self.host_router: dict[str, str] = {}      # routed topologies: host -> its router
+        self.switch_cls = switch_cls or (_PrefixBridge if self.layer2 else Router)
+        self.make(**kw)
+
+    def make(self, **kw):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # helpers for subclasses
+    def name(self, short: str) -> str:
+        return self.prefix + short
+
+    def add_sw(self, short: str) -> str:
+        return self.addSwitch(self.name(short), cls=self.switch_cls)
+
+    def add_host(self, short: str, ip: str, gw: str | None = None) -> str:
+        opts = {"ip": ip}
+        if gw:
+            opts["defaultRoute"] = f"via {gw}"
+        n = self.addHost(self.name(short), **opts)
+        self.host_ip[n] = ip
+        return n
+
+    def add_link(self, a: str, b: str, params: LinkParams | None = None, bottleneck=False):
+        self.addLink(a, b)
+        if params is not None and params != LinkParams():
+            self.link_params[frozenset((a, b))] = params.validate(f"link {a}-{b}")
+        if bottleneck:
+            self.bottlenecks.append((a, b))
+
+    def ip_of(self, host: str) -> str:
+        return self.host_ip[host].split("/")[0]
+
+    def next_hops(self, router: str, dest_router: str) -> list[str]:
+        """Neighbour routers on all shortest paths from router to dest_router (ECMP)."""
+        adj = self._router_adj()
+        dist = {dest_router: 0}
+        q = deque([dest_router])
+        while q:
+            u = q.popleft()
+            for v in adj[u]:
+                if v not in dist:
+                    dist[v] = dist[u] + 1
+                    q.append(v)
+        if router not in dist:
+            raise TopologyError(f"no path from {router} to {dest_router}")
+        return sorted(v for v in adj[router] if dist.get(v, 1 << 30) == dist[router] - 1)
+
+    def _router_adj(self) -> dict[str, list[str]]:
+        sw = set(self.switches())
+        adj: dict[str, list[str]] = {s: [] for s in sw}
+        for a, b in self.links():
+            if a in sw and b in sw:
+                adj[a].append(b)
+                adj[b].append(a)
+        return adj
+
+
+class Dumbbell(EmuTopo):
+    """n senders a1..an on s1, n receivers b1..bn on s2, bottleneck s1-s2 (layer 2)."""
+
+    layer2 = True
+
+    def make(self, n: int = 2, bottleneck: LinkParams = LinkParams(), access: LinkParams | None = None):
+        if not 1 <= n <= 50:
+            raise TopologyError(f"dumbbell: n (hosts per side) must be 1..50, got {n}")
+        s1, s2 = self.add_sw("s1"), self.add_sw("s2")
+        self.add_link(s1, s2, bottleneck, bottleneck=True)
+        for i in range(1, n + 1):
+            a = self.add_host(f"a{i}", f"10.0.0.{i}/24")
+            b = self.add_host(f"b{i}", f"10.0.0.{100 + i}/24")
+            self.add_link(a, s1, access)
+            self.add_link(b, s2, access)
+            self.job_pairs.append((a, b))
+
+
+class _Routed(EmuTopo):
+    def attach_host(self, router: str, r_idx: int, h_idx: int, short: str, access=None) -> str:
+        h = self.add_host(short, f"10.{r_idx}.{h_idx}.1/24", gw=f"10.{r_idx}.{h_idx}.254")
+        self.host_router[h] = router
+        self.add_link(h, router, access)
+        return h
+
+
+class Ring3(_Routed):
+    """Routers r1, r2, r3 in a triangle; one-way (r1->r2->r3->r1) routing.
+
+    Job k sends from router k to router k+2, crossing two links; each link carries two jobs.
+    Hosts per router: x (sender of the job starting here), y (receiver of the job ending here).
+    """
+
+    def make(self, bottleneck: LinkParams = LinkParams(), access: LinkParams | None = None):
+        self.routers = [self.add_sw(f"r{k}") for k in (1, 2, 3)]
+        for k in range(3):
+            a, b = self.routers[k], self.routers[(k + 1) % 3]
+            self.add_link(a, b, bottleneck, bottleneck=True)
+        senders, receivers = [], []
+        for k, r in enumerate(self.routers):
+            senders.append(self.attach_host(r, k + 1, 1, f"x{k + 1}", access))
+            receivers.append(self.attach_host(r, k + 1, 2, f"y{k + 1}", access))
+        self.job_pairs = [(senders[k], receivers[(k + 2) % 3]) for k in range(3)]
+
+    def next_hops(self, router, dest_router):
+        k = self.routers.index(router)
+        return [self.routers[(k + 1) % 3]]
+
+
+class LeafSpine(_Routed):
+    """2 spines p1, p2; 2 leaves l1, l2 with `hosts_per_leaf` hosts; jobs cross from l1 to l2."""
+
+    def make(self, hosts_per_leaf: int = 2, bottleneck: LinkParams = LinkParams(),
+             access: LinkParams | None = None, spines: int = 2, leaves: int = 2):
+        if not 1 <= hosts_per_leaf <= 20:
+            raise TopologyError(f"leafspine: hosts_per_leaf must be 1..20, got {hosts_per_leaf}")
+        sp = [self.add_sw(f"p{i}") for i in range(1, spines + 1)]
+        lf = [self.add_sw(f"l{i}") for i in range(1, leaves + 1)]
+        for leaf in lf:
+            for spine in sp:
+                self.add_link(leaf, spine, bottleneck, bottleneck=True)
+        hosts = {leaf: [self.attach_host(leaf, li + 1, hi, f"h{li + 1}{hi}", access)
+                        for hi in range(1, hosts_per_leaf + 1)] for li, leaf in enumerate(lf)}
+        self.job_pairs = list(zip(hosts[lf[0]], hosts[lf[1]]))
+
+
+TOPOLOGIES = {"dumbbell": Dumbbell, "ring": Ring3, "leafspine": LeafSpine}
+
+
+def make_topology(kind: str, prefix: str, bottleneck: LinkParams, n_jobs: int = 2,
+                  switch_cls=None) -> EmuTopo:
+    """A topology by name with enough job endpoints for ``n_jobs``."""
+    if kind == "dumbbell":
+        return Dumbbell(prefix=prefix, switch_cls=switch_cls, n=max(1, n_jobs), bottleneck=bottleneck)
+    if kind == "ring":
+        if n_jobs > 3:
+            raise TopologyError(f"ring topology carries 3 jobs, scenario has {n_jobs}")
+        return Ring3(prefix=prefix, switch_cls=switch_cls, bottleneck=bottleneck)
+    if kind == "leafspine":
+        return LeafSpine(prefix=prefix, switch_cls=switch_cls, hosts_per_leaf=max(1, n_jobs),
+                         bottleneck=bottleneck)
+    raise TopologyError(f"unknown topology {kind!r}; known: {', '.join(TOPOLOGIES)}")
+
+
+# --------------------------------------------------------------------------- link shaping
+
+def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
+    """tc command lines that shape egress of ``dev`` per ``p`` in link mode ``mode`` (pure)."""
+    cmds: list[list[str]] = []
+    parent = ["root"]
+    if p.rate_mbps is not None:
+        burst = max(15_000, int(p.rate_mbps * 1e6 / 8 / 250))  # >= one 4 ms tick worth of bytes
+        cmds.append(["tc", "qdisc", "replace", "dev", dev, "root", "handle", "5:", "htb", "default", "1"])
+        cmds.append(["tc", "class", "add", "dev", dev, "parent", "5:", "classid", "5:1", "htb",
+                     "rate", f"{p.rate_mbps}mbit", "ceil", f"{p.rate_mbps}mbit",
+                     "burst", str(burst), "cburst", str(burst)])
+        parent = ["parent", "5:1"]
+    if mode == "htb":
+        if p.buffer_bytes is not None:
+            cmds.append(["tc", "qdisc", "replace", "dev", dev, *parent, "handle", "10:", "bfifo",
+                         "limit", str(p.buffer_bytes)])
+    elif mode == "linux-tc":
+        if p.ecn_threshold_pkts is not None:
+            kmin = p.ecn_threshold_pkts * 1500
+            limit = max(p.buffer_bytes or 0, kmin * 4)
+            cmds.append(["tc", "qdisc", "replace", "dev", dev, *parent, "handle", "6:", "red",
+                         "limit", str(limit), "min", str(kmin), "max", str(kmin + 1500),
+                         "avpkt", "1500", "burst", str(p.ecn_threshold_pkts + 1),
+                         "bandwidth", f"{p.rate_mbps or 1000}mbit", "probability", "1", "ecn"])
+            parent = ["parent", "6:"]
+        if p.delay_ms > 0 or (p.buffer_bytes is not None and p.ecn_threshold_pkts is None):
+            netem = ["tc", "qdisc", "replace", "dev", dev, *parent, "handle", "10:", "netem"]
+            if p.delay_ms > 0:
+                netem += ["delay", f"{p.delay_ms}ms"]
+            if p.buffer_bytes is not None:
+                netem += ["limit", str(max(1, p.buffer_bytes // 1500))]
+            cmds.append(netem)
+    else:
+        raise TopologyError(f"tc_commands: link mode {mode!r} is not applied with tc")
+    return cmds
+
+
+def features(mode: str) -> dict[str, bool]:
+    """Which link features a link mode provides on this machine's kind of kernel."""
+    return {
+        "htb": {"rate": True, "buffer": True, "delay": False, "ecn": False},
+        "linux-tc": {"rate": True, "buffer": True, "delay": True, "ecn": True},
+        "switch": {"rate": True, "buffer": True, "delay": True, "ecn": True},
+    }[mode]
+
+
+def qdisc_available(kind: str) -> bool:
+    """Whether the kernel knows qdisc ``kind`` (tries it on a throwaway dummy link)."""
+    import os
+    dev = f"mq{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", dev, "type", "dummy"], capture_output=True, check=False)
+    try:
+        r = subprocess.run(["tc", "qdisc", "add", "dev", dev, "root", kind], capture_output=True,
+                           text=True, check=False)
+        return r.returncode == 0
+    finally:
+        subprocess.run(["ip", "link", "del", dev], capture_output=True, check=False)
+
+
+def software_switch_class():
+    """The project's P4 software switch as a Mininet Switch class, or None if it has not landed."""
+    try:
+        from mltcp.emulation.switch import mininet_switch_class  # type: ignore
+    except Exception:
+        return None
+    return mininet_switch_class()
+
+
+def resolve_link_mode(mode: str) -> str:
+    if mode not in LINK_MODES:
+        raise TopologyError(f"unknown link mode {mode!r}; choose from {', '.join(LINK_MODES)}")
+    if mode == "auto":
+        return "switch" if software_switch_class() is not None else "htb"
+    if mode == "switch" and software_switch_class() is None:
+        raise TopologyError("link mode 'switch' needs the software switch (mltcp.emulation.switch), "
+                            "which is not available")
+    if mode == "linux-tc":
+        missing = [k for k in ("netem", "red") if not qdisc_available(k)]
+        if missing:
+            raise TopologyError(f"link mode 'linux-tc' needs qdisc(s) {', '.join(missing)}, which this "
+                                "kernel lacks; use --link-mode htb (rate + buffer only) or switch")
+    return mode
+
+
+def _run(node, cmd: list[str]) -> None:
+    out = node.cmd(" ".join(cmd) + " 2>&1; echo rc=$?")
+    if not out.rstrip().endswith("rc=0"):
+        raise TopologyError(f"{node.name}: '{' '.join(cmd)}' failed: {out.strip()}")
+
+
+def apply_link_params(net: Mininet, topo: EmuTopo, mode: str) -> None:
+    """Shape both ends of every link that has parameters (tc modes)."""
+    for link in net.links:
+        key = frozenset((link.intf1.node.name, link.intf2.node.name))
+        p = topo.link_params.get(key)
+        if p is None:
+            continue
+        for intf in (link.intf1, link.intf2):
+            for cmd in tc_commands(intf.name, p, mode):
+                _run(intf.node, cmd)
+
+
+def configure_routing(net: Mininet, topo: EmuTopo) -> None:
+    """Address router ports and install static (ECMP where several) routes for routed topologies."""
+    if topo.layer2:
+        return
+    sw = set(topo.switches())
+    # router <-> router links get 10.200.<i>.1/.2
+    peer_ip: dict[tuple[str, str], str] = {}   # (router, neighbour) -> neighbour's address on that link
+    for i, link in enumerate(net.links, start=1):
+        a, b = link.intf1.node, link.intf2.node
+        if a.name in sw and b.name in sw:
+            link.intf1.setIP(f"10.200.{i}.1/24")
+            link.intf2.setIP(f"10.200.{i}.2/24")
+            peer_ip[(a.name, b.name)] = f"10.200.{i}.2"
+            peer_ip[(b.name, a.name)] = f"10.200.{i}.1"
+        elif a.name in sw or b.name in sw:
+            r_intf = link.intf1 if a.name in sw else link.intf2
+            h = (b if a.name in sw else a).name
+            net_part = topo.ip_of(h).rsplit(".", 1)[0]
+            r_intf.setIP(f"{net_part}.254/24")
+    for r in sorted(sw):
+        node = net[r]
+        for h, hr in topo.host_router.items():
+            if hr == r:
+                continue
+            subnet = topo.ip_of(h).rsplit(".", 1)[0] + ".0/24"
+            hops = topo.next_hops(r, hr)
+            if len(hops) == 1:
+                _run(node, ["ip", "route", "replace", subnet, "via", peer_ip[(r, hops[0])]])
+            else:
+                nh = []
+                for n in hops:
+                    nh += ["nexthop", "via", peer_ip[(r, n)]]
+                _run(node, ["ip", "route", "replace", subnet, *nh])
+
+
+def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
+    """Build and start ``topo`` in Mininet; registers the net with ``cleanup`` before building so
+    that a failure halfway still removes everything."""
+    net = Mininet(topo=None, controller=None, link=Link, build=False, autoSetMacs=False,
+                  waitConnected=False)
+    cleanup.net = net
+    net.topo = topo
+    net.build()
+    net.start()
+    configure_routing(net, topo)
+    if mode in ("htb", "linux-tc"):
+        apply_link_params(net, topo, mode)
+    if topo.layer2:
+        net.staticArp()
+    return net
+
+
+def bottleneck_intfs(net: Mininet, topo: EmuTopo) -> list:
+    """Both interfaces of every bottleneck link."""
+    names = {frozenset(b) for b in topo.bottlenecks}
+    out = []
+    for link in net.links:
+        if frozenset((link.intf1.node.name, link.intf2.node.name)) in names:
+            out += [link.intf1, link.intf2]
+    return out
+
+
+def qdisc_drops(intf) -> int:
+    """Packets dropped by the qdiscs on ``intf`` (sum over the hierarchy's leaves, from tc -s)."""
+    out = intf.node.cmd(f"tc -s qdisc show dev {intf.name}")
+    total = 0
+    import re
+    for block in re.split(r"\n(?=qdisc )", out):
+        head = block.split("\n", 1)[0]
+        if head.startswith("qdisc htb") and "parent" not in head:
+            continue  # htb root aggregates its children; count the leaves only
+        m = re.search(r"dropped (\d+)", block)
+        if m:
+            total += int(m.group(1))
+    return total
