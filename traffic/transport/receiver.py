@@ -1,0 +1,222 @@
+"""Receiving side: one UDP socket, any number of flows (keyed by peer address and conn_id).
+
+Per datagram: read the ECN codepoint (IP_RECVTOS ancillary data), put the payload in order,
+check it against the sender's pattern, and ACK: every ``ack_every`` in-order datagrams, at once
+for out-of-order or duplicate data or a due CNP, and at the end of every receive batch.
+A CE mark sets ECE on the next ACK; a CE mark also makes the ACK a CNP, at most one per
+``cnp_interval`` (50 us) per flow, for the rate-based (DCQCN) senders.
+"""
+from __future__ import annotations
+
+import selectors
+import socket
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+
+from . import pattern, wire
+from .reassembly import Reassembly
+
+CE = 0x03
+
+
+@dataclass
+class IterationSeen:
+    iteration: int
+    first: float
+    last: float
+    bytes: int = 0
+
+
+@dataclass
+class FlowReceiver:
+    peer: tuple
+    conn_id: int
+    job_id: int
+    created: float
+    ra: Reassembly = field(default_factory=Reassembly)
+    crc: int = 0
+    delivered: int = 0
+    datagrams: int = 0
+    duplicates: int = 0
+    out_of_order: int = 0
+    mismatched: int = 0
+    ce: int = 0
+    ce_since_ack: int = 0
+    pending: int = 0
+    last_tsval: int = 0
+    last_iteration: int = 0
+    last_cnp: float = float("-inf")
+    cnp_due: bool = False
+    cnps: int = 0
+    acks: int = 0
+    last_rx: float = 0.0
+    iterations: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        return dict(peer=f"{self.peer[0]}:{self.peer[1]}", conn_id=self.conn_id, job=self.job_id,
+                    bytes=self.delivered, crc32=self.crc, datagrams=self.datagrams,
+                    duplicates=self.duplicates, out_of_order=self.out_of_order,
+                    mismatched=self.mismatched, ce=self.ce, cnps=self.cnps, acks=self.acks,
+                    iterations=len(self.iterations))
+
+
+class Receiver:
+    def __init__(self, bind: tuple[str, int] = ("0.0.0.0", wire.MLTCP_UDP_PORT), ack_every: int = 2,
+                 cnp_interval: float = 50e-6, verify: bool = True, clock=time.monotonic,
+                 track_iterations: bool = True):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        except OSError:
+            pass
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        self.sock.bind(bind)
+        self.sock.setblocking(False)
+        self.addr = self.sock.getsockname()
+        self.ack_every, self.cnp_interval, self.verify = ack_every, cnp_interval, verify
+        self.clock, self.track = clock, track_iterations
+        self.t0 = clock()
+        self.flows: dict[tuple, FlowReceiver] = {}
+        self.bad = 0
+        self._buf = bytearray(65536)
+        self._view = memoryview(self._buf)
+        self._anc = socket.CMSG_SPACE(4)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- core --------------------------------------------------------------------------------
+    def _ack(self, f: FlowReceiver, now: float) -> None:
+        flags = wire.FLAG_ACK
+        if f.ce_since_ack:
+            flags |= wire.FLAG_ECE
+        if f.cnp_due:
+            flags |= wire.FLAG_CNP
+            f.cnp_due = False
+            f.cnps += 1
+        head = wire.encode(flags, f.job_id, f.last_iteration, 0, f.conn_id, 0, f.ra.rcv_nxt,
+                           int((now - self.t0) * 1e6), f.last_tsval, 0, 0, f.ce_since_ack,
+                           f.ra.sack_blocks(wire.MAX_SACK))
+        try:
+            self.sock.sendto(head, f.peer)
+        except (BlockingIOError, InterruptedError, OSError):
+            pass   # an ACK lost locally is like an ACK lost on the path
+        f.ce_since_ack = 0
+        f.pending = 0
+        f.acks += 1
+
+    def drain(self, now: float, limit: int = 1024) -> int:
+        """Handle every datagram waiting (up to ``limit``); returns how many."""
+        sock, view, anc = self.sock, self._view, self._anc
+        touched = {}
+        n = 0
+        while n < limit:
+            try:
+                nb, ancdata, _fl, peer = sock.recvmsg_into([view], anc)
+            except (BlockingIOError, InterruptedError):
+                break
+            except ConnectionRefusedError:
+                continue
+            n += 1
+            tos = 0
+            for lvl, typ, data in ancdata:
+                if lvl == socket.IPPROTO_IP and typ == socket.IP_TOS and data:
+                    tos = data[0]
+            try:
+                p = wire.decode(view, nb)
+            except wire.WireError:
+                self.bad += 1
+                continue
+            if not p.tflags & wire.T_DATA:
+                self.bad += 1
+                continue
+            key = (peer, p.conn_id)
+            f = self.flows.get(key)
+            if f is None:
+                f = self.flows[key] = FlowReceiver(peer, p.conn_id, p.job_id, now)
+            touched[key] = f
+            f.datagrams += 1
+            f.last_rx = now
+            f.last_tsval = p.tsval
+            f.last_iteration = p.iteration
+            immediate = False
+            if tos & 0x3 == CE:
+                f.ce += 1
+                f.ce_since_ack += 1
+                if now - f.last_cnp >= self.cnp_interval:
+                    f.cnp_due = True
+                    f.last_cnp = now
+                    immediate = True
+            before = f.ra.rcv_nxt
+            payload = view[p.payload_off:nb]
+            if p.seq != before:
+                immediate = True
+                if p.seq > before:
+                    f.out_of_order += 1
+            out, dup = f.ra.add(p.seq, payload)
+            if dup:
+                f.duplicates += 1
+            off = before
+            for chunk in out:
+                if self.verify and not pattern.matches(off, chunk):
+                    f.mismatched += len(chunk)
+                f.crc = zlib.crc32(chunk, f.crc)
+                off += len(chunk)
+            f.delivered = f.ra.rcv_nxt
+            if self.track and off > before:
+                it = f.iterations.get(p.iteration)
+                if it is None:
+                    it = f.iterations[p.iteration] = IterationSeen(p.iteration, now, now)
+                it.last = now
+                it.bytes += off - before
+            f.pending += 1
+            if immediate or f.pending >= self.ack_every:
+                self._ack(f, now)
+        for f in touched.values():
+            if f.pending:
+                self._ack(f, now)
+        return n
+
+    # -- running -----------------------------------------------------------------------------
+    def serve(self, stop: threading.Event | None = None, idle_exit: float | None = None) -> None:
+        """Receive until ``stop`` is set (or nothing arrived for ``idle_exit`` seconds after data)."""
+        stop = stop or self._stop
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ)
+        last = None
+        try:
+            while not stop.is_set():
+                if sel.select(0.05):
+                    self.drain(self.clock())
+                    last = self.clock()
+                elif idle_exit is not None and last is not None and self.clock() - last > idle_exit:
+                    return
+        finally:
+            sel.close()
+
+    def start(self) -> "Receiver":
+        """Serve in a background thread (tests, single-process demos)."""
+        self._thread = threading.Thread(target=self.serve, name="mltcp-receiver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def close(self) -> None:
+        self.stop()
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def summary(self) -> list[dict]:
+        return [f.summary() for f in self.flows.values()]

@@ -1,0 +1,307 @@
+"""Sending side of one flow: segments a byte stream into MLTCP datagrams, reacts to ACKs, ECN
+echoes and CNPs through the congestion-control core (:mod:`mltcp.cc`), retransmits what is lost.
+
+No threads: :func:`run_until` multiplexes any number of flows over one selector, draining every
+ACK waiting on a socket per wake-up and sending up to ``burst`` datagrams per flow per pass.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import socket
+import time
+
+import numpy as np
+
+from mltcp.cc import make_cc
+
+from . import pattern, wire
+from .rtt import RttEstimator
+from .scoreboard import Scoreboard, Seg
+
+ECT0 = 0x02
+MBPS = 1e6 / 8
+
+
+def build_cc(name: str, line_rate: float | None = None, **params):
+    """make_cc with sane defaults for a real link: DCQCN's rate parameters are given for 25 Gb/s
+    in the reference; when ``line_rate`` (bytes/s) is given they are scaled to it unless set
+    explicitly (min rate = R_HAI = line/250, R_AI = line/500)."""
+    if name.endswith("dcqcn") and line_rate:
+        params.setdefault("line_rate", line_rate)
+        params.setdefault("min_rate", line_rate / 250)
+        params.setdefault("rhai", line_rate / 250)
+        params.setdefault("rai", line_rate / 500)
+    return make_cc(name, **params)
+
+
+class FlowSender:
+    """One reliable flow over a connected UDP socket."""
+
+    def __init__(self, dest: tuple[str, int], cc, job_id: int = 0, payload: int = wire.DEFAULT_PAYLOAD,
+                 min_rto: float = 0.2, burst: int = 16, max_window: int = 16 << 20, ecn: bool = True,
+                 clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None):
+        if not 0 < payload <= 65000:
+            raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
+        self.dest, self.cc, self.job_id, self.payload = dest, cc, job_id, payload
+        self.burst, self.max_window, self.clock = burst, max_window, clock
+        self.reo_wnd = reo_wnd
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if ecn:
+            self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
+        for opt, size in ((socket.SO_SNDBUF, 4 << 20), (socket.SO_RCVBUF, 4 << 20)):
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, opt, size)
+            except OSError:
+                pass
+        if bind:
+            self.sock.bind(bind)
+        self.sock.connect(dest)
+        self.sock.setblocking(False)
+        self.conn_id = int.from_bytes(os.urandom(4), "big")
+        now = clock()
+        self.t0 = now
+        self.st = cc.new_state(n=1, mss=payload, now=now)
+        self.rate_based = not cc.window_based
+        self.sb = Scoreboard()
+        self.rtt = RttEstimator(min_rto=min_rto)
+        self.rto_start: float | None = None     # when the retransmission timer was armed
+        self.recovery_end = -1                   # no further reduction until snd_una passes this
+        self.app_end = 0                         # bytes the application has queued so far
+        self.iteration = 0
+        self.iter_start_seq = 0
+        self.iter_bytes = 0
+        self.crc = 0                              # CRC-32 of the stream as first sent
+        self.ratio_q = 0
+        self.tokens = float(payload) * burst
+        self.last_fill = now
+        self.blocked_until = 0.0
+        self._rbuf = bytearray(2048)
+        self._mask = np.ones(1, dtype=bool)
+        self._acked = np.zeros(1)
+        self._rttv = np.zeros(1)
+        self.stats = dict(sent=0, retransmits=0, acks=0, ece=0, cnp=0, loss_events=0, ecn_events=0,
+                          timeouts=0, send_drops=0, bad=0)
+
+    # -- application ---------------------------------------------------------------------------
+    def enqueue(self, nbytes: int, iteration: int) -> int:
+        """Queue one iteration's bytes; returns the stream offset that marks them delivered."""
+        if nbytes < 0:
+            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        self.cc.iteration_start(self.st, self._mask)
+        self.iteration = iteration
+        self.iter_start_seq = self.app_end
+        self.iter_bytes = nbytes
+        self.app_end += nbytes
+        return self.app_end
+
+    def delivered(self, target: int) -> bool:
+        return self.sb.snd_una >= target
+
+    # -- time helpers ------------------------------------------------------------------------
+    def _us(self, t: float) -> int:
+        return int((t - self.t0) * 1e6) & wire.U32
+
+    def _echo_time(self, tsecr: int, now: float) -> float:
+        return now - (((self._us(now) - tsecr) & wire.U32) / 1e6)
+
+    # -- receive path ------------------------------------------------------------------------
+    def drain(self, now: float, limit: int = 512) -> None:
+        """Process every ACK waiting on the socket, then apply one CC update for the batch."""
+        sock, buf = self.sock, self._rbuf
+        delivered, lost, ece, cnp, rtt_sample, n = 0, 0, False, 0, -1.0, 0
+        sb, reo = self.sb, self.reo_wnd
+        if reo is None:
+            reo = self.rtt.min_rtt / 4 if self.rtt.srtt is not None else 0.0
+        while n < limit:
+            try:
+                nb = sock.recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            except ConnectionRefusedError:
+                n += 1
+                continue  # ICMP port unreachable: receiver not up yet; the RTO retries
+            n += 1
+            try:
+                p = wire.decode(buf, nb)
+            except wire.WireError:
+                self.stats["bad"] += 1
+                continue
+            if not p.flags & wire.FLAG_ACK or p.conn_id != self.conn_id:
+                self.stats["bad"] += 1
+                continue
+            self.stats["acks"] += 1
+            echo = self._echo_time(p.tsecr, now)
+            res = sb.on_ack(p.ack, p.sacks, echo, reo)
+            delivered += res.delivered
+            lost += res.lost
+            if res.delivered:
+                rtt_sample = now - echo
+            if res.advanced:
+                self.rto_start = now if sb.outstanding else None
+            if p.flags & wire.FLAG_ECE:
+                ece = True
+                self.stats["ece"] += 1
+            if p.flags & wire.FLAG_CNP:
+                cnp += 1
+                self.stats["cnp"] += 1
+        if not n:
+            return
+        st, cc = self.st, self.cc
+        if rtt_sample >= 0:
+            self.rtt.sample(rtt_sample)
+        if delivered:
+            self._acked[0] = delivered
+            self._rttv[0] = self.rtt.latest
+            cc.on_ack(st, self._acked, self._rttv, now)
+        if lost or (ece and not self.rate_based):
+            if sb.snd_una >= self.recovery_end:   # one reduction per round trip
+                kind = "loss" if lost else "ecn"
+                cc.on_congestion(st, self._mask, kind, now)
+                self.stats["loss_events" if lost else "ecn_events"] += 1
+                self.recovery_end = sb.snd_nxt
+        if cnp and self.rate_based:
+            for _ in range(cnp):
+                cc.on_cnp(st, self._mask, now)
+        if st.cwnd[0] > self.max_window:
+            st.cwnd[0] = self.max_window
+        self._update_ratio()
+
+    def _update_ratio(self) -> None:
+        tr = self.st.tracker
+        if tr is not None:
+            r = float(tr.bytes_ratio[0])
+        elif self.iter_bytes:
+            r = (self.sb.snd_una - self.iter_start_seq) / self.iter_bytes
+        else:
+            r = 0.0
+        self.ratio_q = wire.ratio_q16(r)
+
+    # -- send path -------------------------------------------------------------------------------
+    def _send(self, seg: Seg, now: float, retx: bool) -> bool:
+        flags = wire.FLAG_ITER_START if seg.first else 0
+        head = wire.encode(flags, self.job_id, seg.iteration, self.ratio_q, self.conn_id, seg.seq,
+                           0, self._us(now), 0, seg.len, wire.T_RETX | wire.T_DATA if retx else wire.T_DATA)
+        try:
+            self.sock.send(head + pattern.chunk(seg.seq, seg.len))
+        except (BlockingIOError, InterruptedError):
+            self.blocked_until = now + 200e-6
+            return False
+        except OSError as e:
+            if e.errno not in (errno.ENOBUFS, errno.ECONNREFUSED):
+                raise
+            self.stats["send_drops"] += 1   # dropped by the local qdisc: like a loss on the path
+        self.stats["sent"] += 1
+        return True
+
+    def service(self, now: float) -> float:
+        """Timers, then send what window/pacing allow. Returns when to be called again."""
+        sb, st = self.sb, self.st
+        wake = float("inf")
+        # Retransmission timeout.
+        if self.rto_start is not None and sb.outstanding:
+            deadline = self.rto_start + self.rtt.rto
+            if now >= deadline:
+                n = sb.on_rto()
+                self.stats["timeouts"] += 1
+                self.cc.on_timeout(st, self._mask, now)
+                self.rtt.backoff()
+                self.recovery_end = sb.snd_nxt
+                self.rto_start = now
+                if n == 0 and not sb.lost_pending:  # nothing in flight: resend the first hole
+                    sb.mark_first_lost()
+            wake = self.rto_start + self.rtt.rto
+        if self.rate_based:
+            self.cc.on_timer(st, now)
+        if now < self.blocked_until:
+            return min(wake, self.blocked_until)
+        # How much may go out now.
+        if self.rate_based:
+            rate = max(float(st.rate[0]), 1.0)
+            cap = float(self.payload) * self.burst
+            self.tokens = min(cap, self.tokens + (now - self.last_fill) * rate)
+            self.last_fill = now
+            window = self.max_window
+        else:
+            window = max(float(st.cwnd[0]), float(self.payload))
+        sent_bytes = 0
+        for _ in range(self.burst):
+            if self.rate_based and self.tokens < self.payload:
+                break
+            seg = sb.next_lost()
+            if seg is not None:
+                if sb.inflight_bytes + seg.len > window and sb.inflight_bytes > 0:
+                    break
+                if not self._send(seg, now, True):
+                    break
+                sb.pop_lost()
+                sb.sent(seg, now)
+                self.stats["retransmits"] += 1
+            else:
+                if sb.snd_nxt >= self.app_end:
+                    break
+                length = min(self.payload, self.app_end - sb.snd_nxt)
+                if sb.inflight_bytes + length > window and sb.inflight_bytes > 0:
+                    break
+                seq = sb.snd_nxt
+                # the first segment at or after the start of an iteration carries ITER_START
+                seg = Seg(seq, length, self.iteration, seq == self.iter_start_seq)
+                if not self._send(seg, now, False):
+                    break
+                sb.segs[seq] = seg
+                sb.snd_nxt = seg.end
+                sb.sent(seg, now)
+                self.crc = pattern.zlib.crc32(pattern.chunk(seq, length), self.crc)
+            sent_bytes += seg.len
+            if self.rate_based:
+                self.tokens -= seg.len
+            if self.rto_start is None:
+                self.rto_start = now
+        if sent_bytes and self.rate_based:
+            self._acked[0] = sent_bytes
+            self.cc.on_sent(st, self._acked, now)
+        if self.rto_start is not None and sb.outstanding:
+            wake = min(wake, self.rto_start + self.rtt.rto)
+        has_work = sb.lost_pending or sb.snd_nxt < self.app_end
+        if has_work:
+            if self.rate_based:
+                if self.tokens < self.payload:
+                    wake = min(wake, now + (self.payload - self.tokens) / max(float(st.rate[0]), 1.0))
+                else:
+                    wake = now
+            elif sent_bytes and sb.inflight_bytes < window:
+                wake = now  # burst exhausted, window still open: come back right away
+        if self.rate_based and sb.outstanding:
+            wake = min(wake, now + getattr(self.cc, "timer", 1e-3))
+        return wake
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def run_until(flows: list[FlowSender], done, clock=time.monotonic, timeout: float | None = None) -> bool:
+    """Drive ``flows`` until ``done()`` is true (returns True) or ``timeout`` seconds pass (False)."""
+    sel = selectors.DefaultSelector()
+    for f in flows:
+        sel.register(f.sock, selectors.EVENT_READ, f)
+    try:
+        start = clock()
+        while True:
+            now = clock()
+            for f in flows:
+                f.drain(now)
+            if done():
+                return True
+            if timeout is not None and now - start > timeout:
+                return False
+            wake = min(f.service(now) for f in flows)
+            if done():
+                return True
+            delay = wake - clock()
+            if delay > 0:
+                if timeout is not None:
+                    delay = min(delay, max(0.0, start + timeout - clock()) + 1e-3)
+                sel.select(min(delay, 1.0))
+    finally:
+        sel.close()

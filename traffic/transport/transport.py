@@ -1,0 +1,95 @@
+"""The job-facing transport: one flow per peer, ``send_iteration`` blocks until delivered."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from . import wire
+from .sender import FlowSender, build_cc, run_until
+
+
+@dataclass
+class SendResult:
+    iteration: int
+    bytes: int           # per flow
+    flows: int
+    retransmits: int
+    timeouts: int
+    duration: float
+
+
+class TransportTimeout(RuntimeError):
+    pass
+
+
+def parse_hostport(s: str, default_port: int = wire.MLTCP_UDP_PORT) -> tuple[str, int]:
+    host, _, port = s.rpartition(":")
+    if not host:
+        host, port = s, str(default_port)
+    try:
+        p = int(port)
+    except ValueError:
+        raise ValueError(f"bad address {s!r}: port {port!r} is not a number") from None
+    if not 0 < p < 65536:
+        raise ValueError(f"bad address {s!r}: port {p} out of range")
+    return host, p
+
+
+class UdpTransport:
+    """A job's flows to its peers over the userspace MLTCP transport.
+
+    ``cc`` is a name for :func:`mltcp.cc.make_cc` (reno, cubic, dcqcn, mltcp-*); ``cc_params``
+    go to it; ``line_rate`` (bytes/s) scales DCQCN's rate parameters. Every flow carries
+    ``bytes`` per iteration (the per-flow size of the public traces).
+    """
+
+    def __init__(self, peers, cc: str = "reno", job_id: int = 0, cc_params: dict | None = None,
+                 line_rate: float | None = None, payload: int = wire.DEFAULT_PAYLOAD,
+                 min_rto: float = 0.2, ecn: bool = True, burst: int = 16, clock=time.monotonic,
+                 timeout: float | None = None, max_window: int = 16 << 20):
+        if isinstance(peers, (str, tuple)):
+            peers = [peers]
+        dests = [parse_hostport(p) if isinstance(p, str) else tuple(p) for p in peers]
+        if not dests:
+            raise ValueError("need at least one peer")
+        self.cc_name, self.clock, self.timeout = cc, clock, timeout
+        self.flows = [FlowSender(d, build_cc(cc, line_rate=line_rate, **(cc_params or {})),
+                                 job_id=job_id, payload=payload, min_rto=min_rto, ecn=ecn,
+                                 burst=burst, clock=clock, max_window=max_window) for d in dests]
+
+    def send_iteration(self, nbytes: int, iteration: int) -> SendResult:
+        t0 = self.clock()
+        r0 = self.retransmits
+        to0 = sum(f.stats["timeouts"] for f in self.flows)
+        targets = [f.enqueue(int(nbytes), iteration) for f in self.flows]
+        ok = run_until(self.flows, lambda: all(f.sb.snd_una >= t for f, t in zip(self.flows, targets)),
+                       clock=self.clock, timeout=self.timeout)
+        if not ok:
+            raise TransportTimeout(f"iteration {iteration}: {nbytes} bytes not delivered within "
+                                   f"{self.timeout} s (is the receiver running?)")
+        return SendResult(iteration, int(nbytes), len(self.flows), self.retransmits - r0,
+                          sum(f.stats["timeouts"] for f in self.flows) - to0, self.clock() - t0)
+
+    @property
+    def retransmits(self) -> int:
+        return sum(f.stats["retransmits"] for f in self.flows)
+
+    def stats(self) -> list[dict]:
+        out = []
+        for f in self.flows:
+            d = dict(f.stats)
+            d.update(dest=f"{f.dest[0]}:{f.dest[1]}", conn_id=f.conn_id, crc32=f.crc,
+                     bytes=f.sb.snd_una, cwnd=float(f.st.cwnd[0]), rate=float(f.st.rate[0]),
+                     srtt=f.rtt.srtt, rto=f.rtt.rto)
+            out.append(d)
+        return out
+
+    def close(self) -> None:
+        for f in self.flows:
+            f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

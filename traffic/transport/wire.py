@@ -1,0 +1,119 @@
+"""Wire format of the userspace MLTCP transport: the 12-byte MLTCP shim, then the transport header.
+
+A struct codec (not scapy) because it runs per datagram on the data path. The shim layout is the
+one in docs/CONTRACTS.md and :mod:`mltcp.traffic.header`; the transport header follows it::
+
+    0        8        16       24       32
+    +--------+--------+--------+--------+
+    |             conn_id (u32)         |   random per sending flow
+    +--------+--------+--------+--------+
+    |                                   |
+    +             seq (u64)             +   stream offset of the first payload byte
+    |                                   |
+    +--------+--------+--------+--------+
+    |                                   |
+    +             ack (u64)             +   cumulative ack: next byte expected (ACKs)
+    |                                   |
+    +--------+--------+--------+--------+
+    |            tsval (u32, us)        |   sender's clock when this datagram left
+    +--------+--------+--------+--------+
+    |            tsecr (u32, us)        |   tsval echoed (ACKs)
+    +--------+--------+--------+--------+
+    |   length (u16)  | tflags | nsack  |   payload bytes; DATA/RETX/FIN; SACK blocks that follow
+    +--------+--------+--------+--------+
+    |  ce_count (u16) |  reserved (u16) |   CE-marked datagrams since the previous ACK
+    +--------+--------+--------+--------+
+    | nsack x (start - ack u32, end - ack u32)   SACK blocks relative to ack
+    +--------+--------+--------+--------+
+    | payload (length bytes)
+"""
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+# Shim (see docs/CONTRACTS.md); duplicated as constants so the data path does not import scapy.
+MLTCP_UDP_PORT = 9199
+MLTCP_VERSION = 1
+SHIM = struct.Struct("!BBHIHH")
+SHIM_LEN = SHIM.size  # 12
+FLAG_ACK, FLAG_CNP, FLAG_ITER_START, FLAG_ECE = 0x1, 0x2, 0x4, 0x8
+
+# Transport header.
+HDR = struct.Struct("!IQQIIHBBHH")
+HDR_LEN = HDR.size  # 36
+FIXED_LEN = SHIM_LEN + HDR_LEN  # 48
+SHIM_HDR = struct.Struct("!BBHIHH" + "IQQIIHBBHH")
+SACK = struct.Struct("!II")
+MAX_SACK = 4
+T_DATA, T_RETX, T_FIN = 0x1, 0x2, 0x4
+
+IP_UDP_OVERHEAD = 28  # IPv4 + UDP
+# 1500-byte IP datagrams: 1500 - 28 - 48 = 1424 payload bytes.
+DEFAULT_PAYLOAD = 1500 - IP_UDP_OVERHEAD - FIXED_LEN
+
+Q16_ONE = 0xFFFF
+U32 = 0xFFFFFFFF
+
+
+class WireError(ValueError):
+    """A datagram that is not a valid MLTCP transport datagram."""
+
+
+class Packet(NamedTuple):
+    flags: int         # shim flags
+    job_id: int
+    iteration: int
+    ratio_q16: int
+    conn_id: int
+    seq: int
+    ack: int
+    tsval: int
+    tsecr: int
+    length: int
+    tflags: int
+    ce_count: int
+    sacks: tuple       # ((start, end), ...) absolute offsets
+    payload_off: int   # where the payload starts in the buffer
+
+
+def ratio_q16(r: float) -> int:
+    """bytes_ratio in [0, 1] to Q0.16 (clamped; the data path must not raise on float noise)."""
+    if not r > 0.0:  # also NaN
+        return 0
+    return Q16_ONE if r >= 1.0 else int(r * Q16_ONE + 0.5)
+
+
+def encode(flags: int, job_id: int, iteration: int, ratio: int, conn_id: int, seq: int, ack: int,
+           tsval: int, tsecr: int, length: int, tflags: int, ce_count: int = 0,
+           sacks: tuple | list = ()) -> bytes:
+    """Shim + transport header (+ SACK blocks); the caller appends ``length`` payload bytes."""
+    n = len(sacks)
+    if n > MAX_SACK:
+        raise WireError(f"at most {MAX_SACK} SACK blocks, got {n}")
+    head = SHIM_HDR.pack((MLTCP_VERSION << 4) | (flags & 0xF), 0, job_id & 0xFFFF, iteration & U32,
+                         ratio, 0, conn_id & U32, seq, ack, tsval & U32, tsecr & U32, length,
+                         tflags, n, min(ce_count, 0xFFFF), 0)
+    if not n:
+        return head
+    return head + b"".join(SACK.pack(s - ack, e - ack) for s, e in sacks)
+
+
+def decode(buf, nbytes: int | None = None) -> Packet:
+    """Parse a datagram (bytes or a buffer holding ``nbytes`` valid bytes)."""
+    if nbytes is None:
+        nbytes = len(buf)
+    if nbytes < FIXED_LEN:
+        raise WireError(f"datagram of {nbytes} bytes is shorter than the {FIXED_LEN}-byte headers")
+    (vf, _r, job, it, ratio, _r2, conn, seq, ack, tsval, tsecr, length, tflags, nsack, ce,
+     _r3) = SHIM_HDR.unpack_from(buf, 0)
+    if vf >> 4 != MLTCP_VERSION:
+        raise WireError(f"MLTCP version {vf >> 4}, expected {MLTCP_VERSION}")
+    off = FIXED_LEN + nsack * SACK.size
+    if nsack > MAX_SACK or off + length != nbytes:
+        raise WireError(f"bad lengths: {nsack} SACK blocks, payload {length}, datagram {nbytes}")
+    sacks = ()
+    if nsack:
+        sacks = tuple((ack + s, ack + e) for s, e in SACK.iter_unpack(bytes(buf[FIXED_LEN:off])))
+    return Packet(vf & 0xF, job, it, ratio, conn, seq, ack, tsval, tsecr, length, tflags, ce,
+                  sacks, off)
