@@ -383,6 +383,15 @@ def configure_routing(net: Mininet, topo: EmuTopo) -> None:
                 _run(node, ["ip", "route", "replace", subnet, *nh])
 
 
+def disable_offloads(net: Mininet) -> None:
+    """Segmentation/receive offloads off on every emulated interface, so queues hold wire-sized
+    packets (a 64 KB GSO burst counted as one packet would make drop-tail and ECN coarse)."""
+    for node in net.hosts + net.switches:
+        for intf in node.intfList():
+            if intf.name != "lo":
+                node.cmd(f"ethtool -K {intf.name} tso off gso off gro off 2>/dev/null")
+
+
 def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
     """Build and start ``topo`` in Mininet; registers the net with ``cleanup`` before building so
     that a failure halfway still removes everything."""
@@ -392,6 +401,7 @@ def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
     net.topo = topo
     net.build()
     net.start()
+    disable_offloads(net)
     configure_routing(net, topo)
     if mode in ("htb", "linux-tc"):
         apply_link_params(net, topo, mode)

@@ -1,0 +1,167 @@
+"""Kernel-TCP peer for emulation baselines: a job's sender and receiver over Linux TCP sockets.
+
+Runs inside Mininet hosts as ``python -m mltcp.emulation.kernel_peer recv|send ...``.
+
+Iteration mode (``send --iterations N``): per iteration, sleep the compute time, then send a
+12-byte header (iteration uint32, nbytes uint64) and ``nbytes`` of payload on one long-lived
+connection; the receiver answers with the iteration number once all bytes arrived, which ends the
+iteration. Bulk mode (``send --bulk-s D``): send for D seconds; the receiver reports goodput.
+
+Every record is one JSON line on stdout; times are seconds since ``--t0`` (a wall-clock epoch
+shared by all peers of a run). The congestion control is set per socket with TCP_CONGESTION.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+import time
+
+import typer
+
+HDR = struct.Struct("!IQ")
+ACK = struct.Struct("!I")
+CHUNK = 1 << 16
+
+app = typer.Typer(add_completion=False, help="Kernel-TCP job peer (runs inside emulated hosts).")
+
+
+def _emit(rec: dict) -> None:
+    sys.stdout.write(json.dumps(rec) + "\n")
+    sys.stdout.flush()
+
+
+def tcp_info_retrans(sock: socket.socket) -> int:
+    """tcpi_total_retrans from TCP_INFO (the 24th u32 after 8 u8 fields)."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return struct.unpack_from("=8B24I", raw)[8 + 23]
+
+
+def _recv_exact(conn: socket.socket, n: int, buf: bytearray) -> int:
+    got = 0
+    view = memoryview(buf)
+    while got < n:
+        r = conn.recv_into(view, min(len(buf), n - got))
+        if r == 0:
+            return got
+        got += r
+    return got
+
+
+@app.command()
+def recv(port: int = typer.Option(..., help="TCP port to listen on"),
+         t0: float = typer.Option(0.0, help="epoch the run's times are relative to"),
+         bulk: bool = typer.Option(False, help="count bytes until EOF and report goodput")):
+    """Accept one connection; answer each iteration (or count bulk bytes) until the peer closes."""
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("0.0.0.0", port))
+    ls.listen(1)
+    _emit({"type": "listening", "port": port})
+    conn, _ = ls.accept()
+    ls.close()
+    buf = bytearray(1 << 20)
+    if bulk:
+        total, first, last = 0, None, None
+        while True:
+            r = conn.recv_into(buf)
+            if r == 0:
+                break
+            now = time.time() - t0
+            first = now if first is None else first
+            last = now
+            total += r
+        _emit({"type": "bulk", "bytes": total, "first": first, "last": last})
+        conn.close()
+        return
+    hdr = bytearray(HDR.size)
+    while True:
+        if _recv_exact(conn, HDR.size, hdr) < HDR.size:
+            break
+        it, nbytes = HDR.unpack(hdr)
+        left = nbytes
+        while left > 0:
+            r = conn.recv_into(buf, min(len(buf), left))
+            if r == 0:
+                raise SystemExit(f"kernel_peer recv: connection closed inside iteration {it}")
+            left -= r
+        conn.sendall(ACK.pack(it))
+    conn.close()
+
+
+def _connect(host: str, port: int, cc: str, timeout_s: float) -> socket.socket:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+        except OSError as e:
+            s.close()
+            raise SystemExit(f"kernel_peer send: TCP_CONGESTION {cc!r} refused: {e}") from None
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            s.connect((host, port))
+            return s
+        except OSError:
+            s.close()
+            if time.monotonic() > deadline:
+                raise SystemExit(f"kernel_peer send: cannot connect to {host}:{port}") from None
+            time.sleep(0.05)
+
+
+@app.command()
+def send(host: str = typer.Option(..., help="receiver address"),
+         port: int = typer.Option(...),
+         job: str = typer.Option("job0"),
+         cc: str = typer.Option("reno", help="kernel congestion control (TCP_CONGESTION)"),
+         iterations: int = typer.Option(0, help="iterations to run (iteration mode)"),
+         nbytes: int = typer.Option(0, "--bytes", help="bytes per iteration"),
+         compute_s: float = typer.Option(0.0, help="compute time before each communication"),
+         t0: float = typer.Option(0.0, help="epoch the run's times are relative to"),
+         start_offset_s: float = typer.Option(0.0, help="first iteration starts at t0 + this"),
+         bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds")):
+    """Connect to the receiver and run the job's iterations (or a bulk transfer)."""
+    if (iterations <= 0) == (bulk_s <= 0):
+        raise SystemExit("kernel_peer send: give exactly one of --iterations N (with --bytes) or --bulk-s D")
+    if iterations > 0 and nbytes <= 0:
+        raise SystemExit("kernel_peer send: --bytes must be > 0")
+    t0 = t0 or time.time()
+    s = _connect(host, port, cc, timeout_s=10.0)
+    payload = memoryview(bytes(CHUNK))
+    wait = t0 + start_offset_s - time.time()
+    if wait > 0:
+        time.sleep(wait)
+    if bulk_s > 0:
+        end_at = time.time() + bulk_s
+        sent = 0
+        while time.time() < end_at:
+            sent += s.send(payload)
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)  # wait for the receiver's close so everything was delivered
+        _emit({"type": "summary", "job": job, "cc": cc, "bytes": sent, "retrans": tcp_info_retrans(s)})
+        s.close()
+        return
+    ack = bytearray(ACK.size)
+    for it in range(iterations):
+        start = time.time() - t0
+        if compute_s > 0:
+            time.sleep(compute_s)
+        comm_start = time.time() - t0
+        s.sendall(HDR.pack(it, nbytes))
+        left = nbytes
+        while left > 0:
+            n = min(left, CHUNK)
+            s.sendall(payload[:n])
+            left -= n
+        if _recv_exact(s, ACK.size, ack) < ACK.size or ACK.unpack(ack)[0] != it:
+            raise SystemExit(f"kernel_peer send: bad or missing ack for iteration {it}")
+        end = time.time() - t0
+        _emit({"type": "iter", "job": job, "iteration": it, "start": start, "comm_start": comm_start,
+               "end": end, "bytes": nbytes})
+    _emit({"type": "summary", "job": job, "cc": cc, "retrans": tcp_info_retrans(s)})
+    s.close()
+
+
+if __name__ == "__main__":
+    app()
