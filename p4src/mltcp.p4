@@ -12,10 +12,10 @@
  *  - Egress: per-port ECN threshold (ecn_threshold, queue depth in packets); an ECN-capable
  *    packet (ecn 1 or 2) that found enq_qdepth >= threshold is marked CE (ecn 3), and the mark
  *    is counted per job in job_ecn_marks when it carries an MLTCP shim.
- *  - The IPv4 header checksum is recomputed (TTL and ECN change). Only option-less IPv4
- *    (ihl == 5) is handled; other IPv4 packets are parser errors (IPv4OptionsNotSupported).
- *    Non-IPv4 frames (including ARP) are dropped: hosts need static ARP entries, as in the
- *    p4lang tutorials.
+ *  - The IPv4 header checksum (options included) is recomputed: TTL and ECN change. An IPv4
+ *    header with ihl < 5 is a parser error (IPv4BadIHL). Only first fragments are parsed
+ *    beyond IPv4. Non-IPv4 frames (including ARP) are dropped: hosts need static ARP
+ *    entries, as in the p4lang tutorials.
  *
  * Object names are a contract (docs/CONTRACTS.md); p4src/mltcp_tna.p4 uses the same ones.
  */
@@ -37,7 +37,7 @@ typedef bit<32> ip4Addr_t;
 
 error {
     MLTCPBadVersion,
-    IPv4OptionsNotSupported
+    IPv4BadIHL
 }
 
 /*************************************************************************
@@ -64,6 +64,10 @@ header ipv4_t {
     bit<16>   hdrChecksum;
     ip4Addr_t srcAddr;
     ip4Addr_t dstAddr;
+}
+
+header ipv4_options_t {
+    varbit<320> options;  /* (ihl - 5) 32-bit words, at most 10 */
 }
 
 header tcp_t {
@@ -103,11 +107,12 @@ struct metadata {
 }
 
 struct headers {
-    ethernet_t ethernet;
-    ipv4_t     ipv4;
-    tcp_t      tcp;
-    udp_t      udp;
-    mltcp_t    mltcp;
+    ethernet_t     ethernet;
+    ipv4_t         ipv4;
+    ipv4_options_t ipv4_options;
+    tcp_t          tcp;
+    udp_t          udp;
+    mltcp_t        mltcp;
 }
 
 /*************************************************************************
@@ -133,7 +138,19 @@ parser MyParser(packet_in packet,
 
     state parse_ipv4 {
         packet.extract(hdr.ipv4);
-        verify(hdr.ipv4.ihl == 5, error.IPv4OptionsNotSupported);
+        verify(hdr.ipv4.ihl >= 5, error.IPv4BadIHL);
+        transition select(hdr.ipv4.ihl) {
+            5: parse_ipv4_l4;
+            default: parse_ipv4_options;
+        }
+    }
+
+    state parse_ipv4_options {
+        packet.extract(hdr.ipv4_options, (bit<32>)(((bit<16>)hdr.ipv4.ihl - 5) * 32));
+        transition parse_ipv4_l4;
+    }
+
+    state parse_ipv4_l4 {
         transition select(hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
             (0, PROTO_TCP): parse_tcp;
             (0, PROTO_UDP): parse_udp;
@@ -285,7 +302,8 @@ control MyComputeChecksum(inout headers hdr, inout metadata meta) {
               hdr.ipv4.ttl,
               hdr.ipv4.protocol,
               hdr.ipv4.srcAddr,
-              hdr.ipv4.dstAddr },
+              hdr.ipv4.dstAddr,
+              hdr.ipv4_options.options },
             hdr.ipv4.hdrChecksum,
             HashAlgorithm.csum16);
     }
@@ -299,6 +317,7 @@ control MyDeparser(packet_out packet, in headers hdr) {
     apply {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.ipv4);
+        packet.emit(hdr.ipv4_options);
         packet.emit(hdr.tcp);
         packet.emit(hdr.udp);
         packet.emit(hdr.mltcp);

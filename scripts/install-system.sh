@@ -13,6 +13,7 @@ PKGS=(
   mininet bridge-utils iproute2 iputils-ping ethtool tcpdump iperf3 nftables
   openvswitch-switch
   clang llvm libbpf-dev bpftool make gcc
+  tshark
 )
 
 missing=()

@@ -139,3 +139,39 @@ def test_q16_roundtrip_error_within_half_step():
         r = i / 1000
         assert abs(q16_to_ratio(ratio_to_q16(r)) - r) <= 0.5 / 65535 + 1e-12
     assert q16_to_ratio(0xFFFF) == 1.0
+
+
+# --- the Wireshark dissector (p4src/mltcp.lua), run through tshark where installed ---------
+
+def test_wireshark_dissector(tmp_path):
+    import shutil
+    import subprocess
+
+    from scapy.utils import wrpcap
+
+    from mltcp.p4src import DISSECTOR_PATH
+
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        pytest.skip("tshark not installed (scripts/install-system.sh installs it)")
+    ip = IP(src="10.0.0.1", dst="10.0.0.2")
+    pkts = [
+        Ether() / ip / UDP(sport=4000, dport=MLTCP_UDP_PORT)
+        / MLTCP(flags="ACK+ECE", job_id=7, iteration=3, bytes_ratio=32768) / b"hello",
+        Ether() / ip / UDP(sport=MLTCP_UDP_PORT, dport=4000) / MLTCP(version=2, job_id=8),
+        Ether() / ip / UDP(sport=4000, dport=MLTCP_UDP_PORT) / Raw(b"\x10\x00\x00"),
+    ]
+    pcap = tmp_path / "mltcp.pcap"
+    wrpcap(str(pcap), pkts)
+    res = subprocess.run(
+        [tshark, "-X", f"lua_script:{DISSECTOR_PATH}", "-r", str(pcap), "-T", "fields",
+         "-E", "separator=|", "-e", "mltcp.version", "-e", "mltcp.job_id",
+         "-e", "mltcp.iteration", "-e", "mltcp.bytes_ratio", "-e", "mltcp.flags.ack",
+         "-e", "mltcp.flags.cnp", "-e", "mltcp.flags.ece", "-e", "_ws.expert.message"],
+        capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rows = [line.split("|") for line in res.stdout.strip().splitlines()]
+    assert len(rows) == 3
+    assert rows[0][:7] == ["1", "7", "3", "32768", "1", "0", "1"]
+    assert rows[1][1] == "8" and "version" in rows[1][7]
+    assert rows[2][1] == "" and "truncated" in rows[2][7]

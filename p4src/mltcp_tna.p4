@@ -1,0 +1,343 @@
+/* -*- P4_16 -*- */
+/*
+ * mltcp_tna.p4 -- the MLTCP switch of mltcp.p4 for Intel Tofino (TNA, bf-p4c).
+ *
+ * NOT COMPILED in this repository: bf-p4c and the Tofino SDE are not available on the build
+ * machines. Written against tna.p4 as shipped with the open-sourced SDE; compile with
+ *     bf-p4c --arch tna --target tofino -o build/mltcp_tna p4src/mltcp_tna.p4
+ * and expect to fix small compiler-version details.
+ *
+ * Same control names (MyIngress, MyEgress) and object names as mltcp.p4 (docs/CONTRACTS.md),
+ * so one control plane drives both. Differences from the v1model program:
+ *  - Queue depth: eg_intr_md.enq_qdepth counts 80-byte queue cells on Tofino, not packets,
+ *    so MyEgress.set_ecn_threshold's `threshold` is in cells here.
+ *  - The ecn_threshold key is eg_intr_md.egress_port, named "standard_metadata.egress_port"
+ *    for the control plane with @name, so table entries are identical on both targets.
+ *  - Parser errors: a shim version other than 1, or IPv4 with options (ihl != 5; no varbit
+ *    on Tofino), leaves the parser with no matching transition; the Tofino parser flags
+ *    that (and truncation) in ig_prsr_md.parser_err, which ingress counts and drops.
+ *  - Register writes go through a RegisterAction.
+ */
+
+#include <core.p4>
+#include <tna.p4>
+
+const bit<16> TYPE_IPV4 = 0x0800;
+const bit<8>  PROTO_TCP = 6;
+const bit<8>  PROTO_UDP = 17;
+const bit<16> MLTCP_UDP_PORT = 9199;
+const bit<4>  MLTCP_VERSION = 1;
+const bit<2>  ECN_CE = 3;
+#define MLTCP_MAX_JOBS 1024
+typedef bit<10> job_index_t;   /* log2(MLTCP_MAX_JOBS) */
+
+typedef bit<48> macAddr_t;
+typedef bit<32> ip4Addr_t;
+
+/*************************************************************************
+*********************** H E A D E R S  ***********************************
+*************************************************************************/
+
+header ethernet_t {
+    macAddr_t dstAddr;
+    macAddr_t srcAddr;
+    bit<16>   etherType;
+}
+
+header ipv4_t {
+    bit<4>    version;
+    bit<4>    ihl;
+    bit<6>    diffserv;
+    bit<2>    ecn;
+    bit<16>   totalLen;
+    bit<16>   identification;
+    bit<3>    flags;
+    bit<13>   fragOffset;
+    bit<8>    ttl;
+    bit<8>    protocol;
+    bit<16>   hdrChecksum;
+    ip4Addr_t srcAddr;
+    ip4Addr_t dstAddr;
+}
+
+header tcp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<32> seqNo;
+    bit<32> ackNo;
+    bit<4>  dataOffset;
+    bit<4>  res;
+    bit<8>  flags;
+    bit<16> window;
+    bit<16> checksum;
+    bit<16> urgentPtr;
+}
+
+header udp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<16> length_;
+    bit<16> checksum;
+}
+
+header mltcp_t {
+    bit<4>  version;
+    bit<4>  flags;        /* bit0 ACK, bit1 CNP, bit2 ITER_START, bit3 ECE */
+    bit<8>  reserved;
+    bit<16> job_id;
+    bit<32> iteration;
+    bit<16> bytes_ratio;  /* Q0.16, 0xFFFF = 1.0 */
+    bit<16> reserved2;
+}
+
+struct headers {
+    ethernet_t ethernet;
+    ipv4_t     ipv4;
+    tcp_t      tcp;
+    udp_t      udp;
+    mltcp_t    mltcp;
+}
+
+struct ingress_metadata_t { }
+
+struct egress_metadata_t {
+    bit<1>  ecn_enabled;
+    bit<19> ecn_threshold;
+}
+
+/*************************************************************************
+*********************** P A R S E R S  ***********************************
+*************************************************************************/
+
+/* Ethernet .. MLTCP, shared by the ingress and egress parsers. */
+parser HeaderParser(packet_in packet, out headers hdr) {
+
+    state start {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) {
+            TYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        /* ihl != 5: no transition matches -> parser error (no varbit options on Tofino). */
+        transition select(hdr.ipv4.ihl, hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
+            (5, 0, PROTO_TCP): parse_tcp;
+            (5, 0, PROTO_UDP): parse_udp;
+            (5, _, _): accept;
+        }
+    }
+
+    state parse_tcp {
+        packet.extract(hdr.tcp);
+        transition accept;
+    }
+
+    state parse_udp {
+        packet.extract(hdr.udp);
+        transition select(hdr.udp.dstPort, hdr.udp.srcPort) {
+            (MLTCP_UDP_PORT, _): parse_mltcp;
+            (_, MLTCP_UDP_PORT): parse_mltcp;
+            default: accept;
+        }
+    }
+
+    state parse_mltcp {
+        packet.extract(hdr.mltcp);
+        /* version != 1: no transition matches -> parser error. */
+        transition select(hdr.mltcp.version) {
+            MLTCP_VERSION: accept;
+        }
+    }
+}
+
+parser MyIngressParser(packet_in packet,
+                       out headers hdr,
+                       out ingress_metadata_t meta,
+                       out ingress_intrinsic_metadata_t ig_intr_md) {
+    HeaderParser() header_parser;
+
+    state start {
+        packet.extract(ig_intr_md);
+        transition select(ig_intr_md.resubmit_flag) {
+            0: parse_port_metadata;
+        }
+    }
+
+    state parse_port_metadata {
+        packet.advance(PORT_METADATA_SIZE);
+        header_parser.apply(packet, hdr);
+        transition accept;
+    }
+}
+
+parser MyEgressParser(packet_in packet,
+                      out headers hdr,
+                      out egress_metadata_t meta,
+                      out egress_intrinsic_metadata_t eg_intr_md) {
+    HeaderParser() header_parser;
+
+    state start {
+        packet.extract(eg_intr_md);
+        meta.ecn_enabled = 0;
+        meta.ecn_threshold = 0;
+        header_parser.apply(packet, hdr);
+        transition accept;
+    }
+}
+
+/*************************************************************************
+**************  I N G R E S S   P R O C E S S I N G   *******************
+*************************************************************************/
+
+control MyIngress(inout headers hdr,
+                  inout ingress_metadata_t meta,
+                  in ingress_intrinsic_metadata_t ig_intr_md,
+                  in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+                  inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                  inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+
+    Counter<bit<64>, job_index_t>(MLTCP_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_tx;
+    Counter<bit<32>, bit<1>>(1, CounterType_t.PACKETS) parse_errors;
+    Register<bit<16>, job_index_t>(MLTCP_MAX_JOBS, 0) job_bytes_ratio;
+
+    RegisterAction<bit<16>, job_index_t, bit<16>>(job_bytes_ratio) write_bytes_ratio = {
+        void apply(inout bit<16> value) {
+            value = hdr.mltcp.bytes_ratio;
+        }
+    };
+
+    action drop() {
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    action ipv4_forward(macAddr_t dstAddr, PortId_t port) {
+        ig_tm_md.ucast_egress_port = port;
+        hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
+        hdr.ethernet.dstAddr = dstAddr;
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+    }
+
+    table ipv4_lpm {
+        key = {
+            hdr.ipv4.dstAddr: lpm;
+        }
+        actions = {
+            ipv4_forward;
+            drop;
+            NoAction;
+        }
+        size = 1024;
+        default_action = drop();
+    }
+
+    apply {
+        if (ig_prsr_md.parser_err != 0) {
+            parse_errors.count(0);
+            drop();
+        } else if (hdr.ipv4.isValid()) {
+            if (hdr.mltcp.isValid() && hdr.mltcp.job_id < MLTCP_MAX_JOBS) {
+                job_tx.count((job_index_t)hdr.mltcp.job_id);
+                write_bytes_ratio.execute((job_index_t)hdr.mltcp.job_id);
+            }
+            ipv4_lpm.apply();
+        } else {
+            drop();
+        }
+    }
+}
+
+control MyIngressDeparser(packet_out packet,
+                          inout headers hdr,
+                          in ingress_metadata_t meta,
+                          in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    Checksum() ipv4_checksum;
+
+    apply {
+        /* TTL changed in ingress. */
+        hdr.ipv4.hdrChecksum = ipv4_checksum.update({
+            hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.ecn,
+            hdr.ipv4.totalLen, hdr.ipv4.identification, hdr.ipv4.flags,
+            hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+            hdr.ipv4.srcAddr, hdr.ipv4.dstAddr });
+        packet.emit(hdr);
+    }
+}
+
+/*************************************************************************
+****************  E G R E S S   P R O C E S S I N G   *******************
+*************************************************************************/
+
+control MyEgress(inout headers hdr,
+                 inout egress_metadata_t meta,
+                 in egress_intrinsic_metadata_t eg_intr_md,
+                 in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
+                 inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
+                 inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
+
+    Counter<bit<32>, job_index_t>(MLTCP_MAX_JOBS, CounterType_t.PACKETS) job_ecn_marks;
+
+    /* threshold: queue depth at which ECN-capable packets get CE (80-byte cells on Tofino). */
+    action set_ecn_threshold(bit<19> threshold) {
+        meta.ecn_enabled = 1;
+        meta.ecn_threshold = threshold;
+    }
+
+    table ecn_threshold {
+        key = {
+            eg_intr_md.egress_port: exact @name("standard_metadata.egress_port");
+        }
+        actions = {
+            set_ecn_threshold;
+            NoAction;
+        }
+        size = 512;
+        default_action = NoAction();
+    }
+
+    apply {
+        if (hdr.ipv4.isValid()) {
+            ecn_threshold.apply();
+            if (meta.ecn_enabled == 1
+                    && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)
+                    && eg_intr_md.enq_qdepth >= meta.ecn_threshold) {
+                hdr.ipv4.ecn = ECN_CE;
+                if (hdr.mltcp.isValid() && hdr.mltcp.job_id < MLTCP_MAX_JOBS) {
+                    job_ecn_marks.count((job_index_t)hdr.mltcp.job_id);
+                }
+            }
+        }
+    }
+}
+
+control MyEgressDeparser(packet_out packet,
+                         inout headers hdr,
+                         in egress_metadata_t meta,
+                         in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    Checksum() ipv4_checksum;
+
+    apply {
+        /* ECN may have changed in egress. */
+        hdr.ipv4.hdrChecksum = ipv4_checksum.update({
+            hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.ecn,
+            hdr.ipv4.totalLen, hdr.ipv4.identification, hdr.ipv4.flags,
+            hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
+            hdr.ipv4.srcAddr, hdr.ipv4.dstAddr });
+        packet.emit(hdr);
+    }
+}
+
+/*************************************************************************
+***********************  S W I T C H  ***********************************
+*************************************************************************/
+
+Pipeline(MyIngressParser(),
+         MyIngress(),
+         MyIngressDeparser(),
+         MyEgressParser(),
+         MyEgress(),
+         MyEgressDeparser()) pipe;
+
+Switch(pipe) main;
