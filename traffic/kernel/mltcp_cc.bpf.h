@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * MLTCP hook shared by mltcp_reno.bpf.c and mltcp_cubic.bpf.c.
+ *
+ * A variant defines MLTCP_PREFIX (a short token such as mreno_) before including this file, so
+ * that its maps get distinct kernel names (<= 15 characters) that user space can find.
+ *
+ * What lives here:
+ *   - the per-socket iteration tracker (socket storage): bytes acked in the current training
+ *     iteration (from tp->bytes_acked), the learned bytes per iteration (median of the last up to
+ *     3 completed iterations), the last activity time and the last idle ("compute") gap;
+ *   - iteration boundaries: CA_EVENT_TX_START after an idle gap longer than
+ *     max(min_idle, idle_fraction * last gap), or a new generation number written by user space
+ *     into the mark map under the socket's local port;
+ *   - F(r) = slope * r + intercept in fixed point (r in Q16, F in Q10);
+ *   - an optional trace ring of cong_avoid inputs/outputs for one local port (tests compare it
+ *     with the Python model).
+ *
+ * Fixed point: MLTCP_ONE = 1024 (Q10) for slope, intercept, idle_fraction and F;
+ * r is Q16 with 65536 = 1.0.
+ */
+#ifndef MLTCP_CC_BPF_H
+#define MLTCP_CC_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#ifndef MLTCP_PREFIX
+#error "define MLTCP_PREFIX (e.g. mreno_) before including mltcp_cc.bpf.h"
+#endif
+#define MLTCP_CAT_(a, b) a##b
+#define MLTCP_CAT(a, b) MLTCP_CAT_(a, b)
+#define MLTCP_MAP(x) MLTCP_CAT(MLTCP_PREFIX, x)
+
+#define MLTCP_SHIFT 10
+#define MLTCP_ONE (1U << MLTCP_SHIFT)        /* 1.0 in Q10 */
+#define MLTCP_R_ONE (1U << 16)               /* 1.0 in Q16 */
+
+/* Defaults used when user space has written no configuration (Q10 / microseconds). */
+#define MLTCP_DEF_SLOPE (4U * MLTCP_ONE)     /* 4.0  */
+#define MLTCP_DEF_INTERCEPT (MLTCP_ONE / 4)  /* 0.25 */
+#define MLTCP_DEF_IDLE_FRAC 922U             /* 0.9 (round(0.9 * 1024)) */
+#define MLTCP_DEF_MIN_IDLE_US 1000U          /* 1 ms, as mltcp.tracker */
+
+#define MLTCP_FLAG_SCALE_DECREASE 1U
+#define MLTCP_TRACE_SLOTS 8192
+#define MLTCP_EV_GROW 1      /* tcp_cong_avoid_ai(tp, w, inc) step */
+#define MLTCP_EV_FRIENDLY 2  /* CUBIC Reno-friendly region: cwnd set to W_est (aux = W_est) */
+
+/* Layouts below are mirrored in traffic/kernel/maps.py (struct formats): keep them in step. */
+struct mltcp_cfg {
+	__u32 valid;          /* 1 when written by user space */
+	__u32 slope_q10;
+	__u32 intercept_q10;
+	__u32 idle_frac_q10;
+	__u32 min_idle_us;
+	__u32 flags;          /* MLTCP_FLAG_* */
+	__u32 trace_port;     /* local port whose cong_avoid calls are traced, 0 = none */
+	__u32 pad;
+};
+
+struct mltcp_sk {
+	__u64 iter_start_acked;  /* tp->bytes_acked when the current iteration started */
+	__u64 last_act_ns;       /* last ACK (or connection start) */
+	__u64 last_gap_ns;       /* idle gap of the previous boundary ("last compute gap") */
+	__u64 hist[3];           /* bytes of the last completed iterations, newest first */
+	__u64 learned;           /* median of hist (0 until one iteration completed) */
+	__u32 completed;         /* iterations completed on this socket */
+	__u32 mark_gen;          /* last generation seen in the mark map */
+	__u32 r_q16;             /* current bytes_ratio */
+	__u32 slope_q10;
+	__u32 intercept_q10;
+	__u32 idle_frac_q10;
+	__u32 min_idle_us;
+	__u32 flags;
+	__u32 port;              /* local port (host order) */
+	__u32 trace;             /* 1 when this socket's cong_avoid is traced */
+};
+
+struct mltcp_trace_ev {
+	__u64 iter_acked;   /* bytes acked in the current iteration */
+	__u64 learned;
+	__u32 port;
+	__u32 kind;         /* MLTCP_EV_* */
+	__u32 cwnd_in;
+	__u32 cnt_in;
+	__u32 acked;        /* segments entering congestion avoidance (after slow start) */
+	__u32 w;            /* divisor handed to tcp_cong_avoid_ai */
+	__u32 inc;          /* increment handed to tcp_cong_avoid_ai (acked * F) */
+	__u32 clamp;
+	__u32 r_q16;
+	__u32 f_q10;
+	__u32 cwnd_out;
+	__u32 cnt_out;
+	__u32 completed;
+	__u32 aux;          /* variant-specific (CUBIC: target window) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mltcp_sk);
+} MLTCP_MAP(state) SEC(".maps");
+
+/* Global configuration: entry 0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mltcp_cfg);
+} MLTCP_MAP(cfg) SEC(".maps");
+
+/* Per-job configuration keyed by local port; overrides the global entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct mltcp_cfg);
+} MLTCP_MAP(pcfg) SEC(".maps");
+
+/* "An iteration starts now": user space bumps the generation under the local port. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} MLTCP_MAP(mark) SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MLTCP_TRACE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct mltcp_trace_ev);
+} MLTCP_MAP(trace) SEC(".maps");
+
+/* Entry 0: number of trace events written so far (slot = count % MLTCP_TRACE_SLOTS). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} MLTCP_MAP(tcount) SEC(".maps");
+
+/* kfuncs exported to BPF congestion control by the kernel (net/ipv4/tcp_cong.c). */
+extern __u32 tcp_slow_start(struct tcp_sock *tp, __u32 acked) __ksym;
+extern void tcp_cong_avoid_ai(struct tcp_sock *tp, __u32 w, __u32 acked) __ksym;
+extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
+
+static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
+{
+	return (struct tcp_sock *)sk;
+}
+
+static __always_inline int tcp_in_slow_start(const struct tcp_sock *tp)
+{
+	return tp->snd_cwnd < tp->snd_ssthresh;
+}
+
+static __always_inline int tcp_is_cwnd_limited(const struct sock *sk)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	if (tcp_in_slow_start(tp))
+		return tp->snd_cwnd < 2 * tp->max_packets_out;
+	return !!BPF_CORE_READ_BITFIELD(tp, is_cwnd_limited);
+}
+
+static __always_inline struct mltcp_sk *mltcp_get(struct sock *sk)
+{
+	return bpf_sk_storage_get(&MLTCP_MAP(state), sk, 0, 0);
+}
+
+/* F(r) in Q10. */
+static __always_inline __u32 mltcp_f(const struct mltcp_sk *m)
+{
+	return m->intercept_q10 + (__u32)(((__u64)m->slope_q10 * m->r_q16) >> 16);
+}
+
+/*
+ * Fraction of cwnd kept on a decrease (Q16). With scaling on, the fraction removed is the base
+ * one times (0.8 - 0.6 r) / 0.5 = 1.6 - 1.2 r: Reno (base 0.5) removes 0.8 - 0.6 r of the window.
+ */
+static __always_inline __u32 mltcp_keep_q16(const struct mltcp_sk *m, __u32 base_keep_q16)
+{
+	__u64 scale_q16 = 104858ULL - ((78643ULL * m->r_q16) >> 16);   /* 1.6 - 1.2 r */
+	__u64 removed = ((__u64)(MLTCP_R_ONE - base_keep_q16) * scale_q16) >> 16;
+
+	return removed >= MLTCP_R_ONE ? 0 : MLTCP_R_ONE - (__u32)removed;
+}
+
+static __always_inline void mltcp_update_ratio(const struct tcp_sock *tp, struct mltcp_sk *m)
+{
+	__u64 done = tp->bytes_acked - m->iter_start_acked;
+
+	if (!m->learned)
+		m->r_q16 = 0;
+	else if (done >= m->learned)
+		m->r_q16 = MLTCP_R_ONE;
+	else
+		m->r_q16 = (__u32)((done << 16) / m->learned);
+}
+
+static __always_inline __u64 mltcp_median(const struct mltcp_sk *m)
+{
+	__u64 a = m->hist[0], b = m->hist[1], c = m->hist[2], t;
+
+	if (m->completed == 1)
+		return a;
+	if (m->completed == 2)
+		return (a + b) / 2;
+	if (a > b) { t = a; a = b; b = t; }
+	if (b > c) { t = b; b = c; c = t; }
+	if (a > b) { t = a; a = b; b = t; }
+	return b;
+}
+
+/*
+ * Close the current iteration and start a new one, if it carried bytes (as the Python tracker,
+ * an idle period before any data is no boundary). An idle boundary records its gap as the
+ * "last compute gap"; an explicit one (set_gap = 0) leaves it.
+ */
+static __always_inline void mltcp_boundary(const struct tcp_sock *tp, struct mltcp_sk *m, __u64 gap_ns,
+					   int set_gap)
+{
+	__u64 done = tp->bytes_acked - m->iter_start_acked;
+
+	if (!done)
+		return;
+	m->hist[2] = m->hist[1];
+	m->hist[1] = m->hist[0];
+	m->hist[0] = done;
+	m->completed++;
+	m->learned = mltcp_median(m);
+	m->iter_start_acked = tp->bytes_acked;
+	if (set_gap)
+		m->last_gap_ns = gap_ns;
+	m->r_q16 = 0;
+}
+
+/* An explicit start from user space: returns 1 if a new generation was found. */
+static __always_inline int mltcp_check_mark(const struct tcp_sock *tp, struct mltcp_sk *m, __u64 now)
+{
+	__u32 port = m->port;
+	__u32 *gen = bpf_map_lookup_elem(&MLTCP_MAP(mark), &port);
+
+	if (!gen || *gen == m->mark_gen)
+		return 0;
+	m->mark_gen = *gen;
+	mltcp_boundary(tp, m, 0, 0);
+	return 1;
+}
+
+static __always_inline void mltcp_init(struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mltcp_cfg *cfg;
+	struct mltcp_sk *m;
+	__u32 port, zero = 0, *gen;
+
+	m = bpf_sk_storage_get(&MLTCP_MAP(state), sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!m)
+		return;
+	port = sk->__sk_common.skc_num;
+	cfg = bpf_map_lookup_elem(&MLTCP_MAP(pcfg), &port);
+	if (!cfg || !cfg->valid)
+		cfg = bpf_map_lookup_elem(&MLTCP_MAP(cfg), &zero);
+	if (cfg && cfg->valid) {
+		m->slope_q10 = cfg->slope_q10;
+		m->intercept_q10 = cfg->intercept_q10;
+		m->idle_frac_q10 = cfg->idle_frac_q10;
+		m->min_idle_us = cfg->min_idle_us;
+		m->flags = cfg->flags;
+	} else {
+		m->slope_q10 = MLTCP_DEF_SLOPE;
+		m->intercept_q10 = MLTCP_DEF_INTERCEPT;
+		m->idle_frac_q10 = MLTCP_DEF_IDLE_FRAC;
+		m->min_idle_us = MLTCP_DEF_MIN_IDLE_US;
+		m->flags = 0;
+	}
+	cfg = bpf_map_lookup_elem(&MLTCP_MAP(cfg), &zero);
+	m->trace = cfg && cfg->valid && cfg->trace_port && cfg->trace_port == port;
+	m->port = port;
+	m->iter_start_acked = tp->bytes_acked;
+	m->last_act_ns = bpf_ktime_get_ns();
+	m->last_gap_ns = 0;
+	m->hist[0] = m->hist[1] = m->hist[2] = 0;
+	m->learned = 0;
+	m->completed = 0;
+	m->r_q16 = 0;
+	gen = bpf_map_lookup_elem(&MLTCP_MAP(mark), &port);
+	m->mark_gen = gen ? *gen : 0;
+}
+
+/* pkts_acked: count the iteration's progress and note the activity. */
+static __always_inline void mltcp_on_acked(struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mltcp_sk *m = mltcp_get(sk);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!m)
+		return;
+	mltcp_check_mark(tp, m, now);
+	m->last_act_ns = now;
+	mltcp_update_ratio(tp, m);
+}
+
+/* CA_EVENT_TX_START: data is sent with nothing in flight, i.e. after an idle period. */
+static __always_inline void mltcp_on_tx_start(struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mltcp_sk *m = mltcp_get(sk);
+	__u64 now = bpf_ktime_get_ns(), gap, thr, min_idle;
+
+	if (!m)
+		return;
+	if (mltcp_check_mark(tp, m, now))
+		return;
+	gap = now - m->last_act_ns;
+	min_idle = (__u64)m->min_idle_us * 1000;
+	thr = (m->last_gap_ns * m->idle_frac_q10) >> MLTCP_SHIFT;
+	if (thr < min_idle)
+		thr = min_idle;
+	if (gap > thr)
+		mltcp_boundary(tp, m, gap, 1);
+}
+
+/* ssthresh on a loss: max(cwnd * keep, 2); keep = the base algorithm's unless scaling is on. */
+static __always_inline __u32 mltcp_ssthresh(struct sock *sk, __u32 keep_q16)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mltcp_sk *m = mltcp_get(sk);
+	__u32 w;
+
+	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE))
+		keep_q16 = mltcp_keep_q16(m, keep_q16);
+	w = (__u32)(((__u64)tp->snd_cwnd * keep_q16) >> 16);
+	return w > 2 ? w : 2;
+}
+
+/* Trace one growth step of a traced socket: returns the slot to fill, or 0. */
+static __always_inline struct mltcp_trace_ev *mltcp_trace_open(const struct tcp_sock *tp,
+								const struct mltcp_sk *m, __u32 kind,
+								__u32 w, __u32 acked, __u32 inc,
+								__u32 aux)
+{
+	struct mltcp_trace_ev *ev;
+	__u32 zero = 0, slot;
+	__u64 *cnt;
+
+	if (!m || !m->trace)
+		return 0;
+	cnt = bpf_map_lookup_elem(&MLTCP_MAP(tcount), &zero);
+	if (!cnt)
+		return 0;
+	slot = (__u32)(__sync_fetch_and_add(cnt, 1) % MLTCP_TRACE_SLOTS);
+	ev = bpf_map_lookup_elem(&MLTCP_MAP(trace), &slot);
+	if (!ev)
+		return 0;
+	ev->iter_acked = tp->bytes_acked - m->iter_start_acked;
+	ev->learned = m->learned;
+	ev->port = m->port;
+	ev->kind = kind;
+	ev->cwnd_in = tp->snd_cwnd;
+	ev->cnt_in = tp->snd_cwnd_cnt;
+	ev->acked = acked;
+	ev->w = w;
+	ev->inc = inc;
+	ev->clamp = tp->snd_cwnd_clamp;
+	ev->r_q16 = m->r_q16;
+	ev->f_q10 = mltcp_f(m);
+	ev->completed = m->completed;
+	ev->aux = aux;
+	return ev;
+}
+
+static __always_inline void mltcp_trace_close(const struct tcp_sock *tp, struct mltcp_trace_ev *ev)
+{
+	if (ev) {
+		ev->cwnd_out = tp->snd_cwnd;
+		ev->cnt_out = tp->snd_cwnd_cnt;
+	}
+}
+
+/*
+ * The MLTCP growth step: cwnd grows by F(r) * acked * 1024 / w segments, the fraction kept in
+ * tp->snd_cwnd_cnt in units of 1/1024 segment. It is the kernel's own tcp_cong_avoid_ai with the
+ * divisor w given in 1/1024 segment (Reno: w = cwnd << 10) and the increment acked * F (Q10).
+ */
+static __always_inline void mltcp_grow(struct tcp_sock *tp, const struct mltcp_sk *m, __u32 w,
+				       __u32 acked, __u32 aux)
+{
+	__u32 inc = acked * (m ? mltcp_f(m) : MLTCP_ONE);
+	struct mltcp_trace_ev *ev = mltcp_trace_open(tp, m, MLTCP_EV_GROW, w, acked, inc, aux);
+
+	tcp_cong_avoid_ai(tp, w, inc);
+	mltcp_trace_close(tp, ev);
+}
+
+#endif /* MLTCP_CC_BPF_H */

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * MLTCP-Reno: the kernel's Reno (slow start, additive increase, halving on loss) where the
+ * congestion-avoidance increase is scaled by F(bytes_ratio) = slope * r + intercept.
+ * The MLTCP lines are marked "MLTCP".
+ */
+#define MLTCP_PREFIX mreno_
+#include "mltcp_cc.bpf.h"
+
+char _license[] SEC("license") = "GPL";
+
+SEC("struct_ops/mreno_init")
+void BPF_PROG(mreno_init, struct sock *sk)
+{
+	mltcp_init(sk);                                         /* MLTCP */
+}
+
+SEC("struct_ops/mreno_cong_avoid")
+void BPF_PROG(mreno_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+
+	if (!tcp_is_cwnd_limited(sk))
+		return;
+	if (tcp_in_slow_start(tp)) {
+		acked = tcp_slow_start(tp, acked);
+		if (!acked)
+			return;
+	}
+	/* MLTCP: cwnd += F(r) * acked / cwnd (Reno: acked / cwnd) */
+	mltcp_grow(tp, mltcp_get(sk), tp->snd_cwnd << MLTCP_SHIFT, acked, 0);
+}
+
+SEC("struct_ops/mreno_ssthresh")
+__u32 BPF_PROG(mreno_ssthresh, struct sock *sk)
+{
+	return mltcp_ssthresh(sk, MLTCP_R_ONE / 2);             /* MLTCP: optional scaling */
+}
+
+SEC("struct_ops/mreno_pkts_acked")
+void BPF_PROG(mreno_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+{
+	mltcp_on_acked(sk);                                     /* MLTCP */
+}
+
+SEC("struct_ops/mreno_cwnd_event")
+void BPF_PROG(mreno_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
+{
+	if (ev == CA_EVENT_TX_START)
+		mltcp_on_tx_start(sk);                          /* MLTCP */
+}
+
+SEC("struct_ops/mreno_undo_cwnd")
+__u32 BPF_PROG(mreno_undo_cwnd, struct sock *sk)
+{
+	return tcp_reno_undo_cwnd(sk);
+}
+
+SEC(".struct_ops")
+struct tcp_congestion_ops mltcp_reno = {
+	.init = (void *)mreno_init,
+	.cong_avoid = (void *)mreno_cong_avoid,
+	.ssthresh = (void *)mreno_ssthresh,
+	.pkts_acked = (void *)mreno_pkts_acked,
+	.cwnd_event = (void *)mreno_cwnd_event,
+	.undo_cwnd = (void *)mreno_undo_cwnd,
+	.name = "mltcp_reno",
+};
