@@ -1,0 +1,257 @@
+"""Ports: AF_PACKET raw sockets on Linux interfaces, driven by two threads.
+
+* ingress thread: poll() over all port sockets, recv each frame, run the pipeline's ingress,
+  admit it to the egress port's queue (drop-tail), run egress (ECN marking needs the queue depth
+  at enqueue), and put each delivery time on a heap;
+* egress thread: sleeps until the earliest delivery time and sends the due frames.
+
+Interfaces must be up. The switch opens them in promiscuous mode and ignores frames it sent
+itself. Offloads: the *peers* that send into the switch should have TSO/GSO and TX checksum
+offload off (``disable_offloads``), otherwise the switch sees 64 KB super-frames or frames with
+unfinished checksums, as any AF_PACKET software switch does.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import logging
+import select
+import socket
+import struct
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .links import EgressQueue, LinkConfig
+from .pipeline import Pipeline
+
+log = logging.getLogger("mltcp.switch.dataplane")
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_MR_PROMISC = 1
+PACKET_IGNORE_OUTGOING = 23
+PACKET_OUTGOING = 4
+MAX_FRAME = 65536
+RX_BATCH = 64
+
+
+def open_port_socket(ifname: str) -> socket.socket:
+    """A non-blocking raw socket bound to ``ifname`` (promiscuous, own frames ignored)."""
+    try:
+        ifindex = socket.if_nametoindex(ifname)
+    except OSError:
+        raise OSError(f"interface {ifname!r} does not exist") from None
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    try:
+        s.bind((ifname, 0))
+        mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
+        s.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+        try:
+            s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        except OSError:  # kernel < 4.20: filtered by pkttype in the receive loop
+            pass
+        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            s.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+        s.setblocking(False)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def disable_offloads(ifname: str, netns: str | None = None) -> None:
+    """ethtool -K IF tx off tso off gso off gro off (optionally inside ``ip netns exec NS``)."""
+    cmd = ["ethtool", "-K", ifname, "tx", "off", "tso", "off", "gso", "off", "gro", "off"]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns] + cmd
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+@dataclass
+class PortStats:
+    rx: int = 0
+    rx_bytes: int = 0
+    tx: int = 0
+    tx_bytes: int = 0
+    tx_errors: int = 0
+    ecn_marked: int = 0
+
+
+@dataclass
+class Port:
+    number: int
+    ifname: str
+    sock: socket.socket
+    queue: EgressQueue
+    stats: PortStats = field(default_factory=PortStats)
+
+
+class Dataplane:
+    """Forward between ``interfaces`` (port number -> ifname) through ``pipeline``."""
+
+    def __init__(self, pipeline: Pipeline, interfaces: dict[int, str],
+                 links: dict[int, LinkConfig] | LinkConfig | None = None,
+                 clock=time.monotonic) -> None:
+        if not interfaces:
+            raise ValueError("no interfaces given")
+        self.pipeline = pipeline
+        self.clock = clock
+        base = links if isinstance(links, LinkConfig) else LinkConfig()
+        per_port = links if isinstance(links, dict) else {}
+        self.ports: dict[int, Port] = {}
+        try:
+            for num, ifname in interfaces.items():
+                if not 0 <= num < 511:
+                    raise ValueError(f"port number {num} not in 0..510 (bit<9>, 511 = drop)")
+                cfg = per_port.get(num, base)
+                self.ports[num] = Port(num, ifname, open_port_socket(ifname), EgressQueue(cfg))
+        except BaseException:
+            self.close()
+            raise
+        self._by_fd = {p.sock.fileno(): p for p in self.ports.values()}
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._running = False
+        self._threads: list[threading.Thread] = []
+        self._wake_r, self._wake_w = socket.socketpair()
+        self.no_route = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._running = True
+        self._threads = [threading.Thread(target=self._ingress_loop, name="sw-ingress", daemon=True),
+                         threading.Thread(target=self._egress_loop, name="sw-egress", daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._running = False
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        with self._cond:
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads = []
+        self.close()
+
+    def close(self) -> None:
+        for p in self.ports.values():
+            p.sock.close()
+        for s in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
+            if s is not None:
+                s.close()
+
+    # ------------------------------------------------------------------ data path
+    def process(self, frame: bytes, in_port: int, now: float) -> None:
+        """Ingress + queueing + egress for one received frame (called by the ingress thread)."""
+        pipe = self.pipeline
+        if not pipe.active:
+            return
+        res = pipe.ingress(frame, in_port)
+        if res is None:
+            return
+        port = self.ports.get(res.port)
+        if port is None:  # routed to a port this switch does not have
+            self.no_route += 1
+            return
+        n = len(res.buf)
+        q = port.queue
+        depth = q.admit(now, n)
+        if depth is None:
+            return
+        if pipe.egress(res, depth):
+            port.stats.ecn_marked += 1
+        times = q.schedule(now, n)
+        if not times:
+            return
+        buf = bytes(res.buf)
+        with self._cond:
+            heap = self._heap
+            head = heap[0][0] if heap else None
+            for t in times:
+                heapq.heappush(heap, (t, next(self._seq), port, buf))
+            if head is None or times[0] < head:
+                self._cond.notify()
+
+    def _ingress_loop(self) -> None:
+        poller = select.poll()
+        for fd in self._by_fd:
+            poller.register(fd, select.POLLIN)
+        poller.register(self._wake_r.fileno(), select.POLLIN)
+        by_fd = self._by_fd
+        clock = self.clock
+        while self._running:
+            try:
+                events = poller.poll(500)
+            except InterruptedError:
+                continue
+            for fd, _ev in events:
+                port = by_fd.get(fd)
+                if port is None:
+                    continue
+                sock = port.sock
+                st = port.stats
+                for _ in range(RX_BATCH):
+                    try:
+                        frame, addr = sock.recvfrom(MAX_FRAME)
+                    except BlockingIOError:
+                        break
+                    except OSError as e:
+                        if not self._running:
+                            return
+                        if e.errno in (errno.ENETDOWN, errno.ENXIO):
+                            break
+                        raise
+                    if addr[2] == PACKET_OUTGOING:
+                        continue
+                    st.rx += 1
+                    st.rx_bytes += len(frame)
+                    try:
+                        self.process(frame, port.number, clock())
+                    except Exception:  # the pipeline must never take the switch down
+                        log.exception("dropping a frame that made the pipeline fail")
+
+    def _egress_loop(self) -> None:
+        cond = self._cond
+        heap = self._heap
+        clock = self.clock
+        while self._running:
+            due = []
+            with cond:
+                while self._running:
+                    if not heap:
+                        cond.wait(0.5)
+                        continue
+                    now = clock()
+                    t = heap[0][0]
+                    if t > now:
+                        cond.wait(t - now)
+                        continue
+                    while heap and heap[0][0] <= now:
+                        due.append(heapq.heappop(heap))
+                    break
+            for _t, _s, port, buf in due:
+                try:
+                    port.sock.send(buf)
+                    port.stats.tx += 1
+                    port.stats.tx_bytes += len(buf)
+                except OSError:
+                    port.stats.tx_errors += 1
+
+    def stats(self) -> dict[int, dict]:
+        out = {}
+        for n, p in self.ports.items():
+            q = p.queue
+            out[n] = dict(vars(p.stats), ifname=p.ifname, enqueued=q.enqueued,
+                          dropped=q.dropped, lost=q.lost, duplicated=q.duplicated,
+                          reordered=q.reordered)
+        return out

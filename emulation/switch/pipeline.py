@@ -1,0 +1,307 @@
+"""Pure model of the mltcp.p4 pipeline (v1model): parser, ingress, egress. No I/O.
+
+Names follow docs/CONTRACTS.md. The model holds the P4 objects by their P4 names:
+
+* table ``MyIngress.ipv4_lpm`` (lpm on ``hdr.ipv4.dstAddr``; ``ipv4_forward(dstAddr, port)``,
+  ``drop``, ``NoAction``; default ``drop``),
+* table ``MyEgress.ecn_threshold`` (exact on ``standard_metadata.egress_port``;
+  ``set_ecn_threshold(threshold)``; default: no marking),
+* counters ``MyIngress.job_tx`` (packets and bytes), ``MyEgress.job_ecn_marks`` (packets),
+  ``MyIngress.parse_errors`` (packets), register ``MyIngress.job_bytes_ratio`` (bit<16>).
+
+Parser: Ethernet -> IPv4 (0x0800, options skipped) -> UDP (17) / TCP (6) for first fragments
+only; UDP with source or destination port
+9199 -> MLTCP shim (12 bytes, version must be 1). A truncated Ethernet/IPv4/UDP/TCP/shim header,
+an IPv4 IHL below 5 or a shim version other than 1 is a parser error: ``parse_errors`` +1 and
+the packet is dropped. Non-IPv4 frames parse fine but are dropped (no route).
+``ipv4_forward`` sets the source MAC to the old destination MAC, the destination MAC to its
+parameter and decrements TTL; the IPv4 checksum is recomputed for every forwarded packet.
+
+Byte counts are frame lengths as received (like v1model's ``standard_metadata.packet_length``).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+ETH_LEN = 14
+ETHERTYPE_IPV4 = 0x0800
+IPV4_MIN_LEN = 20
+UDP_LEN = 8
+TCP_MIN_LEN = 20
+SHIM_LEN = 12
+MLTCP_UDP_PORT = 9199
+MLTCP_VERSION = 1
+PROTO_TCP = 6
+PROTO_UDP = 17
+
+JOB_SLOTS = 1024
+PORT_BITS = 9
+THRESHOLD_BITS = 19
+
+# P4 object names (docs/CONTRACTS.md).
+T_IPV4_LPM = "MyIngress.ipv4_lpm"
+T_ECN_THRESHOLD = "MyEgress.ecn_threshold"
+A_IPV4_FORWARD = "MyIngress.ipv4_forward"
+A_DROP = "MyIngress.drop"
+A_NOACTION = "NoAction"
+A_SET_ECN_THRESHOLD = "MyEgress.set_ecn_threshold"
+C_JOB_TX = "MyIngress.job_tx"
+C_JOB_ECN_MARKS = "MyEgress.job_ecn_marks"
+C_PARSE_ERRORS = "MyIngress.parse_errors"
+R_JOB_BYTES_RATIO = "MyIngress.job_bytes_ratio"
+K_IPV4_DST = "hdr.ipv4.dstAddr"
+K_EGRESS_PORT = "standard_metadata.egress_port"
+
+COUNTER_SIZES = {C_JOB_TX: JOB_SLOTS, C_JOB_ECN_MARKS: JOB_SLOTS, C_PARSE_ERRORS: 1}
+REGISTER_SIZES = {R_JOB_BYTES_RATIO: JOB_SLOTS}
+REGISTER_BITWIDTHS = {R_JOB_BYTES_RATIO: 16}
+
+
+class ParseError(Exception):
+    """A header the parser had to extract was truncated or invalid."""
+
+
+@dataclass(slots=True)
+class Parsed:
+    """Offsets and the few fields the pipeline needs; -1 means the header is absent."""
+
+    length: int
+    ip_off: int = -1
+    ihl_bytes: int = 0
+    l4_proto: int = -1
+    job_id: int = -1
+    bytes_ratio: int = 0
+
+
+def parse(data: bytes | bytearray | memoryview) -> Parsed:
+    """Run the parser state machine; raise :class:`ParseError` on a parser error."""
+    n = len(data)
+    if n < ETH_LEN:
+        raise ParseError(f"truncated Ethernet header ({n} bytes)")
+    p = Parsed(length=n)
+    if (data[12] << 8 | data[13]) != ETHERTYPE_IPV4:
+        return p
+    off = ETH_LEN
+    if n < off + IPV4_MIN_LEN:
+        raise ParseError(f"truncated IPv4 header ({n - off} bytes)")
+    ihl = (data[off] & 0x0F) * 4
+    if ihl < IPV4_MIN_LEN:
+        raise ParseError(f"IPv4 IHL {ihl // 4} < 5")
+    if n < off + ihl:
+        raise ParseError(f"truncated IPv4 options ({n - off} of {ihl} bytes)")
+    p.ip_off = off
+    p.ihl_bytes = ihl
+    proto = data[off + 9]
+    l4 = off + ihl
+    if (data[off + 6] & 0x1F) or data[off + 7]:  # not a first fragment: L4 not parsed
+        return p
+    if proto == PROTO_UDP:
+        p.l4_proto = PROTO_UDP
+        if n < l4 + UDP_LEN:
+            raise ParseError(f"truncated UDP header ({n - l4} bytes)")
+        sport = data[l4] << 8 | data[l4 + 1]
+        dport = data[l4 + 2] << 8 | data[l4 + 3]
+        if sport == MLTCP_UDP_PORT or dport == MLTCP_UDP_PORT:
+            s = l4 + UDP_LEN
+            if n < s + SHIM_LEN:
+                raise ParseError(f"truncated MLTCP shim ({n - s} bytes)")
+            version = data[s] >> 4
+            if version != MLTCP_VERSION:
+                raise ParseError(f"MLTCP shim version {version} != {MLTCP_VERSION}")
+            p.job_id = data[s + 2] << 8 | data[s + 3]
+            p.bytes_ratio = data[s + 8] << 8 | data[s + 9]
+    elif proto == PROTO_TCP:
+        p.l4_proto = PROTO_TCP
+        if n < l4 + TCP_MIN_LEN:
+            raise ParseError(f"truncated TCP header ({n - l4} bytes)")
+    return p
+
+
+def ipv4_checksum(header: bytes | bytearray | memoryview) -> int:
+    """Internet checksum of an IPv4 header whose checksum field is zero (or ignored)."""
+    words = struct.unpack(f"!{len(header) // 2}H", header)
+    s = sum(words) - words[5]
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def _fix_ipv4_checksum(buf: bytearray, off: int, ihl: int) -> None:
+    c = ipv4_checksum(memoryview(buf)[off:off + ihl])
+    buf[off + 10] = c >> 8
+    buf[off + 11] = c & 0xFF
+
+
+@dataclass
+class CounterArray:
+    """A P4 counter: packet and byte count per index."""
+
+    size: int
+    packets: list[int] = field(default_factory=list)
+    bytes: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.packets = [0] * self.size
+        self.bytes = [0] * self.size
+
+    def count(self, index: int, nbytes: int) -> None:
+        if 0 <= index < self.size:  # out-of-range index: no effect (as BMv2)
+            self.packets[index] += 1
+            self.bytes[index] += nbytes
+
+    def set(self, index: int, packets: int, nbytes: int) -> None:
+        self.packets[index] = packets
+        self.bytes[index] = nbytes
+
+    def reset(self) -> None:
+        self.packets = [0] * self.size
+        self.bytes = [0] * self.size
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send to ``port``; rewrite dst MAC and decrement TTL unless ``dst_mac`` is None (NoAction)."""
+
+    dst_mac: bytes | None
+    port: int
+
+
+class LpmTable:
+    """ipv4_lpm: {prefix_len: {masked prefix: action}}; action is a Forward or None (drop)."""
+
+    def __init__(self) -> None:
+        self._by_len: dict[int, dict[int, Forward | None]] = {}
+        self._lens: list[int] = []
+        self.default: Forward | None = None  # MyIngress.drop
+
+    @staticmethod
+    def mask(plen: int) -> int:
+        return (0xFFFFFFFF << (32 - plen)) & 0xFFFFFFFF if plen else 0
+
+    def key(self, prefix: int, plen: int) -> tuple[int, int]:
+        if not 0 <= plen <= 32:
+            raise ValueError(f"prefix length {plen} not in 0..32")
+        if prefix & ~self.mask(plen) & 0xFFFFFFFF:
+            raise ValueError(f"prefix {prefix:#010x}/{plen} has bits set beyond the prefix length")
+        return prefix, plen
+
+    def __contains__(self, k: tuple[int, int]) -> bool:
+        return k[0] in self._by_len.get(k[1], {})
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self._by_len.values())
+
+    def set(self, prefix: int, plen: int, action: Forward | None) -> None:
+        self.key(prefix, plen)
+        d = self._by_len.setdefault(plen, {})
+        d[prefix] = action
+        self._lens = sorted(self._by_len, reverse=True)
+
+    def remove(self, prefix: int, plen: int) -> None:
+        d = self._by_len.get(plen, {})
+        del d[prefix]
+        if not d:
+            self._by_len.pop(plen, None)
+        self._lens = sorted(self._by_len, reverse=True)
+
+    def clear(self) -> None:
+        self._by_len.clear()
+        self._lens = []
+
+    def lookup(self, addr: int) -> Forward | None:
+        by_len = self._by_len
+        for plen in self._lens:  # a snapshot list: writers replace it, never mutate it
+            d = by_len.get(plen)
+            if d is None:
+                continue
+            hit = d.get(addr & self.mask(plen), _MISS)
+            if hit is not _MISS:
+                return hit
+        return self.default
+
+
+_MISS = object()
+
+
+@dataclass(slots=True)
+class IngressResult:
+    """A packet that leaves ingress towards ``port``; ``buf`` is already rewritten."""
+
+    buf: bytearray
+    port: int
+    parsed: Parsed
+
+
+class Pipeline:
+    """The switch's match-action state and the per-packet ingress/egress functions.
+
+    Not thread-safe by itself: callers serialise writes (the P4Runtime server holds a lock and
+    swaps whole entries; Python's GIL makes single dict/list updates atomic for the data path).
+    """
+
+    def __init__(self) -> None:
+        self.lpm = LpmTable()
+        self.ecn_thresholds: dict[int, int] = {}
+        self.ecn_default: int | None = None  # threshold for ports without an entry; None = off
+        self.counters = {name: CounterArray(size) for name, size in COUNTER_SIZES.items()}
+        self.registers = {name: [0] * size for name, size in REGISTER_SIZES.items()}
+        self.active = True  # the P4Runtime server clears this until a pipeline config is set
+
+    def reset_state(self) -> None:
+        """Forget all table entries, counters and registers (a new pipeline config)."""
+        self.lpm = LpmTable()
+        self.ecn_thresholds = {}
+        self.ecn_default = None
+        for c in self.counters.values():
+            c.reset()
+        for name, size in REGISTER_SIZES.items():
+            self.registers[name] = [0] * size
+
+    # -- ingress --------------------------------------------------------------------------
+    def ingress(self, data: bytes | bytearray, in_port: int) -> IngressResult | None:
+        """Parse and run ingress; return None when the packet is dropped."""
+        try:
+            p = parse(data)
+        except ParseError:
+            self.counters[C_PARSE_ERRORS].count(0, len(data))
+            return None
+        if p.job_id >= 0:
+            self.counters[C_JOB_TX].count(p.job_id, p.length)
+            if p.job_id < JOB_SLOTS:
+                self.registers[R_JOB_BYTES_RATIO][p.job_id] = p.bytes_ratio
+        if p.ip_off < 0:
+            return None
+        off = p.ip_off
+        dst = int.from_bytes(data[off + 16:off + 20], "big")
+        action = self.lpm.lookup(dst)
+        if action is None:
+            return None
+        buf = bytearray(data)
+        if action.dst_mac is not None:  # ipv4_forward (NoAction: egress_spec stays 0)
+            buf[6:12] = buf[0:6]
+            buf[0:6] = action.dst_mac
+            buf[off + 8] = (buf[off + 8] - 1) & 0xFF
+        _fix_ipv4_checksum(buf, off, p.ihl_bytes)
+        return IngressResult(buf, action.port, p)
+
+    # -- egress ---------------------------------------------------------------------------
+    def ecn_threshold_for(self, port: int) -> int | None:
+        return self.ecn_thresholds.get(port, self.ecn_default)
+
+    def egress(self, res: IngressResult, enq_qdepth: int) -> bool:
+        """Mark CE in place when ``enq_qdepth >= threshold`` and the packet is ECT; True if marked."""
+        threshold = self.ecn_thresholds.get(res.port, self.ecn_default)
+        if threshold is None or enq_qdepth < threshold:
+            return False
+        p = res.parsed
+        buf = res.buf
+        tos = buf[p.ip_off + 1]
+        if (tos & 3) not in (1, 2):
+            return False
+        buf[p.ip_off + 1] = tos | 3
+        _fix_ipv4_checksum(buf, p.ip_off, p.ihl_bytes)
+        if p.job_id >= 0:
+            self.counters[C_JOB_ECN_MARKS].count(p.job_id, p.length)
+        return True

@@ -1,0 +1,139 @@
+"""Start/stop a whole software switch: pipeline + ports + P4Runtime server.
+
+In-process: ``start_switch(...)`` returns a :class:`SwitchHandle` (threads in this process).
+In a subprocess (what Mininet nodes and the tests use): ``switch_command(...)`` builds the
+``mltcp-switch`` command line, ``spawn_switch(...)`` runs it and waits for the gRPC port.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from .dataplane import Dataplane
+from .links import LinkConfig
+from .p4runtime_server import P4RuntimeTarget, serve
+from .pipeline import Pipeline
+
+log = logging.getLogger("mltcp.switch")
+
+
+@dataclass
+class SwitchHandle:
+    pipeline: Pipeline
+    dataplane: Dataplane
+    target: P4RuntimeTarget
+    server: grpc.Server
+    grpc_address: str
+
+    def stop(self) -> None:
+        self.server.stop(grace=0.5).wait(2)
+        self.dataplane.stop()
+        log.info("switch stopped; port stats %s", self.dataplane.stats())
+
+
+def start_switch(interfaces: dict[int, str], links: LinkConfig | dict[int, LinkConfig] | None = None,
+                 grpc_port: int = 9559, grpc_host: str = "0.0.0.0", device_id: int = 0) -> SwitchHandle:
+    """Open the ports, start forwarding threads and the P4Runtime server.
+
+    The pipeline drops every frame until a controller sets a forwarding pipeline config.
+    ``links`` is one LinkConfig for all ports or a per-port dict (missing ports: defaults).
+    """
+    sys.setswitchinterval(0.0005)  # egress timing: hand the GIL over quickly
+    pipeline = Pipeline()
+    target = P4RuntimeTarget(pipeline, device_id=device_id)
+    dp = Dataplane(pipeline, interfaces, links)
+    try:
+        server = serve(target, f"{grpc_host}:{grpc_port}")
+    except BaseException:
+        dp.close()
+        raise
+    dp.start()
+    for n, p in sorted(dp.ports.items()):
+        c = p.queue.cfg
+        log.info("port %d = %s: rate %s, delay %.6gs, buffer %d, loss %g%%, reorder %g%%, "
+                 "duplicate %g%%, seed %d", n, p.ifname,
+                 "unlimited" if c.rate_bps is None else f"{c.rate_bps:.6g} bit/s",
+                 c.delay_s, c.buffer_pkts, c.loss_pct, c.reorder_pct, c.duplicate_pct, c.seed)
+    return SwitchHandle(pipeline, dp, target, server, f"{grpc_host}:{grpc_port}")
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def switch_command(interfaces: dict[int, str], grpc_port: int = 9559, device_id: int = 0,
+                   rate: str = "unlimited", delay: str = "0", buffer: int = 100,
+                   loss: float = 0.0, reorder: float = 0.0, duplicate: float = 0.0, seed: int = 1,
+                   port_config: dict[int, str] | None = None, grpc_host: str = "0.0.0.0",
+                   log_level: str = "info", python: str | None = None) -> list[str]:
+    """The ``mltcp-switch`` command line (run with this interpreter, so no PATH is needed)."""
+    cmd = [python or sys.executable, "-m", "mltcp.emulation.switch_cli",
+           "--grpc-port", str(grpc_port), "--grpc-host", grpc_host, "--device-id", str(device_id),
+           "--rate", rate, "--delay", delay, "--buffer", str(buffer), "--loss", str(loss),
+           "--reorder", str(reorder), "--duplicate", str(duplicate), "--seed", str(seed),
+           "--log-level", log_level]
+    for n, ifname in sorted(interfaces.items()):
+        cmd += ["-i", f"{n}@{ifname}"]
+    for n, spec in sorted((port_config or {}).items()):
+        cmd += ["--port-config", f"{n}:{spec}"]
+    return cmd
+
+
+def wait_grpc(address: str, timeout: float = 15.0, proc: subprocess.Popen | None = None) -> None:
+    """Block until a gRPC server answers on ``address`` (raise if ``proc`` dies first)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"switch exited with code {proc.returncode} before serving {address}")
+        ch = grpc.insecure_channel(address)
+        try:
+            grpc.channel_ready_future(ch).result(timeout=0.5)
+            return
+        except grpc.FutureTimeoutError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no gRPC server on {address} after {timeout}s") from None
+        finally:
+            ch.close()
+
+
+def spawn_switch(interfaces: dict[int, str], netns: str | None = None, grpc_port: int | None = None,
+                 stderr=None, **kw) -> tuple[subprocess.Popen, int]:
+    """Run ``mltcp-switch`` in a subprocess (inside ``ip netns exec NETNS`` if given), wait until
+    its P4Runtime port answers and return (process, grpc_port). Stop it with ``proc.terminate()``.
+    The readiness probe connects from this process, so with ``netns`` the port is probed through
+    ``ip netns exec`` too (a tiny Python probe)."""
+    if grpc_port is None:
+        grpc_port = free_tcp_port()
+    cmd = switch_command(interfaces, grpc_port=grpc_port, **kw)
+    if netns:
+        cmd = ["ip", "netns", "exec", netns] + cmd
+    proc = subprocess.Popen(cmd, stderr=stderr, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        if netns:
+            probe = [sys.executable, "-c",
+                     "import sys; from mltcp.emulation.switch.runtime import wait_grpc; "
+                     f"wait_grpc('127.0.0.1:{grpc_port}', 15)"]
+            r = subprocess.run(["ip", "netns", "exec", netns] + probe, capture_output=True, timeout=30)
+            if r.returncode != 0 or proc.poll() is not None:
+                raise RuntimeError(f"switch in netns {netns} did not come up: "
+                                   f"{r.stderr.decode(errors='replace')[-500:]}")
+        else:
+            wait_grpc(f"127.0.0.1:{grpc_port}", 15, proc)
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    return proc, grpc_port
