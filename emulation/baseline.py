@@ -1,0 +1,135 @@
+"""Baseline peer: Linux kernel TCP (reno, cubic via TCP_CONGESTION) on the emulated dumbbell.
+
+1. Fairness/throughput: N long-lived flows share the bottleneck for D seconds; per-flow goodput
+   (measured at the receivers), Jain's fairness index, retransmissions; kernel reno vs cubic, and
+   kernel reno vs the userspace Reno of ``mltcp.traffic`` when that transport is available.
+2. Iterations: the scenario's jobs with kernel CC, to show whether kernel CC interleaves.
+"""
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass
+
+from . import netns
+from .runner import (EmulationError, JobPlan, Plan, _Peer, arm_summary, run_arm, udp_transport_cli)
+from .topologies import (LinkParams, bottleneck_intfs, build_network, make_topology, qdisc_drops,
+                         resolve_link_mode)
+
+
+def jain_index(xs: list[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 = equal shares, 1/n = one flow takes all."""
+    if not xs:
+        raise ValueError("jain_index of no flows")
+    s2 = sum(x * x for x in xs)
+    return (sum(xs) ** 2) / (len(xs) * s2) if s2 > 0 else 1.0
+
+
+@dataclass
+class BulkResult:
+    label: str
+    flows_mbps: list[float]
+    retrans: int
+    drops: int
+
+    @property
+    def total_mbps(self) -> float:
+        return sum(self.flows_mbps)
+
+    def as_dict(self) -> dict:
+        return {"label": self.label, "flows_mbps": [round(x, 2) for x in self.flows_mbps],
+                "total_mbps": round(self.total_mbps, 2), "jain": round(jain_index(self.flows_mbps), 4),
+                "retransmissions": self.retrans, "drops": self.drops}
+
+
+def bulk_commands(transport: str, cc: str, dst_ip: str, port: int, seconds: float, t0: float, job: str):
+    import sys
+    if transport == "kernel":
+        m = [sys.executable, "-m", "mltcp.emulation.kernel_peer"]
+        return ([*m, "recv", "--port", str(port), "--bulk", "--t0", repr(t0)],
+                [*m, "send", "--host", dst_ip, "--port", str(port), "--cc", cc, "--job", job,
+                 "--bulk-s", repr(seconds), "--t0", repr(t0)])
+    udp = udp_transport_cli()
+    if udp is None:
+        raise EmulationError("userspace transport (`mltcp traffic`) not available")
+    return ([*udp, "recv", "--port", str(port), "--bulk", "--t0", repr(t0)],
+            [*udp, "send", "--host", dst_ip, "--port", str(port), "--cc", cc, "--job", job,
+             "--bulk-s", repr(seconds), "--t0", repr(t0)])
+
+
+def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, seconds: float = 10.0,
+             link_mode: str = "auto", label: str | None = None) -> BulkResult:
+    """``flows`` long-lived flows a_i -> b_i through the dumbbell for ``seconds``."""
+    mode = resolve_link_mode(link_mode)
+    prefix = netns.run_prefix()
+    with netns.Cleanup(prefix) as cl:
+        topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=flows)
+        net = build_network(topo, mode, cl)
+        q: queue.Queue = queue.Queue()
+        t0 = time.time() + 1.0
+        recvs, sends = [], []
+        for i, (a, b) in enumerate(topo.job_pairs):
+            r_argv, s_argv = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, t0, f"flow{i}")
+            recvs.append(_Peer(net[b], r_argv, f"recv:flow{i}", q, cl))
+            sends.append(_Peer(net[a], s_argv, f"send:flow{i}", q, cl))
+        got: dict[str, float] = {}
+        retrans = 0
+        eofs = 0
+        deadline = time.monotonic() + seconds + 30
+        while eofs < 2 * flows:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EmulationError(f"bulk run ({label or cc}) did not finish in time")
+            try:
+                tag, msg = q.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            if msg["type"] == "bulk":
+                dur = (msg["last"] or 0) - (msg["first"] or 0)
+                got[tag.split(":", 1)[1]] = msg["bytes"] * 8 / dur / 1e6 if dur > 0 else 0.0
+            elif msg["type"] == "summary":
+                retrans += int(msg.get("retrans", 0))
+            elif msg["type"] == "eof":
+                eofs += 1
+        for p in recvs + sends:
+            p.proc.wait(timeout=5)
+            if p.proc.returncode != 0:
+                raise EmulationError(f"{p.tag} exited {p.proc.returncode}: {' | '.join(p.err[-3:])}")
+        drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))
+    return BulkResult(label or f"{transport} {cc}", [got.get(f"flow{i}", 0.0) for i in range(flows)], retrans, drops)
+
+
+def baseline_peer(bottleneck: LinkParams, plan: Plan | None, seconds: float = 10.0, flows: int = 2,
+                  link_mode: str = "auto", progress=None) -> dict:
+    """The whole baseline-peer report as a JSON-able dict."""
+    say = progress or (lambda msg: None)
+    out: dict = {"bottleneck": {"rate_mbps": bottleneck.rate_mbps, "buffer_bytes": bottleneck.buffer_bytes},
+                 "seconds": seconds, "fairness": [], "iterations": {}}
+    for cc in ("reno", "cubic"):
+        say(f"bulk: kernel {cc}, {flows} flows, {seconds:g} s")
+        out["fairness"].append(run_bulk(bottleneck, "kernel", cc, flows, seconds, link_mode, f"kernel {cc}").as_dict())
+    if udp_transport_cli() is not None:
+        say(f"bulk: userspace reno, {flows} flows, {seconds:g} s")
+        try:
+            ur = run_bulk(bottleneck, "udp", "reno", flows, seconds, link_mode, "userspace reno").as_dict()
+            out["fairness"].append(ur)
+            kr = out["fairness"][0]
+            out["userspace_vs_kernel_reno_throughput"] = round(ur["total_mbps"] / kr["total_mbps"], 3)
+        except EmulationError as e:
+            out["userspace_reno_error"] = str(e)
+    else:
+        out["userspace_reno_error"] = "userspace transport not available in this checkout"
+    if plan is not None:
+        for cc in ("reno", "cubic"):
+            say(f"iterations: kernel {cc}, {len(plan.jobs)} jobs")
+            arm = run_arm(plan, cc, "kernel", link_mode=link_mode)
+            out["iterations"][cc] = arm_summary(arm, plan.warmup)
+    return out
+
+
+def default_plan(bottleneck: LinkParams, iterations: int = 20) -> Plan:
+    """Two identical jobs whose communication alone takes as long as their compute."""
+    rate = (bottleneck.rate_mbps or 100) * 1e6 / 8
+    nbytes = int(rate * 0.2)
+    jobs = [JobPlan("job0", nbytes, 0.2, 0.0, iterations), JobPlan("job1", nbytes, 0.2, 0.05, iterations)]
+    return Plan("baseline-peer", "dumbbell", bottleneck, jobs, warmup=max(0, iterations // 4))

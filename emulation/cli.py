@@ -1,0 +1,196 @@
+"""`mltcp emulate`: run a scenario in Mininet (see docs/emulation.md).
+
+The lead mounts this with ``main_app.add_typer(mltcp.emulation.cli.app)`` (no name: its commands
+``emulate`` and ``emulate-topo`` become top-level commands of ``mltcp``).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, help="Mininet emulation of MLTCP scenarios.")
+err = Console(stderr=True)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {msg}")
+    raise typer.Exit(code)
+
+
+def _prereqs() -> None:
+    from .runner import have_mininet_prereqs
+    why = have_mininet_prereqs()
+    if why:
+        _fail(f"emulation {why} (Mininet needs root, mnexec, ip, tc and brctl)")
+
+
+def _write(doc: dict, out: Path | None) -> None:
+    text = json.dumps(doc, indent=2, default=float)
+    if out is not None:
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(out)
+    print(text)
+
+
+@app.command()
+def emulate(
+    scenario: str = typer.Argument(..., help="scenario name (built-in) or TOML file"),
+    cc: str = typer.Option("", help="base congestion control: reno | cubic | dcqcn (default: the scenario's)"),
+    compare: bool = typer.Option(False, "--compare", help="also run the MLTCP variant and report speedups"),
+    transport: str = typer.Option("kernel", help="udp (userspace MLTCP transport) | kernel (Linux TCP)"),
+    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch (see docs/emulation.md)"),
+    topology: str = typer.Option("auto", help="auto | dumbbell | ring | leafspine"),
+    rate_mbps: float = typer.Option(None, help="run every link at this rate; job bytes scale with it"),
+    delay_ms: float = typer.Option(None, help="one-way delay per link (needs link mode linux-tc or switch)"),
+    iterations: int = typer.Option(None, help="iterations per job (default: the scenario's)"),
+    no_sim: bool = typer.Option(False, "--no-sim", help="skip the in-process simulation for sim_vs_emu"),
+    baseline_peer: bool = typer.Option(False, "--baseline-peer",
+                                       help="kernel TCP baseline: fairness of long-lived flows + kernel-CC iterations"),
+    peer_seconds: float = typer.Option(10.0, help="--baseline-peer: seconds per long-lived-flow run"),
+    as_json: bool = typer.Option(False, "--json", help="print the JSON document only (no progress)"),
+    out: Path = typer.Option(None, help="also write the JSON document to this file"),
+):
+    """Build SCENARIO's topology in Mininet, run its jobs, print the same keys as `mltcp simulate`."""
+    from mltcp import scenario as scn
+
+    from .runner import EmulationError, plan_from_scenario, rescale, run_experiment
+    from .topologies import TopologyError, features, resolve_link_mode
+
+    try:
+        sc = scn.load(scenario)
+    except scn.ScenarioError as e:
+        _fail(str(e))
+    _prereqs()
+    try:
+        sc = rescale(sc, rate_mbps, delay_ms, iterations)
+        mode = resolve_link_mode(link_mode)
+    except (ValueError, TopologyError) as e:
+        _fail(str(e))
+    if any(l.delay_s > 0 for l in sc.links.values()) and not features(mode)["delay"]:
+        err.print(f"[yellow]note:[/yellow] link mode {mode} has no delay on this kernel: links run without "
+                  "their propagation delay")
+    from mininet.log import setLogLevel
+    setLogLevel("error")
+    from . import netns
+    try:
+        with netns.signals_raise():
+            if baseline_peer:
+                from .baseline import baseline_peer as run_bp, default_plan
+                plan = plan_from_scenario(sc, "dumbbell" if topology == "auto" else topology)
+                say = (lambda m: None) if as_json else (lambda m: err.print(f"[cyan]{m}[/cyan]"))
+                doc = run_bp(plan.bottleneck, plan, seconds=peer_seconds, link_mode=mode, progress=say)
+                doc["scenario"] = sc.name
+                if not as_json:
+                    _print_baseline(doc)
+                _write(doc, out)
+                return
+            doc = _run_with_progress(sc, cc or sc.cc, compare, transport, mode, topology, not no_sim, as_json)
+    except KeyboardInterrupt:
+        _fail("interrupted; network and processes removed", 130)
+    except (EmulationError, TopologyError) as e:
+        _fail(str(e), 1)
+    if not as_json:
+        _print_summary(doc)
+    _write(doc, out)
+
+
+def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, quiet) -> dict:
+    from rich.progress import Progress
+
+    from .runner import run_experiment
+    if quiet:
+        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim)
+    total = sum(j.iterations for j in sc.jobs)
+    with Progress(console=err, transient=True) as prog:
+        tasks = {"baseline": prog.add_task(f"baseline {cc}", total=total)}
+        if compare:
+            tasks["mltcp"] = prog.add_task(f"mltcp-{cc}", total=total)
+        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim,
+                              on_record=lambda arm, r: prog.advance(tasks[arm]))
+
+
+def _print_summary(doc: dict) -> None:
+    t = Table(title=f"emulation: {doc['scenario']} ({doc['emulation']['topology']}, "
+                    f"{doc['emulation']['transport']}, {doc['emulation']['link_mode']})")
+    for c in ("arm", "cc", "avg iter s", "p99 iter s", "drops", "retrans", "interleaved from"):
+        t.add_column(c)
+    for arm in ("baseline", "mltcp"):
+        a = doc.get(arm)
+        if a:
+            t.add_row(arm, a["cc"], f"{a['avg_iter_s']:.4f}", f"{a['p99_iter_s']:.4f}", str(a["drops"]),
+                      str(a["retransmissions"]), str(a["interleaved_from_iteration"]))
+    err.print(t)
+    if doc.get("speedup_avg"):
+        err.print(f"speedup avg {doc['speedup_avg']:.3f}  p99 {doc['speedup_p99']:.3f}")
+
+
+def _print_baseline(doc: dict) -> None:
+    t = Table(title=f"long-lived flows, {doc['bottleneck']['rate_mbps']:g} Mb/s bottleneck, {doc['seconds']:g} s")
+    for c in ("stack", "per-flow Mb/s", "total Mb/s", "Jain", "retrans", "drops"):
+        t.add_column(c)
+    for r in doc["fairness"]:
+        t.add_row(r["label"], " / ".join(f"{x:.1f}" for x in r["flows_mbps"]), f"{r['total_mbps']:.1f}",
+                  f"{r['jain']:.3f}", str(r["retransmissions"]), str(r["drops"]))
+    err.print(t)
+    if "userspace_reno_error" in doc:
+        err.print(f"userspace reno: {doc['userspace_reno_error']}")
+    for cc, a in doc["iterations"].items():
+        err.print(f"kernel {cc} iterations: avg {a['avg_iter_s']:.4f} s, p99 {a['p99_iter_s']:.4f} s, "
+                  f"interleaved from iteration {a['interleaved_from_iteration']}")
+
+
+@app.command("emulate-topo")
+def emulate_topo(
+    kind: str = typer.Argument(..., help="dumbbell | ring | leafspine"),
+    jobs: int = typer.Option(2, help="job endpoints (hosts per side / per leaf)"),
+    rate_mbps: float = typer.Option(100.0, help="bottleneck rate"),
+    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Build a topology, ping each job's receiver from its sender (hop count from the TTL), tear down."""
+    from mininet.log import setLogLevel
+
+    from . import netns
+    from .topologies import LinkParams, TopologyError, build_network, make_topology, resolve_link_mode
+    _prereqs()
+    setLogLevel("error")
+    try:
+        mode = resolve_link_mode(link_mode)
+        with netns.signals_raise(), netns.Cleanup(netns.run_prefix()) as cl:
+            topo = make_topology(kind, cl.prefix, LinkParams(rate_mbps=rate_mbps), n_jobs=jobs)
+            net = build_network(topo, mode, cl)
+            rows = [ping_pair(net, topo, s, r) for s, r in topo.job_pairs]
+    except TopologyError as e:
+        _fail(str(e))
+    doc = {"topology": kind, "link_mode": mode, "pairs": rows, "all_reachable": all(r["ok"] for r in rows)}
+    if not as_json:
+        for r in rows:
+            err.print(f"{r['sender']} -> {r['receiver']} ({r['dst']}): "
+                      f"{'ok' if r['ok'] else 'UNREACHABLE'}, {r['router_hops']} router hops")
+    print(json.dumps(doc, indent=2))
+    if not doc["all_reachable"]:
+        raise typer.Exit(1)
+
+
+def ping_pair(net, topo, s: str, r: str) -> dict:
+    """One ping sender -> receiver; router hops = 64 - received TTL (Linux default TTL 64)."""
+    import re
+    dst = topo.ip_of(r)
+    out = net[s].cmd(f"ping -c 1 -W 2 {dst}")
+    m = re.search(r"ttl=(\d+)", out)
+    return {"sender": s, "receiver": r, "dst": dst, "ok": m is not None,
+            "router_hops": (64 - int(m.group(1))) if m else None}
+
+
+def main() -> None:  # `python -m mltcp.emulation.cli`
+    app()
+
+
+if __name__ == "__main__":
+    main()
