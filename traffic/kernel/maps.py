@@ -1,0 +1,242 @@
+"""User-space view of the BPF maps in mltcp_cc.bpf.h: layouts, configuration, marks, reads.
+
+The C structs and the struct formats below must stay in step; :func:`check_layouts` compares them
+with the value sizes the kernel reports and is called before any map is used.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+from dataclasses import dataclass
+
+from . import bpfsys
+
+Q10 = 1 << 10
+R_ONE = 1 << 16
+
+# Variant name (as in tcp_available_congestion_control) -> (source file, map-name prefix).
+VARIANTS: dict[str, tuple[str, str]] = {
+    "mltcp_reno": ("mltcp_reno.bpf.c", "mreno_"),
+    "mltcp_cubic": ("mltcp_cubic.bpf.c", "mcubic_"),
+}
+
+CFG = struct.Struct("<8I")        # struct mltcp_cfg
+SK = struct.Struct("<7Q10I")      # struct mltcp_sk
+EV = struct.Struct("<2Q14I")      # struct mltcp_trace_ev
+U32 = struct.Struct("<I")
+U64 = struct.Struct("<Q")
+FLAG_SCALE_DECREASE = 1
+EV_GROW, EV_FRIENDLY = 1, 2
+TRACE_SLOTS = 8192
+
+
+class MapsError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Config:
+    """MLTCP parameters written into the cfg map (global) or the pcfg map (one job's port)."""
+
+    slope: float = 4.0
+    intercept: float = 0.25
+    idle_fraction: float = 0.9
+    min_idle: float = 1e-3          # seconds
+    scale_decrease: bool = False
+    trace_port: int = 0             # local port whose growth steps are traced (0 = none)
+
+    def validate(self) -> None:
+        for name in ("slope", "intercept", "idle_fraction"):
+            v = getattr(self, name)
+            if not (0 <= v < 4_000_000):
+                raise ValueError(f"{name} must be between 0 and 4e6, got {v}")
+        if self.intercept == 0 and self.slope == 0:
+            raise ValueError("slope and intercept are both 0: the window would never grow")
+        if self.idle_fraction <= 0:
+            raise ValueError(f"idle_fraction must be > 0, got {self.idle_fraction}")
+        if not (0 <= self.min_idle <= 4000):
+            raise ValueError(f"min_idle must be between 0 and 4000 s, got {self.min_idle}")
+        if not (0 <= self.trace_port < 65536):
+            raise ValueError(f"trace_port must be a port number, got {self.trace_port}")
+
+    def pack(self) -> bytes:
+        self.validate()
+        return CFG.pack(1, round(self.slope * Q10), round(self.intercept * Q10),
+                        round(self.idle_fraction * Q10), round(self.min_idle * 1e6),
+                        FLAG_SCALE_DECREASE if self.scale_decrease else 0, self.trace_port, 0)
+
+
+@dataclass(frozen=True)
+class SocketState:
+    """struct mltcp_sk of one socket."""
+
+    iter_start_acked: int
+    last_act_ns: int
+    last_gap_ns: int
+    hist: tuple[int, int, int]
+    learned: int
+    completed: int
+    mark_gen: int
+    r_q16: int
+    slope_q10: int
+    intercept_q10: int
+    idle_frac_q10: int
+    min_idle_us: int
+    flags: int
+    port: int
+    trace: int
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "SocketState":
+        v = SK.unpack(raw)
+        return cls(v[0], v[1], v[2], tuple(v[3:6]), *v[6:])
+
+    @property
+    def bytes_ratio(self) -> float:
+        return self.r_q16 / R_ONE
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """struct mltcp_trace_ev: one traced growth step."""
+
+    iter_acked: int
+    learned: int
+    port: int
+    kind: int
+    cwnd_in: int
+    cnt_in: int
+    acked: int
+    w: int
+    inc: int
+    clamp: int
+    r_q16: int
+    f_q10: int
+    cwnd_out: int
+    cnt_out: int
+    completed: int
+    aux: int
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> "TraceEvent":
+        return cls(*EV.unpack(raw))
+
+
+def _bpftool_json(*args: str) -> object:
+    try:
+        out = subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True, check=True)
+    except FileNotFoundError:
+        raise MapsError("bpftool not found on PATH") from None
+    except subprocess.CalledProcessError as e:
+        raise MapsError(f"bpftool {' '.join(args)} failed: {e.stderr.strip() or e.stdout.strip()}") from None
+    return json.loads(out.stdout or "[]")
+
+
+def find_maps(variant: str) -> dict[str, dict]:
+    """The newest map of each name of a loaded variant: short name ("cfg", "mark", ...) -> info."""
+    prefix = VARIANTS[variant][1]
+    found: dict[str, dict] = {}
+    for m in _bpftool_json("map", "show"):
+        name = m.get("name", "")
+        if name.startswith(prefix):
+            short = name[len(prefix):]
+            if short not in found or m["id"] > found[short]["id"]:
+                found[short] = m
+    return found
+
+
+def check_layouts(maps: dict[str, dict]) -> None:
+    want = {"cfg": CFG.size, "pcfg": CFG.size, "state": SK.size, "trace": EV.size, "mark": U32.size,
+            "tcount": U64.size}
+    for short, size in want.items():
+        if short not in maps:
+            raise MapsError(f"map {short!r} not found: is the variant loaded?")
+        got = maps[short].get("bytes_value")
+        if got != size:
+            raise MapsError(f"map {maps[short]['name']}: value size {got}, Python layout expects {size}")
+
+
+class VariantMaps:
+    """Open fds on one loaded variant's maps."""
+
+    def __init__(self, variant: str):
+        if variant not in VARIANTS:
+            raise MapsError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+        self.variant = variant
+        info = find_maps(variant)
+        check_layouts(info)
+        self.ids = {k: v["id"] for k, v in info.items()}
+        self.fds = {k: bpfsys.map_fd_by_id(i) for k, i in self.ids.items()}
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+
+    def __enter__(self) -> "VariantMaps":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def write_config(self, cfg: Config, port: int | None = None) -> None:
+        """Global configuration, or one job's (keyed by local port) when ``port`` is given."""
+        if port is None:
+            bpfsys.map_update(self.fds["cfg"], U32.pack(0), cfg.pack())
+        else:
+            bpfsys.map_update(self.fds["pcfg"], U32.pack(port), cfg.pack())
+
+    def read_config(self) -> tuple[int, ...]:
+        return CFG.unpack(bpfsys.map_lookup(self.fds["cfg"], U32.pack(0), CFG.size))
+
+    def mark(self, port: int) -> int:
+        """Bump the iteration generation of ``port``; returns the new generation."""
+        key = U32.pack(port)
+        raw = bpfsys.map_lookup(self.fds["mark"], key, U32.size)
+        gen = (U32.unpack(raw)[0] + 1) & 0xFFFFFFFF if raw else 1
+        bpfsys.map_update(self.fds["mark"], key, U32.pack(gen))
+        return gen
+
+    def socket_state(self, sock: socket.socket) -> SocketState | None:
+        raw = bpfsys.map_lookup(self.fds["state"], struct.pack("<i", sock.fileno()), SK.size)
+        return SocketState.unpack(raw) if raw else None
+
+    def trace_count(self) -> int:
+        return U64.unpack(bpfsys.map_lookup(self.fds["tcount"], U32.pack(0), U64.size))[0]
+
+    def reset_trace(self) -> None:
+        bpfsys.map_update(self.fds["tcount"], U32.pack(0), U64.pack(0))
+
+    def read_trace(self) -> list[TraceEvent]:
+        """Events in order (the last TRACE_SLOTS if more were written)."""
+        n = self.trace_count()
+        first = max(0, n - TRACE_SLOTS)
+        out = []
+        for i in range(first, n):
+            raw = bpfsys.map_lookup(self.fds["trace"], U32.pack(i % TRACE_SLOTS), EV.size)
+            out.append(TraceEvent.unpack(raw))
+        return out
+
+
+def loaded_variants() -> list[str]:
+    names = {s.get("name") for s in _bpftool_json("struct_ops", "list")}
+    return [v for v in VARIANTS if v in names]
+
+
+def mark_iteration_start(port: int, variants: list[str] | None = None) -> int:
+    """Tell the kernel MLTCP that the socket bound to local ``port`` starts an iteration now.
+
+    Written into every loaded variant (a socket uses one of them). Returns how many were marked.
+    For a per-iteration call in a hot loop keep a :class:`VariantMaps` open and call ``mark``.
+    """
+    if not (0 < port < 65536):
+        raise ValueError(f"port must be 1..65535, got {port}")
+    n = 0
+    for v in variants or loaded_variants():
+        with VariantMaps(v) as vm:
+            vm.mark(port)
+            n += 1
+    return n

@@ -1,0 +1,83 @@
+"""Integer model of the BPF programs' arithmetic (mltcp_cc.bpf.h), bit for bit.
+
+Tests replay traced kernel steps through these functions, and compare them with the float model
+in :mod:`mltcp.cc` to show both implement the same MLTCP rules.
+"""
+from __future__ import annotations
+
+SHIFT = 10
+ONE = 1 << SHIFT
+R_ONE = 1 << 16
+U32 = 0xFFFFFFFF
+
+
+def q10(x: float) -> int:
+    return round(x * ONE)
+
+
+def f_q10(slope_q10: int, intercept_q10: int, r_q16: int) -> int:
+    """F(r) = slope * r + intercept in Q10 (mltcp_f)."""
+    return intercept_q10 + ((slope_q10 * r_q16) >> 16)
+
+
+def ratio_q16(done: int, learned: int) -> int:
+    """bytes_ratio = min(1, done / learned) in Q16; 0 before any iteration completed."""
+    if learned == 0:
+        return 0
+    if done >= learned:
+        return R_ONE
+    return (done << 16) // learned
+
+
+def median(hist: tuple[int, int, int], completed: int) -> int:
+    """Median of the last up-to-3 completed iterations (mean of two when there are two)."""
+    if completed == 1:
+        return hist[0]
+    if completed == 2:
+        return (hist[0] + hist[1]) // 2
+    return sorted(hist)[1]
+
+
+def cong_avoid_ai(cwnd: int, cnt: int, w: int, inc: int, clamp: int) -> tuple[int, int]:
+    """Linux tcp_cong_avoid_ai(tp, w, inc) on (snd_cwnd, snd_cwnd_cnt): returns the new pair."""
+    if cnt >= w:
+        cnt = 0
+        cwnd += 1
+    cnt = (cnt + inc) & U32
+    if cnt >= w:
+        delta = cnt // w
+        cnt -= delta * w
+        cwnd += delta
+    return min(cwnd, clamp), cnt
+
+
+def reno_w(cwnd: int) -> int:
+    """Divisor for MLTCP-Reno's step: cwnd segments in 1/1024 segment."""
+    return cwnd << SHIFT
+
+
+def cubic_w(cwnd: int, target: int) -> int:
+    """Divisor for MLTCP-CUBIC's step toward ``target`` (target > cwnd)."""
+    return (cwnd << SHIFT) // (target - cwnd)
+
+
+def grow(cwnd: int, cnt: int, w: int, acked: int, f: int, clamp: int) -> tuple[int, int]:
+    """mltcp_grow: cwnd += F * acked * 1024 / w, fraction kept in cnt."""
+    return cong_avoid_ai(cwnd, cnt, w, acked * f, clamp)
+
+
+def keep_q16(base_keep_q16: int, r_q16: int, scale_decrease: bool) -> int:
+    """Fraction of the window kept on a decrease (Q16): removed = base * (0.8 - 0.6 r) / 0.5."""
+    if not scale_decrease:
+        return base_keep_q16
+    scale = 104858 - ((78643 * r_q16) >> 16)
+    removed = ((R_ONE - base_keep_q16) * scale) >> 16
+    return 0 if removed >= R_ONE else R_ONE - removed
+
+
+def ssthresh(cwnd: int, keep: int) -> int:
+    return max((cwnd * keep) >> 16, 2)
+
+
+RENO_KEEP_Q16 = R_ONE // 2
+CUBIC_KEEP_Q16 = 45875      # 0.7
