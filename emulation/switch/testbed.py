@@ -1,0 +1,92 @@
+"""Throw-away namespaces and veth pairs for exercising the switch (tests, ptf, bench).
+
+Everything is created with ``ip`` and removed by :meth:`Testbed.close` (also on errors): deleting
+a namespace deletes the veths inside it; veths left in the root namespace are deleted by name.
+Names carry the creator's pid so concurrent runs do not collide.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+
+def have_root_netns() -> str | None:
+    """None if namespaces/veths can be made here, else the reason they cannot."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, veth, AF_PACKET)"
+    if shutil.which("ip") is None:
+        return "iproute2 'ip' not found"
+    return None
+
+
+def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = ["ip"] + (["-n", netns] if netns else []) + list(args)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r
+
+
+def _sysctl(key: str, value: str, netns: str | None) -> None:
+    cmd = (["ip", "netns", "exec", netns] if netns else []) + ["sysctl", "-qw", f"{key}={value}"]
+    subprocess.run(cmd, capture_output=True)
+
+
+class Testbed:
+    __test__ = False  # not a pytest test class
+    """Namespaces and veth pairs; use as a context manager."""
+
+    def __init__(self, tag: str = "sw") -> None:
+        self.tag = f"{tag}{os.getpid() % 100000}"
+        self.namespaces: list[str] = []
+        self.root_links: list[str] = []
+
+    def __enter__(self) -> "Testbed":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def netns(self, name: str) -> str:
+        full = f"{self.tag}{name}"
+        _ip("netns", "add", full)
+        self.namespaces.append(full)
+        _ip("link", "set", "lo", "up", netns=full)
+        _sysctl("net.ipv6.conf.all.disable_ipv6", "1", full)
+        _sysctl("net.ipv6.conf.default.disable_ipv6", "1", full)
+        return full
+
+    def veth(self, a: str, b: str, ns_a: str | None = None, ns_b: str | None = None,
+             offloads_off: bool = True) -> tuple[str, str]:
+        """Create veth a<->b (names used as given: keep them <= 15 chars), move the ends into
+        the namespaces, bring them up with IPv6 off and (by default) offloads off."""
+        _ip("link", "add", a, "type", "veth", "peer", "name", b)
+        if ns_a is None or ns_b is None:
+            self.root_links.append(a if ns_a is None else b)
+        for name, ns in ((a, ns_a), (b, ns_b)):
+            if ns:
+                _ip("link", "set", name, "netns", ns)
+            _sysctl(f"net.ipv6.conf.{name}.disable_ipv6", "1", ns)
+            if offloads_off and shutil.which("ethtool"):
+                cmd = (["ip", "netns", "exec", ns] if ns else []) + [
+                    "ethtool", "-K", name, "tx", "off", "tso", "off", "gso", "off", "gro", "off"]
+                subprocess.run(cmd, capture_output=True)
+            _ip("link", "set", name, "up", netns=ns)
+        return a, b
+
+    def addr(self, ifname: str, cidr: str, netns: str | None = None) -> None:
+        _ip("addr", "add", cidr, "dev", ifname, netns=netns)
+
+    def run(self, netns: str | None, *cmd: str, **kw) -> subprocess.CompletedProcess:
+        full = (["ip", "netns", "exec", netns] if netns else []) + list(cmd)
+        return subprocess.run(full, capture_output=True, text=True, **kw)
+
+    def close(self) -> None:
+        for link in self.root_links:
+            _ip("link", "del", link, check=False)
+        for ns in reversed(self.namespaces):
+            _ip("netns", "del", ns, check=False)
+        self.root_links.clear()
+        self.namespaces.clear()
