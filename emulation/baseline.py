@@ -42,12 +42,13 @@ class BulkResult:
                 "retransmissions": self.retrans, "drops": self.drops}
 
 
-def bulk_commands(transport: str, cc: str, dst_ip: str, port: int, seconds: float, t0: float, job: str):
+def bulk_commands(transport: str, cc: str, dst_ip: str, port: int, seconds: float, t0: float, job: str,
+                  run: str = ""):
     import sys
     if transport == "kernel":
         m = [sys.executable, "-m", "mltcp.emulation.kernel_peer"]
-        return ([*m, "recv", "--port", str(port), "--bulk", "--t0", repr(t0)],
-                [*m, "send", "--host", dst_ip, "--port", str(port), "--cc", cc, "--job", job,
+        return ([*m, "recv", "--run", run, "--port", str(port), "--bulk", "--t0", repr(t0)],
+                [*m, "send", "--run", run, "--host", dst_ip, "--port", str(port), "--cc", cc, "--job", job,
                  "--bulk-s", repr(seconds), "--t0", repr(t0)])
     udp = udp_transport_cli()
     if udp is None:
@@ -69,7 +70,7 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
         t0 = time.time() + 1.0
         recvs, sends = [], []
         for i, (a, b) in enumerate(topo.job_pairs):
-            r_argv, s_argv = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, t0, f"flow{i}")
+            r_argv, s_argv = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, t0, f"flow{i}", prefix)
             recvs.append(_Peer(net[b], r_argv, f"recv:flow{i}", q, cl))
             sends.append(_Peer(net[a], s_argv, f"send:flow{i}", q, cl))
         got: dict[str, float] = {}

@@ -52,7 +52,8 @@ def _recv_exact(conn: socket.socket, n: int, buf: bytearray) -> int:
 @app.command()
 def recv(port: int = typer.Option(..., help="TCP port to listen on"),
          t0: float = typer.Option(0.0, help="epoch the run's times are relative to"),
-         bulk: bool = typer.Option(False, help="count bytes until EOF and report goodput")):
+         bulk: bool = typer.Option(False, help="count bytes until EOF and report goodput"),
+         run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
     """Accept one connection; answer each iteration (or count bulk bytes) until the peer closes."""
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -120,7 +121,8 @@ def send(host: str = typer.Option(..., help="receiver address"),
          compute_s: float = typer.Option(0.0, help="compute time before each communication"),
          t0: float = typer.Option(0.0, help="epoch the run's times are relative to"),
          start_offset_s: float = typer.Option(0.0, help="first iteration starts at t0 + this"),
-         bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds")):
+         bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
+         run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
     """Connect to the receiver and run the job's iterations (or a bulk transfer)."""
     if (iterations <= 0) == (bulk_s <= 0):
         raise SystemExit("kernel_peer send: give exactly one of --iterations N (with --bytes) or --bulk-s D")

@@ -67,6 +67,24 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def tagged_pids(prefix: str) -> list[int]:
+    """Live processes that belong to run ``prefix``: Mininet node shells (``mininet:<prefix>...``)
+    and peers started with ``--run <prefix>``."""
+    out = []
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                args = fh.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(a == prefix or a.startswith("mininet:" + prefix) for a in args) and pid_alive(int(d)):
+            out.append(int(d))
+    return out
+
+
 @dataclass
 class Leftovers:
     links: list[str] = field(default_factory=list)
@@ -77,9 +95,10 @@ class Leftovers:
 
 
 def leftovers(prefix: str, pids: list[int] = ()) -> Leftovers:
-    """What of a run is still there: root-namespace links named ``prefix*`` and live ``pids``."""
-    return Leftovers(links=[n for n in root_links() if n.startswith(prefix)],
-                     pids=[p for p in pids if pid_alive(p)])
+    """What of a run is still there: root-namespace links named ``prefix*``, live ``pids`` and live
+    processes tagged with the prefix."""
+    live = {p for p in pids if pid_alive(p)} | set(tagged_pids(prefix))
+    return Leftovers(links=[n for n in root_links() if n.startswith(prefix)], pids=sorted(live))
 
 
 def kill_pids(pids: list[int], grace_s: float = 1.0) -> None:
@@ -186,6 +205,7 @@ class Cleanup:
                 with contextlib.suppress(Exception):
                     self.net.stop()
             kill_pids(self.node_pids)
+            kill_pids(tagged_pids(self.prefix))
             delete_links(self.prefix)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -138,12 +138,13 @@ def assign_endpoints(plan: Plan, topo: EmuTopo) -> None:
 
 # --------------------------------------------------------------------------- peers
 
-def peer_commands(job: JobPlan, transport: str, cc: str, t0: float) -> tuple[list[str], list[str]]:
-    """(receiver argv, sender argv) for one job."""
+def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "") -> tuple[list[str], list[str]]:
+    """(receiver argv, sender argv) for one job; ``run`` tags kernel peers' command lines."""
     py = sys.executable
     if transport == "kernel":
-        recv = [py, "-m", "mltcp.emulation.kernel_peer", "recv", "--port", str(job.port), "--t0", repr(t0)]
-        send = [py, "-m", "mltcp.emulation.kernel_peer", "send", "--host", job.dst_ip, "--port", str(job.port),
+        tag = ["--run", run] if run else []
+        recv = [py, "-m", "mltcp.emulation.kernel_peer", "recv", *tag, "--port", str(job.port), "--t0", repr(t0)]
+        send = [py, "-m", "mltcp.emulation.kernel_peer", "send", *tag, "--host", job.dst_ip, "--port", str(job.port),
                 "--job", job.name, "--cc", cc, "--iterations", str(job.iterations), "--bytes", str(job.bytes),
                 "--compute-s", repr(job.compute_s), "--t0", repr(t0),
                 "--start-offset-s", repr(job.start_offset_s)]
@@ -253,10 +254,10 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         t0 = time.time() + 1.0 + 0.1 * len(plan.jobs)
         receivers, senders = {}, {}
         for job in plan.jobs:
-            r_argv, s_argv = peer_commands(job, transport, wire_cc, t0)
+            r_argv, s_argv = peer_commands(job, transport, wire_cc, t0, prefix)
             receivers[job.name] = _Peer(net[job.receiver], r_argv, f"recv:{job.name}", q, cl)
         for job in plan.jobs:
-            _, s_argv = peer_commands(job, transport, wire_cc, t0)
+            _, s_argv = peer_commands(job, transport, wire_cc, t0, prefix)
             senders[job.name] = _Peer(net[job.sender], s_argv, f"send:{job.name}", q, cl)
         records: list[IterationRecord] = []
         retrans: dict[str, int] = {}

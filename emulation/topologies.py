@@ -395,6 +395,8 @@ def disable_offloads(net: Mininet) -> None:
 def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
     """Build and start ``topo`` in Mininet; registers the net with ``cleanup`` before building so
     that a failure halfway still removes everything."""
+    if mode not in LINK_MODES[1:]:
+        raise TopologyError(f"build_network: link mode must be one of {', '.join(LINK_MODES[1:])}, got {mode!r}")
     net = Mininet(topo=None, controller=None, link=Link, build=False, autoSetMacs=False,
                   waitConnected=False)
     cleanup.net = net

@@ -1,0 +1,146 @@
+"""Pure logic of the emulation part: names, tc command lines, scenario mapping, metrics helpers."""
+import pytest
+
+from mltcp import scenario as scn
+from mltcp.emulation import netns
+from mltcp.emulation.baseline import jain_index
+from mltcp.emulation.runner import (JobPlan, choose_topology, interleave_iteration, kernel_cc_name,
+                                    link_params_of, overlap_fraction, peer_commands, plan_from_scenario,
+                                    rescale)
+from mltcp.emulation.topologies import LinkParams, TopologyError, tc_commands
+from mltcp.records import IterationRecord
+
+
+def _sc(paths, links=("L",), **job):
+    d = {"name": "t", "iterations": 6, "warmup_iterations": 1,
+         "links": [{"name": n, "rate_mbps": 200, "delay_us": 100, "buffer_kb": 100} for n in links],
+         "jobs": [dict({"name": f"j{i}", "compute_ms": 10, "bytes": 1_000_000, "path": list(p)}, **job)
+                  for i, p in enumerate(paths)]}
+    return scn.from_dict(d, "test.toml")
+
+
+def test_run_tag_unique_letters_and_short():
+    tags = {netns.run_tag(p) for p in range(1, 5000)}
+    assert len(tags) == 4999
+    assert all(t.isalpha() and len(t) == 5 for t in tags)
+    assert netns.run_tag(4194304) != netns.run_tag(4194303)
+
+
+@pytest.mark.parametrize("kind,jobs", [("dumbbell", 50), ("ring", 3), ("leafspine", 20)])
+def test_interface_names_fit_ifnamsiz(kind, jobs):
+    from mltcp.emulation.topologies import make_topology
+    topo = make_topology(kind, netns.run_prefix(4194303), LinkParams(rate_mbps=10), n_jobs=jobs)
+    degree = {}
+    for a, b in topo.links():
+        degree[a] = degree.get(a, 0) + 1
+        degree[b] = degree.get(b, 0) + 1
+    longest = max(len(f"{n}-eth{d}") for n, d in degree.items())
+    assert longest <= 15
+    assert len(topo.job_pairs) >= min(jobs, 3)
+
+
+def test_tc_commands_htb_buffer():
+    cmds = tc_commands("x-eth1", LinkParams(rate_mbps=100, buffer_bytes=60000), "htb")
+    flat = [" ".join(c) for c in cmds]
+    assert any("htb" in c and "root" in c for c in flat)
+    assert any("rate 100mbit" in c for c in flat)
+    assert any("bfifo limit 60000" in c and "parent 5:1" in c for c in flat)
+    assert not any("netem" in c or " red " in c for c in flat)
+
+
+def test_tc_commands_linux_tc_delay_and_ecn():
+    flat = [" ".join(c) for c in tc_commands("d", LinkParams(rate_mbps=50, delay_ms=1, buffer_bytes=90000,
+                                                            ecn_threshold_pkts=20), "linux-tc")]
+    red = [c for c in flat if " red " in c]
+    assert red and "ecn" in red[0] and "min 30000" in red[0]
+    assert any("netem delay 1ms" in c and "parent 6:" in c for c in flat)
+
+
+def test_tc_commands_unshaped_is_empty_and_bad_mode_raises():
+    assert tc_commands("d", LinkParams(), "htb") == []
+    with pytest.raises(TopologyError):
+        tc_commands("d", LinkParams(rate_mbps=1), "switch")
+
+
+def test_link_params_validation():
+    with pytest.raises(TopologyError, match="rate_mbps"):
+        LinkParams(rate_mbps=-1).validate()
+    with pytest.raises(TopologyError, match="buffer_bytes"):
+        LinkParams(buffer_bytes=10).validate()
+
+
+def test_choose_topology():
+    assert choose_topology(_sc([["L"], ["L"]])) == "dumbbell"
+    ring = _sc([["a", "b"], ["b", "c"], ["c", "a"]], links=("a", "b", "c"))
+    assert choose_topology(ring) == "ring"
+    with pytest.raises(TopologyError, match="path"):
+        choose_topology(_sc([["a"], ["b"]], links=("a", "b")))
+
+
+def test_link_params_of_scenario_link():
+    sc = _sc([["L"]])
+    p = link_params_of(sc.links["L"])
+    assert p.rate_mbps == pytest.approx(200)
+    assert p.delay_ms == pytest.approx(0.1)
+    assert p.buffer_bytes == 100_000
+    assert p.ecn_threshold_pkts is None
+
+
+def test_rescale_keeps_comm_compute_ratio():
+    sc = _sc([["L"], ["L"]])
+    small = rescale(sc, rate_mbps=50, delay_ms=2, iterations=4)
+    assert sc.links["L"].rate_bps == pytest.approx(200e6)          # original untouched
+    assert small.links["L"].rate_bps == pytest.approx(50e6)
+    assert small.jobs[0].bytes_per_iter == pytest.approx(250_000)
+    assert small.links["L"].buffer_bytes == pytest.approx(25_000)
+    assert small.links["L"].delay_s == pytest.approx(0.002)
+    assert all(j.iterations == 4 for j in small.jobs)
+    assert small.warmup_iterations < 4
+    with pytest.raises(ValueError):
+        rescale(sc, rate_mbps=0)
+
+
+def test_plan_from_scenario():
+    plan = plan_from_scenario(_sc([["L"], ["L"]], start_offset_ms=5))
+    assert plan.topology == "dumbbell"
+    assert [j.bytes for j in plan.jobs] == [1_000_000, 1_000_000]
+    assert plan.jobs[0].start_offset_s == pytest.approx(0.005)
+
+
+def test_peer_commands_kernel_and_tag():
+    job = JobPlan("j", 1000, 0.1, 0.0, 3, "s", "r", "10.0.0.2", 5001)
+    recv, send = peer_commands(job, "kernel", "cubic", 123.0, "mabcde")
+    assert "mltcp.emulation.kernel_peer" in recv and "recv" in recv
+    assert send[send.index("--cc") + 1] == "cubic"
+    assert send[send.index("--host") + 1] == "10.0.0.2"
+    assert "mabcde" in send and "mabcde" in recv
+
+
+def test_kernel_cc_name():
+    assert kernel_cc_name("reno", False) == "reno"
+    with pytest.raises(Exception, match="reno or cubic"):
+        kernel_cc_name("dcqcn", False)
+
+
+def _rec(job, it, cs, end):
+    return IterationRecord(job, it, cs - 0.1, cs, end, 1.0)
+
+
+def test_overlap_and_interleave_iteration():
+    recs = [_rec("a", 0, 0.0, 1.0), _rec("b", 0, 0.0, 1.0),      # full overlap
+            _rec("a", 1, 2.0, 2.5), _rec("b", 1, 2.4, 3.0),      # 0.1 of 1.0 overlapped
+            _rec("a", 2, 4.0, 4.5), _rec("b", 2, 4.5, 5.0),      # disjoint
+            _rec("a", 3, 6.0, 6.5), _rec("b", 3, 6.6, 7.0)]
+    assert overlap_fraction(recs, 0) == pytest.approx(1.0)
+    assert overlap_fraction(recs, 1) == pytest.approx(0.1)
+    assert overlap_fraction(recs, 2) == pytest.approx(0.0)
+    assert interleave_iteration(recs) == 2
+    assert interleave_iteration(recs[:2]) is None
+
+
+def test_jain_index():
+    assert jain_index([10, 10]) == pytest.approx(1.0)
+    assert jain_index([10, 0]) == pytest.approx(0.5)
+    assert 0.5 < jain_index([10, 5]) < 1.0
+    with pytest.raises(ValueError):
+        jain_index([])

@@ -1,0 +1,157 @@
+"""Emulated networks for real: Mininet (LinuxBridge / Linux routers), kernel-TCP jobs, cleanup.
+
+Needs root, mnexec, tc, brctl; skips with the reason otherwise. Every test checks that nothing of
+its run (links named with the run prefix, node shells, peers) is left, also after a failure."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mltcp.emulation import netns
+from mltcp.emulation.runner import (EmulationError, JobPlan, Plan, have_mininet_prereqs, run_arm)
+from mltcp.emulation.topologies import LinkParams, build_network, make_topology
+
+why = have_mininet_prereqs()
+pytestmark = [pytest.mark.root, pytest.mark.skipif(why is not None, reason=f"emulation {why}")]
+
+
+@pytest.fixture(autouse=True)
+def quiet_mininet():
+    from mininet.log import setLogLevel
+    setLogLevel("error")
+
+
+def assert_clean(prefix, pids=()):
+    left = netns.leftovers(prefix, list(pids))
+    if left:  # remove before failing so one failure does not poison the next test
+        netns.kill_pids(left.pids)
+        netns.delete_links(prefix)
+    assert not left, f"left behind: {left}"
+
+
+def small_plan(iterations=5):
+    bn = LinkParams(rate_mbps=50, buffer_bytes=60_000)
+    jobs = [JobPlan("j0", 300_000, 0.05, 0.0, iterations), JobPlan("j1", 300_000, 0.05, 0.02, iterations)]
+    return Plan("test", "dumbbell", bn, jobs, warmup=1)
+
+
+def test_dumbbell_pings_runs_two_kernel_jobs_and_cleans_up():
+    prefix = netns.run_prefix()
+    pids = []
+    with netns.Cleanup(prefix) as cl:
+        topo = make_topology("dumbbell", prefix, LinkParams(rate_mbps=50, buffer_bytes=60_000), n_jobs=2)
+        net = build_network(topo, "htb", cl)
+        pids = cl.all_pids()
+        assert prefix + "s1" in netns.root_links()        # the bridge exists while the net runs
+        for s, r in topo.job_pairs:
+            out = net[s].cmd(f"ping -c 1 -W 2 {topo.ip_of(r)}")
+            assert " 0% packet loss" in out, out
+        qd = net[prefix + "s1"].cmd(f"tc qdisc show dev {prefix}s1-eth1")
+        assert "htb" in qd and "bfifo" in qd
+    assert_clean(prefix, pids)
+
+    plan = small_plan()
+    arm = run_arm(plan, "reno", "kernel", link_mode="htb")
+    assert {r.job for r in arm.records} == {"j0", "j1"}
+    assert sorted(r.iteration for r in arm.records if r.job == "j0") == list(range(5))
+    for r in arm.records:
+        assert r.start <= r.comm_start <= r.end
+        assert r.comm_start - r.start >= 0.05 * 0.9      # the compute phase was slept
+        assert r.bytes == 300_000
+    assert arm.cc == "reno" and arm.drops >= 0
+    assert set(arm.retrans) == {"j0", "j1"}
+    assert_clean(prefix)
+
+
+def test_failure_midway_cleans_up():
+    prefix = netns.run_prefix()
+    with pytest.raises(EmulationError, match="injected"):
+        run_arm(small_plan(iterations=50), "cubic", "kernel", link_mode="htb", fail_after_records=2)
+    assert_clean(prefix)
+
+
+def test_exception_during_build_cleans_up(monkeypatch):
+    from mltcp.emulation import topologies
+    seen = []
+
+    def boom(net, topo):
+        seen.extend(netns.root_links())
+        raise RuntimeError("boom after links exist")
+
+    monkeypatch.setattr(topologies, "configure_routing", boom)
+    prefix = netns.run_prefix()
+    topo = make_topology("dumbbell", prefix, LinkParams(rate_mbps=50), n_jobs=2)
+    with pytest.raises(RuntimeError, match="boom"):
+        with netns.Cleanup(prefix) as cl:
+            build_network(topo, "htb", cl)
+    assert any(n.startswith(prefix) for n in seen)
+    assert_clean(prefix)
+
+
+@pytest.mark.parametrize("kind,hops", [("ring", 2), ("leafspine", 3)])
+def test_routed_topologies_route(kind, hops):
+    prefix = netns.run_prefix()
+    with netns.Cleanup(prefix) as cl:
+        topo = make_topology(kind, prefix, LinkParams(rate_mbps=50, buffer_bytes=30_000), n_jobs=3 if kind == "ring" else 2)
+        net = build_network(topo, "htb", cl)
+        from mltcp.emulation.cli import ping_pair
+        rows = [ping_pair(net, topo, s, r) for s, r in topo.job_pairs]
+        pids = cl.all_pids()
+    assert all(r["ok"] for r in rows), rows
+    # ring: each job crosses two of the three bottlenecks; leaf-spine: leaf, spine, leaf
+    assert [r["router_hops"] for r in rows] == [hops] * len(rows)
+    assert_clean(prefix, pids)
+
+
+SCENARIO = textwrap.dedent("""
+    name = "sigint-test"
+    iterations = 400
+    warmup_iterations = 1
+    [[links]]
+    name = "L"
+    rate_mbps = 50
+    delay_us = 0
+    buffer_kb = 60
+    [[jobs]]
+    name = "a"
+    compute_ms = 20
+    bytes = 200000
+    path = ["L"]
+    [[jobs]]
+    name = "b"
+    compute_ms = 20
+    bytes = 200000
+    path = ["L"]
+""")
+
+
+@pytest.mark.integration
+def test_sigint_cleans_up(tmp_path):
+    sc = tmp_path / "s.toml"
+    sc.write_text(SCENARIO)
+    proc = subprocess.Popen([sys.executable, "-m", "mltcp.emulation.cli", "emulate", str(sc), "--json",
+                             "--no-sim", "--link-mode", "htb"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    prefix = netns.run_prefix(proc.pid)
+    try:
+        deadline = time.monotonic() + 30
+        # wait until the network exists and the peers run
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any("kernel_peer" in open(f"/proc/{p}/cmdline").read() for p in netns.tagged_pids(prefix)
+                   if os.path.exists(f"/proc/{p}/cmdline")):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read().decode()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err.decode()
+        assert b"interrupted" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert_clean(prefix)
