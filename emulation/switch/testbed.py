@@ -35,8 +35,9 @@ def _sysctl(key: str, value: str, netns: str | None) -> None:
 
 
 class Testbed:
-    __test__ = False  # not a pytest test class
     """Namespaces and veth pairs; use as a context manager."""
+
+    __test__ = False  # not a pytest test class
 
     def __init__(self, tag: str = "sw") -> None:
         self.tag = f"{tag}{os.getpid() % 100000}"

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Throughput of the software switch (mltcp-switch) between two namespaces.
+
+Topology: h1 (netns) --veth-- [switch port 1 | switch port 2] --veth-- h2 (netns); the switch
+runs as a subprocess in the root namespace, programmed over P4Runtime with p4runtime-shell.
+iperf3 measures UDP with 1500-byte IP packets (1514-byte frames) at a few offered loads and one
+TCP flow. Prints pps, Mb/s (IP-level goodput reported by the iperf3 receiver) and the ratio to
+100 Mb/s. Needs root.
+
+    sudo .venv/bin/python bench/bench_switch.py [--seconds 5] [--rate unlimited] [--loads 100,150,200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+P4INFO = ROOT / "p4src" / "mltcp.p4info.txtpb"
+
+
+def mac_of(ns: str, ifname: str) -> str:
+    out = subprocess.run(["ip", "-n", ns, "-j", "link", "show", ifname], capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)[0]["address"]
+
+
+def iperf(tb, client_ns, server_ip, args: list[str], seconds: float) -> dict:
+    r = tb.run(client_ns, "iperf3", "-c", server_ip, "-J", "-t", str(seconds), *args,
+               timeout=seconds + 30)
+    if r.returncode != 0:
+        raise RuntimeError(f"iperf3 failed: {r.stdout[-800:]} {r.stderr[-400:]}")
+    return json.loads(r.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--rate", default="unlimited", help="switch egress rate (default unlimited)")
+    ap.add_argument("--loads", default="100,150,200", help="UDP offered loads in Mb/s")
+    ap.add_argument("--tcp", action=argparse.BooleanOptionalAction, default=True)
+    a = ap.parse_args()
+
+    from mltcp.emulation.switch.runtime import spawn_switch
+    from mltcp.emulation.switch.testbed import Testbed, have_root_netns
+
+    why = have_root_netns()
+    if why:
+        print(f"bench_switch: skipped: {why}")
+        return 0
+    pid = os.getpid() % 100000
+    with Testbed("bsw") as tb, tempfile.TemporaryDirectory() as tmp:
+        h1, h2 = tb.netns("h1"), tb.netns("h2")
+        s1, e1 = tb.veth(f"bs{pid}a", f"bh{pid}a")
+        s2, e2 = tb.veth(f"bs{pid}b", f"bh{pid}b")
+        subprocess.run(["ip", "link", "set", e1, "netns", h1], check=True)
+        subprocess.run(["ip", "link", "set", e2, "netns", h2], check=True)
+        for ns, dev, ip, peer_net, peer_ip in ((h1, e1, "10.0.1.1/24", "10.0.2.0/24", "10.0.2.2"),
+                                               (h2, e2, "10.0.2.2/24", "10.0.1.0/24", "10.0.1.1")):
+            tb.run(ns, "ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off", "gro", "off")
+            for cmd in (["addr", "add", ip, "dev", dev], ["link", "set", dev, "up"],
+                        ["route", "add", peer_net, "dev", dev],
+                        ["neigh", "add", peer_ip, "lladdr", "02:00:00:00:00:fe", "dev", dev]):
+                subprocess.run(["ip", "-n", ns] + cmd, check=True)
+        log = open(Path(tmp) / "switch.log", "w+")
+        proc, port = spawn_switch({1: s1, 2: s2}, grpc_host="127.0.0.1", rate=a.rate, stderr=log)
+        try:
+            import p4runtime_sh.shell as sh
+
+            dev = Path(tmp) / "dev.bin"
+            dev.write_bytes(b"")
+            sh.setup(device_id=0, grpc_addr=f"127.0.0.1:{port}", election_id=(0, 1),
+                     config=sh.FwdPipeConfig(str(P4INFO), str(dev)), verbose=False)
+            for prefix, mac, p in (("10.0.2.2/32", mac_of(h2, e2), 2), ("10.0.1.1/32", mac_of(h1, e1), 1)):
+                te = sh.TableEntry("MyIngress.ipv4_lpm")(action="MyIngress.ipv4_forward")
+                te.match["hdr.ipv4.dstAddr"] = prefix
+                te.action["dstAddr"] = mac
+                te.action["port"] = str(p)
+                te.insert()
+            sh.teardown()
+            srv = subprocess.Popen(["ip", "netns", "exec", h2, "iperf3", "-s"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            try:
+                r = tb.run(h1, "ping", "-c", "3", "-i", "0.2", "10.0.2.2")
+                print(f"ping through the switch: {'ok' if r.returncode == 0 else 'FAILED'}")
+                print(f"switch rate {a.rate}; {os.cpu_count()} cores; {a.seconds:g} s per run")
+                print(f"{'test':<22}{'offered':>10}{'recv Mb/s':>11}{'recv pps':>10}{'loss %':>8}"
+                      f"{'ratio/100M':>12}")
+                for load in (float(x) for x in a.loads.split(",")):
+                    j = iperf(tb, h1, "10.0.2.2", ["-u", "-b", f"{load}M", "-l", "1472"], a.seconds)
+                    s = j["end"]["sum"]
+                    recv_bps = s["bits_per_second"] * (1 - s["lost_percent"] / 100)
+                    pps = (s["packets"] - s["lost_packets"]) / s["seconds"]
+                    print(f"{'udp 1500B':<22}{load:>9.0f}M{recv_bps / 1e6:>11.1f}{pps:>10.0f}"
+                          f"{s['lost_percent']:>8.2f}{recv_bps / 100e6:>12.2f}")
+                if a.tcp:
+                    j = iperf(tb, h1, "10.0.2.2", ["-M", "1448"], a.seconds)
+                    bps = j["end"]["sum_received"]["bits_per_second"]
+                    retr = j["end"]["sum_sent"].get("retransmits", 0)
+                    print(f"{'tcp 1 flow':<22}{'-':>10}{bps / 1e6:>11.1f}{bps / 8 / 1500:>10.0f}"
+                          f"{'retr ' + str(retr):>8}{bps / 100e6:>12.2f}")
+            finally:
+                srv.terminate()
+                srv.wait(5)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            log.seek(0)
+            stats = [ln for ln in log.read().splitlines() if "port stats" in ln]
+            if stats:
+                print("switch:", stats[-1].split("switch stopped; ", 1)[-1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
