@@ -1,0 +1,289 @@
+"""`mltcp switch ...`: drive mltcp.p4 switches over P4Runtime.
+
+Targets: either one switch (``--grpc host:port --device-id N``) or the switches of a topology
+file (``--topology FILE [--switch NAME]``). Exit codes: 0 ok, 1 P4Runtime/connection failure,
+2 bad input (topology file or option value; the message names the file and field).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.live import Live
+
+from mltcp.p4src import P4INFO_PATH, load_p4info
+
+from . import entries as E
+from .client import (
+    DEFAULT_GRPC,
+    ControlPlaneError,
+    configure_switch,
+    connect_switch,
+    reader_election_id,
+)
+from .counters import CounterSnapshot, to_json, to_table
+from .topology import (
+    SwitchSpec,
+    TopologyError,
+    check_election_id,
+    check_grpc_addr,
+    check_port,
+    check_threshold,
+    load_topology,
+)
+
+app = typer.Typer(help="P4Runtime control plane for the MLTCP P4 switch (mltcp.p4).",
+                  no_args_is_help=True, add_completion=False)
+out = Console()
+err = Console(stderr=True)
+
+GrpcOpt = typer.Option(None, "--grpc", help=f"P4Runtime server host:port [default: {DEFAULT_GRPC}]")
+DeviceOpt = typer.Option(0, "--device-id", help="P4Runtime device id")
+ElectionOpt = typer.Option(None, "--election-id", help="HIGH,LOW (default 1,0 for writers; "
+                                                       "0,<pid> for readers)")
+TopoOpt = typer.Option(None, "--topology", "-t", help="topology TOML file", exists=False)
+SwitchOpt = typer.Option(None, "--switch", "-s", help="only this switch of the topology")
+TimeoutOpt = typer.Option(10.0, "--timeout", help="seconds to wait for the server")
+
+
+def _fail(code: int, msg: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _election(value: Optional[str]) -> Optional[tuple[int, int]]:
+    if value is None:
+        return None
+    try:
+        parts = [int(x) for x in value.split(",")]
+    except ValueError:
+        raise TopologyError("command line", "--election-id", f"expected HIGH,LOW, got {value!r}")
+    return check_election_id(parts, "command line", "--election-id")
+
+
+def _targets(grpc: Optional[str], device_id: int, topology: Optional[Path],
+             switch: Optional[str]) -> list[SwitchSpec]:
+    if topology is not None:
+        if grpc is not None:
+            raise TopologyError("command line", "--grpc", "give either --grpc or --topology")
+        topo = load_topology(topology)
+        return [topo.switch(switch)] if switch else list(topo.switches)
+    if switch is not None:
+        raise TopologyError("command line", "--switch", "needs --topology")
+    addr = check_grpc_addr(grpc or DEFAULT_GRPC, "command line", "--grpc")
+    return [SwitchSpec(name=addr, grpc=addr, device_id=device_id)]
+
+
+def _run(fn):
+    """Map library errors to exit codes."""
+    try:
+        return fn()
+    except TopologyError as e:
+        raise _fail(2, str(e))
+    except ControlPlaneError as e:
+        raise _fail(1, str(e))
+
+
+@app.command()
+def push(
+    p4info: Path = typer.Option(P4INFO_PATH, "--p4info", help="P4Info text file"),
+    config: Optional[Path] = typer.Option(None, "--config",
+                                          help="device config: BMv2 JSON (p4c -o); "
+                                               "omit for the software switch"),
+    grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
+    election_id: Optional[str] = ElectionOpt,
+    topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
+    timeout: float = TimeoutOpt,
+):
+    """Push the pipeline (P4Info + device config) to the switch(es)."""
+    def go():
+        for path, opt in ((p4info, "--p4info"), (config, "--config")):
+            if path is not None and not path.is_file():
+                raise TopologyError(str(path), opt, "file not found")
+        eid = _election(election_id)
+        for spec in _targets(grpc, device_id, topology, switch):
+            with connect_switch(spec, timeout, election_id=eid) as conn:
+                # a topology's own p4info/config wins over the defaults
+                conn.push_pipeline(spec.p4info or p4info, spec.config or config)
+            out.print(f"pushed pipeline to {spec.name} ({spec.grpc}, device {spec.device_id})")
+    _run(go)
+
+
+@app.command()
+def install(
+    topology_file: Path = typer.Argument(..., metavar="TOPOLOGY", help="topology TOML file"),
+    switch: Optional[str] = SwitchOpt,
+    do_push: bool = typer.Option(False, "--push", help="push the pipeline first"),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="print the entries without connecting"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable summary"),
+    timeout: float = TimeoutOpt,
+):
+    """Install routes (MyIngress.ipv4_lpm) and ECN thresholds (MyEgress.ecn_threshold)."""
+    def go():
+        topo = load_topology(topology_file)
+        specs = [topo.switch(switch)] if switch else list(topo.switches)
+        if dry_run:
+            summary = []
+            for spec in specs:
+                E.use_p4info(load_p4info(spec.p4info or P4INFO_PATH))
+                tes = [E.route_entry(r) for r in spec.routes]
+                tes += [E.ecn_entry(e.port, e.threshold) for e in spec.ecn]
+                summary.append({"switch": spec.name, "grpc": spec.grpc,
+                                "routes": len(spec.routes), "ecn_thresholds": len(spec.ecn),
+                                "entries": [str(te.msg()) for te in tes]})
+                if not as_json:
+                    out.rule(f"{spec.name} ({spec.grpc}, device {spec.device_id})")
+                    for te in tes:
+                        out.print(str(te.msg()), highlight=False)
+            if as_json:
+                print(json.dumps({"dry_run": True, "switches": summary}, sort_keys=True))
+            return
+        results = []
+        for spec in specs:
+            with connect_switch(spec, timeout) as conn:
+                results.append(configure_switch(conn, spec, push=do_push))
+            if not as_json:
+                r = results[-1]
+                out.print(f"{spec.name}: {r['routes']} routes, {r['ecn_thresholds']} ECN "
+                          f"thresholds{' (pipeline pushed)' if do_push else ''}")
+        if as_json:
+            print(json.dumps({"dry_run": False, "switches": results}, sort_keys=True))
+    _run(go)
+
+
+@app.command("set-ecn")
+def set_ecn(
+    port: int = typer.Option(..., "--port", help="egress port"),
+    threshold: Optional[int] = typer.Option(None, "--threshold",
+                                            help="queue depth in packets (cells on Tofino)"),
+    off: bool = typer.Option(False, "--off", help="remove the port's threshold (no marking)"),
+    grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
+    election_id: Optional[str] = ElectionOpt,
+    topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
+    timeout: float = TimeoutOpt,
+):
+    """Set (or with --off remove) the ECN marking threshold of one egress port."""
+    def go():
+        check_port(port, "command line", "--port")
+        if off == (threshold is not None):
+            raise TopologyError("command line", "--threshold", "give --threshold N or --off")
+        if threshold is not None:
+            check_threshold(threshold, "command line", "--threshold")
+        eid = _election(election_id)
+        for spec in _targets(grpc, device_id, topology, switch):
+            with connect_switch(spec, timeout, election_id=eid) as conn:
+                conn.attach()
+                if off:
+                    had = conn.clear_ecn_threshold(port)
+                    out.print(f"{spec.name}: port {port}: ECN marking off"
+                              f"{'' if had else ' (was not set)'}")
+                else:
+                    conn.set_ecn_threshold(port, threshold)
+                    out.print(f"{spec.name}: port {port}: ECN threshold {threshold}")
+    _run(go)
+
+
+def _job_filter(jobs: Optional[list[int]]) -> Optional[set[int]]:
+    if not jobs:
+        return None
+    for j in jobs:
+        if not 0 <= j < 1024:
+            raise TopologyError("command line", "--job", f"must be in [0, 1023], got {j}")
+    return set(jobs)
+
+
+@app.command()
+def counters(
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    job: Optional[list[int]] = typer.Option(None, "--job", help="only these job ids"),
+    grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
+    election_id: Optional[str] = ElectionOpt,
+    topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
+    timeout: float = TimeoutOpt,
+):
+    """Per-job counters: job_tx packets/bytes, job_ecn_marks, bytes_ratio; parse_errors."""
+    def go():
+        only = _job_filter(job)
+        eid = _election(election_id) or reader_election_id()
+        snaps = []
+        for spec in _targets(grpc, device_id, topology, switch):
+            with connect_switch(spec, timeout, election_id=eid) as conn:
+                conn.attach()
+                snaps.append(conn.read_counters())
+        if as_json:
+            print(to_json(snaps, only))
+        else:
+            out.print(to_table(snaps, only))
+    _run(go)
+
+
+@app.command()
+def watch(
+    interval: float = typer.Option(1.0, "--interval", "-i", help="seconds between polls"),
+    count: int = typer.Option(0, "--count", "-n", help="stop after N polls (0: until Ctrl-C)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON line per poll"),
+    job: Optional[list[int]] = typer.Option(None, "--job", help="only these job ids"),
+    grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
+    election_id: Optional[str] = ElectionOpt,
+    topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
+    timeout: float = TimeoutOpt,
+    retry_timeout: float = typer.Option(60.0, "--retry-timeout",
+                                        help="keep reconnecting this long after the target "
+                                             "goes away"),
+):
+    """Poll the counters; reconnects with backoff when the target restarts."""
+    def go():
+        if interval <= 0:
+            raise TopologyError("command line", "--interval", "must be > 0")
+        if count < 0:
+            raise TopologyError("command line", "--count", "must be >= 0")
+        only = _job_filter(job)
+        eid = _election(election_id) or reader_election_id()
+        specs = _targets(grpc, device_id, topology, switch)
+        if len(specs) != 1:
+            raise TopologyError(str(topology), "--switch",
+                                "watch follows one switch: pick one with --switch")
+        spec = specs[0]
+        conn = connect_switch(spec, timeout, retry_timeout, election_id=eid)
+        n = 0
+        try:
+            conn.attach()
+
+            def poll() -> CounterSnapshot:
+                return conn.read_counters()
+
+            if as_json:
+                while True:
+                    print(to_json([poll()], only), flush=True)
+                    n += 1
+                    if count and n >= count:
+                        break
+                    time.sleep(interval)
+            else:
+                with Live(to_table([poll()], only), console=out,
+                          auto_refresh=False) as live:
+                    n = 1
+                    while not count or n < count:
+                        time.sleep(interval)
+                        live.update(to_table([poll()], only), refresh=True)
+                        n += 1
+        except KeyboardInterrupt:
+            pass
+        finally:
+            conn.close()
+    _run(go)
+
+
+def main() -> None:  # pragma: no cover - entry for `python -m mltcp.controlplane.cli`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
