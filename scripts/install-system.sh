@@ -4,7 +4,14 @@
 #
 #   MLTCP_WITH_P4=1   also install p4c and BMv2 (only possible where p4lang's Ubuntu packages
 #                     are reachable, e.g. the Vagrant VM); off by default.
+#   MLTCP_OS_RELEASE, MLTCP_APT_ETC   where to read the distribution and write apt sources
+#                     (default /etc/os-release, /etc/apt; tests point them elsewhere).
 set -euo pipefail
+
+OS_RELEASE="${MLTCP_OS_RELEASE:-/etc/os-release}"
+APT_ETC="${MLTCP_APT_ETC:-/etc/apt}"
+OS_ID=$(. "$OS_RELEASE" && echo "${ID:-}")
+OS_VERSION_ID=$(. "$OS_RELEASE" && echo "${VERSION_ID:-}")
 
 need_root() { if [ "$(id -u)" -ne 0 ]; then echo "install-system.sh: run as root (sudo)" >&2; exit 2; fi; }
 
@@ -15,6 +22,11 @@ PKGS=(
   clang llvm libbpf-dev bpftool make gcc
   tshark
 )
+# Ubuntu before 23.04 has no bpftool package (it ships in linux-tools for the running kernel),
+# and its python3 is 3.10: mltcp needs 3.11 (make ... PYTHON_SYS=/usr/bin/python3.11).
+if [ "$OS_ID" = ubuntu ] && dpkg --compare-versions "$OS_VERSION_ID" lt 23.04; then
+  PKGS=("${PKGS[@]/bpftool/linux-tools-common}" "linux-tools-$(uname -r)" python3.11 python3.11-venv python3.11-dev)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -34,11 +46,18 @@ fi
 if [ "${MLTCP_WITH_P4:-0}" = "1" ]; then
   need_root
   if ! command -v p4c >/dev/null || ! command -v simple_switch_grpc >/dev/null; then
-    # p4lang publishes p4c and BMv2 for Ubuntu through the openSUSE build service.
-    . /etc/os-release
-    repo="https://download.opensuse.org/repositories/home:/p4lang/xUbuntu_${VERSION_ID}"
-    echo "deb ${repo}/ /" > /etc/apt/sources.list.d/p4lang.list
-    curl -fsSL "${repo}/Release.key" | gpg --dearmor > /etc/apt/trusted.gpg.d/p4lang.gpg
+    if [ "$OS_ID" != ubuntu ]; then
+      echo "install-system.sh: MLTCP_WITH_P4=1 needs Ubuntu (p4lang's packages); this is ${OS_ID:-unknown}" >&2
+      exit 3
+    fi
+    # p4lang publishes p4c and BMv2 for Ubuntu through the openSUSE build service. The key is
+    # fetched with curl and de-armored with gpg, so both (and CA certificates) come first.
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends curl gnupg ca-certificates >/dev/null
+    repo="https://download.opensuse.org/repositories/home:/p4lang/xUbuntu_${OS_VERSION_ID}"
+    echo "deb ${repo}/ /" > "${APT_ETC}/sources.list.d/p4lang.list"
+    curl -fsSL "${repo}/Release.key" | gpg --dearmor > "${APT_ETC}/trusted.gpg.d/p4lang.gpg"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq p4lang-p4c p4lang-bmv2
   fi

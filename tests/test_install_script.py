@@ -1,0 +1,114 @@
+"""scripts/install-system.sh: syntax, idempotence here, and the package choices it makes elsewhere.
+
+apt-get, curl and gpg are replaced by stubs on PATH that record their arguments, so no test
+installs anything or touches the network; dpkg-query is stubbed where a test needs "nothing
+installed"."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install-system.sh"
+
+
+def stub_bin(tmp_path: Path, names, nothing_installed=False) -> tuple[dict, Path]:
+    d = tmp_path / "bin"
+    d.mkdir()
+    log = tmp_path / "calls.log"
+    for n in names:
+        p = d / n
+        p.write_text(f'#!/bin/sh\necho "{n} $*" >> "{log}"\n')
+        p.chmod(0o755)
+    if nothing_installed:
+        p = d / "dpkg-query"
+        p.write_text("#!/bin/sh\nexit 1\n")
+        p.chmod(0o755)
+    env = dict(os.environ, PATH=f"{d}:{os.environ['PATH']}")
+    env.pop("MLTCP_WITH_P4", None)
+    return env, log
+
+
+def test_bash_syntax():
+    r = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="not a dpkg system")
+def test_idempotent_here_without_apt(tmp_path):
+    env, log = stub_bin(tmp_path, ["apt-get"])
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    if "installing" in r.stdout:
+        pytest.fail(f"packages missing on this machine (run `make system`): {r.stdout}")
+    assert r.returncode == 0, r.stderr
+    assert "already present" in r.stdout
+    assert not log.exists(), log.read_text()
+
+
+def _fake_os(tmp_path, os_id, version):
+    f = tmp_path / "os-release"
+    f.write_text(f'ID={os_id}\nVERSION_ID="{version}"\n')
+    return str(f)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("dpkg") is None, reason="needs root and dpkg")
+def test_ubuntu_2204_package_list(tmp_path):
+    env, log = stub_bin(tmp_path, ["apt-get"], nothing_installed=True)
+    env["MLTCP_OS_RELEASE"] = _fake_os(tmp_path, "ubuntu", "22.04")
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    install = [l for l in log.read_text().splitlines() if " install " in l]
+    assert len(install) == 1
+    pkgs = install[0].split()
+    assert "bpftool" not in pkgs and "linux-tools-common" in pkgs
+    assert f"linux-tools-{os.uname().release}" in pkgs
+    assert "mininet" in pkgs and "libbpf-dev" in pkgs
+    assert "python3.11-venv" in pkgs          # jammy's python3 is 3.10
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("dpkg") is None, reason="needs root and dpkg")
+def test_debian_keeps_bpftool(tmp_path):
+    env, log = stub_bin(tmp_path, ["apt-get"], nothing_installed=True)
+    env["MLTCP_OS_RELEASE"] = _fake_os(tmp_path, "debian", "12")
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    pkgs = [l for l in log.read_text().splitlines() if " install " in l][0].split()
+    assert "bpftool" in pkgs and "linux-tools-common" not in pkgs
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_p4_branch_installs_curl_and_gnupg_before_using_them(tmp_path):
+    env, log = stub_bin(tmp_path, ["apt-get", "curl", "gpg"])
+    # hide any real p4c/simple_switch_grpc so the branch runs
+    env["PATH"] = f"{tmp_path / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin"
+    env["MLTCP_WITH_P4"] = "1"
+    env["MLTCP_OS_RELEASE"] = _fake_os(tmp_path, "ubuntu", "22.04")
+    apt_etc = tmp_path / "apt"
+    (apt_etc / "sources.list.d").mkdir(parents=True)
+    (apt_etc / "trusted.gpg.d").mkdir()
+    env["MLTCP_APT_ETC"] = str(apt_etc)
+    if shutil.which("p4c", path=env["PATH"]) and shutil.which("simple_switch_grpc", path=env["PATH"]):
+        pytest.skip("p4c and BMv2 installed: the branch is skipped by design")
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    calls = log.read_text().splitlines()
+    first_curl = next(i for i, c in enumerate(calls) if c.startswith("curl "))
+    pre = next(i for i, c in enumerate(calls) if c.startswith("apt-get install") and "curl" in c and "gnupg" in c)
+    assert pre < first_curl
+    assert "xUbuntu_22.04/Release.key" in calls[first_curl]
+    assert any("p4lang-p4c" in c and "p4lang-bmv2" in c for c in calls[first_curl:])
+    assert "xUbuntu_22.04" in (apt_etc / "sources.list.d" / "p4lang.list").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_p4_branch_refuses_non_ubuntu(tmp_path):
+    env, log = stub_bin(tmp_path, ["apt-get", "curl", "gpg"])
+    env["PATH"] = f"{tmp_path / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin"
+    env["MLTCP_WITH_P4"] = "1"
+    env["MLTCP_OS_RELEASE"] = _fake_os(tmp_path, "debian", "12")
+    env["MLTCP_APT_ETC"] = str(tmp_path)
+    if shutil.which("p4c", path=env["PATH"]) and shutil.which("simple_switch_grpc", path=env["PATH"]):
+        pytest.skip("p4c and BMv2 installed")
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 3 and "needs Ubuntu" in r.stderr
