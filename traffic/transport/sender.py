@@ -82,7 +82,7 @@ class FlowSender:
         self._acked = np.zeros(1)
         self._rttv = np.zeros(1)
         self.stats = dict(sent=0, retransmits=0, acks=0, ece=0, cnp=0, loss_events=0, ecn_events=0,
-                          timeouts=0, send_drops=0, bad=0)
+                          timeouts=0, send_drops=0, bad=0, ce_marks=0)
 
     # -- application ---------------------------------------------------------------------------
     def enqueue(self, nbytes: int, iteration: int) -> int:
@@ -140,6 +140,7 @@ class FlowSender:
                 rtt_sample = now - echo
             if res.advanced:
                 self.rto_start = now if sb.outstanding else None
+            self.stats["ce_marks"] += p.ce_count
             if p.flags & wire.FLAG_ECE:
                 ece = True
                 self.stats["ece"] += 1

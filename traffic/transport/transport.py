@@ -16,6 +16,7 @@ class SendResult:
     retransmits: int
     timeouts: int
     duration: float
+    marks: int = 0       # CE-marked datagrams (echoed by the receiver)
 
 
 class TransportTimeout(RuntimeError):
@@ -61,6 +62,7 @@ class UdpTransport:
         t0 = self.clock()
         r0 = self.retransmits
         to0 = sum(f.stats["timeouts"] for f in self.flows)
+        m0 = sum(f.stats["ce_marks"] for f in self.flows)
         targets = [f.enqueue(int(nbytes), iteration) for f in self.flows]
         ok = run_until(self.flows, lambda: all(f.sb.snd_una >= t for f, t in zip(self.flows, targets)),
                        clock=self.clock, timeout=self.timeout)
@@ -68,7 +70,8 @@ class UdpTransport:
             raise TransportTimeout(f"iteration {iteration}: {nbytes} bytes not delivered within "
                                    f"{self.timeout} s (is the receiver running?)")
         return SendResult(iteration, int(nbytes), len(self.flows), self.retransmits - r0,
-                          sum(f.stats["timeouts"] for f in self.flows) - to0, self.clock() - t0)
+                          sum(f.stats["timeouts"] for f in self.flows) - to0, self.clock() - t0,
+                          sum(f.stats["ce_marks"] for f in self.flows) - m0)
 
     @property
     def retransmits(self) -> int:
