@@ -11,6 +11,7 @@ import os
 import platform
 import shutil
 import subprocess
+import time
 from importlib import resources
 from pathlib import Path
 
@@ -110,9 +111,28 @@ def build(variants=tuple(VARIANTS), out_dir: Path | None = None, clang: str = "c
     return objs
 
 
+def _struct_ops() -> list[tuple[str, int]]:
+    return [(s["name"], s["id"]) for s in _bpftool_json("struct_ops", "list") if s.get("name") in VARIANTS]
+
+
 def registered() -> dict[str, int]:
-    """Registered struct_ops of our variants: name -> struct_ops map id."""
-    return {s["name"]: s["id"] for s in _bpftool_json("struct_ops", "list") if s.get("name") in VARIANTS}
+    """Our variants that are registered (in the kernel's available list): name -> struct_ops id."""
+    avail = set(available())
+    out: dict[str, int] = {}
+    for name, sid in _struct_ops():
+        if name in avail and sid > out.get(name, -1):
+            out[name] = sid
+    return out
+
+
+def lingering() -> dict[str, list[int]]:
+    """Unregistered struct_ops maps of our variants still held by sockets: name -> ids."""
+    reg = registered()
+    out: dict[str, list[int]] = {}
+    for name, sid in _struct_ops():
+        if reg.get(name) != sid:
+            out.setdefault(name, []).append(sid)
+    return out
 
 
 def available() -> list[str]:
@@ -120,7 +140,9 @@ def available() -> list[str]:
 
 
 def _unregister(name: str) -> None:
-    _run(["bpftool", "struct_ops", "unregister", "name", name], f"unregistering {name}")
+    sid = registered().get(name)
+    if sid is not None:
+        _run(["bpftool", "struct_ops", "unregister", "id", str(sid)], f"unregistering {name}")
 
 
 def load(variants=tuple(VARIANTS), config: Config = Config(), clang: str = "clang") -> dict[str, int]:
@@ -161,8 +183,13 @@ def load(variants=tuple(VARIANTS), config: Config = Config(), clang: str = "clan
     return {v: i for v, i in registered().items() if v in variants}
 
 
-def unload(variants=tuple(VARIANTS)) -> list[str]:
-    """Unregister the variants that are registered; returns those removed. Checks nothing is left."""
+def unload(variants=tuple(VARIANTS), wait: float = 3.0) -> tuple[list[str], list[str]]:
+    """Unregister the variants that are registered. Returns (removed, lingering).
+
+    The name leaves tcp_available_congestion_control at once (checked; an error otherwise). The
+    struct_ops map itself is freed when the last socket using it is gone: ``lingering`` names
+    the variants still listed by ``bpftool struct_ops list`` after ``wait`` seconds because open
+    (or orphaned, still retransmitting) sockets use them."""
     variants = check_variants(variants)
     require_root("unloading BPF congestion control")
     require_tools("bpftool")
@@ -171,17 +198,23 @@ def unload(variants=tuple(VARIANTS)) -> list[str]:
         if v in registered():
             _unregister(v)
             removed.append(v)
-    left = [v for v in variants if v in registered() or v in available()]
-    if left:
-        raise KernelCCError(f"still registered after unload: {', '.join(left)}")
-    return removed
+    still = [v for v in variants if v in available()]
+    if still:
+        raise KernelCCError(f"still in {AVAILABLE} after unregistering: {', '.join(still)}")
+    deadline = time.monotonic() + wait
+    while True:
+        held = [v for v in variants if v in lingering()]
+        if not held or time.monotonic() >= deadline:
+            return removed, held
+        time.sleep(0.1)
 
 
 def status() -> dict:
     """Registered variants, their configuration and the kernel's available list."""
-    out: dict = {"available": available(), "registered": {}, "cache_dir": str(cache_dir())}
+    out: dict = {"available": available(), "registered": {}, "lingering": {}, "cache_dir": str(cache_dir())}
     try:
         regs = registered()
+        out["lingering"] = lingering()
     except MapsError as e:
         out["error"] = str(e)
         return out

@@ -87,7 +87,7 @@ class SocketState:
     min_idle_us: int
     flags: int
     port: int
-    trace: int
+    pad: int
 
     @classmethod
     def unpack(cls, raw: bytes) -> "SocketState":

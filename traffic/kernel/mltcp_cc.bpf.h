@@ -57,7 +57,7 @@ struct mltcp_cfg {
 	__u32 idle_frac_q10;
 	__u32 min_idle_us;
 	__u32 flags;          /* MLTCP_FLAG_* */
-	__u32 trace_port;     /* local port whose cong_avoid calls are traced, 0 = none */
+	__u32 trace_port;     /* local port whose growth steps are traced, 0 = none (read live) */
 	__u32 pad;
 };
 
@@ -76,7 +76,7 @@ struct mltcp_sk {
 	__u32 min_idle_us;
 	__u32 flags;
 	__u32 port;              /* local port (host order) */
-	__u32 trace;             /* 1 when this socket's cong_avoid is traced */
+	__u32 pad;
 };
 
 struct mltcp_trace_ev {
@@ -280,8 +280,6 @@ static __always_inline void mltcp_init(struct sock *sk)
 		m->min_idle_us = MLTCP_DEF_MIN_IDLE_US;
 		m->flags = 0;
 	}
-	cfg = bpf_map_lookup_elem(&MLTCP_MAP(cfg), &zero);
-	m->trace = cfg && cfg->valid && cfg->trace_port && cfg->trace_port == port;
 	m->port = port;
 	m->iter_start_acked = tp->bytes_acked;
 	m->last_act_ns = bpf_ktime_get_ns();
@@ -348,10 +346,14 @@ static __always_inline struct mltcp_trace_ev *mltcp_trace_open(const struct tcp_
 								__u32 aux)
 {
 	struct mltcp_trace_ev *ev;
+	struct mltcp_cfg *cfg;
 	__u32 zero = 0, slot;
 	__u64 *cnt;
 
-	if (!m || !m->trace)
+	if (!m)
+		return 0;
+	cfg = bpf_map_lookup_elem(&MLTCP_MAP(cfg), &zero);
+	if (!cfg || !cfg->trace_port || cfg->trace_port != m->port)
 		return 0;
 	cnt = bpf_map_lookup_elem(&MLTCP_MAP(tcount), &zero);
 	if (!cnt)

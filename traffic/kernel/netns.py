@@ -1,0 +1,147 @@
+"""Network namespaces for kernel-TCP runs: senders -> router (htb + bfifo bottleneck) -> receiver.
+
+Built with iproute2/tc/ethtool through subprocess; :func:`in_netns` moves the calling thread into
+a namespace (setns) so sockets created inside it live there while the Python process stays one
+process (BPF socket storage can then be read by socket fd). Everything is removed by
+:meth:`Dumbbell.destroy`, also after a partial build.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class NetnsError(RuntimeError):
+    pass
+
+
+def run(*cmd: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
+    res = subprocess.run(full, capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise NetnsError(f"{' '.join(full)}: {res.stderr.strip() or res.stdout.strip()}")
+    return res
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise NetnsError(f"setns: {os.strerror(err)}")
+
+
+
+@contextlib.contextmanager
+def in_netns(name: str | None):
+    """Run the body with the current thread in namespace ``name`` (None: stay where we are)."""
+    if name is None:
+        yield
+        return
+    target = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    home = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            yield
+        finally:
+            _setns(home)
+    finally:
+        os.close(target)
+        os.close(home)
+
+
+@dataclass
+class Dumbbell:
+    """``n`` sender namespaces and one receiver behind a router whose link to the receiver is the
+    bottleneck: htb at ``rate_mbit`` with a bfifo of ``buffer_bytes`` (drop-tail).
+
+    Addresses: sender i is 10.77.i.2 (i from 1), receiver 10.77.100.2.
+    """
+
+    n: int = 2
+    rate_mbit: float = 100.0
+    buffer_bytes: int = 150_000
+    tag: str = field(default_factory=lambda: f"mk{os.getpid()}")
+    namespaces: list[str] = field(default_factory=list)
+
+    @property
+    def senders(self) -> list[str]:
+        return [f"{self.tag}s{i}" for i in range(1, self.n + 1)]
+
+    @property
+    def router(self) -> str:
+        return f"{self.tag}r"
+
+    @property
+    def receiver(self) -> str:
+        return f"{self.tag}d"
+
+    receiver_ip = "10.77.100.2"
+
+    def sender_ip(self, i: int) -> str:
+        return f"10.77.{i + 1}.2"
+
+    def _veth(self, a_ns: str, a_if: str, b_ns: str, b_if: str, a_ip: str, b_ip: str) -> None:
+        run("ip", "link", "add", a_if, "netns", a_ns, "type", "veth", "peer", "name", b_if, "netns", b_ns)
+        for ns, ifc, ip in ((a_ns, a_if, a_ip), (b_ns, b_if, b_ip)):
+            run("ip", "addr", "add", ip, "dev", ifc, ns=ns)
+            run("ip", "link", "set", ifc, "up", ns=ns)
+            # Segments of one MSS on the wire, so the bfifo limit counts real packets.
+            run("ethtool", "-K", ifc, "tso", "off", "gso", "off", "gro", "off", ns=ns, check=False)
+
+    def build(self) -> "Dumbbell":
+        if os.geteuid() != 0:
+            raise NetnsError("network namespaces need root")
+        if not 1 <= self.n <= 50:
+            raise NetnsError(f"n must be 1..50, got {self.n}")
+        try:
+            for ns in [*self.senders, self.router, self.receiver]:
+                run("ip", "netns", "add", ns)
+                self.namespaces.append(ns)
+                run("ip", "link", "set", "lo", "up", ns=ns)
+            run("sysctl", "-qw", "net.ipv4.ip_forward=1", ns=self.router)
+            for i, s in enumerate(self.senders):
+                self._veth(s, "eth0", self.router, f"eth{i + 1}", f"{self.sender_ip(i)}/24", f"10.77.{i + 1}.1/24")
+                run("ip", "route", "add", "default", "via", f"10.77.{i + 1}.1", ns=s)
+            self._veth(self.receiver, "eth0", self.router, "ethd", f"{self.receiver_ip}/24", "10.77.100.1/24")
+            run("ip", "route", "add", "default", "via", "10.77.100.1", ns=self.receiver)
+            self.shape(self.router, "ethd", self.rate_mbit, self.buffer_bytes)
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    @staticmethod
+    def shape(ns: str, dev: str, rate_mbit: float, buffer_bytes: int) -> None:
+        rate = f"{rate_mbit}mbit"
+        run("tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10", ns=ns)
+        run("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate,
+            ns=ns)
+        run("tc", "qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "bfifo", "limit",
+            str(buffer_bytes), ns=ns)
+
+    def bottleneck_stats(self) -> str:
+        return run("tc", "-s", "qdisc", "show", "dev", "ethd", ns=self.router).stdout
+
+    def destroy(self) -> None:
+        for ns in reversed(self.namespaces):
+            run("ip", "netns", "del", ns, check=False)
+        self.namespaces.clear()
+
+    def __enter__(self) -> "Dumbbell":
+        return self.build()
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+
+def leftover_namespaces(tag: str) -> list[str]:
+    p = Path("/run/netns")
+    return sorted(x.name for x in p.iterdir() if x.name.startswith(tag)) if p.exists() else []
