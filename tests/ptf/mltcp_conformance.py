@@ -1,0 +1,285 @@
+"""ptf conformance tests for mltcp.p4 targets (the software switch mltcp-switch, or BMv2).
+
+Run by tests/test_ptf_conformance.py, or by hand:
+
+    ptf --test-dir tests/ptf --interface 1@pv1 --interface 2@pv2 --interface 3@pv3 \\
+        --test-params "grpcaddr='127.0.0.1:9559';p4info='p4src/mltcp.p4info.txtpb';devcfg='';target='mltcp-switch'"
+
+Test parameters (``--test-params``, Python literals separated by ';'):
+  grpcaddr   P4Runtime address of the target                       (default 127.0.0.1:9559)
+  p4info     P4Info text file                                      (required)
+  devcfg     device config pushed with it: BMv2 JSON for BMv2, '' for mltcp-switch
+  device_id  P4Runtime device id                                   (default 0)
+  target     'mltcp-switch' or 'bmv2' (BMv2: the slow port is set with simple_switch_CLI)
+  thrift_port  BMv2 thrift port for simple_switch_CLI              (default 9090)
+  slow_port  port whose line rate is slow enough that a burst queues up (default 3)
+  slow_pps   BMv2 only: queue rate of the slow port in packets/s   (default 50)
+  ecn_thresholds  thresholds K to test, e.g. '5,10,20,40'          (default '5,10')
+  counter_packets packets per job for the counter test             (default 10000)
+  fuzz_count  malformed packets sent by the fuzz test              (default 400)
+  seed        RNG seed for the fuzz test                           (default 1)
+
+Ports: 1 = ingress of test traffic, 2 = normal egress, 3 = slow egress (ECN test).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import subprocess
+import tempfile
+import time
+
+import ptf
+import ptf.testutils as tu
+from ptf.base_tests import BaseTest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import fuzz
+
+from mltcp.traffic.header import MLTCP
+
+import p4runtime_sh.shell as sh
+
+IN_PORT, OUT_PORT = 1, 2
+SWITCH_MAC = "00:00:00:00:00:fe"
+H1_MAC, H2_MAC, H3_MAC = "00:00:00:00:01:01", "00:00:00:00:02:02", "00:00:00:00:03:03"
+log = logging.getLogger("mltcp.ptf")
+
+
+def params() -> dict:
+    p = dict(grpcaddr="127.0.0.1:9559", p4info=None, devcfg="", device_id=0, target="mltcp-switch",
+             thrift_port=9090, slow_port=3, slow_pps=50, ecn_thresholds="5,10",
+             counter_packets=10000, fuzz_count=400, seed=1)
+    p.update(tu.test_params_get() or {})
+    if not p["p4info"]:
+        raise ValueError("test param 'p4info' (path of the P4Info text file) is required")
+    return p
+
+
+def mltcp_pkt(dst="10.0.2.2", job=1, ratio=0, tos=1, size=200, sport=40000):
+    base = (Ether(dst=SWITCH_MAC, src=H1_MAC) / IP(src="10.0.1.1", dst=dst, tos=tos, ttl=64)
+            / UDP(sport=sport, dport=9199) / MLTCP(job_id=job, bytes_ratio=ratio, iteration=1))
+    pad = max(0, size - len(base))
+    return base / (b"\xab" * pad)
+
+
+def expect_forwarded(pkt, dst_mac, ce=False):
+    """What ipv4_forward(dst_mac, port) makes of ``pkt``: src MAC = old dst MAC, TTL-1, checksum."""
+    exp = pkt.copy()
+    exp[Ether].src = exp[Ether].dst
+    exp[Ether].dst = dst_mac
+    exp[IP].ttl -= 1
+    if ce:
+        exp[IP].tos |= 3
+    exp[IP].chksum = None
+    return Ether(bytes(exp))
+
+
+class MltcpTest(BaseTest):
+    """Connect with p4runtime-shell, push the pipeline (fresh state per test), helpers."""
+
+    def setUp(self):
+        BaseTest.setUp(self)
+        self.dataplane = ptf.dataplane_instance
+        self.dataplane.flush()
+        self.p = params()
+        devcfg = self.p["devcfg"]
+        self._tmp = None
+        if not devcfg:
+            fd, self._tmp = tempfile.mkstemp(suffix=".bin")
+            os.close(fd)
+            devcfg = self._tmp
+        sh.setup(device_id=self.p["device_id"], grpc_addr=self.p["grpcaddr"], election_id=(0, 1),
+                 config=sh.FwdPipeConfig(self.p["p4info"], devcfg), verbose=False)
+
+    def tearDown(self):
+        sh.teardown()
+        if self._tmp:
+            os.unlink(self._tmp)
+        BaseTest.tearDown(self)
+
+    # -- control plane helpers (p4runtime-shell)
+    def route(self, prefix: str, mac: str, port: int) -> None:
+        te = sh.TableEntry("MyIngress.ipv4_lpm")(action="MyIngress.ipv4_forward")
+        te.match["hdr.ipv4.dstAddr"] = prefix
+        te.action["dstAddr"] = mac
+        te.action["port"] = str(port)
+        te.insert()
+
+    def ecn_threshold(self, port: int, k: int, update: str = "insert") -> None:
+        te = sh.TableEntry("MyEgress.ecn_threshold")(action="MyEgress.set_ecn_threshold")
+        te.match["standard_metadata.egress_port"] = str(port)
+        te.action["threshold"] = str(k)
+        getattr(te, update)()
+
+    def counter(self, name: str, index: int) -> tuple[int, int]:
+        c = sh.CounterEntry(name)
+        c.index = index
+        (e,) = list(c.read())
+        d = e.data.msg()
+        return d.packet_count, d.byte_count
+
+    def wait_counter(self, name: str, index: int, packets: int, timeout: float = 10.0) -> tuple[int, int]:
+        """Poll until the counter reaches ``packets`` (the data path lags the sender) or timeout."""
+        end = time.monotonic() + timeout
+        while True:
+            got = self.counter(name, index)
+            if got[0] >= packets or time.monotonic() > end:
+                return got
+            time.sleep(0.05)
+
+    def send_raw(self, port: int, frames: list[bytes], pace_every: int = 0, pause: float = 0.0) -> None:
+        for i, f in enumerate(frames):
+            self.dataplane.send(0, port, f)
+            if pace_every and i % pace_every == pace_every - 1:
+                time.sleep(pause)
+
+
+class Forwarding(MltcpTest):
+    """LPM forwarding with MAC rewrite, TTL decrement and checksum; misses are dropped."""
+
+    def runTest(self):
+        self.route("10.0.2.0/24", H2_MAC, OUT_PORT)
+        self.route("10.0.2.128/25", H3_MAC, self.p["slow_port"])
+        pkt = mltcp_pkt(dst="10.0.2.2", tos=0)
+        tu.send_packet(self, IN_PORT, pkt)
+        tu.verify_packet(self, expect_forwarded(pkt, H2_MAC), OUT_PORT)
+        tu.verify_no_other_packets(self)
+        # plain UDP, longest prefix towards the slow port
+        udp = Ether(dst=SWITCH_MAC, src=H1_MAC) / IP(src="10.0.1.1", dst="10.0.2.200") / UDP(dport=5001) / (b"p" * 64)
+        tu.send_packet(self, IN_PORT, udp)
+        tu.verify_packet(self, expect_forwarded(udp, H3_MAC), self.p["slow_port"], timeout=5)
+        tu.verify_no_other_packets(self)
+        # a miss takes the default action (drop); so does non-IPv4
+        tu.send_packet(self, IN_PORT, mltcp_pkt(dst="192.168.7.7"))
+        tu.send_packet(self, IN_PORT, Ether(dst=SWITCH_MAC, src=H1_MAC, type=0x88B5) / (b"\x00" * 50))
+        tu.verify_no_other_packets(self)
+        # the IPv4 checksum of what came out is valid (independent check with scapy)
+        tu.send_packet(self, IN_PORT, pkt)
+        res = tu.dp_poll(self, port_number=OUT_PORT, timeout=2)
+        self.assertIsInstance(res, self.dataplane.PollSuccess)
+        got = Ether(res.packet)
+        chk = got[IP].chksum
+        got[IP].chksum = None
+        self.assertEqual(chk, Ether(bytes(got))[IP].chksum)
+
+
+class EcnOnset(MltcpTest):
+    """A burst into the slow port: CE marks start when the queue depth reaches K, not before."""
+
+    def runTest(self):
+        slow = self.p["slow_port"]
+        if self.p["target"] == "bmv2":
+            cli = f"set_queue_rate {self.p['slow_pps']} {slow}\nset_queue_depth 400 {slow}\n"
+            subprocess.run(["simple_switch_CLI", "--thrift-port", str(self.p["thrift_port"])],
+                           input=cli, text=True, check=True, capture_output=True)
+        self.route("10.0.3.0/24", H3_MAC, slow)
+        ks = [int(k) for k in str(self.p["ecn_thresholds"]).split(",")]
+        marks_total = 0
+        for n, k in enumerate(ks):
+            self.ecn_threshold(slow, k, "insert" if n == 0 else "modify")
+            burst = [mltcp_pkt(dst="10.0.3.3", job=5, tos=2, size=200, sport=41000 + i) for i in range(k + 8)]
+            self.send_raw(IN_PORT, [bytes(b) for b in burst])
+            marked = []
+            for i, b in enumerate(burst):
+                res = tu.dp_poll(self, port_number=slow, timeout=10)
+                self.assertIsInstance(res, self.dataplane.PollSuccess, f"K={k}: packet {i} missing")
+                got = Ether(res.packet)
+                self.assertEqual(got[UDP].sport, 41000 + i, "reordered")
+                marked.append(got[IP].tos & 3 == 3)
+            first = marked.index(True) if True in marked else None
+            print(f"ECN-ONSET K={k} first_marked_index={first} "
+                  f"queue_depth_at_first_mark={None if first is None else first - 1} "
+                  f"marked={sum(marked)}/{len(marked)}", flush=True)
+            self.assertIsNotNone(first, f"K={k}: no CE mark in a burst of {len(burst)}")
+            self.assertTrue(not any(marked[:k]), f"K={k}: CE before the queue reached K: {marked}")
+            self.assertLessEqual(first, k + 2, f"K={k}: first CE at packet {first}")
+            self.assertTrue(all(marked[first:]), f"K={k}: marks stop while the queue grows: {marked}")
+            marks_total += sum(marked)
+            self.assertEqual(self.wait_counter("MyEgress.job_ecn_marks", 5, marks_total)[0], marks_total)
+        # non-ECT packets are never marked
+        burst = [mltcp_pkt(dst="10.0.3.3", job=6, tos=0, sport=42000 + i) for i in range(ks[0] + 4)]
+        self.send_raw(IN_PORT, [bytes(b) for b in burst])
+        for i in range(len(burst)):
+            res = tu.dp_poll(self, port_number=slow, timeout=10)
+            self.assertIsInstance(res, self.dataplane.PollSuccess)
+            self.assertEqual(Ether(res.packet)[IP].tos & 3, 0)
+        self.assertEqual(self.counter("MyEgress.job_ecn_marks", 6)[0], 0)
+        tu.verify_no_other_packets(self)
+
+
+class JobCounters(MltcpTest):
+    """job_tx counts exactly the MLTCP packets and bytes sent per job; job_bytes_ratio is the last."""
+
+    def runTest(self):
+        self.route("10.0.2.0/24", H2_MAC, OUT_PORT)
+        n = int(self.p["counter_packets"])
+        jobs = {3: 150, 17: 300, 1000: 600}  # job -> frame size
+        frames = []
+        for job, size in jobs.items():
+            frames += [bytes(mltcp_pkt(job=job, size=size, ratio=(i * 7) % 65536)) for i in range(n)]
+        random.Random(self.p["seed"]).shuffle(frames)
+        # non-MLTCP traffic and a job id beyond the counter must not disturb the counts
+        frames += [bytes(mltcp_pkt(job=4000))] * 10
+        frames += [bytes(Ether(dst=SWITCH_MAC) / IP(dst="10.0.2.2") / UDP(dport=5555) / (b"u" * 80))] * 10
+        t0 = time.monotonic()
+        self.send_raw(IN_PORT, frames, pace_every=500, pause=0.002)
+        dt = time.monotonic() - t0
+        results = {}
+        for job, size in jobs.items():
+            results[job] = self.wait_counter("MyIngress.job_tx", job, n)
+        print(f"JOB-COUNTERS sent {n} per job in {dt:.2f}s: " + ", ".join(
+            f"job {j}: {p} pkts {b} bytes (sent {n} pkts {n * jobs[j]} bytes)"
+            for j, (p, b) in results.items()), flush=True)
+        for job, size in jobs.items():
+            self.assertEqual(results[job], (n, n * size), f"job {job}")
+        every = list(sh.CounterEntry("MyIngress.job_tx").read())
+        self.assertEqual(sum(e.data.msg().packet_count for e in every), n * len(jobs))
+        self.dataplane.flush()
+
+
+class MalformedHeaders(MltcpTest):
+    """Scapy-fuzzed and truncated headers: counted in parse_errors, dropped, target survives."""
+
+    def _malformed(self, rng: random.Random) -> list[bytes]:
+        good = bytes(mltcp_pkt(job=9))
+        out = []
+        for _ in range(int(self.p["fuzz_count"])):
+            kind = rng.randrange(5)
+            if kind == 0:  # truncated inside IPv4, UDP or the shim
+                out.append(good[:rng.randrange(14, 14 + 20 + 8 + 12)])
+            elif kind == 1:  # fuzzed shim with a wrong version
+                v = rng.choice([0] + list(range(2, 16)))
+                sh_ = fuzz(MLTCP(version=v))
+                out.append(bytes(Ether(dst=SWITCH_MAC) / IP(dst="10.0.2.2", frag=0, flags=0)
+                                 / UDP(sport=rng.randrange(1, 65536), dport=9199) / sh_))
+            elif kind == 2:  # fuzzed IPv4 header with IHL < 5
+                ip = fuzz(IP(ihl=rng.randrange(0, 5), version=4, dst="10.0.2.2"))
+                out.append(bytes(Ether(dst=SWITCH_MAC) / ip / (b"\x00" * rng.randrange(0, 40))))
+            elif kind == 3:  # IPv4 options announced but cut short
+                ihl = rng.randrange(6, 16)
+                hdr = bytes(IP(dst="10.0.2.2", options=b"\x01" * ((ihl - 5) * 4)))
+                out.append(bytes(Ether(dst=SWITCH_MAC, type=0x0800)) + hdr[:rng.randrange(20, ihl * 4)])
+            else:  # truncated TCP
+                tcp = bytes(Ether(dst=SWITCH_MAC) / IP(dst="10.0.2.2", frag=0, flags=0) / fuzz(TCP()))
+                out.append(tcp[:rng.randrange(14 + 20, 14 + 20 + 20)])
+        return out
+
+    def runTest(self):
+        self.route("10.0.2.0/24", H2_MAC, OUT_PORT)
+        bad = self._malformed(random.Random(self.p["seed"]))
+        before = self.counter("MyIngress.parse_errors", 0)[0]
+        self.send_raw(IN_PORT, bad, pace_every=200, pause=0.002)
+        got = self.wait_counter("MyIngress.parse_errors", 0, before + len(bad))[0] - before
+        print(f"FUZZ sent {len(bad)} malformed packets, parse_errors +{got}", flush=True)
+        self.assertEqual(got, len(bad))
+        tu.verify_no_other_packets(self)
+        self.assertEqual(self.counter("MyIngress.job_tx", 9)[0], 0)
+        # still alive: forwards a good packet and answers P4Runtime
+        pkt = mltcp_pkt(job=9)
+        tu.send_packet(self, IN_PORT, pkt)
+        tu.verify_packet(self, expect_forwarded(pkt, H2_MAC), OUT_PORT)
+        tu.verify_no_other_packets(self)
+        self.assertEqual(self.counter("MyIngress.job_tx", 9)[0], 1)
