@@ -15,7 +15,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from .maps import VARIANTS, Config, MapsError, VariantMaps, _bpftool_json
+from .maps import VARIANTS, Config, MapsError, VariantMaps, _bpftool_json, find_maps
 
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
@@ -187,9 +187,9 @@ def unload(variants=tuple(VARIANTS), wait: float = 3.0) -> tuple[list[str], list
     """Unregister the variants that are registered. Returns (removed, lingering).
 
     The name leaves tcp_available_congestion_control at once (checked; an error otherwise). The
-    struct_ops map itself is freed when the last socket using it is gone: ``lingering`` names
-    the variants still listed by ``bpftool struct_ops list`` after ``wait`` seconds because open
-    (or orphaned, still retransmitting) sockets use them."""
+    struct_ops map, its programs and maps are freed when the last socket using it is gone:
+    ``lingering`` names the variants whose struct_ops map or maps are still there after ``wait``
+    seconds, because open (or orphaned, still retransmitting) sockets or open map fds hold them."""
     variants = check_variants(variants)
     require_root("unloading BPF congestion control")
     require_tools("bpftool")
@@ -201,9 +201,10 @@ def unload(variants=tuple(VARIANTS), wait: float = 3.0) -> tuple[list[str], list
     still = [v for v in variants if v in available()]
     if still:
         raise KernelCCError(f"still in {AVAILABLE} after unregistering: {', '.join(still)}")
+    # The kernel frees the struct_ops map, then its programs and maps, after RCU grace periods.
     deadline = time.monotonic() + wait
     while True:
-        held = [v for v in variants if v in lingering()]
+        held = [v for v in variants if v in lingering() or find_maps(v)]
         if not held or time.monotonic() >= deadline:
             return removed, held
         time.sleep(0.1)

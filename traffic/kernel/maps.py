@@ -29,7 +29,7 @@ EV = struct.Struct("<2Q14I")      # struct mltcp_trace_ev
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 FLAG_SCALE_DECREASE = 1
-EV_GROW, EV_FRIENDLY = 1, 2
+EV_GROW, EV_FRIENDLY, EV_SSTHRESH = 1, 2, 3
 TRACE_SLOTS = 8192
 
 

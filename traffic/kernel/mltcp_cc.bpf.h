@@ -48,6 +48,7 @@
 #define MLTCP_TRACE_SLOTS 8192
 #define MLTCP_EV_GROW 1      /* tcp_cong_avoid_ai(tp, w, inc) step */
 #define MLTCP_EV_FRIENDLY 2  /* CUBIC Reno-friendly region: cwnd set to W_est (aux = W_est) */
+#define MLTCP_EV_SSTHRESH 3  /* decrease: w = fraction kept (Q16), aux = new ssthresh */
 
 /* Layouts below are mirrored in traffic/kernel/maps.py (struct formats): keep them in step. */
 struct mltcp_cfg {
@@ -326,19 +327,6 @@ static __always_inline void mltcp_on_tx_start(struct sock *sk)
 		mltcp_boundary(tp, m, gap, 1);
 }
 
-/* ssthresh on a loss: max(cwnd * keep, 2); keep = the base algorithm's unless scaling is on. */
-static __always_inline __u32 mltcp_ssthresh(struct sock *sk, __u32 keep_q16)
-{
-	struct tcp_sock *tp = tcp_sk(sk);
-	struct mltcp_sk *m = mltcp_get(sk);
-	__u32 w;
-
-	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE))
-		keep_q16 = mltcp_keep_q16(m, keep_q16);
-	w = (__u32)(((__u64)tp->snd_cwnd * keep_q16) >> 16);
-	return w > 2 ? w : 2;
-}
-
 /* Trace one growth step of a traced socket: returns the slot to fill, or 0. */
 static __always_inline struct mltcp_trace_ev *mltcp_trace_open(const struct tcp_sock *tp,
 								const struct mltcp_sk *m, __u32 kind,
@@ -400,6 +388,24 @@ static __always_inline void mltcp_grow(struct tcp_sock *tp, const struct mltcp_s
 
 	tcp_cong_avoid_ai(tp, w, inc);
 	mltcp_trace_close(tp, ev);
+}
+
+/* ssthresh on a loss: max(cwnd * keep, 2); keep = the base algorithm's unless scaling is on. */
+static __always_inline __u32 mltcp_ssthresh(struct sock *sk, __u32 keep_q16)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mltcp_sk *m = mltcp_get(sk);
+	struct mltcp_trace_ev *ev;
+	__u32 w;
+
+	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE))
+		keep_q16 = mltcp_keep_q16(m, keep_q16);
+	w = (__u32)(((__u64)tp->snd_cwnd * keep_q16) >> 16);
+	if (w < 2)
+		w = 2;
+	ev = mltcp_trace_open(tp, m, MLTCP_EV_SSTHRESH, keep_q16, 0, 0, w);
+	mltcp_trace_close(tp, ev);
+	return w;
 }
 
 #endif /* MLTCP_CC_BPF_H */

@@ -1,0 +1,279 @@
+"""Kernel MLTCP for real: build, register, select per socket, move data, compare the BPF program's
+growth steps with the Python models, unload without a trace. Needs root, BTF, clang and bpftool;
+skips with the reason otherwise."""
+import dataclasses
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mltcp.traffic.kernel import loader, maps, model
+from mltcp.traffic.kernel.netns import Dumbbell, leftover_namespaces
+from mltcp.traffic.kernel.transport import KernelTransport, Receiver, congestion
+
+pytestmark = [pytest.mark.integration, pytest.mark.root]
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    if not loader.BTF_PATH.exists():
+        return "kernel has no BTF (/sys/kernel/btf/vmlinux)"
+    for tool in ("clang", "bpftool", "ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed"
+    return None
+
+
+REASON = _missing()
+if REASON:
+    print(f"test_kernel_cc: skipping: {REASON}")
+    pytestmark.append(pytest.mark.skip(reason=REASON))
+
+# Idle gaps between test iterations are >= 80 ms; 20 ms keeps a scheduler hiccup inside an
+# iteration from being taken for a boundary.
+TEST_CFG = maps.Config(min_idle=0.02)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    try:
+        yield loader.load(config=TEST_CFG)
+    finally:
+        loader.unload()
+
+
+@pytest.fixture
+def dumbbell():
+    d = Dumbbell(n=1, rate_mbit=50, buffer_bytes=60_000, tag=f"mkt{os.getpid()}")
+    try:
+        yield d.build()
+    finally:
+        d.destroy()
+        assert leftover_namespaces(d.tag) == []
+
+
+@pytest.fixture
+def traced(loaded):
+    """Open maps of a variant with tracing reset; tracing and config restored afterwards."""
+    opened = []
+
+    def open_(variant):
+        vm = maps.VariantMaps(variant)
+        vm.reset_trace()
+        opened.append(vm)
+        return vm
+
+    try:
+        yield open_
+    finally:
+        for vm in opened:
+            vm.write_config(TEST_CFG)
+            vm.close()
+
+
+def test_build_into_a_directory(tmp_path):
+    objs = loader.build(out_dir=tmp_path)
+    assert set(objs) == set(maps.VARIANTS)
+    for obj in objs.values():
+        data = Path(obj).read_bytes()
+        assert data[:4] == b"\x7fELF" and b".struct_ops" in data
+    assert (tmp_path / "vmlinux.h").stat().st_size > 1000
+    assert not list(loader.source_dir().glob("*.o")), "build must not write into the source tree"
+
+
+def test_registered_and_selectable(loaded):
+    assert set(loaded) == set(maps.VARIANTS)
+    assert set(maps.VARIANTS) <= set(loader.available())
+    st = loader.status()
+    for v in maps.VARIANTS:
+        assert st["registered"][v]["config"]["min_idle"] == pytest.approx(0.02)
+        s = socket.socket()
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, v.encode())
+            assert congestion(s) == v
+        finally:
+            s.close()
+
+
+@pytest.mark.parametrize("variant", list(maps.VARIANTS))
+def test_20mib_over_loopback_intact_and_iterations_learned(loaded, variant):
+    rx = Receiver("127.0.0.1", 0, verify=True)
+    tr = None
+    per_iter = 5 << 20
+    vm = maps.VariantMaps(variant)
+    try:
+        # The receiver hashes what it reads, so the idle gap seen by the sender varies by tens
+        # of ms around the 80 ms sleep: an idle fraction of 0.5 tolerates that.
+        vm.write_config(dataclasses.replace(TEST_CFG, idle_fraction=0.5))
+        tr = KernelTransport("127.0.0.1", rx.port, cc=variant, verify=True)
+        assert congestion(tr.sock) == variant
+        for i in range(4):
+            tr.send_iteration(per_iter, i)     # raises on a digest mismatch
+            time.sleep(0.08)
+        state = vm.socket_state(tr.sock)
+    finally:
+        if tr:
+            tr.close()
+        rx.close()
+        vm.write_config(TEST_CFG)
+        vm.close()
+    assert rx.errors == []
+    assert sum(rx.received.values()) == 20 << 20
+    # The BPF tracker saw the idle gaps: 3 iterations completed (the 4th is current), each of
+    # the payload plus the transport's 16-byte header.
+    assert state.completed == 3
+    assert state.learned == per_iter + 16
+    assert state.hist == (per_iter + 16,) * 3
+    assert state.bytes_ratio == 1.0
+    assert state.last_gap_ns > 0.07e9
+
+
+def test_explicit_mark_starts_an_iteration(loaded):
+    rx = Receiver("127.0.0.1", 0)
+    tr = None
+    try:
+        # A huge min_idle: only the explicit marks can start iterations.
+        with maps.VariantMaps("mltcp_reno") as vm:
+            vm.write_config(maps.Config(min_idle=100.0))
+            tr = KernelTransport("127.0.0.1", rx.port, cc="mltcp_reno")
+            vm.write_config(TEST_CFG)
+            tr.send_iteration(300_000, 0)
+            time.sleep(0.02)
+            assert vm.socket_state(tr.sock).completed == 0   # idle gap alone is no boundary
+            for i, n in enumerate((300_000, 600_000), start=1):
+                assert maps.mark_iteration_start(tr.local_port) == len(maps.VARIANTS)
+                tr.send_iteration(n, i)
+                time.sleep(0.02)
+            state = vm.socket_state(tr.sock)
+            assert state.completed == 2 and state.learned == 300_016
+            assert state.last_gap_ns == 0     # no idle boundary was taken
+            assert state.bytes_ratio == 1.0   # 600 kB into an iteration of 300 kB
+            gen = state.mark_gen
+            vm.mark(tr.local_port)
+            tr.send_iteration(1000, 3)
+            state = vm.socket_state(tr.sock)
+            assert state.mark_gen == gen + 1 and state.completed == 3
+            assert state.learned == 300_016   # median of (300_016, 300_016, 600_016)
+    finally:
+        if tr:
+            tr.close()
+        rx.close()
+
+
+def _run_traced(d, variant, traced, cfg, iterations=5, nbytes=1_500_000):
+    rx = Receiver("0.0.0.0", 0, ns=d.receiver)
+    tr = None
+    try:
+        vm = traced(variant)
+        vm.write_config(cfg)                  # read by the socket when it connects
+        tr = KernelTransport(d.receiver_ip, rx.port, cc=variant, ns=d.senders[0])
+        vm.write_config(dataclasses.replace(cfg, trace_port=tr.local_port))
+        for i in range(iterations):
+            tr.send_iteration(nbytes, i)
+            time.sleep(0.08)
+        events = [e for e in vm.read_trace() if e.port == tr.local_port]
+        assert vm.trace_count() < maps.TRACE_SLOTS, "trace ring overflowed: shorten the run"
+    finally:
+        if tr:
+            tr.close()
+        rx.close()
+    return events
+
+
+def _check_tracker_fields(events, cfg):
+    s, i = model.q10(cfg.slope), model.q10(cfg.intercept)
+    for e in events:
+        assert e.r_q16 == model.ratio_q16(e.iter_acked, e.learned)
+        assert e.f_q10 == model.f_q10(s, i, e.r_q16)
+
+
+def test_reno_growth_matches_models(loaded, dumbbell, traced):
+    """Every congestion-avoidance step of the BPF MLTCP-Reno, on a real lossy transfer, equals
+    the integer model bit for bit and mltcp.cc's MLTCP-Reno for the same (cwnd, acked, r)."""
+    from mltcp.cc import make_cc
+
+    cfg = maps.Config(slope=4.0, intercept=0.25, min_idle=0.02, scale_decrease=True)
+    events = _run_traced(dumbbell, "mltcp_reno", traced, cfg)
+    grow = [e for e in events if e.kind == maps.EV_GROW]
+    cuts = [e for e in events if e.kind == maps.EV_SSTHRESH]
+    assert len(grow) > 200 and cuts, "the bottleneck should force losses and congestion avoidance"
+    assert len({e.completed for e in grow}) >= 3
+    assert any(0 < e.r_q16 < model.R_ONE for e in grow), "no step with a partial bytes_ratio"
+    _check_tracker_fields(events, cfg)
+
+    mss = 1448
+    cc = make_cc("mltcp-reno", slope=cfg.slope, intercept=cfg.intercept)
+    for e in grow:
+        assert e.w == model.reno_w(e.cwnd_in) and e.inc == e.acked * e.f_q10
+        assert (e.cwnd_out, e.cnt_out) == model.grow(e.cwnd_in, e.cnt_in, e.w, e.acked, e.f_q10, e.clamp)
+        # mltcp.cc (float, bytes) on the same inputs: the increment in segments agrees.
+        st = cc.new_state(1, mss=mss, now=0.0)
+        st.cwnd[:] = e.cwnd_in * mss
+        st.ssthresh[:] = e.cwnd_in * mss           # in congestion avoidance
+        if e.learned:
+            st.tracker.bytes_per_iter[:] = e.learned
+            st.tracker.bytes_cur[:] = e.iter_acked - e.acked * mss
+            st.tracker.history[0, 0] = e.learned
+        st.tracker.last_active[:] = 1.0
+        cc.on_ack(st, np.array([e.acked * mss], float), np.array([1e-3]), 1.0)
+        py_inc = (st.cwnd[0] / mss) - e.cwnd_in
+        bpf_inc = e.inc / e.w
+        assert bpf_inc == pytest.approx(py_inc, rel=0.01, abs=2e-4)
+    for e in cuts:
+        keep = model.keep_q16(model.RENO_KEEP_Q16, e.r_q16, True)
+        assert e.w == keep and e.aux == model.ssthresh(e.cwnd_in, keep)
+
+
+def test_cubic_growth_matches_model(loaded, dumbbell, traced):
+    cfg = maps.Config(slope=4.0, intercept=0.25, min_idle=0.02)
+    events = _run_traced(dumbbell, "mltcp_cubic", traced, cfg)
+    grow = [e for e in events if e.kind == maps.EV_GROW]
+    friendly = [e for e in events if e.kind == maps.EV_FRIENDLY]
+    cuts = [e for e in events if e.kind == maps.EV_SSTHRESH]
+    assert len(grow) + len(friendly) > 200 and cuts
+    _check_tracker_fields(events, cfg)
+    for e in grow:   # cwnd += F (target - cwnd) / cwnd per acked segment
+        assert e.cwnd_in < e.aux <= e.cwnd_in + e.cwnd_in // 2
+        assert e.w == model.cubic_w(e.cwnd_in, e.aux)
+        assert (e.cwnd_out, e.cnt_out) == model.grow(e.cwnd_in, e.cnt_in, e.w, e.acked, e.f_q10, e.clamp)
+    for e in friendly:   # Reno-friendly region: cwnd = W_est
+        assert e.cwnd_out == min(max(e.cwnd_in, e.aux), e.clamp)
+    for e in cuts:
+        assert e.w == model.CUBIC_KEEP_Q16 and e.aux == model.ssthresh(e.cwnd_in, model.CUBIC_KEEP_Q16)
+
+
+def test_failed_load_leaves_nothing(loaded, monkeypatch):
+    """A load that fails after registering the first variant unregisters it again."""
+    loader.unload()
+    real_run = loader._run
+
+    def failing(cmd, what):
+        if "register" in cmd and "mltcp_cubic" in str(cmd[-1]):
+            raise loader.KernelCCError("injected failure")
+        return real_run(cmd, what)
+
+    monkeypatch.setattr(loader, "_run", failing)
+    with pytest.raises(loader.KernelCCError, match="injected"):
+        loader.load(config=TEST_CFG)
+    monkeypatch.undo()
+    try:
+        assert not set(maps.VARIANTS) & set(loader.available())
+        assert loader.registered() == {}
+    finally:
+        loader.load(config=TEST_CFG)   # the module fixture expects them loaded
+
+
+def test_unload_leaves_no_trace(loaded):
+    # Runs last in this module: every socket from the tests above is closed.
+    removed, held = loader.unload(wait=10.0)
+    assert set(removed) == set(maps.VARIANTS)
+    assert held == []
+    assert not set(maps.VARIANTS) & set(loader.available())
+    assert loader.lingering() == {} and loader.registered() == {}
+    for v in maps.VARIANTS:
+        assert maps.find_maps(v) == {}

@@ -1,0 +1,71 @@
+"""Pure checks of the kernel MLTCP's integer model and configuration (no root needed)."""
+import numpy as np
+import pytest
+
+from mltcp.traffic.kernel import model
+from mltcp.traffic.kernel.maps import CFG, EV, SK, Config
+
+
+def test_cong_avoid_ai_matches_linux_rules():
+    # One segment per w acked; leftover credits carried; clamp respected.
+    assert model.cong_avoid_ai(10, 0, 10, 5, 1000) == (10, 5)
+    assert model.cong_avoid_ai(10, 5, 10, 5, 1000) == (11, 0)
+    assert model.cong_avoid_ai(10, 0, 10, 25, 1000) == (12, 5)
+    # Credits accumulated at a larger w are applied gently first.
+    assert model.cong_avoid_ai(10, 12, 10, 0, 1000) == (11, 0)
+    assert model.cong_avoid_ai(10, 0, 10, 25, 11) == (11, 5)
+
+
+@pytest.mark.parametrize("slope,intercept", [(4.0, 0.25), (2.0, 1.0), (0.0, 1.0)])
+def test_f_q10_is_linear_in_r(slope, intercept):
+    s, i = model.q10(slope), model.q10(intercept)
+    for r in np.linspace(0, 1, 11):
+        r16 = round(r * model.R_ONE)
+        assert model.f_q10(s, i, r16) / model.ONE == pytest.approx(slope * r + intercept, abs=2e-3)
+
+
+def test_mltcp_reno_step_is_f_times_reno():
+    # Over one window of acks at fixed r, MLTCP-Reno grows F(r) segments where Reno grows one.
+    for r, f in ((0.0, 0.25), (0.5, 2.25), (1.0, 4.25)):
+        fq = model.f_q10(model.q10(4.0), model.q10(0.25), round(r * model.R_ONE))
+        cwnd, cnt = 40, 0
+        for _ in range(400):   # 10 windows of single-segment acks at the start cwnd
+            cwnd, cnt = model.grow(cwnd, cnt, model.reno_w(40), 1, fq, 1 << 30)
+        assert cwnd - 40 == pytest.approx(10 * f, abs=1)
+
+
+def test_ratio_and_median():
+    assert model.ratio_q16(500, 0) == 0
+    assert model.ratio_q16(500, 1000) == model.R_ONE // 2
+    assert model.ratio_q16(5000, 1000) == model.R_ONE
+    assert model.median((7, 0, 0), 1) == 7
+    assert model.median((10, 20, 0), 2) == 15
+    assert model.median((10, 30, 20), 3) == 20
+
+
+def test_scaled_decrease_matches_mltcp_cc_rule():
+    # Fraction removed = base * (0.8 - 0.6 r) / 0.5 (mltcp.cc.mltcp.MLTCPHook.decrease_factor).
+    for base_keep, base_removed in ((model.RENO_KEEP_Q16, 0.5), (model.CUBIC_KEEP_Q16, 0.3)):
+        for r in (0.0, 0.25, 1.0):
+            keep = model.keep_q16(base_keep, round(r * model.R_ONE), True) / model.R_ONE
+            assert 1 - keep == pytest.approx(base_removed * (0.8 - 0.6 * r) / 0.5, abs=1e-3)
+        assert model.keep_q16(base_keep, 12345, False) == base_keep
+    assert model.ssthresh(3, model.RENO_KEEP_Q16) == 2
+    assert model.ssthresh(100, model.RENO_KEEP_Q16) == 50
+
+
+def test_config_pack_and_errors():
+    raw = Config(slope=4.0, intercept=0.25, idle_fraction=0.9, min_idle=0.001, scale_decrease=True).pack()
+    valid, slope, icpt, idle, min_idle, flags, trace, _ = CFG.unpack(raw)
+    assert (valid, slope, icpt, idle, min_idle, flags, trace) == (1, 4096, 256, 922, 1000, 1, 0)
+    with pytest.raises(ValueError, match="idle_fraction"):
+        Config(idle_fraction=0).pack()
+    with pytest.raises(ValueError, match="slope"):
+        Config(slope=-1).pack()
+    with pytest.raises(ValueError, match="both 0"):
+        Config(slope=0, intercept=0).pack()
+
+
+def test_layout_sizes_match_the_c_structs():
+    # Sizes the C header's structs have (all naturally aligned, no padding holes).
+    assert (CFG.size, SK.size, EV.size) == (32, 96, 72)
