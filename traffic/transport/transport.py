@@ -23,7 +23,8 @@ class TransportTimeout(RuntimeError):
     pass
 
 
-def parse_hostport(s: str, default_port: int = wire.MLTCP_UDP_PORT) -> tuple[str, int]:
+def parse_hostport(s: str, default_port: int = wire.MLTCP_UDP_PORT, allow_zero: bool = False) -> tuple[str, int]:
+    """'HOST:PORT' (or 'HOST', port 9199) -> (host, port); port 0 (any) only with allow_zero."""
     host, _, port = s.rpartition(":")
     if not host:
         host, port = s, str(default_port)
@@ -31,7 +32,7 @@ def parse_hostport(s: str, default_port: int = wire.MLTCP_UDP_PORT) -> tuple[str
         p = int(port)
     except ValueError:
         raise ValueError(f"bad address {s!r}: port {port!r} is not a number") from None
-    if not 0 < p < 65536:
+    if not (0 if allow_zero else 1) <= p < 65536:
         raise ValueError(f"bad address {s!r}: port {p} out of range")
     return host, p
 

@@ -1,0 +1,321 @@
+"""`mltcp traffic`: run a job's sender and a receiver by hand, and work with traces and pcaps."""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .transport.units import parse_duration, parse_rate, parse_size
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Userspace MLTCP transport: send/recv a training job's traffic; traces and pcaps.")
+err = Console(stderr=True)
+out = Console()
+
+CCS = ("reno", "cubic", "dcqcn", "mltcp-reno", "mltcp-cubic", "mltcp-dcqcn")
+
+
+def fail(msg: str, code: int = 2):
+    err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _conv(fn, text, opt):
+    try:
+        return fn(text)
+    except ValueError as e:
+        fail(f"{opt}: {e}")
+
+
+@app.command()
+def send(
+    to: List[str] = typer.Option(..., "--to", help="receiver HOST:PORT (repeat for one flow per peer)"),
+    cc: str = typer.Option("mltcp-reno", help="congestion control: " + ", ".join(CCS)),
+    job: int = typer.Option(1, help="job id carried in the MLTCP shim (0..65535)"),
+    nbytes: str = typer.Option("2MB", "--bytes", help="bytes per flow per iteration (e.g. 2MB, 512KiB)"),
+    compute: str = typer.Option("20ms", help="compute time per iteration (e.g. 20ms)"),
+    iterations: int = typer.Option(30, help="iterations to run"),
+    jitter: float = typer.Option(0.0, help="compute-time std-dev as a fraction of --compute"),
+    straggler_prob: float = typer.Option(0.0, help="probability an iteration straggles"),
+    straggler_delay: str = typer.Option("0s", help="extra compute time of a straggling iteration"),
+    start_offset: str = typer.Option("0s", help="wait this long before the first iteration"),
+    trace: Optional[Path] = typer.Option(None, help="take --bytes/--compute/--jitter from a trace CSV"),
+    trace_line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at"),
+    line_rate: str = typer.Option("100mbit", help="DCQCN line rate (start rate and rate scale)"),
+    slope: Optional[float] = typer.Option(None, help="MLTCP slope (default 4.0)"),
+    intercept: Optional[float] = typer.Option(None, help="MLTCP intercept (default 0.25)"),
+    min_rto: str = typer.Option("200ms", help="minimum retransmission timeout"),
+    payload: int = typer.Option(1424, help="payload bytes per datagram (1424 = 1500-byte IP packets)"),
+    no_ecn: bool = typer.Option(False, "--no-ecn", help="do not set ECT(0) on data"),
+    timeout: str = typer.Option("60s", help="give up if an iteration is not delivered in this long"),
+    seed: Optional[int] = typer.Option(None, help="seed for jitter/stragglers"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON record per iteration on stdout"),
+    records_out: Optional[Path] = typer.Option(None, "--out", help="write iteration records CSV here"),
+    trace_out: Optional[Path] = typer.Option(None, help="write the run as a trace CSV (public shape)"),
+):
+    """Run a training job's sender: compute (sleep), then send an iteration's bytes, repeat."""
+    from mltcp.records import write_csv
+
+    from .driver import JobSpec, run_job
+    from .traces import TraceError, load_profile, rows_from_records, write_trace
+    from .transport import TransportTimeout, UdpTransport, parse_hostport
+
+    if cc not in CCS:
+        fail(f"--cc: unknown congestion control {cc!r} (choose from {', '.join(CCS)})")
+    if iterations < 0:
+        fail("--iterations must be >= 0")
+    peers = [_conv(parse_hostport, p, "--to") for p in to]
+    size = _conv(parse_size, nbytes, "--bytes")
+    comp = _conv(parse_duration, compute, "--compute")
+    if trace is not None:
+        try:
+            prof = load_profile(trace, _conv(parse_rate, trace_line_rate, "--trace-line-rate"))
+        except TraceError as e:
+            fail(str(e))
+        size, comp, jitter = prof.bytes_per_iter, prof.compute_s, prof.jitter
+    params = {k: v for k, v in (("slope", slope), ("intercept", intercept)) if v is not None}
+    if params and not cc.startswith("mltcp-"):
+        fail("--slope/--intercept apply to the mltcp-* algorithms only")
+    try:
+        spec = JobSpec(job_id=job, compute_s=comp, bytes_per_iter=size, peers=peers, jitter=jitter,
+                       straggler_prob=straggler_prob,
+                       straggler_delay_s=_conv(parse_duration, straggler_delay, "--straggler-delay"),
+                       start_offset_s=_conv(parse_duration, start_offset, "--start-offset"), seed=seed)
+    except ValueError as e:
+        fail(str(e))
+    if payload < 1 or payload > 65000:
+        fail("--payload must be in 1..65000")
+
+    def emit(rec):
+        if as_json:
+            print(json.dumps(asdict(rec)), flush=True)
+
+    try:
+        tr = UdpTransport(peers, cc=cc, job_id=job, cc_params=params,
+                          line_rate=_conv(parse_rate, line_rate, "--line-rate") / 8, payload=payload,
+                          min_rto=_conv(parse_duration, min_rto, "--min-rto"), ecn=not no_ecn,
+                          timeout=_conv(parse_duration, timeout, "--timeout"))
+    except OSError as e:
+        fail(f"--to: {e}")
+    with tr:
+        try:
+            recs = run_job(spec, tr, iterations, on_record=emit)
+        except TransportTimeout as e:
+            fail(str(e), 1)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        stats = tr.stats()
+    if records_out:
+        write_csv(recs, records_out)
+    if trace_out:
+        write_trace(rows_from_records(recs), trace_out)
+    if as_json:
+        print(json.dumps({"summary": stats}), flush=True)
+        return
+    t = Table(title=f"job {job} · {cc} · {len(peers)} flow(s)")
+    for c in ("iter", "compute ms", "comm ms", "MB/flow", "retx"):
+        t.add_column(c, justify="right")
+    for r in recs:
+        t.add_row(str(r.iteration), f"{(r.comm_start - r.start) * 1e3:.1f}", f"{(r.end - r.comm_start) * 1e3:.1f}",
+                  f"{r.bytes / 1e6:.3f}", str(int(r.drops)))
+    out.print(t)
+    for s in stats:
+        out.print(f"{s['dest']}: {s['bytes']} B acked, {s['sent']} datagrams, {s['retransmits']} retransmits, "
+                  f"{s['timeouts']} timeouts, ECE {s['ece']}, CNP {s['cnp']}, srtt "
+                  f"{(s['srtt'] or 0) * 1e3:.2f} ms", highlight=False)
+
+
+@app.command()
+def recv(
+    bind: str = typer.Option("0.0.0.0:9199", help="HOST:PORT to listen on"),
+    idle_exit: Optional[str] = typer.Option(None, help="exit after this long without data (once data came)"),
+    duration: Optional[str] = typer.Option(None, help="exit after this long"),
+    ack_every: int = typer.Option(2, help="ACK every N in-order datagrams"),
+    no_verify: bool = typer.Option(False, "--no-verify", help="skip checking payload bytes"),
+    as_json: bool = typer.Option(False, "--json", help="per-flow summary as JSON lines on exit"),
+):
+    """Receive MLTCP transport flows: deliver in order, verify, ACK (ECE/CNP on CE marks)."""
+    import threading
+
+    from .transport import Receiver, parse_hostport
+
+    host, port = _conv(lambda b: parse_hostport(b, allow_zero=True), bind, "--bind")
+    if ack_every < 1:
+        fail("--ack-every must be >= 1")
+    try:
+        rx = Receiver((host, port), ack_every=ack_every, verify=not no_verify)
+    except OSError as e:
+        fail(f"--bind {bind}: {e}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if duration:
+        d = _conv(parse_duration, duration, "--duration")
+        timer = threading.Timer(d, stop.set)
+        timer.daemon = True
+        timer.start()
+    err.print(f"listening on {rx.addr[0]}:{rx.addr[1]}", highlight=False)
+    t0 = time.monotonic()
+    try:
+        rx.serve(stop, idle_exit=_conv(parse_duration, idle_exit, "--idle-exit") if idle_exit else None)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        rx.sock.close()
+    elapsed = time.monotonic() - t0
+    flows = rx.summary()
+    if as_json:
+        for f in flows:
+            print(json.dumps(f), flush=True)
+        return
+    for f in flows:
+        out.print(f"{f['peer']} job {f['job']}: {f['bytes']} B in order ({f['iterations']} iterations), "
+                  f"{f['duplicates']} duplicates, {f['mismatched']} mismatched, CE {f['ce']}, CNP {f['cnps']}",
+                  highlight=False)
+    out.print(f"{len(flows)} flow(s) in {elapsed:.1f} s", highlight=False)
+
+
+@app.command()
+def relay(
+    listen: str = typer.Option("127.0.0.1:9198", help="HOST:PORT senders send to"),
+    to: str = typer.Option(..., "--to", help="receiver HOST:PORT"),
+    drop: float = typer.Option(0.0), reorder: float = typer.Option(0.0), duplicate: float = typer.Option(0.0),
+    ce: float = typer.Option(0.0, help="probability of setting CE on a forwarded datagram"),
+    ack_drop: float = typer.Option(0.0), seed: int = typer.Option(1),
+):
+    """A lossy UDP relay (loss/reorder/duplication/CE) for trying the transport on loopback."""
+    from .transport import parse_hostport
+    from .transport.relay import LossyRelay
+    try:
+        r = LossyRelay(_conv(parse_hostport, to, "--to"), drop=drop, reorder=reorder, duplicate=duplicate,
+                       ce=ce, ack_drop=ack_drop, seed=seed,
+                       bind=_conv(lambda b: parse_hostport(b, allow_zero=True), listen, "--listen"))
+    except (ValueError, OSError) as e:
+        fail(str(e))
+    err.print(f"relaying {r.addr[0]}:{r.addr[1]} -> {to} (Ctrl-C to stop)", highlight=False)
+    try:
+        r.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        r.close()
+        out.print(json.dumps(r.stats))
+
+
+@app.command("trace-import")
+def trace_import(
+    path: Path = typer.Argument(..., help="CSV: iteration_number,iteration_duration_seconds,flow_size_bytes_in_iteration"),
+    line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Turn a measured per-iteration trace into a job profile (compute time, bytes per iteration)."""
+    from .traces import TraceError, load_profile
+    try:
+        p = load_profile(path, _conv(parse_rate, line_rate, "--line-rate"))
+    except TraceError as e:
+        fail(str(e))
+    d = dict(name=p.name, compute_s=p.compute_s, bytes_per_iter=p.bytes_per_iter, jitter=p.jitter,
+             iterations=len(p.compute_times), clamped=p.clamped, line_rate_bps=p.line_rate_bps)
+    if as_json:
+        print(json.dumps(d))
+    else:
+        out.print(f"{p.name}: {len(p.compute_times)} iterations, compute {p.compute_s * 1e3:.1f} ms "
+                  f"(jitter {p.jitter:.3f}), {p.bytes_per_iter / 1e6:.2f} MB per flow per iteration"
+                  + (f", {p.clamped} rows shorter than their transfer time" if p.clamped else ""), highlight=False)
+
+
+@app.command("trace-export")
+def trace_export(
+    records: Path = typer.Argument(..., help="iteration records CSV (from `send --out` or the simulator)"),
+    out_path: Path = typer.Argument(..., help="trace CSV to write"),
+    job: Optional[str] = typer.Option(None, help="job to export when the records hold several"),
+):
+    """Write iteration records as a trace in the public per-iteration shape."""
+    from mltcp.records import read_csv
+
+    from .traces import rows_from_records, write_trace
+    try:
+        rows = rows_from_records(read_csv(records), job)
+    except (ValueError, OSError) as e:
+        fail(str(e))
+    if not rows:
+        fail(f"{records}: no records" + (f" for job {job!r}" if job else ""))
+    write_trace(rows, out_path)
+    out.print(f"{len(rows)} iterations -> {out_path}", highlight=False)
+
+
+@app.command("pcap-write")
+def pcap_write(
+    records: Path = typer.Argument(..., help="iteration records CSV"),
+    out_path: Path = typer.Argument(..., help="pcap to write"),
+    packets_per_iter: int = typer.Option(8, help="sampled packets per iteration"),
+):
+    """Synthetic MLTCP capture of iteration records (for replay or analysis tools)."""
+    from mltcp.records import read_csv
+
+    from .pcap import write_records
+    try:
+        n = write_records(read_csv(records), out_path, packets_per_iter=packets_per_iter)
+    except (ValueError, OSError) as e:
+        fail(str(e))
+    out.print(f"{n} packets -> {out_path}", highlight=False)
+
+
+@app.command("pcap-records")
+def pcap_records(
+    path: Path = typer.Argument(..., help="pcap (MLTCP shim flows or any UDP/TCP flows)"),
+    idle_gap: Optional[str] = typer.Option(None, help="gap that starts a new iteration in flows without the shim"),
+    records_out: Optional[Path] = typer.Option(None, "--out", help="write records CSV here"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Per-job iteration times derived from a capture."""
+    from mltcp.records import to_json, write_csv
+
+    from .pcap import PcapError, read_records
+    try:
+        recs = read_records(path, idle_gap=_conv(parse_duration, idle_gap, "--idle-gap") if idle_gap else None)
+    except PcapError as e:
+        fail(str(e))
+    if records_out:
+        write_csv(recs, records_out)
+    if as_json:
+        print(to_json(recs))
+        return
+    t = Table(title=str(path))
+    for c in ("job", "iter", "comm start s", "comm ms", "iter ms", "MB", "retx", "CE"):
+        t.add_column(c, justify="right")
+    for r in recs:
+        t.add_row(str(r.job), str(r.iteration), f"{r.comm_start:.6f}", f"{(r.end - r.comm_start) * 1e3:.2f}",
+                  f"{(r.end - r.start) * 1e3:.2f}", f"{r.bytes / 1e6:.3f}", str(int(r.drops)), str(int(r.marks)))
+    out.print(t)
+
+
+@app.command()
+def replay(
+    path: Path = typer.Argument(..., help="pcap to replay"),
+    iface: str = typer.Option(..., help="interface to send out of"),
+    netns: Optional[str] = typer.Option(None, help="network namespace holding the interface"),
+    fast: bool = typer.Option(False, "--fast", help="ignore the capture's timing"),
+    count: Optional[int] = typer.Option(None, help="send only the first N packets"),
+):
+    """Send a capture's packets out of an interface (needs root), with their original timing."""
+    from .pcap import replay as do_replay
+    if not path.exists():
+        fail(f"{path}: no such file")
+    try:
+        n = do_replay(path, iface, netns=netns, realtime=not fast, count=count)
+    except (RuntimeError, OSError, ValueError) as e:
+        fail(str(e), 1)
+    out.print(f"{n} packets sent on {iface}" + (f" in {netns}" if netns else ""), highlight=False)
+
+
+if __name__ == "__main__":
+    app()
