@@ -8,6 +8,10 @@ TCP flow. Prints pps, Mb/s (IP-level goodput reported by the iperf3 receiver) an
 100 Mb/s. Needs root.
 
     sudo .venv/bin/python bench/bench_switch.py [--seconds 5] [--rate unlimited] [--loads 100,150,200]
+
+``--conformance`` instead runs the ptf conformance tests (tests/ptf) as measurements: ECN onset
+for K = 5, 10, 20, 40 (queue depth at the first CE mark), per-job counters vs sent for
+3 jobs x 10,000 packets, and N fuzzed/truncated packets vs parse_errors.
 """
 
 from __future__ import annotations
@@ -45,7 +49,13 @@ def main() -> int:
     ap.add_argument("--rate", default="unlimited", help="switch egress rate (default unlimited)")
     ap.add_argument("--loads", default="100,150,200", help="UDP offered loads in Mb/s")
     ap.add_argument("--tcp", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--conformance", action="store_true", help="run the ptf measurements instead")
+    ap.add_argument("--ecn-thresholds", default="5,10,20,40")
+    ap.add_argument("--counter-packets", type=int, default=10000)
+    ap.add_argument("--fuzz-count", type=int, default=2000)
     a = ap.parse_args()
+    if a.conformance:
+        return conformance(a)
 
     from mltcp.emulation.switch.runtime import spawn_switch
     from mltcp.emulation.switch.testbed import Testbed, have_root_netns
@@ -120,6 +130,54 @@ def main() -> int:
             if stats:
                 print("switch:", stats[-1].split("switch stopped; ", 1)[-1])
     return 0
+
+
+def conformance(a) -> int:
+    """Run tests/ptf/mltcp_conformance.py against the software switch and print its measurements."""
+    import re
+
+    from mltcp.emulation.switch.runtime import spawn_switch
+    from mltcp.emulation.switch.testbed import Testbed, have_root_netns
+
+    why = have_root_netns()
+    if why:
+        print(f"bench_switch --conformance: skipped: {why}")
+        return 0
+    ptf = str(Path(sys.executable).with_name("ptf"))
+    rc = 0
+    with Testbed("bcf") as tb, tempfile.TemporaryDirectory() as tmp:
+        ns = tb.netns("n")
+        for i in (1, 2, 3):
+            tb.veth(f"sv{i}", f"pv{i}", ns, ns)
+        log = open(Path(tmp) / "switch.log", "w+")
+        proc, port = spawn_switch({1: "sv1", 2: "sv2", 3: "sv3"}, netns=ns, grpc_host="127.0.0.1",
+                                  port_config={3: "rate=100kbit,buffer=400"}, stderr=log)
+        try:
+            params = dict(grpcaddr=f"127.0.0.1:{port}", p4info=str(P4INFO), devcfg="", slow_port=3,
+                          ecn_thresholds=a.ecn_thresholds, counter_packets=a.counter_packets,
+                          fuzz_count=a.fuzz_count)
+            tp = ";".join(f"{k}={v!r}" for k, v in params.items())
+            for test in ("EcnOnset", "JobCounters", "MalformedHeaders"):
+                r = subprocess.run(["ip", "netns", "exec", ns, ptf, "--test-dir", str(ROOT / "tests" / "ptf"),
+                                    "--interface", "1@pv1", "--interface", "2@pv2", "--interface", "3@pv3",
+                                    "--log-file", str(Path(tmp) / "ptf.log"), "--test-params", tp,
+                                    f"mltcp_conformance.{test}"], capture_output=True, text=True,
+                                   env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=600)
+                lines = [ln for ln in r.stdout.splitlines()
+                         if re.match(r"(ECN-ONSET|JOB-COUNTERS|FUZZ)", ln)]
+                print(f"{test}: {'PASS' if r.returncode == 0 else 'FAIL'}")
+                for ln in lines:
+                    print("  " + ln)
+                if r.returncode != 0:
+                    rc = 1
+                    print((r.stdout + r.stderr)[-2000:])
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return rc
 
 
 if __name__ == "__main__":
