@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from . import netns
-from .runner import (EmulationError, JobPlan, Plan, _Peer, arm_summary, run_arm, udp_transport_cli)
+from .runner import EmulationError, Plan, _Peer, arm_summary, run_arm, udp_available
 from .topologies import (LinkParams, bottleneck_intfs, build_network, make_topology, qdisc_drops,
                          resolve_link_mode)
 
@@ -50,11 +50,11 @@ def bulk_commands(transport: str, cc: str, dst_ip: str, port: int, seconds: floa
         return ([*m, "recv", "--run", run, "--port", str(port), "--bulk", "--t0", repr(t0)],
                 [*m, "send", "--run", run, "--host", dst_ip, "--port", str(port), "--cc", cc, "--job", job,
                  "--bulk-s", repr(seconds), "--t0", repr(t0)])
-    udp = udp_transport_cli()
-    if udp is None:
-        raise EmulationError("userspace transport (`mltcp traffic`) not available")
-    return ([*udp, "recv", "--port", str(port), "--bulk", "--t0", repr(t0)],
-            [*udp, "send", "--host", dst_ip, "--port", str(port), "--cc", cc, "--job", job,
+    if not udp_available():
+        raise EmulationError("userspace transport (mltcp.traffic.transport) not available")
+    m = [sys.executable, "-m", "mltcp.emulation.udp_peer"]
+    return ([*m, "recv", "--run", run, "--port", str(port), "--bulk", "--t0", repr(t0)],
+            [*m, "send", "--run", run, "--host", dst_ip, "--port", str(port), "--cc", cc, "--job", job,
              "--bulk-s", repr(seconds), "--t0", repr(t0)])
 
 
@@ -109,7 +109,7 @@ def baseline_peer(bottleneck: LinkParams, plan: Plan | None, seconds: float = 10
     for cc in ("reno", "cubic"):
         say(f"bulk: kernel {cc}, {flows} flows, {seconds:g} s")
         out["fairness"].append(run_bulk(bottleneck, "kernel", cc, flows, seconds, link_mode, f"kernel {cc}").as_dict())
-    if udp_transport_cli() is not None:
+    if udp_available():
         say(f"bulk: userspace reno, {flows} flows, {seconds:g} s")
         try:
             ur = run_bulk(bottleneck, "udp", "reno", flows, seconds, link_mode, "userspace reno").as_dict()
@@ -124,13 +124,5 @@ def baseline_peer(bottleneck: LinkParams, plan: Plan | None, seconds: float = 10
         for cc in ("reno", "cubic"):
             say(f"iterations: kernel {cc}, {len(plan.jobs)} jobs")
             arm = run_arm(plan, cc, "kernel", link_mode=link_mode)
-            out["iterations"][cc] = arm_summary(arm, plan.warmup)
+            out["iterations"][cc] = arm_summary(arm, plan.scenario_obj)
     return out
-
-
-def default_plan(bottleneck: LinkParams, iterations: int = 20) -> Plan:
-    """Two identical jobs whose communication alone takes as long as their compute."""
-    rate = (bottleneck.rate_mbps or 100) * 1e6 / 8
-    nbytes = int(rate * 0.2)
-    jobs = [JobPlan("job0", nbytes, 0.2, 0.0, iterations), JobPlan("job1", nbytes, 0.2, 0.05, iterations)]
-    return Plan("baseline-peer", "dumbbell", bottleneck, jobs, warmup=max(0, iterations // 4))

@@ -49,6 +49,8 @@ def emulate(
     rate_mbps: float = typer.Option(None, help="run every link at this rate; job bytes scale with it"),
     delay_ms: float = typer.Option(None, help="one-way delay per link (needs link mode linux-tc or switch)"),
     iterations: int = typer.Option(None, help="iterations per job (default: the scenario's)"),
+    buffer_kb: float = typer.Option(None, help="drop-tail buffer per link in kB (after --rate-mbps scaling)"),
+    dilate: bool = typer.Option(False, "--dilate", help="with --rate-mbps: keep bytes, stretch all times instead"),
     no_sim: bool = typer.Option(False, "--no-sim", help="skip the in-process simulation for sim_vs_emu"),
     baseline_peer: bool = typer.Option(False, "--baseline-peer",
                                        help="kernel TCP baseline: fairness of long-lived flows + kernel-CC iterations"),
@@ -68,7 +70,7 @@ def emulate(
         _fail(str(e))
     _prereqs()
     try:
-        sc = rescale(sc, rate_mbps, delay_ms, iterations)
+        sc = rescale(sc, rate_mbps, delay_ms, iterations, buffer_kb, dilate)
         mode = resolve_link_mode(link_mode)
     except (ValueError, TopologyError) as e:
         _fail(str(e))
@@ -118,13 +120,13 @@ def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, qui
 def _print_summary(doc: dict) -> None:
     t = Table(title=f"emulation: {doc['scenario']} ({doc['emulation']['topology']}, "
                     f"{doc['emulation']['transport']}, {doc['emulation']['link_mode']})")
-    for c in ("arm", "cc", "avg iter s", "p99 iter s", "drops", "retrans", "interleaved from"):
+    for c in ("arm", "cc", "avg iter s", "p99 iter s", "drops", "retrans", "converged at"):
         t.add_column(c)
     for arm in ("baseline", "mltcp"):
         a = doc.get(arm)
         if a:
             t.add_row(arm, a["cc"], f"{a['avg_iter_s']:.4f}", f"{a['p99_iter_s']:.4f}", str(a["drops"]),
-                      str(a["retransmissions"]), str(a["interleaved_from_iteration"]))
+                      str(a["retransmissions"]), str(a["converged_at_iteration"]))
     err.print(t)
     if doc.get("speedup_avg"):
         err.print(f"speedup avg {doc['speedup_avg']:.3f}  p99 {doc['speedup_p99']:.3f}")
@@ -142,7 +144,7 @@ def _print_baseline(doc: dict) -> None:
         err.print(f"userspace reno: {doc['userspace_reno_error']}")
     for cc, a in doc["iterations"].items():
         err.print(f"kernel {cc} iterations: avg {a['avg_iter_s']:.4f} s, p99 {a['p99_iter_s']:.4f} s, "
-                  f"interleaved from iteration {a['interleaved_from_iteration']}")
+                  f"interleaved (converged) from iteration {a['converged_at_iteration']}")
 
 
 @app.command("emulate-topo")

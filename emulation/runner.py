@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import queue
 import shutil
 import subprocess
@@ -20,10 +19,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from mltcp import compare, metrics
 from mltcp.records import IterationRecord
 
 from . import netns
-from .topologies import (EmuTopo, LinkParams, TopologyError, bottleneck_intfs, build_network,
+from .topologies import (EmuTopo, LinkParams, TopologyError, bottleneck_intfs, build_network, features,
                          make_topology, qdisc_drops, resolve_link_mode)
 
 TRANSPORTS = ("kernel", "udp")
@@ -48,6 +48,8 @@ class JobPlan:
     receiver: str = ""
     dst_ip: str = ""
     port: int = 0
+    job_id: int = 0
+    line_rate_mbps: float = 0.0
 
 
 @dataclass
@@ -84,15 +86,36 @@ def choose_topology(sc) -> str:
                         "or up to three jobs each crossing two of three links (ring); pass --topology")
 
 
-def rescale(sc, rate_mbps: float | None = None, delay_ms: float | None = None, iterations: int | None = None):
+def rescale(sc, rate_mbps: float | None = None, delay_ms: float | None = None, iterations: int | None = None,
+            buffer_kb: float | None = None, dilate: bool = False):
     """A copy of scenario ``sc`` with every link at ``rate_mbps`` (job bytes scaled by the same factor,
     so each job keeps its communication/compute ratio), one-way delay ``delay_ms`` per link, and
-    ``iterations`` per job. The simulator is run on the same copy for ``sim_vs_emu``."""
+    ``iterations`` per job, drop-tail buffer ``buffer_kb`` per link. The simulator is run on the
+    same copy for ``sim_vs_emu``.
+
+    With ``dilate`` the rate change is a time dilation instead: bytes and buffers stay, and every
+    duration (compute, start offsets, delays) is stretched by old_rate/new_rate, so the run is the
+    same experiment in slow motion (same packets per round trip, same queue in packets)."""
     sc = dataclasses.replace(sc, links={k: dataclasses.replace(v) for k, v in sc.links.items()},
                              jobs=[dataclasses.replace(j) for j in sc.jobs])
-    if rate_mbps is not None:
-        if rate_mbps <= 0:
-            raise ValueError(f"--rate-mbps must be > 0, got {rate_mbps}")
+    if rate_mbps is not None and rate_mbps <= 0:
+        raise ValueError(f"--rate-mbps must be > 0, got {rate_mbps}")
+    if rate_mbps is not None and dilate:
+        rates = {v.rate_bps for v in sc.links.values()}
+        if len(rates) != 1:
+            raise ValueError("time dilation needs all links at one rate")
+        stretch = rates.pop() / (rate_mbps * 1e6)
+        for job in sc.jobs:
+            job.compute_s *= stretch
+            job.start_offset_s *= stretch
+            job.straggler_delay_s *= stretch
+        for link in sc.links.values():
+            link.rate_bps = rate_mbps * 1e6
+            link.delay_s *= stretch
+        sc.host_delay_s *= stretch
+        sc.min_rto_s *= stretch
+        sc.step_s *= stretch
+    elif rate_mbps is not None:
         for job in sc.jobs:
             factor = rate_mbps * 1e6 / min(sc.links[n].rate_bps for n in job.path)
             job.bytes_per_iter = job.bytes_per_iter * factor
@@ -108,6 +131,11 @@ def rescale(sc, rate_mbps: float | None = None, delay_ms: float | None = None, i
             raise ValueError(f"--delay-ms must be >= 0, got {delay_ms}")
         for link in sc.links.values():
             link.delay_s = delay_ms / 1e3
+    if buffer_kb is not None:
+        if buffer_kb < 1.5:
+            raise ValueError(f"--buffer-kb must be >= 1.5, got {buffer_kb}")
+        for link in sc.links.values():
+            link.buffer_bytes = buffer_kb * 1e3
     if iterations is not None:
         if iterations < 1:
             raise ValueError(f"--iterations must be >= 1, got {iterations}")
@@ -134,6 +162,8 @@ def assign_endpoints(plan: Plan, topo: EmuTopo) -> None:
                             f"scenario {plan.scenario} has {len(plan.jobs)} jobs")
     for i, (job, (s, r)) in enumerate(zip(plan.jobs, topo.job_pairs)):
         job.sender, job.receiver, job.dst_ip, job.port = s, r, topo.ip_of(r), PORT_BASE + i
+        job.job_id = i
+        job.line_rate_mbps = plan.bottleneck.rate_mbps or 0.0
 
 
 # --------------------------------------------------------------------------- peers
@@ -150,26 +180,29 @@ def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "
                 "--start-offset-s", repr(job.start_offset_s)]
         return recv, send
     if transport == "udp":
-        udp = udp_transport_cli()
-        if udp is None:
-            raise EmulationError("--transport udp needs the userspace transport CLI (`mltcp traffic send/recv`), "
-                                 "which is not available in this checkout")
-        recv = [*udp, "recv", "--port", str(job.port), "--t0", repr(t0)]
-        send = [*udp, "send", "--host", job.dst_ip, "--port", str(job.port), "--job", job.name, "--cc", cc,
-                "--iterations", str(job.iterations), "--bytes", str(job.bytes), "--compute-s", repr(job.compute_s),
-                "--t0", repr(t0), "--start-offset-s", repr(job.start_offset_s)]
+        if not udp_available():
+            raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport), "
+                                 "which is not importable in this checkout")
+        m = [py, "-m", "mltcp.emulation.udp_peer"]
+        tag = ["--run", run] if run else []
+        recv = [*m, "recv", *tag, "--port", str(job.port), "--t0", repr(t0)]
+        send = [*m, "send", *tag, "--host", job.dst_ip, "--port", str(job.port), "--job", job.name,
+                "--job-id", str(job.job_id), "--cc", cc, "--iterations", str(job.iterations),
+                "--bytes", str(job.bytes), "--compute-s", repr(job.compute_s), "--t0", repr(t0),
+                "--start-offset-s", repr(job.start_offset_s), "--line-rate-mbps", repr(job.line_rate_mbps)]
         return recv, send
     raise EmulationError(f"unknown transport {transport!r}; choose from {', '.join(TRANSPORTS)}")
 
 
-def udp_transport_cli() -> list[str] | None:
-    """argv prefix of `mltcp traffic` if the userspace transport has landed."""
+def udp_available() -> bool:
+    """Whether the userspace MLTCP transport (mltcp.traffic.transport) can be imported."""
     try:
         import importlib
-        importlib.import_module("mltcp.traffic.cli")
+        importlib.import_module("mltcp.traffic.transport.transport")
+        importlib.import_module("mltcp.traffic.transport.receiver")
     except Exception:
-        return None
-    return [sys.executable, "-m", "mltcp.traffic.cli"]
+        return False
+    return True
 
 
 def kernel_cc_name(cc: str, mltcp: bool) -> str:
@@ -302,100 +335,48 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
                      mode, time.monotonic() - wall0)
 
 
-# --------------------------------------------------------------------------- metrics
-
-def _metrics():
-    try:
-        from mltcp import metrics  # the lead's shared functions, once they exist
-        return metrics
-    except Exception:
-        return None
-
-
-def avg_p99(records: list[IterationRecord], warmup: int) -> tuple[float, float]:
-    m = _metrics()
-    if m is not None and hasattr(m, "avg_p99"):
-        return m.avg_p99(records, warmup)
-    import numpy as np
-    d = np.array([r.duration for r in records if r.iteration >= warmup] or [r.duration for r in records])
-    if d.size == 0:
-        return math.nan, math.nan
-    return float(d.mean()), float(np.percentile(d, 99))
-
+# --------------------------------------------------------------------------- summaries
 
 def per_job_avg(records: list[IterationRecord], warmup: int) -> dict[str, float]:
+    """Average steady-state iteration time per job."""
     out: dict[str, list[float]] = {}
-    for r in records:
-        if r.iteration >= warmup:
-            out.setdefault(r.job, []).append(r.duration)
+    for r in metrics.steady(records, warmup):
+        out.setdefault(r.job, []).append(r.duration)
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 
-def converged_at(records: list[IterationRecord]) -> int | None:
-    m = _metrics()
-    if m is not None and hasattr(m, "converged_at_iteration"):
-        return m.converged_at_iteration(records)
-    return interleave_iteration(records)
+def arm_summary(arm: ArmResult, sc) -> dict:
+    """The simulator's per-arm keys (mltcp.compare.side) plus what only the emulation measures."""
+    d = compare.side(sc, arm.cc, arm.records, arm.drops, arm.ecn_marks or 0)
+    if arm.ecn_marks is None:
+        d["ecn_marks"] = None          # this link mode cannot mark: not "zero marks"
+    d.update(retransmissions=sum(arm.retrans.values()), retransmissions_per_job=arm.retrans,
+             per_job_avg_iter_s=per_job_avg(arm.records, sc.warmup_iterations), wall_s=round(arm.wall_s, 2))
+    return d
 
 
-def overlap_fraction(records: list[IterationRecord], iteration: int) -> float:
-    """Fraction of the communication time of ``iteration`` (all jobs) during which two or more jobs
-    communicated at once."""
-    iv = [(r.comm_start, r.end) for r in records if r.iteration == iteration]
-    if len(iv) < 2:
-        return 0.0
-    events = sorted([(a, 1) for a, _ in iv] + [(b, -1) for _, b in iv])
-    busy = both = 0.0
-    level, last = 0, events[0][0]
-    for t, d in events:
-        if level >= 1:
-            busy += t - last
-        if level >= 2:
-            both += t - last
-        level += d
-        last = t
-    return both / busy if busy > 0 else 0.0
-
-
-def interleave_iteration(records: list[IterationRecord], threshold: float = 0.1) -> int | None:
-    """First iteration from which every later iteration has communication overlap < threshold."""
-    its = sorted({r.iteration for r in records})
-    ok_from = None
-    for it in its:
-        if overlap_fraction(records, it) < threshold:
-            ok_from = it if ok_from is None else ok_from
-        else:
-            ok_from = None
-    return ok_from
-
-
-# --------------------------------------------------------------------------- whole experiment
-
-def arm_summary(arm: ArmResult, warmup: int) -> dict:
-    avg, p99 = avg_p99(arm.records, warmup)
-    return {"cc": arm.cc, "avg_iter_s": avg, "p99_iter_s": p99, "drops": arm.drops, "ecn_marks": arm.ecn_marks,
-            "retransmissions": sum(arm.retrans.values()), "iterations": len(arm.records),
-            "per_job_avg_iter_s": per_job_avg(arm.records, warmup),
-            "interleaved_from_iteration": interleave_iteration(arm.records), "wall_s": round(arm.wall_s, 2)}
-
-
-def sim_vs_emu(sc, cc_name: str, emu_records: list[IterationRecord], warmup: int) -> dict | None:
-    """Per-job ratio emulated/simulated average iteration time (simulator run in-process)."""
+def sim_vs_emu(sc, cc_name: str, emu_records: list[IterationRecord]) -> dict | None:
+    """Per-job ratio emulated/simulated average iteration time (simulator run in-process on the
+    same, possibly rescaled, scenario)."""
     try:
         from mltcp.sim.engine import simulate
     except Exception:
         return None
-    res = simulate(sc, cc_name)
-    sim = per_job_avg(res.records, warmup)
-    emu = per_job_avg(emu_records, warmup)
-    return {job: emu[job] / sim[job] for job in emu if job in sim and sim[job] > 0}
+    try:
+        res = simulate(sc, cc_name)
+    except Exception as e:  # the simulator's failure must not lose a finished emulation
+        return {"error": f"simulator failed: {type(e).__name__}: {e}"}
+    sim = per_job_avg(res.records, sc.warmup_iterations)
+    emu = per_job_avg(emu_records, sc.warmup_iterations)
+    return {job: round(emu[job] / sim[job], 4) for job in emu if job in sim and sim[job] > 0}
 
 
-def run_experiment(sc, cc: str = "reno", compare: bool = False, transport: str = "kernel",
+def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport: str = "kernel",
                    link_mode: str = "auto", topology: str = "auto",
                    on_record: Callable[[str, IterationRecord], None] | None = None,
                    with_sim: bool = True) -> dict:
-    """Baseline (and with ``compare`` MLTCP) arms of scenario ``sc``; returns the JSON document."""
+    """Baseline (and with ``compare_mltcp`` the MLTCP) arm of scenario ``sc``: the JSON document of
+    ``mltcp simulate`` (mltcp.compare.report) plus ``sim_vs_emu`` and an ``emulation`` section."""
     if cc not in BASE_CCS:
         raise EmulationError(f"--cc must be one of {', '.join(BASE_CCS)}, got {cc}")
     if transport not in TRANSPORTS:
@@ -403,32 +384,26 @@ def run_experiment(sc, cc: str = "reno", compare: bool = False, transport: str =
     if cc == "dcqcn" and transport == "kernel":
         raise EmulationError("DCQCN is rate-based: use --transport udp")
     plan = plan_from_scenario(sc, topology)
-    out: dict = {"scenario": plan.scenario, "emulation": {
-        "topology": plan.topology, "transport": transport, "link_mode": resolve_link_mode(link_mode),
-        "bottleneck": dataclasses.asdict(plan.bottleneck), "jobs": len(plan.jobs),
-        "iterations": max(j.iterations for j in plan.jobs), "warmup_iterations": plan.warmup,
-        "notes": plan.notes}}
+    mode = resolve_link_mode(link_mode)
     cb = (lambda arm: (lambda r: on_record(arm, r))) if on_record else (lambda arm: None)
-    base = run_arm(plan, cc, transport, mltcp=False, link_mode=link_mode, on_record=cb("baseline"))
-    out["baseline"] = arm_summary(base, plan.warmup)
-    ideal = [sc.ideal_iter_s(j) for j in sc.jobs] if hasattr(sc, "ideal_iter_s") else []
-    out["ideal_iter_s"] = (sum(ideal) / len(ideal)) if ideal else None
-    sims = {}
-    if with_sim:
-        sims["baseline"] = sim_vs_emu(sc, cc, base.records, plan.warmup)
-    if compare:
-        ml = run_arm(plan, cc, transport, mltcp=True, link_mode=link_mode, on_record=cb("mltcp"))
-        out["mltcp"] = arm_summary(ml, plan.warmup)
-        out["speedup_avg"] = out["baseline"]["avg_iter_s"] / out["mltcp"]["avg_iter_s"]
-        out["speedup_p99"] = out["baseline"]["p99_iter_s"] / out["mltcp"]["p99_iter_s"]
-        out["converged_at_iteration"] = converged_at(ml.records)
-        if with_sim:
-            sims["mltcp"] = sim_vs_emu(sc, f"mltcp-{cc}", ml.records, plan.warmup)
-    else:
+    base = run_arm(plan, cc, transport, mltcp=False, link_mode=mode, on_record=cb("baseline"))
+    ml = None
+    if compare_mltcp:
+        ml = run_arm(plan, cc, transport, mltcp=True, link_mode=mode, on_record=cb("mltcp"))
+    out = compare.report(sc, arm_summary(base, sc), arm_summary(ml, sc) if ml else None)
+    if ml is None:
         out["mltcp"] = None
         out["speedup_avg"] = out["speedup_p99"] = None
-        out["converged_at_iteration"] = converged_at(base.records)
-    out["sim_vs_emu"] = sims if with_sim else None
+    if with_sim:
+        out["sim_vs_emu"] = {"baseline": sim_vs_emu(sc, cc, base.records)}
+        if ml is not None:
+            out["sim_vs_emu"]["mltcp"] = sim_vs_emu(sc, compare.mltcp_name(cc), ml.records)
+    else:
+        out["sim_vs_emu"] = None
+    out["emulation"] = {
+        "topology": plan.topology, "transport": transport, "link_mode": mode, "features": features(mode),
+        "bottleneck": dataclasses.asdict(plan.bottleneck), "jobs": len(plan.jobs),
+        "iterations": max(j.iterations for j in plan.jobs), "notes": plan.notes}
     return out
 
 

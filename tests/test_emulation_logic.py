@@ -4,9 +4,8 @@ import pytest
 from mltcp import scenario as scn
 from mltcp.emulation import netns
 from mltcp.emulation.baseline import jain_index
-from mltcp.emulation.runner import (JobPlan, choose_topology, interleave_iteration, kernel_cc_name,
-                                    link_params_of, overlap_fraction, peer_commands, plan_from_scenario,
-                                    rescale)
+from mltcp.emulation.runner import (ArmResult, JobPlan, arm_summary, choose_topology, kernel_cc_name,
+                                    link_params_of, peer_commands, per_job_avg, plan_from_scenario, rescale)
 from mltcp.emulation.topologies import LinkParams, TopologyError, tc_commands
 from mltcp.records import IterationRecord
 
@@ -100,6 +99,17 @@ def test_rescale_keeps_comm_compute_ratio():
         rescale(sc, rate_mbps=0)
 
 
+def test_rescale_dilate_stretches_time_keeps_bytes():
+    sc = _sc([["L"], ["L"]], start_offset_ms=2)
+    slow = rescale(sc, rate_mbps=20, dilate=True)           # 200 -> 20 Mb/s: 10x slower
+    assert slow.jobs[0].bytes_per_iter == pytest.approx(1_000_000)
+    assert slow.links["L"].buffer_bytes == pytest.approx(100_000)
+    assert slow.jobs[0].compute_s == pytest.approx(0.1)
+    assert slow.jobs[0].start_offset_s == pytest.approx(0.02)
+    assert slow.links["L"].delay_s == pytest.approx(0.001)
+    assert slow.ideal_iter_s(slow.jobs[0]) == pytest.approx(10 * sc.ideal_iter_s(sc.jobs[0]))
+
+
 def test_plan_from_scenario():
     plan = plan_from_scenario(_sc([["L"], ["L"]], start_offset_ms=5))
     assert plan.topology == "dumbbell"
@@ -126,16 +136,29 @@ def _rec(job, it, cs, end):
     return IterationRecord(job, it, cs - 0.1, cs, end, 1.0)
 
 
-def test_overlap_and_interleave_iteration():
-    recs = [_rec("a", 0, 0.0, 1.0), _rec("b", 0, 0.0, 1.0),      # full overlap
-            _rec("a", 1, 2.0, 2.5), _rec("b", 1, 2.4, 3.0),      # 0.1 of 1.0 overlapped
-            _rec("a", 2, 4.0, 4.5), _rec("b", 2, 4.5, 5.0),      # disjoint
-            _rec("a", 3, 6.0, 6.5), _rec("b", 3, 6.6, 7.0)]
-    assert overlap_fraction(recs, 0) == pytest.approx(1.0)
-    assert overlap_fraction(recs, 1) == pytest.approx(0.1)
-    assert overlap_fraction(recs, 2) == pytest.approx(0.0)
-    assert interleave_iteration(recs) == 2
-    assert interleave_iteration(recs[:2]) is None
+def test_arm_summary_has_simulator_keys_and_honest_marks():
+    sc = _sc([["L"], ["L"]])
+    recs = [_rec(j, i, 1.0 * i + (0.5 if j == "j1" else 0.0), 1.0 * i + (0.9 if j == "j1" else 0.4))
+            for j in ("j0", "j1") for i in range(6)]
+    arm = ArmResult("reno", recs, drops=7, ecn_marks=None, retrans={"j0": 3, "j1": 4}, link_mode="htb", wall_s=1.0)
+    d = arm_summary(arm, sc)
+    for k in ("cc", "avg_iter_s", "p99_iter_s", "drops", "ecn_marks", "converged_at_iteration"):
+        assert k in d
+    assert d["ecn_marks"] is None and d["drops"] == 7 and d["retransmissions"] == 7
+    assert d["converged_at_iteration"] == 0          # the two jobs never overlap
+    assert d["per_job_avg_iter_s"]["j0"] == pytest.approx(0.5)
+    assert per_job_avg(recs, 1)["j1"] == pytest.approx(0.5)
+
+
+def test_peer_commands_udp():
+    from mltcp.emulation.runner import udp_available
+    if not udp_available():
+        pytest.skip("userspace transport not importable")
+    job = JobPlan("j", 1000, 0.1, 0.0, 3, "s", "r", "10.0.0.2", 5001, job_id=4, line_rate_mbps=100)
+    recv, send = peer_commands(job, "udp", "mltcp-reno", 1.0, "mabcde")
+    assert "mltcp.emulation.udp_peer" in send
+    assert send[send.index("--cc") + 1] == "mltcp-reno"
+    assert send[send.index("--job-id") + 1] == "4"
 
 
 def test_jain_index():

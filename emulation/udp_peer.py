@@ -1,0 +1,85 @@
+"""Userspace-transport peer for emulation: a job's sender/receiver over ``mltcp.traffic.transport``
+(MLTCP shim over UDP, congestion control from :mod:`mltcp.cc`: reno, cubic, dcqcn, mltcp-*).
+
+Same command line and JSON-lines output as :mod:`mltcp.emulation.kernel_peer`, so the runner
+treats both alike: ``python -m mltcp.emulation.udp_peer recv|send ...``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import typer
+
+app = typer.Typer(add_completion=False, help="Userspace MLTCP transport peer (runs inside emulated hosts).")
+
+
+def _emit(rec: dict) -> None:
+    sys.stdout.write(json.dumps(rec) + "\n")
+    sys.stdout.flush()
+
+
+@app.command()
+def recv(port: int = typer.Option(..., help="UDP port to listen on"),
+         t0: float = typer.Option(0.0, help="epoch the run's times are relative to"),
+         bulk: bool = typer.Option(False, help="exit 1 s after the data stops (bulk runs)"),
+         run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
+    """Receive and acknowledge until killed (or, with --bulk, until idle for 1 s)."""
+    from mltcp.traffic.transport.receiver import Receiver
+    with Receiver(bind=("0.0.0.0", port)) as r:
+        _emit({"type": "listening", "port": port})
+        r.serve(idle_exit=1.0 if bulk else None)
+        _emit({"type": "receiver", "flows": r.summary()})
+
+
+@app.command()
+def send(host: str = typer.Option(..., help="receiver address"),
+         port: int = typer.Option(...),
+         job: str = typer.Option("job0"),
+         job_id: int = typer.Option(0, help="job id carried in the MLTCP shim"),
+         cc: str = typer.Option("reno", help="reno | cubic | dcqcn | mltcp-reno | mltcp-cubic | mltcp-dcqcn"),
+         iterations: int = typer.Option(0),
+         nbytes: int = typer.Option(0, "--bytes"),
+         compute_s: float = typer.Option(0.0),
+         t0: float = typer.Option(0.0),
+         start_offset_s: float = typer.Option(0.0),
+         line_rate_mbps: float = typer.Option(0.0, help="line rate (scales DCQCN's parameters)"),
+         bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
+         run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
+    """Run the job's iterations (or a bulk transfer) over the userspace transport."""
+    from mltcp.traffic.transport.transport import UdpTransport
+    if (iterations <= 0) == (bulk_s <= 0):
+        raise SystemExit("udp_peer send: give exactly one of --iterations N (with --bytes) or --bulk-s D")
+    if iterations > 0 and nbytes <= 0:
+        raise SystemExit("udp_peer send: --bytes must be > 0")
+    t0 = t0 or time.time()
+    line = line_rate_mbps * 1e6 / 8 if line_rate_mbps > 0 else None
+    with UdpTransport(f"{host}:{port}", cc=cc, job_id=job_id, line_rate=line, timeout=120.0) as tr:
+        wait = t0 + start_offset_s - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        if bulk_s > 0:
+            first = time.time() - t0
+            end_at = time.time() + bulk_s
+            sent, it = 0, 0
+            while time.time() < end_at:
+                sent += tr.send_iteration(4 << 20, it).bytes
+                it += 1
+            _emit({"type": "bulk", "bytes": sent, "first": first, "last": time.time() - t0})
+            _emit({"type": "summary", "job": job, "cc": cc, "bytes": sent, "retrans": tr.retransmits})
+            return
+        for it in range(iterations):
+            start = time.time() - t0
+            if compute_s > 0:
+                time.sleep(compute_s)
+            comm_start = time.time() - t0
+            tr.send_iteration(nbytes, it)
+            end = time.time() - t0
+            _emit({"type": "iter", "job": job, "iteration": it, "start": start, "comm_start": comm_start,
+                   "end": end, "bytes": nbytes})
+        _emit({"type": "summary", "job": job, "cc": cc, "retrans": tr.retransmits})
+
+
+if __name__ == "__main__":
+    app()
