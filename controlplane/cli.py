@@ -8,6 +8,7 @@ file (``--topology FILE [--switch NAME]``). Exit codes: 0 ok, 1 P4Runtime/connec
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -42,6 +43,26 @@ app = typer.Typer(help="P4Runtime control plane for the MLTCP P4 switch (mltcp.p
                   no_args_is_help=True, add_completion=False)
 out = Console()
 err = Console(stderr=True)
+
+
+class _DropShellNoise(logging.Filter):
+    """p4runtime-shell logs CRITICAL on the root logger whenever a stream ends abnormally
+    (e.g. the target restarts); the client already reports reconnects itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "p4runtime_sh" not in record.pathname
+
+
+@app.callback()
+def _setup(verbose: bool = typer.Option(False, "--verbose", "-v", help="log P4Runtime "
+                                                                      "reconnects in detail")):
+    root = logging.getLogger()
+    if not any(isinstance(f, _DropShellNoise) for f in root.filters):
+        root.addFilter(_DropShellNoise())
+    if not root.handlers:
+        logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mltcp.controlplane").setLevel(logging.INFO if verbose else
+                                                     logging.WARNING)
 
 GrpcOpt = typer.Option(None, "--grpc", help=f"P4Runtime server host:port [default: {DEFAULT_GRPC}]")
 DeviceOpt = typer.Option(0, "--device-id", help="P4Runtime device id")
@@ -254,7 +275,7 @@ def watch(
         conn = connect_switch(spec, timeout, retry_timeout, election_id=eid)
         n = 0
         try:
-            conn.attach()
+            conn.attach(wait=True)
 
             def poll() -> CounterSnapshot:
                 return conn.read_counters()

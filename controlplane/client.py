@@ -118,6 +118,7 @@ class SwitchConnection:
         self.retry_timeout = retry_timeout
         self.client: P4RuntimeClient | None = None
         self._pipeline: tuple[Path, Path | None] | None = None  # pushed by us: re-push on restart
+        self._stale = False  # reconnected; pipeline/P4Info not yet restored
         self.reconnects = 0
 
     # --- session ------------------------------------------------------------------------
@@ -178,18 +179,21 @@ class SwitchConnection:
         c = self.client
         return c is not None and c.stream_recv_thread.is_alive()
 
-    def _reconnect(self, deadline: float) -> None:
-        self.close()
-        self.open(timeout=max(0.1, deadline - time.monotonic()))
-        self.reconnects += 1
+    def _restore(self) -> None:
+        """After a reconnect: re-push our pipeline, or re-read the device's P4Info."""
         if self._pipeline is not None:
             self._push(*self._pipeline)
         else:
             self._attach()
+        self._stale = False
 
     def call(self, fn: Callable[[], T], what: str = "operation") -> T:
         """Run `fn` (which uses p4runtime-shell), reconnecting and repeating it while the
-        target is unavailable, for up to `retry_timeout` seconds."""
+        target is unavailable, for up to `retry_timeout` seconds.
+
+        After a reconnect the pipeline is re-pushed if this connection pushed one; otherwise
+        the P4Info is re-read from the device, waiting (same time limit) while the restarted
+        device has no pipeline yet (someone else is expected to push it)."""
         deadline: float | None = None
         backoff: Backoff | None = None
         while True:
@@ -197,27 +201,39 @@ class SwitchConnection:
                 if not self.stream_alive:
                     raise ConnectionResetError("arbitration stream closed")
                 sh.client = self.client
+                if self._stale:
+                    self._restore()
                 return fn()
             except (P4RuntimeException, P4RuntimeWriteException, grpc.RpcError,
-                    ConnectionResetError, ControlPlaneError) as e:
+                    ConnectionResetError) as e:
                 code = grpc_code(e)
-                lost = (code == grpc.StatusCode.UNAVAILABLE or not self.stream_alive
-                        or isinstance(e, ConnectionResetError))
-                if not lost:
+                lost = (isinstance(e, ConnectionResetError) or not self.stream_alive
+                        or code == grpc.StatusCode.UNAVAILABLE)
+                waiting = self._stale and code == grpc.StatusCode.FAILED_PRECONDITION
+                if not (lost or waiting):
                     raise self._error(what, e) from e
                 if deadline is None:
                     deadline = time.monotonic() + self.retry_timeout
                     backoff = Backoff(deadline)
-                log.info("%s: connection lost during %s (%s); reconnecting", self.name, what,
-                         code.name if code else e)
-                try:
-                    self._reconnect(deadline)
-                except (ControlPlaneError, P4RuntimeException, grpc.RpcError) as re_err:
-                    log.info("%s: reconnect failed: %s", self.name, re_err)
-                    if not backoff.sleep():
-                        raise ControlPlaneError(
-                            f"{self.name} ({self.grpc_addr}): unavailable for "
-                            f"{self.retry_timeout:g} s during {what}") from e
+                reopened = False
+                if lost:
+                    log.warning("%s: connection lost during %s (%s); reconnecting", self.name,
+                                what, code.name if code else e)
+                    self.close()
+                    try:
+                        self.open(timeout=max(0.1, deadline - time.monotonic()))
+                        self.reconnects += 1
+                        self._stale = True
+                        reopened = True
+                    except ControlPlaneError as oe:
+                        log.info("%s: reconnect failed: %s", self.name, oe)
+                else:
+                    log.info("%s: device has no pipeline yet; waiting", self.name)
+                if not reopened and not backoff.sleep():
+                    raise ControlPlaneError(
+                        f"{self.name} ({self.grpc_addr}): unavailable for "
+                        f"{self.retry_timeout:g} s during {what}"
+                        + (" (device restarted without a pipeline)" if waiting else "")) from e
 
     def _error(self, what: str, e: BaseException) -> ControlPlaneError:
         if isinstance(e, ControlPlaneError):
@@ -251,12 +267,23 @@ class SwitchConnection:
         for p, what in ((p4info_path, "P4Info"), (config_path, "device config")):
             if p is not None and not p.is_file():
                 raise ControlPlaneError(f"{p}: {what} file not found")
-        self.call(lambda: self._push(p4info_path, config_path), "pipeline push")
-        self._pipeline = (p4info_path, config_path)
+        previous, self._pipeline = self._pipeline, (p4info_path, config_path)
+        try:
+            self.call(lambda: self._push(p4info_path, config_path), "pipeline push")
+        except BaseException:
+            self._pipeline = previous
+            raise
 
-    def attach(self) -> None:
-        """Use the pipeline already on the device (GetForwardingPipelineConfig)."""
-        self.call(self._attach, "reading the P4Info from the device")
+    def attach(self, wait: bool = False) -> None:
+        """Use the pipeline already on the device (GetForwardingPipelineConfig).
+
+        With wait=True, a device without a pipeline is polled (up to `retry_timeout`) until
+        someone pushes one, instead of failing at once."""
+        if wait:
+            self._stale = True  # FAILED_PRECONDITION now means "wait", as after a restart
+            self.call(lambda: None, "waiting for a pipeline on the device")
+        else:
+            self.call(self._attach, "reading the P4Info from the device")
 
     # --- tables -----------------------------------------------------------------------------
 

@@ -403,3 +403,68 @@ def test_cli_unreachable_exit_1():
     s.stop()
     res = runner.invoke(app, ["counters", "--grpc", addr, "--timeout", "0.3"])
     assert res.exit_code == 1 and addr in res.output
+
+
+def test_attached_reader_waits_for_pipeline_after_restart(server):
+    # a watcher (attach only, lower election id) survives a target restart: it waits until
+    # the writer pushes the pipeline again, then reads
+    writer = connect(server.addr, timeout=5)
+    reader = connect(server.addr, election_id=(0, 9), timeout=5, retry_timeout=20)
+    try:
+        writer.push_pipeline()
+        reader.attach()
+        reader.read_counters()
+        writer.close()
+        server.stop()
+        server.start()
+
+        def repush():
+            with connect(server.addr, timeout=5) as w:
+                w.push_pipeline()
+
+        timer = threading.Timer(0.5, repush)
+        timer.start()
+        try:
+            t = server.target
+            snap = reader.read_counters()
+        finally:
+            timer.join()
+        assert reader.reconnects >= 1 and t.pushes == 1
+        assert snap.parse_errors == 0
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_reader_gives_up_when_nobody_pushes(server):
+    writer = connect(server.addr, timeout=5)
+    reader = connect(server.addr, election_id=(0, 9), timeout=5, retry_timeout=1.0)
+    try:
+        writer.push_pipeline()
+        reader.attach()
+        writer.close()
+        server.stop()
+        server.start()
+        with pytest.raises(ControlPlaneError, match="without a pipeline"):
+            reader.read_counters()
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_attach_wait_polls_until_pushed(server):
+    reader = connect(server.addr, election_id=(0, 9), timeout=5, retry_timeout=20)
+    try:
+        def push():
+            with connect(server.addr, timeout=5) as w:
+                w.push_pipeline()
+
+        timer = threading.Timer(0.5, push)
+        timer.start()
+        try:
+            reader.attach(wait=True)
+        finally:
+            timer.join()
+        assert reader.read_counters().parse_errors == 0
+    finally:
+        reader.close()
