@@ -1,0 +1,162 @@
+"""The switch's ports on real veths (in-process start_switch) and the mltcp-switch CLI.
+
+No timing assertions: rates and delays are measured in bench/bench_switch.py. Here: frames are
+forwarded between AF_PACKET ports, seeded impairments match the switch's own accounting, the
+drop-tail buffer drops what does not fit, the CLI rejects bad input and exits cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from mltcp.emulation.switch import pipeline as pl
+from mltcp.emulation.switch.links import LinkConfig
+from mltcp.emulation.switch.runtime import free_tcp_port, start_switch, wait_grpc
+from mltcp.emulation.switch.testbed import Testbed, have_root_netns
+from mltcp.traffic.header import MLTCP
+
+_why = have_root_netns()
+root_only = pytest.mark.skipif(_why is not None, reason=_why or "")
+if _why:
+    print(f"test_switch_dataplane: root tests skipped: {_why}")
+
+CLI = [sys.executable, "-m", "mltcp.emulation.switch_cli"]
+
+
+def _raw(ifname: str) -> socket.socket:
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+    s.bind((ifname, 0))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    return s
+
+
+def _drain(s: socket.socket, quiet: float = 0.5, limit: float = 20.0) -> list[bytes]:
+    """Receive until nothing arrives for ``quiet`` seconds."""
+    got: list[bytes] = []
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        r, _, _ = select.select([s], [], [], quiet)
+        if not r:
+            break
+        data, addr = s.recvfrom(65536)
+        if addr[2] != 4:
+            got.append(data)
+    return got
+
+
+@pytest.fixture()
+def veths():
+    pid = os.getpid() % 100000
+    tb = Testbed("dp")
+    try:
+        sa, ha = tb.veth(f"dps{pid}a", f"dph{pid}a")
+        sb, hb = tb.veth(f"dps{pid}b", f"dph{pid}b")
+        yield sa, ha, sb, hb
+    finally:
+        tb.close()
+
+
+def _start(veths, link: LinkConfig):
+    sa, ha, sb, hb = veths
+    h = start_switch({1: sa, 2: sb}, {2: link}, grpc_port=free_tcp_port(), grpc_host="127.0.0.1")
+    h.pipeline.lpm.set(0x0A000200, 24, pl.Forward(bytes.fromhex("000000000202"), 2))
+    h.pipeline.active = True  # programmed directly instead of over P4Runtime
+    return h
+
+
+def _frames(n: int) -> list[bytes]:
+    return [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
+                  / MLTCP(job_id=2, iteration=i) / (b"d" * 100)) for i in range(n)]
+
+
+@root_only
+def test_impairments_match_switch_accounting(veths):
+    h = _start(veths, LinkConfig(loss_pct=10, duplicate_pct=10, reorder_pct=10, reorder_gap_s=0.002, seed=5))
+    tx, rx = _raw(veths[1]), _raw(veths[3])
+    try:
+        n = 2000
+        for i, f in enumerate(_frames(n)):
+            tx.send(f)
+            if i % 100 == 99:
+                time.sleep(0.005)
+        got = _drain(rx)
+    finally:
+        tx.close()
+        rx.close()
+        h.stop()
+    q = h.dataplane.ports[2].queue
+    iters = [Ether(g)[MLTCP].iteration for g in got if Ether(g).haslayer(MLTCP)]
+    assert h.pipeline.counters[pl.C_JOB_TX].packets[2] == n  # every frame reached the switch
+    assert q.lost > 0 and q.duplicated > 0 and q.reordered > 0
+    assert len(iters) == n - q.lost + q.duplicated
+    assert len(set(iters)) == n - q.lost
+    inversions = sum(1 for a, b in zip(iters, iters[1:]) if b < a)
+    assert inversions > 0
+
+
+@root_only
+def test_drop_tail_buffer(veths):
+    # 10 kbit/s: a 150-byte frame takes 120 ms, so a burst of 50 overflows a 5-frame buffer
+    h = _start(veths, LinkConfig(rate_bps=10e3, buffer_pkts=5))
+    tx = _raw(veths[1])
+    try:
+        for f in _frames(50):
+            tx.send(f)
+        end = time.monotonic() + 10
+        while h.pipeline.counters[pl.C_JOB_TX].packets[2] < 50 and time.monotonic() < end:
+            time.sleep(0.05)
+    finally:
+        tx.close()
+        h.stop()
+    q = h.dataplane.ports[2].queue
+    assert q.enqueued + q.dropped == 50
+    # at most buffer + the frame on the wire + frames that left while the burst arrived
+    assert 5 <= q.enqueued <= 5 + 1 + 3
+    assert q.dropped >= 50 - 9
+
+
+def test_cli_rejects_bad_arguments():
+    for args, needle in ((["-i", "veth1"], "PORT@IFNAME"),
+                         (["-i", "1@x", "--rate", "fast"], "bad rate"),
+                         (["-i", "1@x", "--port-config", "2:rate=1mbit"], "--port-config"),
+                         (["-i", "1@x", "--port-config", "1:colour=red"], "unknown link setting"),
+                         (["-i", "1@x", "--loss", "150"], "loss_pct")):
+        r = subprocess.run(CLI + args, capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, args
+        assert needle in r.stderr, (args, r.stderr)
+
+
+def test_cli_missing_interface_fails_cleanly():
+    r = subprocess.run(CLI + ["-i", "1@no-such-if0", "--grpc-port", str(free_tcp_port())],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "no-such-if0" in r.stderr
+
+
+@root_only
+def test_cli_serves_and_exits_on_sigterm(veths):
+    port = free_tcp_port()
+    proc = subprocess.Popen(CLI + ["-i", f"1@{veths[0]}", "-i", f"2@{veths[2]}", "--grpc-port", str(port),
+                                   "--grpc-host", "127.0.0.1", "--rate", "100mbit", "--delay", "1ms",
+                                   "--port-config", "2:rate=10mbit,loss=1"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_grpc(f"127.0.0.1:{port}", 20, proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "ready" in err and "switch stopped" in err
+    assert "1e+07 bit/s" in err and "loss 1%" in err
