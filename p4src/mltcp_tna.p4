@@ -103,6 +103,7 @@ struct ingress_metadata_t { }
 struct egress_metadata_t {
     bit<1>  ecn_enabled;
     bit<19> ecn_threshold;
+    bit<20> depth_diff;   /* enq_qdepth - threshold, one extra bit for the sign */
 }
 
 /*************************************************************************
@@ -183,6 +184,7 @@ parser MyEgressParser(packet_in packet,
         packet.extract(eg_intr_md);
         meta.ecn_enabled = 0;
         meta.ecn_threshold = 0;
+        meta.depth_diff = 0;
         header_parser.apply(packet, hdr);
         transition accept;
     }
@@ -300,9 +302,12 @@ control MyEgress(inout headers hdr,
     apply {
         if (hdr.ipv4.isValid()) {
             ecn_threshold.apply();
+            /* enq_qdepth >= threshold, as a subtraction and a sign bit: a gateway cannot
+               compare two 19-bit PHV fields directly. */
+            meta.depth_diff = (bit<20>)eg_intr_md.enq_qdepth - (bit<20>)meta.ecn_threshold;
             if (meta.ecn_enabled == 1
                     && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)
-                    && eg_intr_md.enq_qdepth >= meta.ecn_threshold) {
+                    && meta.depth_diff[19:19] == 0) {
                 hdr.ipv4.ecn = ECN_CE;
                 if (hdr.mltcp.isValid() && hdr.mltcp.job_id < MLTCP_MAX_JOBS) {
                     job_ecn_marks.count((job_index_t)hdr.mltcp.job_id);
