@@ -11,6 +11,7 @@ import os
 import select
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -310,3 +311,30 @@ def test_second_client_is_backup_and_cannot_write(shell, target):
     finally:
         outq.put(None)
         ch.close()
+
+
+def test_controlplane_library_drives_the_target(shell, target):
+    """The project's control plane (mltcp.controlplane, on p4runtime-shell) against this target.
+    Runs in a subprocess: p4runtime-shell keeps one client per process (the module's shell)."""
+    pytest.importorskip("mltcp.controlplane.client")
+    script = f"""
+import json
+from mltcp.controlplane.client import connect
+from mltcp.controlplane.topology import Route
+with connect({target[0]!r}, device_id=0) as sw:
+    sw.push_pipeline()
+    sw.install_routes([Route("10.0.2.0/24", 2, "00:00:00:00:02:02"),
+                       Route("10.0.1.0/24", 1, "00:00:00:00:01:01")])
+    sw.set_ecn_threshold(port=2, threshold=20)
+    snap = sw.read_counters()
+    print(json.dumps(dict(routes=len(sw.read_table("MyIngress.ipv4_lpm")),
+                          ecn=len(sw.read_table("MyEgress.ecn_threshold")),
+                          parse_errors=snap.parse_errors, jobs=len(snap.active_jobs()))))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    # the push reset the target: only what this client installed is there
+    assert got == {"routes": 2, "ecn": 1, "parse_errors": 0, "jobs": 0}
