@@ -25,7 +25,10 @@ process at a time; :func:`install_topology` handles switches one after another.
 
 Where raw P4Runtime messages are used instead of p4runtime-shell objects: reading registers
 (p4runtime-shell 0.0.6 has no RegisterEntry; the read goes through the shell's client with a
-p4runtime_pb2.Entity), and pushing/reading the pipeline (the shell's ``setup()`` calls
+p4runtime_pb2.Entity); iterating counter read results (the request is the shell's
+CounterEntry message, but wrapping each of the 1024 returned entities in a shell object
+doubled the read time against the software switch: 153 ms vs 78 ms per 1024 entries);
+and pushing/reading the pipeline (the shell's ``setup()`` calls
 ``sys.exit`` on failure, so its client's ``set_fwd_pipe_config`` / ``get_p4info`` are called
 directly).
 """
@@ -341,21 +344,28 @@ class SwitchConnection:
 
     def _read_counters_raw(self) -> CounterSnapshot:
         snap = CounterSnapshot(self.name, self.grpc_addr, time.time())
-        for ce in E.counter_entry(E.C_JOB_TX).read():
-            m = ce.msg()
-            s = snap.job(m.index.index)
-            s.tx_packets, s.tx_bytes = m.data.packet_count, m.data.byte_count
-        for ce in E.counter_entry(E.C_JOB_ECN_MARKS).read():
-            m = ce.msg()
-            snap.job(m.index.index).ecn_marks = m.data.packet_count
-        for ce in E.counter_entry(E.C_PARSE_ERRORS).read():
-            snap.parse_errors += ce.msg().data.packet_count
-        for rep in self.client.read_one(E.register_read_entity(E.R_JOB_BYTES_RATIO)):
-            for ent in rep.entities:
-                re_ = ent.register_entry
-                raw = re_.data.bitstring
-                snap.job(re_.index.index).bytes_ratio_q16 = int.from_bytes(raw, "big") if raw else 0
+        for m in self._read_raw(E.counter_read_entity(E.C_JOB_TX)):
+            s = snap.job(m.counter_entry.index.index)
+            s.tx_packets = m.counter_entry.data.packet_count
+            s.tx_bytes = m.counter_entry.data.byte_count
+        for m in self._read_raw(E.counter_read_entity(E.C_JOB_ECN_MARKS)):
+            snap.job(m.counter_entry.index.index).ecn_marks = m.counter_entry.data.packet_count
+        for m in self._read_raw(E.counter_read_entity(E.C_PARSE_ERRORS)):
+            snap.parse_errors += m.counter_entry.data.packet_count
+        for m in self._read_raw(E.register_read_entity(E.R_JOB_BYTES_RATIO)):
+            raw = m.register_entry.data.bitstring
+            snap.job(m.register_entry.index.index).bytes_ratio_q16 = (
+                int.from_bytes(raw, "big") if raw else 0)
         return snap
+
+    def _read_raw(self, entity):
+        """Entities of one Read RPC through p4runtime-shell's client (raw protos: the shell's
+        per-entity wrapper objects cost about as much again as the RPC itself)."""
+        try:
+            for rep in self.client.read_one(entity):
+                yield from rep.entities
+        except grpc.RpcError as e:  # raised while iterating, outside the shell's decorator
+            raise P4RuntimeException(e) from None
 
     def read_counters(self) -> CounterSnapshot:
         """job_tx (packets, bytes), job_ecn_marks, job_bytes_ratio per job; parse_errors."""

@@ -73,6 +73,13 @@ def counter_entry(name: str) -> sh.CounterEntry:
         return sh.CounterEntry(name)
 
 
+def counter_read_entity(name: str) -> p4runtime_pb2.Entity:
+    """The shell's wildcard CounterEntry, wrapped in a p4runtime_pb2.Entity for a raw Read."""
+    ent = p4runtime_pb2.Entity()
+    ent.counter_entry.CopyFrom(counter_entry(name).msg())
+    return ent
+
+
 def register_read_entity(name: str) -> p4runtime_pb2.Entity:
     """Wildcard read of a register. p4runtime-shell 0.0.6 has no RegisterEntry, so this is a
     raw p4runtime_pb2 message (the id still comes from the shell's P4Info context)."""
