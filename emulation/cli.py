@@ -83,7 +83,7 @@ def emulate(
     try:
         with netns.signals_raise():
             if baseline_peer:
-                from .baseline import baseline_peer as run_bp, default_plan
+                from .baseline import baseline_peer as run_bp
                 plan = plan_from_scenario(sc, "dumbbell" if topology == "auto" else topology)
                 say = (lambda m: None) if as_json else (lambda m: err.print(f"[cyan]{m}[/cyan]"))
                 doc = run_bp(plan.bottleneck, plan, seconds=peer_seconds, link_mode=mode, progress=say)
