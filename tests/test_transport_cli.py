@@ -90,7 +90,9 @@ def test_recv_command_process():
                                   "--compute", "0", "--iterations", "2", "--json"])
         assert res.exit_code == 0, res.output
         out, _ = proc.communicate(timeout=30)
-        flows = [json.loads(x) for x in out.splitlines()]
+        lines = [json.loads(x) for x in out.splitlines()]
+        flows, tail = lines[:-1], lines[-1]["receiver"]
+        assert tail["flows"] == 1 and tail["cpu_s"] > 0
         assert len(flows) == 1 and flows[0]["bytes"] == 100_000 and flows[0]["mismatched"] == 0
         assert flows[0]["iterations"] == 2
     finally:

@@ -106,6 +106,7 @@ def send(
     except OSError as e:
         fail(f"--to: {e}")
     with tr:
+        c0, w0 = time.process_time(), time.monotonic()
         try:
             recs = run_job(spec, tr, iterations, on_record=emit)
         except TransportTimeout as e:
@@ -113,6 +114,8 @@ def send(
         except KeyboardInterrupt:
             fail("interrupted", 130)
         stats = tr.stats()
+        for st in stats:
+            st.update(cpu_s=time.process_time() - c0, elapsed_s=time.monotonic() - w0)
     if records_out:
         write_csv(recs, records_out)
     if trace_out:
@@ -162,7 +165,7 @@ def recv(
         timer.daemon = True
         timer.start()
     err.print(f"listening on {rx.addr[0]}:{rx.addr[1]}", highlight=False)
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     try:
         rx.serve(stop, idle_exit=_conv(parse_duration, idle_exit, "--idle-exit") if idle_exit else None)
     except KeyboardInterrupt:
@@ -170,11 +173,12 @@ def recv(
     finally:
         stop.set()
         rx.sock.close()
-    elapsed = time.monotonic() - t0
+    elapsed, cpu = time.monotonic() - t0, time.process_time() - c0
     flows = rx.summary()
-    if as_json:
+    if as_json:   # one line per flow, then {"receiver": {...}}
         for f in flows:
             print(json.dumps(f), flush=True)
+        print(json.dumps({"receiver": dict(flows=len(flows), elapsed_s=elapsed, cpu_s=cpu, bad=rx.bad)}), flush=True)
         return
     for f in flows:
         out.print(f"{f['peer']} job {f['job']}: {f['bytes']} B in order ({f['iterations']} iterations), "
