@@ -50,6 +50,9 @@ def _to_int(value: bytes, bitwidth: int, what: str) -> int:
     v = int.from_bytes(value, "big")
     if not value:
         raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{what}: empty bytestring")
+    if len(value) > (bitwidth + 7) // 8:
+        raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                   f"{what}: {len(value)}-byte string for a bit<{bitwidth}> field")
     if v >> bitwidth:
         raise _err(grpc.StatusCode.INVALID_ARGUMENT,
                    f"{what}: value {v:#x} does not fit in bit<{bitwidth}>")
