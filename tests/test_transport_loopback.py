@@ -229,3 +229,19 @@ def test_receiver_cnp_at_most_one_per_interval():
             assert all(a.flags & wire.FLAG_ECE for a in acks)
         finally:
             s.close()
+
+
+@pytest.mark.parametrize("explicit", [True, False])
+def test_mltcp_tracker_learns_iteration_bytes(explicit):
+    import time
+    with Receiver(("127.0.0.1", 0)) as rx:
+        rx.start()
+        with UdpTransport([rx.addr], cc="mltcp-reno", timeout=30, explicit_iterations=explicit) as tx:
+            tr = tx.flows[0].st.tracker
+            for i in range(6):
+                time.sleep(0.03)                     # compute gap
+                tx.send_iteration(200_000, i)
+            assert float(tr.bytes_per_iter[0]) == 200_000
+            assert float(tr.bytes_ratio[0]) == 1.0 and tx.flows[0].ratio_q == 0xFFFF
+            if explicit:                             # every boundary counted once
+                assert int(tr.iteration[0]) == 5

@@ -24,10 +24,19 @@ ECT0 = 0x02
 MBPS = 1e6 / 8
 
 
-def build_cc(name: str, line_rate: float | None = None, **params):
-    """make_cc with sane defaults for a real link: DCQCN's rate parameters are given for 25 Gb/s
-    in the reference; when ``line_rate`` (bytes/s) is given they are scaled to it unless set
-    explicitly (min rate = R_HAI = line/250, R_AI = line/500)."""
+def build_cc(name: str, line_rate: float | None = None, explicit_iterations: bool = True, **params):
+    """make_cc with sane defaults for a real sender.
+
+    * DCQCN's rate parameters are given for 25 Gb/s in the reference; when ``line_rate``
+      (bytes/s) is given they are scaled to it unless set explicitly (min rate = R_HAI =
+      line/250, R_AI = line/500).
+    * MLTCP variants: with ``explicit_iterations`` the sender marks every iteration boundary
+      (``iteration_start``), so the tracker's idle-gap rule is switched off (``min_idle=inf``)
+      unless ``min_idle`` is given: both rules together would close each iteration twice (the
+      first ACK after the compute gap closes an empty one) and learn 0 bytes per iteration.
+      Without it, boundaries come from the idle-gap rule alone, as in the paper."""
+    if name.startswith("mltcp-") and explicit_iterations:
+        params.setdefault("min_idle", float("inf"))
     if name.endswith("dcqcn") and line_rate:
         params.setdefault("line_rate", line_rate)
         params.setdefault("min_rate", line_rate / 250)
@@ -41,12 +50,14 @@ class FlowSender:
 
     def __init__(self, dest: tuple[str, int], cc, job_id: int = 0, payload: int = wire.DEFAULT_PAYLOAD,
                  min_rto: float = 0.2, burst: int = 16, max_window: int = 16 << 20, ecn: bool = True,
-                 clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None):
+                 clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None,
+                 explicit_iterations: bool = True):
         if not 0 < payload <= 65000:
             raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
         self.dest, self.cc, self.job_id, self.payload = dest, cc, job_id, payload
         self.burst, self.max_window, self.clock = burst, max_window, clock
         self.reo_wnd = reo_wnd
+        self.explicit_iterations = explicit_iterations
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         if ecn:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
@@ -89,7 +100,8 @@ class FlowSender:
         """Queue one iteration's bytes; returns the stream offset that marks them delivered."""
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-        self.cc.iteration_start(self.st, self._mask)
+        if self.explicit_iterations:
+            self.cc.iteration_start(self.st, self._mask)
         self.iteration = iteration
         self.iter_start_seq = self.app_end
         self.iter_bytes = nbytes

@@ -41,23 +41,27 @@ class UdpTransport:
     """A job's flows to its peers over the userspace MLTCP transport.
 
     ``cc`` is a name for :func:`mltcp.cc.make_cc` (reno, cubic, dcqcn, mltcp-*); ``cc_params``
-    go to it; ``line_rate`` (bytes/s) scales DCQCN's rate parameters. Every flow carries
+    go to it; ``line_rate`` (bytes/s) scales DCQCN's rate parameters. ``explicit_iterations``:
+    tell the MLTCP tracker where iterations start (default) or let it find them by idle gaps. Every flow carries
     ``bytes`` per iteration (the per-flow size of the public traces).
     """
 
     def __init__(self, peers, cc: str = "reno", job_id: int = 0, cc_params: dict | None = None,
                  line_rate: float | None = None, payload: int = wire.DEFAULT_PAYLOAD,
                  min_rto: float = 0.2, ecn: bool = True, burst: int = 16, clock=time.monotonic,
-                 timeout: float | None = None, max_window: int = 16 << 20):
+                 timeout: float | None = None, max_window: int = 16 << 20,
+                 explicit_iterations: bool = True):
         if isinstance(peers, (str, tuple)):
             peers = [peers]
         dests = [parse_hostport(p) if isinstance(p, str) else tuple(p) for p in peers]
         if not dests:
             raise ValueError("need at least one peer")
         self.cc_name, self.clock, self.timeout = cc, clock, timeout
-        self.flows = [FlowSender(d, build_cc(cc, line_rate=line_rate, **(cc_params or {})),
+        self.flows = [FlowSender(d, build_cc(cc, line_rate=line_rate, explicit_iterations=explicit_iterations,
+                                             **(cc_params or {})),
                                  job_id=job_id, payload=payload, min_rto=min_rto, ecn=ecn,
-                                 burst=burst, clock=clock, max_window=max_window) for d in dests]
+                                 burst=burst, clock=clock, max_window=max_window,
+                                 explicit_iterations=explicit_iterations) for d in dests]
 
     def send_iteration(self, nbytes: int, iteration: int) -> SendResult:
         t0 = self.clock()
