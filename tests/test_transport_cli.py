@@ -44,6 +44,7 @@ def test_send_json_against_receiver():
     (["send", "--to", "127.0.0.1:9", "--bytes", "lots"], "--bytes"),
     (["send", "--to", "127.0.0.1:9", "--cc", "reno", "--slope", "2"], "mltcp"),
     (["send", "--to", "127.0.0.1:9", "--job", "70000"], "job_id"),
+    (["send", "--to", "127.0.0.1:9", "--detect-iterations", "magic"], "explicit or idle"),
 ])
 def test_send_bad_input_exits_2(args, needle):
     res = runner.invoke(app, args)

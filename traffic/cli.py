@@ -55,6 +55,8 @@ def send(
     min_rto: str = typer.Option("200ms", help="minimum retransmission timeout"),
     payload: int = typer.Option(1424, help="payload bytes per datagram (1424 = 1500-byte IP packets)"),
     no_ecn: bool = typer.Option(False, "--no-ecn", help="do not set ECT(0) on data"),
+    detect_iterations: str = typer.Option("explicit", help="MLTCP iteration boundaries: explicit (the "
+                                          "sender marks them) or idle (the tracker's idle-gap rule)"),
     timeout: str = typer.Option("60s", help="give up if an iteration is not delivered in this long"),
     seed: Optional[int] = typer.Option(None, help="seed for jitter/stragglers"),
     as_json: bool = typer.Option(False, "--json", help="one JSON record per iteration on stdout"),
@@ -91,6 +93,8 @@ def send(
                        start_offset_s=_conv(parse_duration, start_offset, "--start-offset"), seed=seed)
     except ValueError as e:
         fail(str(e))
+    if detect_iterations not in ("explicit", "idle"):
+        fail("--detect-iterations must be explicit or idle")
     if payload < 1 or payload > 65000:
         fail("--payload must be in 1..65000")
 
@@ -102,7 +106,8 @@ def send(
         tr = UdpTransport(peers, cc=cc, job_id=job, cc_params=params,
                           line_rate=_conv(parse_rate, line_rate, "--line-rate") / 8, payload=payload,
                           min_rto=_conv(parse_duration, min_rto, "--min-rto"), ecn=not no_ecn,
-                          timeout=_conv(parse_duration, timeout, "--timeout"))
+                          timeout=_conv(parse_duration, timeout, "--timeout"),
+                          explicit_iterations=detect_iterations == "explicit")
     except OSError as e:
         fail(f"--to: {e}")
     with tr:
