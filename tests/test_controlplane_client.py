@@ -395,6 +395,9 @@ grpc = "{server.addr}"
     assert len(lines) == 2 and lines[1]["switches"][0]["jobs"][0]["tx_packets"] == 10
     res = runner.invoke(app, ["counters", "--grpc", server.addr])
     assert res.exit_code == 0 and "1,000" in res.output
+    res = runner.invoke(app, ["watch", "--grpc", server.addr, "--count", "2",
+                              "--interval", "0.05"])
+    assert res.exit_code == 0 and "1,000" in res.output, res.output
 
 
 def test_cli_unreachable_exit_1():
