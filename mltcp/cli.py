@@ -1,0 +1,203 @@
+"""The `mltcp` command line."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import compare, records as rec_io
+from .scenario import ScenarioError, builtin_names, load
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="MLTCP: congestion control that makes DNN training jobs take turns on the network.")
+err = Console(stderr=True)
+out = Console()
+
+BASES = ("reno", "cubic", "dcqcn")
+
+
+def fail(msg: str, code: int = 2):
+    err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _algorithms(sc, cc: Optional[str], do_compare: bool) -> list[str]:
+    cc = cc or sc.cc
+    valid = BASES + tuple(f"mltcp-{b}" for b in BASES)
+    if cc not in valid:
+        fail(f"--cc: unknown congestion control {cc!r} (choose from {', '.join(valid)})")
+    if not do_compare:
+        return [cc]
+    base = cc.removeprefix("mltcp-")
+    return [base, f"mltcp-{base}"]
+
+
+def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[float] = None):
+    from .sim.engine import simulate
+    results = {}
+    if quiet:
+        for a in algos:
+            results[a] = simulate(sc, a, trace_interval=trace_interval)
+        return results
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err, transient=True) as prog:
+        for a in algos:
+            task = prog.add_task(f"{sc.name} · {a}", total=1.0, t=0.0)
+            results[a] = simulate(sc, a, trace_interval=trace_interval,
+                                  progress=lambda t, frac, task=task: prog.update(task, completed=frac, t=t))
+    return results
+
+
+def build_report(sc, results) -> dict:
+    algos = list(results)
+    sides = {a: compare.side(sc, a, r.records, r.drops, r.ecn_marks) for a, r in results.items()}
+    if len(algos) == 2:
+        return compare.report(sc, sides[algos[0]], sides[algos[1]])
+    rep = compare.report(sc, sides[algos[0]], None)
+    rep["run"] = rep.pop("baseline")
+    return rep
+
+
+def per_job_table(sc, results) -> Table:
+    from . import metrics
+    t = Table(title=f"{sc.name}: iteration times after {sc.warmup_iterations} warm-up iterations", title_justify="left")
+    for c in ("cc", "job", "avg (ms)", "p99 (ms)", "ideal (ms)", "drops", "ECN marks"):
+        t.add_column(c, justify="right" if c not in ("cc", "job") else "left")
+    for a, r in results.items():
+        jobs = sc.jobs if len(sc.jobs) <= 12 else sc.jobs[:12]
+        for j in jobs:
+            rs = [x for x in r.records if x.job == j.name]
+            s = metrics.summary(rs, sc.warmup_iterations)
+            t.add_row(a, j.name, f"{s['avg_iter_s'] * 1e3:.2f}", f"{s['p99_iter_s'] * 1e3:.2f}",
+                      f"{sc.ideal_iter_s(j) * 1e3:.2f}", f"{sum(x.drops for x in rs):.0f}", f"{sum(x.marks for x in rs):.0f}")
+        if len(sc.jobs) > 12:
+            t.add_row(a, f"... {len(sc.jobs) - 12} more jobs", "", "", "", "", "")
+    return t
+
+
+def summary_table(rep: dict) -> Table:
+    t = Table(title="summary", title_justify="left")
+    for c in ("", "avg (ms)", "p99 (ms)", "drops", "ECN marks", "interleaved at iteration"):
+        t.add_column(c, justify="right")
+    for key in ("baseline", "mltcp", "run"):
+        if key in rep:
+            s = rep[key]
+            t.add_row(s["cc"], f"{s['avg_iter_s'] * 1e3:.2f}", f"{s['p99_iter_s'] * 1e3:.2f}", f"{s['drops']:.0f}",
+                      f"{s['ecn_marks']:.0f}", str(s["converged_at_iteration"]))
+    t.add_row("ideal", f"{rep['ideal_iter_s'] * 1e3:.2f}", "", "", "", "")
+    if "speedup_avg" in rep:
+        t.add_row("speedup", f"{rep['speedup_avg']:.2f}x", f"{rep['speedup_p99']:.2f}x", "", "", "")
+    return t
+
+
+def write_outputs(sc, results, rep: dict, outdir: Path) -> list[Path]:
+    from . import plots
+    outdir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for a, r in results.items():
+        p = outdir / f"records-{a}.csv"
+        rec_io.write_csv(r.records, p)
+        written.append(p)
+    tmp = outdir / "summary.json.tmp"
+    tmp.write_text(json.dumps(rep, indent=2) + "\n")
+    tmp.replace(outdir / "summary.json")
+    written.append(outdir / "summary.json")
+    runs = [(a, r.trace_t, r.trace_rate, r.job_names) for a, r in results.items() if len(r.trace_t)]
+    if runs:
+        span = min(float(r.trace_t[-1]) for r in results.values() if len(r.trace_t))
+        iters_shown = min(15, min(j.iterations for j in sc.jobs))
+        window = (0.0, min(span, iters_shown * max(sc.ideal_iter_s(j) for j in sc.jobs) * 1.5))
+        written.append(plots.throughput(runs, outdir / "throughput.png", window,
+                                        f"{sc.name}: per-job throughput (first ~{iters_shown} iterations)"))
+    written.append(plots.iteration_cdf([(a, r.records) for a, r in results.items()], outdir / "iteration_cdf.png",
+                                       rep["ideal_iter_s"], f"{sc.name}: iteration time"))
+    return written
+
+
+@app.command()
+def simulate(
+    scenario: str = typer.Argument(..., help="a scenario TOML file or a built-in name (see `mltcp scenarios`)"),
+    cc: Optional[str] = typer.Option(None, help="reno|cubic|dcqcn or mltcp-*; default: the scenario's cc"),
+    do_compare: bool = typer.Option(False, "--compare", help="run the base algorithm and its MLTCP variant"),
+    outdir: Optional[Path] = typer.Option(None, "--out", help="write records CSV, summary.json and PNG plots here"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (no progress bar)"),
+):
+    """Simulate a scenario in the fast simulator."""
+    try:
+        sc = load(scenario)
+        algos = _algorithms(sc, cc, do_compare)
+        results = run_simulations(sc, algos, quiet=as_json, trace_interval=_trace_interval(sc) if outdir else None)
+    except ScenarioError as e:
+        fail(str(e))
+    rep = build_report(sc, results)
+    if outdir:
+        write_outputs(sc, results, rep, outdir)
+    if as_json:
+        print(json.dumps(rep))
+    else:
+        out.print(per_job_table(sc, results))
+        out.print(summary_table(rep))
+        if outdir:
+            out.print(f"wrote {outdir}/ (records-*.csv, summary.json, throughput.png, iteration_cdf.png)")
+
+
+def _trace_interval(sc) -> float:
+    comm = min(j.bytes_per_iter / sc.bottleneck_Bps(j) for j in sc.jobs)
+    return max(sc.step_s, comm / 40)
+
+
+@app.command()
+def demo(outdir: Path = typer.Option(Path("out/demo"), "--out", help="where the plots and records go"),
+         scenario: str = typer.Option("two-jobs", help="scenario to demonstrate")):
+    """Two training jobs on one bottleneck: Reno vs MLTCP-Reno, with a table and plots."""
+    try:
+        sc = load(scenario)
+    except ScenarioError as e:
+        fail(str(e))
+    out.print(f"[bold]{sc.name}[/]: {sc.description}")
+    results = run_simulations(sc, _algorithms(sc, None, True), quiet=False, trace_interval=_trace_interval(sc))
+    rep = build_report(sc, results)
+    files = write_outputs(sc, results, rep, outdir)
+    out.print(per_job_table(sc, results))
+    out.print(summary_table(rep))
+    for f in files:
+        out.print(f"  wrote {f}")
+
+
+@app.command("scenarios")
+def list_scenarios():
+    """List the built-in scenarios."""
+    t = Table("name", "jobs", "links", "cc", "description")
+    for n in builtin_names():
+        sc = load(n)
+        t.add_row(n, str(len(sc.jobs)), str(len(sc.links)), sc.cc, sc.description.split("\n")[0])
+    out.print(t)
+
+
+def _mount_optional():
+    """Sub-commands of the other parts."""
+    from importlib import import_module
+    for mod, name in (("mltcp.controlplane.cli", "switch"), ("mltcp.traffic.cli", "traffic"),
+                      ("mltcp.traffic.kernel.cli", "kernel"), ("mltcp.emulation.cli", "emulate")):
+        try:
+            m = import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name and mod.startswith(e.name):
+                continue  # that part is not installed in this checkout
+            raise
+        app.add_typer(m.app, name=name)
+
+
+def main():
+    _mount_optional()
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Run a scenario under a base algorithm and its MLTCP variant and summarise both (pure logic; the
+runner that produces records is passed in, so the simulator and the emulator share this)."""
+from __future__ import annotations
+
+from collections import defaultdict
+from . import metrics
+from .records import IterationRecord
+from .scenario import Scenario
+
+
+def link_sharing(sc: Scenario) -> dict[str, set[str]]:
+    """job -> the jobs it shares at least one link with (who it can collide with)."""
+    on_link: dict[str, set[str]] = defaultdict(set)
+    for j in sc.jobs:
+        for h in j.path:
+            on_link[h].add(j.name)
+    return {j.name: set().union(*(on_link[h] for h in j.path)) - {j.name} for j in sc.jobs}
+
+
+def side(sc: Scenario, cc: str, records: list[IterationRecord], drops: float, marks: float) -> dict:
+    s = metrics.summary(records, sc.warmup_iterations)
+    return {"cc": cc, **s, "drops": round(float(drops), 1), "ecn_marks": round(float(marks), 1),
+            "converged_at_iteration": metrics.converged_at(records, link_sharing(sc))}
+
+
+def ideal_iter_s(sc: Scenario) -> float:
+    return sum(sc.ideal_iter_s(j) for j in sc.jobs) / len(sc.jobs)
+
+
+def report(sc: Scenario, baseline: dict, mltcp: dict | None) -> dict:
+    out = {"scenario": sc.name, "source": sc.source, "jobs": len(sc.jobs),
+           "warmup_iterations": sc.warmup_iterations, "baseline": baseline}
+    if mltcp is not None:
+        out["mltcp"] = mltcp
+        out["speedup_avg"] = round(metrics.speedup(baseline["avg_iter_s"], mltcp["avg_iter_s"]), 4)
+        out["speedup_p99"] = round(metrics.speedup(baseline["p99_iter_s"], mltcp["p99_iter_s"]), 4)
+        out["converged_at_iteration"] = mltcp["converged_at_iteration"]
+    else:
+        out["converged_at_iteration"] = baseline["converged_at_iteration"]
+    out["ideal_iter_s"] = round(ideal_iter_s(sc), 6)
+    return out
+
+
+def mltcp_name(base: str) -> str:
+    return f"mltcp-{base}"

@@ -1,0 +1,85 @@
+"""Figures of merit computed from per-iteration records (pure functions)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from .records import IterationRecord
+
+OVERLAP_THRESHOLD = 0.10   # a communication phase that shares < 10 % of its time counts as alone
+
+
+def steady(records: list[IterationRecord], warmup: int) -> list[IterationRecord]:
+    """Records after each job's first ``warmup`` iterations."""
+    return [r for r in records if r.iteration >= warmup]
+
+
+def iteration_times(records: list[IterationRecord]) -> np.ndarray:
+    return np.array([r.duration for r in records])
+
+
+def summary(records: list[IterationRecord], warmup: int) -> dict[str, float]:
+    """avg and p99 iteration time over steady-state iterations, and over all iterations."""
+    s = iteration_times(steady(records, warmup))
+    a = iteration_times(records)
+    return {
+        "avg_iter_s": float(s.mean()) if len(s) else float("nan"),
+        "p99_iter_s": float(np.percentile(s, 99)) if len(s) else float("nan"),
+        "avg_iter_all_s": float(a.mean()) if len(a) else float("nan"),
+        "p99_iter_all_s": float(np.percentile(a, 99)) if len(a) else float("nan"),
+        "iterations": int(len(a)),
+    }
+
+
+def overlap_fractions(records: list[IterationRecord], shares: dict[str, set[str]] | None = None) -> dict[tuple[str, int], float]:
+    """For each (job, iteration): the fraction of its communication phase during which another job
+    that shares a link with it (``shares``; all jobs if None) was also communicating."""
+    by_job: dict[str, list[IterationRecord]] = defaultdict(list)
+    for r in records:
+        by_job[r.job].append(r)
+    iv = {j: (np.array([r.comm_start for r in rs]), np.array([r.end for r in rs])) for j, rs in by_job.items()}
+    out = {}
+    for j, rs in by_job.items():
+        others = [o for o in by_job if o != j and (shares is None or o in shares.get(j, set()))]
+        if others:
+            os_ = np.concatenate([iv[o][0] for o in others])
+            oe = np.concatenate([iv[o][1] for o in others])
+            order = np.argsort(os_)
+            os_, oe = _union(os_[order], oe[order])
+        for r in rs:
+            length = r.end - r.comm_start
+            if not others or length <= 0:
+                out[(j, r.iteration)] = 0.0
+                continue
+            inter = np.clip(np.minimum(oe, r.end) - np.maximum(os_, r.comm_start), 0.0, None).sum()
+            out[(j, r.iteration)] = float(inter / length)
+    return out
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    us, ue = [], []
+    for a, b in zip(s, e):
+        if us and a <= ue[-1]:
+            ue[-1] = max(ue[-1], b)
+        else:
+            us.append(a)
+            ue.append(b)
+    return np.array(us), np.array(ue)
+
+
+def converged_at(records: list[IterationRecord], shares: dict[str, set[str]] | None = None,
+                 threshold: float = OVERLAP_THRESHOLD, min_tail: int = 5) -> int | None:
+    """The first iteration from which no job's communication overlaps a competitor's by more than
+    ``threshold`` for the rest of the run (at least ``min_tail`` iterations); None if never."""
+    ov = overlap_fractions(records, shares)
+    if not ov:
+        return None
+    last = max(i for (_, i) in ov)
+    bad = [i for (_, i), f in ov.items() if f > threshold]
+    first_clean = (max(bad) + 1) if bad else 0
+    return first_clean if last - first_clean + 1 >= min_tail else None
+
+
+def speedup(baseline: float, improved: float) -> float:
+    return float(baseline / improved) if improved > 0 else float("nan")

@@ -1,0 +1,58 @@
+"""PNG plots: per-job throughput over time (interleaving shows as alternating bands) and the
+iteration-time CDF. Uses matplotlib's Agg backend; no display needed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from .records import IterationRecord  # noqa: E402
+
+
+def throughput(runs: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: Path,
+               window: tuple[float, float] | None = None, title: str = "") -> Path:
+    """runs: (label, t seconds, rate bits/s [bins x jobs], job names); one panel per run."""
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.6 * len(runs)), sharex=True, squeeze=False)
+    for ax, (label, t, rate, names) in zip(axes[:, 0], runs):
+        sel = slice(None)
+        if window is not None and len(t):
+            sel = (t >= window[0]) & (t <= window[1])
+        shown = names if len(names) <= 8 else names[:8]
+        for j, n in enumerate(shown):
+            ax.plot(t[sel], rate[sel, j] / 1e9, lw=0.9, label=n)
+        ax.set_ylabel("Gb/s")
+        ax.set_title(label, fontsize=10, loc="left")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper right", fontsize=8, ncol=min(len(shown), 4))
+    axes[-1, 0].set_xlabel("time (s)")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def iteration_cdf(runs: list[tuple[str, list[IterationRecord]]], path: Path, ideal: float | None = None,
+                  title: str = "") -> Path:
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, recs in runs:
+        d = np.sort([r.duration * 1e3 for r in recs])
+        if len(d):
+            ax.step(d, np.arange(1, len(d) + 1) / len(d), where="post", label=label)
+    if ideal:
+        ax.axvline(ideal * 1e3, color="grey", ls="--", lw=1, label="ideal (alone)")
+    ax.set_xlabel("iteration time (ms)")
+    ax.set_ylabel("CDF")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

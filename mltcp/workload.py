@@ -1,0 +1,67 @@
+"""Workload model: a DNN training job alternates a compute phase and a communication phase.
+
+Data-parallel training with ring all-reduce sends 2(n-1)/n x model bytes per worker per iteration
+(REFERENCE.md). Built-in profiles give parameter counts (public model sizes) and a compute time per
+iteration; the compute times are illustrative defaults for a single modern GPU at a moderate batch
+size, not measurements: set ``compute_ms`` in a scenario to match your cluster.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    params_millions: float      # public parameter counts
+    compute_ms: float           # illustrative default, see module docstring
+    bytes_per_param: int = 4    # fp32 gradients
+
+    def model_bytes(self) -> float:
+        return self.params_millions * 1e6 * self.bytes_per_param
+
+
+PROFILES: dict[str, ModelProfile] = {p.name: p for p in (
+    ModelProfile("vgg16", 138.4, 120.0),
+    ModelProfile("vgg19", 143.7, 140.0),
+    ModelProfile("resnet50", 25.6, 60.0),
+    ModelProfile("densenet121", 8.0, 70.0),
+    ModelProfile("bert-large", 340.0, 300.0),
+    ModelProfile("gpt2", 124.0, 150.0),        # GPT-2 small
+    ModelProfile("gpt2-xl", 1558.0, 900.0),
+)}
+
+
+def ring_allreduce_bytes(model_bytes: float, workers: int) -> float:
+    """Bytes each worker sends per iteration in a ring all-reduce: 2(n-1)/n x model bytes."""
+    if workers < 2:
+        raise ValueError("ring all-reduce needs at least 2 workers")
+    return 2.0 * (workers - 1) / workers * model_bytes
+
+
+@dataclass
+class Job:
+    """One training job as the network sees it: one flow that sends ``bytes_per_iter`` after each
+    compute phase. ``path`` names the links the flow crosses, in order."""
+    name: str
+    compute_s: float
+    bytes_per_iter: float
+    path: list[str]
+    start_offset_s: float = 0.0
+    jitter: float = 0.0             # std-dev of compute time, as a fraction of compute_s
+    straggler_prob: float = 0.0     # probability that an iteration's compute is delayed
+    straggler_delay_s: float = 0.0  # the extra delay of a straggling iteration
+    iterations: int = 50
+    model: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def compute_times(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Compute-phase durations for n iterations (jitter and stragglers drawn from ``rng``)."""
+        base = np.full(n, self.compute_s)
+        if self.jitter > 0:
+            base = base * np.clip(1.0 + self.jitter * rng.standard_normal(n), 0.1, None)
+        if self.straggler_prob > 0:
+            base = base + (rng.random(n) < self.straggler_prob) * self.straggler_delay_s
+        return base
