@@ -160,3 +160,48 @@ def test_cli_serves_and_exits_on_sigterm(veths):
     assert proc.returncode == 0, err
     assert "ready" in err and "switch stopped" in err
     assert "1e+07 bit/s" in err and "loss 1%" in err
+
+
+@root_only
+def test_peers_with_tx_checksum_offload_still_work():
+    """Senders with TX checksum offload on hand over unfinished TCP/UDP checksums; the switch
+    finishes them, so a kernel TCP connection and UDP datagrams get through."""
+    pid = os.getpid() % 100000
+    tb = Testbed("ck")
+    h = None
+    try:
+        h1, h2 = tb.netns("h1"), tb.netns("h2")
+        sa, ha = tb.veth(f"cks{pid}a", f"ckh{pid}a", None, h1, offloads_off=False)
+        sb, hb = tb.veth(f"cks{pid}b", f"ckh{pid}b", None, h2, offloads_off=False)
+        macs = {}
+        for ns, dev, ip, net, peer in ((h1, ha, "10.0.1.1/24", "10.0.2.0/24", "10.0.2.2"),
+                                       (h2, hb, "10.0.2.2/24", "10.0.1.0/24", "10.0.1.1")):
+            tb.run(ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off")  # tx stays on
+            tb.addr(dev, ip, ns)
+            subprocess.run(["ip", "-n", ns, "route", "add", net, "dev", dev], check=True)
+            subprocess.run(["ip", "-n", ns, "neigh", "add", peer, "lladdr", "02:00:00:00:00:fe", "dev", dev],
+                           check=True)
+            out = tb.run(ns, "cat", f"/sys/class/net/{dev}/address").stdout.strip()
+            macs[ns] = bytes.fromhex(out.replace(":", ""))
+        assert "tx-checksumming: on" in tb.run(h1, "ethtool", "-k", ha).stdout
+        h = start_switch({1: sa, 2: sb}, grpc_port=free_tcp_port(), grpc_host="127.0.0.1")
+        h.pipeline.lpm.set(0x0A000202, 32, pl.Forward(macs[h2], 2))
+        h.pipeline.lpm.set(0x0A000101, 32, pl.Forward(macs[h1], 1))
+        h.pipeline.active = True
+        server = subprocess.Popen(["ip", "netns", "exec", h2, sys.executable, "-c",
+                                   "import socket\ns=socket.create_server(('10.0.2.2',5001))\ns.settimeout(20)\n"
+                                   "c,_=s.accept()\nn=0\nwhile True:\n d=c.recv(65536)\n if not d: break\n n+=len(d)\n"
+                                   "print(n)"], stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        client = tb.run(h1, sys.executable, "-c",
+                        "import socket\nc=socket.create_connection(('10.0.2.2',5001),timeout=20)\n"
+                        "c.sendall(b'x'*300000)\nc.close()", timeout=60)
+        assert client.returncode == 0, client.stderr
+        out, _ = server.communicate(timeout=30)
+        assert out.strip() == "300000"
+        stats = h.dataplane.stats()
+        assert stats[1]["csum_fixed"] > 0 and stats[1]["oversize"] == 0
+    finally:
+        if h is not None:
+            h.stop()
+        tb.close()

@@ -233,3 +233,29 @@ def test_impairments_are_seeded_and_near_their_rates():
     assert sum(len(x) == 2 for x in a) == qa.duplicated
     assert sum(len(x) == 0 for x in a) == qa.lost
     assert sum(1 for i, x in enumerate(a) if x and x[0] == i + 1.0) == qa.reordered
+
+
+@pytest.mark.parametrize("l4", ["udp", "tcp", "udp-odd"])
+def test_complete_l4_checksum_of_offloaded_frames(l4):
+    from scapy.layers.inet import in4_chksum
+
+    from mltcp.emulation.switch.dataplane import complete_l4_checksum
+
+    payload = b"q" * (101 if l4 == "udp-odd" else 100)
+    seg = UDP(sport=1, dport=2) / payload if l4.startswith("udp") else TCP(sport=1, dport=2, flags="PA") / payload
+    good = Ether(bytes(Ether() / IP(src="10.0.1.1", dst="10.0.2.2") / seg))
+    # what a sender with TX checksum offload hands over: the folded pseudo-header sum, not complemented
+    ipl = good[IP]
+    l4bytes = bytes(ipl.payload)
+    zeroed = bytearray(l4bytes)
+    off = 6 if l4.startswith("udp") else 16
+    zeroed[off:off + 2] = b"\0\0"
+    pseudo_only = ~in4_chksum(ipl.proto, ipl, b"") & 0xFFFF
+    partial = bytearray(bytes(good))
+    start = 14 + 20
+    partial[start + off:start + off + 2] = pseudo_only.to_bytes(2, "big")
+    fixed = complete_l4_checksum(bytes(partial))
+    assert fixed == bytes(good)
+    # non-IPv4 and other protocols are left alone
+    arp = bytes(Ether(type=0x0806) / (b"\x00" * 28))
+    assert complete_l4_checksum(arp) == arp

@@ -6,9 +6,10 @@
 * egress thread: sleeps until the earliest delivery time and sends the due frames.
 
 Interfaces must be up. The switch opens them in promiscuous mode and ignores frames it sent
-itself. Offloads: the *peers* that send into the switch should have TSO/GSO and TX checksum
-offload off (``disable_offloads``), otherwise the switch sees 64 KB super-frames or frames with
-unfinished checksums, as any AF_PACKET software switch does.
+itself. Offloads: the *peers* that send into the switch should have TSO/GSO/GRO off
+(``disable_offloads``): super-frames above the MTU cannot be forwarded and are dropped (counted
+as ``oversize``, with one warning). Frames whose TCP/UDP checksum the sender left to the NIC
+(TX checksum offload on; PACKET_AUXDATA says so) get it finished here (``csum_fixed``).
 """
 
 from __future__ import annotations
@@ -35,9 +36,37 @@ SOL_PACKET = 263
 PACKET_ADD_MEMBERSHIP = 1
 PACKET_MR_PROMISC = 1
 PACKET_IGNORE_OUTGOING = 23
+PACKET_AUXDATA = 8
+TP_STATUS_CSUMNOTREADY = 8
 PACKET_OUTGOING = 4
 MAX_FRAME = 65536
 RX_BATCH = 64
+AUX_SPACE = socket.CMSG_SPACE(20)
+
+
+def complete_l4_checksum(frame: bytes) -> bytes:
+    """Finish the TCP/UDP checksum of an IPv4 frame whose sender left it to the NIC
+    (CHECKSUM_PARTIAL: the field holds the pseudo-header sum). Other frames come back as is."""
+    if len(frame) < 34 or frame[12:14] != b"\x08\x00":
+        return frame
+    ihl = (frame[14] & 0x0F) * 4
+    proto = frame[23]
+    off = {6: 16, 17: 6}.get(proto)
+    l4 = 14 + ihl
+    end = 14 + int.from_bytes(frame[16:18], "big")
+    if off is None or end > len(frame) or end < l4 + off + 2:
+        return frame
+    seg = frame[l4:end]
+    if len(seg) & 1:
+        seg += b"\x00"
+    # ones'-complement sum of 16-bit words == the big integer modulo 0xFFFF (2**16 = 1 mod 0xFFFF)
+    total = int.from_bytes(seg, "big") % 0xFFFF
+    csum = (~total & 0xFFFF) if total else 0  # total 0 means the sum was 0xFFFF (or all zero)
+    if proto == 17 and csum == 0:
+        csum = 0xFFFF
+    b = bytearray(frame)
+    b[l4 + off:l4 + off + 2] = csum.to_bytes(2, "big")
+    return bytes(b)
 
 
 def open_port_socket(ifname: str) -> socket.socket:
@@ -55,6 +84,7 @@ def open_port_socket(ifname: str) -> socket.socket:
             s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         except OSError:  # kernel < 4.20: filtered by pkttype in the receive loop
             pass
+        s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)  # tells us about unfinished checksums
         for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
             s.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
         s.setblocking(False)
@@ -72,6 +102,14 @@ def disable_offloads(ifname: str, netns: str | None = None) -> None:
     subprocess.run(cmd, check=True, capture_output=True)
 
 
+def _mtu(ifname: str) -> int:
+    try:
+        with open(f"/sys/class/net/{ifname}/mtu") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1500
+
+
 @dataclass
 class PortStats:
     rx: int = 0
@@ -80,6 +118,8 @@ class PortStats:
     tx_bytes: int = 0
     tx_errors: int = 0
     ecn_marked: int = 0
+    csum_fixed: int = 0  # frames whose TCP/UDP checksum the switch finished (peer offload on)
+    oversize: int = 0  # GSO/GRO super-frames above the MTU: dropped
 
 
 @dataclass
@@ -89,6 +129,7 @@ class Port:
     sock: socket.socket
     queue: EgressQueue
     stats: PortStats = field(default_factory=PortStats)
+    max_frame: int = 1514
 
 
 class Dataplane:
@@ -109,7 +150,8 @@ class Dataplane:
                 if not 0 <= num < 511:
                     raise ValueError(f"port number {num} not in 0..510 (bit<9>, 511 = drop)")
                 cfg = per_port.get(num, base)
-                self.ports[num] = Port(num, ifname, open_port_socket(ifname), EgressQueue(cfg))
+                self.ports[num] = Port(num, ifname, open_port_socket(ifname), EgressQueue(cfg),
+                                       max_frame=_mtu(ifname) + 18)  # + Ethernet and VLAN tag
         except BaseException:
             self.close()
             raise
@@ -202,7 +244,7 @@ class Dataplane:
                 st = port.stats
                 for _ in range(RX_BATCH):
                     try:
-                        frame, addr = sock.recvfrom(MAX_FRAME)
+                        frame, anc, _flags, addr = sock.recvmsg(MAX_FRAME, AUX_SPACE)
                     except BlockingIOError:
                         break
                     except OSError as e:
@@ -215,6 +257,17 @@ class Dataplane:
                         continue
                     st.rx += 1
                     st.rx_bytes += len(frame)
+                    if anc and anc[0][1] == PACKET_AUXDATA and \
+                            struct.unpack_from("I", anc[0][2])[0] & TP_STATUS_CSUMNOTREADY:
+                        frame = complete_l4_checksum(frame)
+                        st.csum_fixed += 1
+                    if len(frame) > port.max_frame:
+                        st.oversize += 1
+                        if st.oversize == 1:
+                            log.warning("port %d (%s): %d-byte frame above the MTU dropped: turn "
+                                        "off TSO/GSO/GRO on the peer (ethtool -K PEER tso off gso "
+                                        "off gro off)", port.number, port.ifname, len(frame))
+                        continue
                     try:
                         self.process(frame, port.number, clock())
                     except Exception:  # the pipeline must never take the switch down
