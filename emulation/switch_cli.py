@@ -52,6 +52,7 @@ def run(
         [], "--port-config", help="per-port override PORT:key=value,... "
         "(rate, delay, buffer, loss, reorder, duplicate, reorder-gap, seed)"),
     log_level: str = typer.Option("info", help="debug, info, warning"),
+    stats_file: str = typer.Option("", help="on exit, write per-port statistics here as JSON"),
 ) -> None:
     """Run the switch until SIGTERM or SIGINT."""
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, log_level.upper(), logging.INFO),
@@ -90,6 +91,14 @@ def run(
     while not stop.wait(1.0):
         pass
     handle.stop()
+    if stats_file:
+        import json
+        import os
+
+        tmp = f"{stats_file}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump({str(k): v for k, v in handle.dataplane.stats().items()}, f, indent=1)
+        os.replace(tmp, stats_file)
 
 
 def main() -> None:

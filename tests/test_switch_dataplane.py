@@ -144,9 +144,11 @@ def test_cli_missing_interface_fails_cleanly():
 
 
 @root_only
-def test_cli_serves_and_exits_on_sigterm(veths):
+def test_cli_serves_and_exits_on_sigterm(veths, tmp_path):
     port = free_tcp_port()
+    stats = tmp_path / "stats.json"
     proc = subprocess.Popen(CLI + ["-i", f"1@{veths[0]}", "-i", f"2@{veths[2]}", "--grpc-port", str(port),
+                                   "--stats-file", str(stats),
                                    "--grpc-host", "127.0.0.1", "--rate", "100mbit", "--delay", "1ms",
                                    "--port-config", "2:rate=10mbit,loss=1"],
                             stderr=subprocess.PIPE, text=True)
@@ -160,6 +162,10 @@ def test_cli_serves_and_exits_on_sigterm(veths):
     assert proc.returncode == 0, err
     assert "ready" in err and "switch stopped" in err
     assert "1e+07 bit/s" in err and "loss 1%" in err
+    import json
+
+    st = json.loads(stats.read_text())
+    assert set(st) == {"1", "2"} and st["2"]["ifname"] == veths[2] and "dropped" in st["2"]
 
 
 @root_only

@@ -75,13 +75,16 @@ def switch_command(interfaces: dict[int, str], grpc_port: int = 9559, device_id:
                    rate: str = "unlimited", delay: str = "0", buffer: int = 100,
                    loss: float = 0.0, reorder: float = 0.0, duplicate: float = 0.0, seed: int = 1,
                    port_config: dict[int, str] | None = None, grpc_host: str = "0.0.0.0",
-                   log_level: str = "info", python: str | None = None) -> list[str]:
+                   log_level: str = "info", stats_file: str | None = None,
+                   python: str | None = None) -> list[str]:
     """The ``mltcp-switch`` command line (run with this interpreter, so no PATH is needed)."""
     cmd = [python or sys.executable, "-m", "mltcp.emulation.switch_cli",
            "--grpc-port", str(grpc_port), "--grpc-host", grpc_host, "--device-id", str(device_id),
            "--rate", rate, "--delay", delay, "--buffer", str(buffer), "--loss", str(loss),
            "--reorder", str(reorder), "--duplicate", str(duplicate), "--seed", str(seed),
            "--log-level", log_level]
+    if stats_file:
+        cmd += ["--stats-file", str(stats_file)]
     for n, ifname in sorted(interfaces.items()):
         cmd += ["-i", f"{n}@{ifname}"]
     for n, spec in sorted((port_config or {}).items()):
