@@ -61,10 +61,12 @@ def bulk_commands(transport: str, cc: str, dst_ip: str, port: int, seconds: floa
 def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, seconds: float = 10.0,
              link_mode: str = "auto", label: str | None = None) -> BulkResult:
     """``flows`` long-lived flows a_i -> b_i through the dumbbell for ``seconds``."""
-    mode = resolve_link_mode(link_mode)
+    mode = resolve_link_mode(link_mode, "dumbbell")
     prefix = netns.run_prefix()
     with netns.Cleanup(prefix) as cl:
-        topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=flows)
+        from .topologies import software_switch_class
+        topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=flows,
+                             switch_cls=software_switch_class() if mode == "switch" else None)
         net = build_network(topo, mode, cl)
         q: queue.Queue = queue.Queue()
         t0 = time.time() + 1.0
@@ -73,7 +75,7 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
             r_argv, s_argv = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, t0, f"flow{i}", prefix)
             recvs.append(_Peer(net[b], r_argv, f"recv:flow{i}", q, cl))
             sends.append(_Peer(net[a], s_argv, f"send:flow{i}", q, cl))
-        got: dict[str, float] = {}
+        got: dict[str, tuple[int, float, float]] = {}   # flow -> (bytes, first, last)
         retrans = 0
         eofs = 0
         deadline = time.monotonic() + seconds + 30
@@ -85,9 +87,8 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
                 tag, msg = q.get(timeout=min(left, 1.0))
             except queue.Empty:
                 continue
-            if msg["type"] == "bulk":
-                dur = (msg["last"] or 0) - (msg["first"] or 0)
-                got[tag.split(":", 1)[1]] = msg["bytes"] * 8 / dur / 1e6 if dur > 0 else 0.0
+            if msg["type"] == "bulk" and msg.get("first") is not None:
+                got[tag.split(":", 1)[1]] = (int(msg["bytes"]), float(msg["first"]), float(msg["last"]))
             elif msg["type"] == "summary":
                 retrans += int(msg.get("retrans", 0))
             elif msg["type"] == "eof":
@@ -96,8 +97,19 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
             p.proc.wait(timeout=5)
             if p.proc.returncode != 0:
                 raise EmulationError(f"{p.tag} exited {p.proc.returncode}: {' | '.join(p.err[-3:])}")
-        drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))
-    return BulkResult(label or f"{transport} {cc}", [got.get(f"flow{i}", 0.0) for i in range(flows)], retrans, drops)
+        if mode == "switch":
+            from .runner import switch_stat_sources
+            sources = switch_stat_sources(net, topo)
+        else:
+            drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))
+    if mode == "switch":
+        from .softswitch import collect_stats
+        drops, _ = collect_stats(*sources)
+    # every flow's bytes over the common window (first byte of any flow .. last byte of any flow)
+    window = (max(v[2] for v in got.values()) - min(v[1] for v in got.values())) if got else 0.0
+    mbps = [got[f"flow{i}"][0] * 8 / window / 1e6 if window > 0 and f"flow{i}" in got else 0.0
+            for i in range(flows)]
+    return BulkResult(label or f"{transport} {cc}", mbps, retrans, drops)
 
 
 def baseline_peer(bottleneck: LinkParams, plan: Plan | None, seconds: float = 10.0, flows: int = 2,

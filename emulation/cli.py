@@ -61,7 +61,7 @@ def emulate(
     """Build SCENARIO's topology in Mininet, run its jobs, print the same keys as `mltcp simulate`."""
     from mltcp import scenario as scn
 
-    from .runner import EmulationError, plan_from_scenario, rescale, run_experiment
+    from .runner import EmulationError, choose_topology, plan_from_scenario, rescale, run_experiment
     from .topologies import TopologyError, features, resolve_link_mode
 
     try:
@@ -71,7 +71,8 @@ def emulate(
     _prereqs()
     try:
         sc = rescale(sc, rate_mbps, delay_ms, iterations, buffer_kb, dilate)
-        mode = resolve_link_mode(link_mode)
+        kind = topology if topology != "auto" else ("dumbbell" if baseline_peer else choose_topology(sc))
+        mode = resolve_link_mode(link_mode, kind)
     except (ValueError, TopologyError) as e:
         _fail(str(e))
     if any(l.delay_s > 0 for l in sc.links.values()) and not features(mode)["delay"]:
@@ -163,9 +164,11 @@ def emulate_topo(
     _prereqs()
     setLogLevel("error")
     try:
-        mode = resolve_link_mode(link_mode)
+        mode = resolve_link_mode(link_mode, kind)
         with netns.signals_raise(), netns.Cleanup(netns.run_prefix()) as cl:
-            topo = make_topology(kind, cl.prefix, LinkParams(rate_mbps=rate_mbps), n_jobs=jobs)
+            from .topologies import software_switch_class
+            topo = make_topology(kind, cl.prefix, LinkParams(rate_mbps=rate_mbps), n_jobs=jobs,
+                                 switch_cls=software_switch_class() if mode == "switch" else None)
             net = build_network(topo, mode, cl)
             rows = [ping_pair(net, topo, s, r) for s, r in topo.job_pairs]
     except TopologyError as e:

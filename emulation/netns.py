@@ -68,8 +68,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def tagged_pids(prefix: str) -> list[int]:
-    """Live processes that belong to run ``prefix``: Mininet node shells (``mininet:<prefix>...``)
-    and peers started with ``--run <prefix>``."""
+    """Live processes that belong to run ``prefix``: Mininet node shells (``mininet:<prefix>...``),
+    peers started with ``--run <prefix>`` and software switches on its ports (``-i N@<prefix>...``)."""
     out = []
     me = os.getpid()
     for d in os.listdir("/proc"):
@@ -80,7 +80,8 @@ def tagged_pids(prefix: str) -> list[int]:
                 args = fh.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if any(a == prefix or a.startswith("mininet:" + prefix) for a in args) and pid_alive(int(d)):
+        if any(a == prefix or a.startswith("mininet:" + prefix) or f"@{prefix}" in a for a in args) \
+                and pid_alive(int(d)):
             out.append(int(d))
     return out
 

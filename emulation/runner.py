@@ -257,6 +257,16 @@ class ArmResult:
     wall_s: float
 
 
+def switch_stat_sources(net, topo: EmuTopo):
+    """([(switch, log file)], {switch: bottleneck ports}) to read drops/marks after the switches stop."""
+    bn = {frozenset(b) for b in topo.bottlenecks}
+    logs = [(sw.name, sw.log_file) for sw in net.switches]
+    ports = {sw.name: {port for intf, port in sw.ports.items() if getattr(intf, "link", None)
+                       and frozenset((intf.link.intf1.node.name, intf.link.intf2.node.name)) in bn}
+             for sw in net.switches}
+    return logs, ports
+
+
 def expected_duration(plan: Plan, rate_mbps: float | None) -> float:
     rate = (rate_mbps or plan.bottleneck.rate_mbps or 1000) * 1e6 / 8
     n = len(plan.jobs)
@@ -270,7 +280,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
     """Build the network, run all jobs once with one congestion control, tear everything down.
 
     ``fail_after_records`` raises after that many records (tests use it to check cleanup)."""
-    mode = resolve_link_mode(link_mode)
+    mode = resolve_link_mode(link_mode, plan.topology)
     if transport == "kernel":
         wire_cc = kernel_cc_name(cc, mltcp)
     else:
@@ -329,8 +339,14 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
                 if p.returncode not in (0, None) and name not in done:
                     raise EmulationError(f"receiver of {name} exited {p.returncode}: "
                                          f"{' | '.join(receivers[name].err[-3:])}")
-        drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo)) if mode != "switch" else 0
-        marks = None if mode == "htb" else 0
+        if mode == "switch":
+            sw_logs, bn_ports = switch_stat_sources(net, topo)
+        else:
+            drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))
+            marks = None if mode == "htb" else 0
+    if mode == "switch":  # the switches log their port statistics when they stop
+        from .softswitch import collect_stats
+        drops, marks = collect_stats(sw_logs, bn_ports)
     return ArmResult(wire_cc, sorted(records, key=lambda r: (r.job, r.iteration)), drops, marks, retrans,
                      mode, time.monotonic() - wall0)
 
@@ -384,7 +400,7 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     if cc == "dcqcn" and transport == "kernel":
         raise EmulationError("DCQCN is rate-based: use --transport udp")
     plan = plan_from_scenario(sc, topology)
-    mode = resolve_link_mode(link_mode)
+    mode = resolve_link_mode(link_mode, plan.topology)
     cb = (lambda arm: (lambda r: on_record(arm, r))) if on_record else (lambda arm: None)
     base = run_arm(plan, cc, transport, mltcp=False, link_mode=mode, on_record=cb("baseline"))
     ml = None

@@ -306,22 +306,30 @@ def qdisc_available(kind: str) -> bool:
 
 
 def software_switch_class():
-    """The project's P4 software switch as a Mininet Switch class, or None if it has not landed."""
+    """The project's P4 software switch as a Mininet Switch class, or None if not importable."""
+    from .softswitch import switch_class
+    return switch_class()
+
+
+def _controlplane_available() -> bool:
     try:
-        from mltcp.emulation.switch import mininet_switch_class  # type: ignore
+        import mltcp.controlplane.client  # noqa: F401
     except Exception:
-        return None
-    return mininet_switch_class()
+        return False
+    return True
 
 
-def resolve_link_mode(mode: str) -> str:
+def resolve_link_mode(mode: str, topology: str | None = None) -> str:
     if mode not in LINK_MODES:
         raise TopologyError(f"unknown link mode {mode!r}; choose from {', '.join(LINK_MODES)}")
     if mode == "auto":
-        return "switch" if software_switch_class() is not None else "htb"
-    if mode == "switch" and software_switch_class() is None:
-        raise TopologyError("link mode 'switch' needs the software switch (mltcp.emulation.switch), "
-                            "which is not available")
+        # the software switch forwards layer 2 topologies only (see softswitch.py)
+        if topology in (None, "dumbbell") and software_switch_class() is not None and _controlplane_available():
+            return "switch"
+        return "htb"
+    if mode == "switch" and (software_switch_class() is None or not _controlplane_available()):
+        raise TopologyError("link mode 'switch' needs the software switch (mltcp.emulation.switch) "
+                            "and the control plane (mltcp.controlplane), which are not importable")
     if mode == "linux-tc":
         missing = [k for k in ("netem", "red") if not qdisc_available(k)]
         if missing:
@@ -402,6 +410,9 @@ def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
     cleanup.net = net
     net.topo = topo
     net.build()
+    if mode == "switch":
+        from . import softswitch
+        softswitch.configure_ports(net, topo)
     net.start()
     disable_offloads(net)
     configure_routing(net, topo)
@@ -409,6 +420,8 @@ def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
         apply_link_params(net, topo, mode)
     if topo.layer2:
         net.staticArp()
+    if mode == "switch":
+        softswitch.program(net, topo)
     return net
 
 

@@ -48,7 +48,7 @@ def test_two_jobs_smoke_udp_compare():
 
 def test_baseline_peer_smoke():
     rc, out, err = run_cli(["emulate", "two-jobs", "--baseline-peer", "--rate-mbps", "50", "--dilate",
-                            "--iterations", "4", "--peer-seconds", "2", "--json"])
+                            "--iterations", "3", "--peer-seconds", "1.5", "--json"])
     assert rc == 0, err
     d = json.loads(out)
     labels = [r["label"] for r in d["fairness"]]
@@ -58,7 +58,7 @@ def test_baseline_peer_smoke():
         assert 0 < r["total_mbps"] <= 50 * 1.05        # the bottleneck caps the sum
         assert 0.5 <= r["jain"] <= 1.0
     assert set(d["iterations"]) == {"reno", "cubic"}
-    assert d["iterations"]["reno"]["iterations"] == 8
+    assert d["iterations"]["reno"]["iterations"] == 6
 
 
 def test_bad_scenario_and_option_errors():

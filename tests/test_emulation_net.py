@@ -155,3 +155,35 @@ def test_sigint_cleans_up(tmp_path):
             proc.kill()
             proc.wait()
     assert_clean(prefix)
+
+
+def _switch_ready():
+    from mltcp.emulation.topologies import _controlplane_available, software_switch_class
+    return software_switch_class() is not None and _controlplane_available()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _switch_ready(), reason="software switch or control plane not importable")
+def test_switch_mode_delay_ecn_and_cleanup():
+    from mltcp.emulation.runner import udp_available
+    prefix = netns.run_prefix()
+    bn = LinkParams(rate_mbps=50, delay_ms=2, buffer_bytes=45_000, ecn_threshold_pkts=5)
+    with netns.Cleanup(prefix) as cl:
+        topo = make_topology("dumbbell", prefix, bn, n_jobs=2,
+                             switch_cls=__import__("mltcp.emulation.topologies", fromlist=["x"]).software_switch_class())
+        net = build_network(topo, "switch", cl)
+        a, b = topo.job_pairs[0]
+        out = net[a].cmd(f"ping -c 3 -i 0.2 -W 2 {topo.ip_of(b)}")
+        pids = cl.all_pids() + [sw.proc.pid for sw in net.switches]
+    assert " 0% packet loss" in out, out
+    rtt_min = float(out.split("rtt min/avg/max/mdev = ")[1].split("/")[0])
+    assert rtt_min >= 4.0          # 2 ms each way on the bottleneck
+    assert_clean(prefix, pids)
+    if not udp_available():
+        pytest.skip("userspace transport not importable")
+    plan = Plan("t", "dumbbell", bn, [JobPlan("j0", 400_000, 0.05, 0.0, 4),
+                                      JobPlan("j1", 400_000, 0.05, 0.01, 4)], warmup=1)
+    arm = run_arm(plan, "reno", "udp", link_mode="switch")
+    assert len(arm.records) == 8
+    assert arm.ecn_marks is not None and arm.ecn_marks > 0     # ECT traffic over a 5-packet threshold
+    assert_clean(prefix)

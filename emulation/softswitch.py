@@ -1,0 +1,150 @@
+"""Link mode ``switch``: the project's P4 software switch (``MltcpSwitch``, emulation/switch/) on
+the emulated network, programmed over P4Runtime by ``mltcp.controlplane``.
+
+The switch applies each link's rate, one-way delay, drop-tail buffer (packets) and queue-depth
+ECN threshold on its egress ports; forwarding is mltcp.p4's ``ipv4_lpm`` (one /32 route per host,
+destination MAC rewritten to the host's), so hosts get static ARP entries. Layer-2 topologies
+(the dumbbell) only.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from collections import deque
+
+from .topologies import EmuTopo, LinkParams, TopologyError
+
+
+def switch_class():
+    """MltcpSwitch, or None when the software switch is not importable."""
+    try:
+        from mltcp.emulation.switch.mininet_node import mininet_switch_class
+    except Exception:
+        return None
+    return mininet_switch_class()
+
+
+def port_spec(p: LinkParams) -> str:
+    """mltcp-switch --port-config value for one port (buffer in ~1500-byte packets)."""
+    parts = []
+    if p.rate_mbps is not None:
+        parts.append(f"rate={p.rate_mbps:g}mbit")
+    if p.delay_ms > 0:
+        parts.append(f"delay={p.delay_ms:g}ms")
+    if p.buffer_bytes is not None:
+        parts.append(f"buffer={max(1, round(p.buffer_bytes / 1500))}")
+    return ",".join(parts)
+
+
+def _peer(intf):
+    link = intf.link
+    return link.intf2 if link.intf1 is intf else link.intf1
+
+
+def configure_ports(net, topo: EmuTopo) -> None:
+    """Before net.start(): per-port link parameters of every switch."""
+    if not topo.layer2:
+        raise TopologyError("link mode 'switch' supports layer-2 topologies (dumbbell) only")
+    for sw in net.switches:
+        cfg = {}
+        for intf, port in sw.ports.items():
+            if intf.name == "lo" or getattr(intf, "link", None) is None:
+                continue
+            p = topo.link_params.get(frozenset((sw.name, _peer(intf).node.name)))
+            if p is not None and port_spec(p):
+                cfg[port] = port_spec(p)
+        sw.link_opts["port_config"] = cfg
+
+
+def switch_tables(net, topo: EmuTopo, sw) -> dict:
+    """Routes (prefix, port, mac) and ECN thresholds (port, K) for switch ``sw``."""
+    sw_names = {s.name for s in net.switches}
+    # first hop (egress port) from sw towards every switch, by BFS over switch-switch links
+    first: dict[str, int] = {sw.name: -1}
+    q = deque([sw])
+    while q:
+        u = q.popleft()
+        for intf, port in u.ports.items():
+            if getattr(intf, "link", None) is None:
+                continue
+            v = _peer(intf).node
+            if v.name in sw_names and v.name not in first:
+                first[v.name] = port if u is sw else first[u.name]
+                q.append(v)
+    routes, ecn = [], []
+    for h in net.hosts:
+        h_intf = h.defaultIntf()
+        attached = _peer(h_intf).node
+        if attached is sw:
+            port = sw.ports[_peer(h_intf)]
+        elif attached.name in first:
+            port = first[attached.name]
+        else:
+            raise TopologyError(f"switch {sw.name}: no path to host {h.name}")
+        routes.append([f"{h.IP()}/32", port, h.MAC()])
+    for intf, port in sw.ports.items():
+        if getattr(intf, "link", None) is None:
+            continue
+        p = topo.link_params.get(frozenset((sw.name, _peer(intf).node.name)))
+        if p is not None and p.ecn_threshold_pkts:
+            ecn.append([port, p.ecn_threshold_pkts])
+    return {"grpc": sw.grpc_address, "device_id": sw.device_id, "routes": routes, "ecn": ecn}
+
+
+def program(net, topo: EmuTopo, timeout_s: float = 120.0) -> None:
+    """After net.start(): push mltcp.p4's pipeline and the tables to every switch (in a child
+    process, so p4runtime-shell's global state and stream threads stay out of this one)."""
+    for sw in net.switches:
+        spec = json.dumps(switch_tables(net, topo, sw))
+        r = subprocess.run([sys.executable, "-m", "mltcp.emulation.softswitch", spec],
+                           capture_output=True, text=True, timeout=timeout_s)
+        if r.returncode != 0:
+            raise TopologyError(f"programming switch {sw.name} failed: {r.stderr.strip()[-800:]}")
+
+
+def _program_one(spec: dict) -> None:
+    from mltcp.controlplane.client import connect
+    from mltcp.controlplane.topology import Route
+    with connect(spec["grpc"], device_id=spec["device_id"]) as sw:
+        sw.push_pipeline()
+        sw.install_routes([Route(p, int(port), mac) for p, port, mac in spec["routes"]])
+        for port, k in spec["ecn"]:
+            sw.set_ecn_threshold(int(port), int(k))
+
+
+def port_stats_from_log(path: str) -> dict[int, dict]:
+    """The per-port statistics mltcp-switch logs when it stops ({} if absent)."""
+    try:
+        with open(path) as fh:
+            lines = [l for l in fh if "port stats" in l]
+    except OSError:
+        return {}
+    if not lines:
+        return {}
+    try:
+        return ast.literal_eval(lines[-1].split("port stats", 1)[1].strip())
+    except (ValueError, SyntaxError):
+        return {}
+
+
+def collect_stats(switches, bottleneck_ports: dict[str, set[int]]) -> tuple[int, int]:
+    """(queue drops, ECN marks) on the bottleneck ports, from the stopped switches' logs; removes
+    the log files."""
+    drops = marks = 0
+    for name, log in switches:
+        st = port_stats_from_log(log)
+        for port in bottleneck_ports.get(name, set()):
+            drops += int(st.get(port, {}).get("dropped", 0))
+            marks += int(st.get(port, {}).get("ecn_marked", 0))
+        try:
+            os.unlink(log)
+        except OSError:
+            pass
+    return drops, marks
+
+
+if __name__ == "__main__":  # python -m mltcp.emulation.softswitch '<json spec>'
+    _program_one(json.loads(sys.argv[1]))
