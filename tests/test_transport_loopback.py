@@ -245,3 +245,25 @@ def test_mltcp_tracker_learns_iteration_bytes(explicit):
             assert float(tr.bytes_ratio[0]) == 1.0 and tx.flows[0].ratio_q == 0xFFFF
             if explicit:                             # every boundary counted once
                 assert int(tr.iteration[0]) == 5
+
+
+def test_tail_loss_probe_before_timeout(peer):
+    mss = 1000
+    f = FlowSender(peer.getsockname(), build_cc("reno"), payload=mss, min_pto=0.01, clock=lambda: 0.0)
+    try:
+        f.enqueue(10 * mss, 0)
+        f.service(0.0)
+        for _ in range(10):
+            peer.recvfrom(4096)
+        _deliver(peer, f, _ack(f, 9 * mss), 0.001)    # the last segment (the tail) is lost
+        assert f.rtt.srtt == pytest.approx(0.001)
+        f.service(0.005)
+        assert f.stats["tlp"] == 0
+        f.service(0.0115)                               # 10 ms (min PTO) after the last delivery
+        assert f.stats["tlp"] == 1 and f.stats["timeouts"] == 0
+        p = wire.decode(peer.recvfrom(4096)[0])
+        assert p.seq == 9 * mss and p.tflags & wire.T_RETX
+        f.service(0.03)
+        assert f.stats["tlp"] == 1                      # one probe until something is delivered
+    finally:
+        f.close()

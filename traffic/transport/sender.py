@@ -51,7 +51,7 @@ class FlowSender:
     def __init__(self, dest: tuple[str, int], cc, job_id: int = 0, payload: int = wire.DEFAULT_PAYLOAD,
                  min_rto: float = 0.2, burst: int = 16, max_window: int = 16 << 20, ecn: bool = True,
                  clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None,
-                 explicit_iterations: bool = True):
+                 explicit_iterations: bool = True, min_pto: float = 0.01):
         if not 0 < payload <= 65000:
             raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
         self.dest, self.cc, self.job_id, self.payload = dest, cc, job_id, payload
@@ -78,6 +78,9 @@ class FlowSender:
         self.sb = Scoreboard()
         self.rtt = RttEstimator(min_rto=min_rto)
         self.rto_start: float | None = None     # when the retransmission timer was armed
+        self.min_pto = min_pto                    # tail loss probe: floor of 2 x SRTT
+        self.tlp_out = False                      # a probe is outstanding
+        self.last_progress = now                  # last send of new data or delivery
         self.recovery_end = -1                   # no further reduction until snd_una passes this
         self.app_end = 0                         # bytes the application has queued so far
         self.iteration = 0
@@ -93,7 +96,7 @@ class FlowSender:
         self._acked = np.zeros(1)
         self._rttv = np.zeros(1)
         self.stats = dict(sent=0, retransmits=0, acks=0, ece=0, cnp=0, loss_events=0, ecn_events=0,
-                          timeouts=0, send_drops=0, bad=0, ce_marks=0)
+                          timeouts=0, send_drops=0, bad=0, ce_marks=0, tlp=0)
 
     # -- application ---------------------------------------------------------------------------
     def enqueue(self, nbytes: int, iteration: int) -> int:
@@ -150,6 +153,8 @@ class FlowSender:
             lost += res.lost
             if res.delivered:
                 rtt_sample = now - echo
+                self.tlp_out = False
+                self.last_progress = now
             if res.advanced:
                 self.rto_start = now if sb.outstanding else None
             self.stats["ce_marks"] += p.ce_count
@@ -229,6 +234,20 @@ class FlowSender:
             self.cc.on_timer(st, now)
         if now < self.blocked_until:
             return min(wake, self.blocked_until)
+        # Tail loss probe (RFC 8985 7): no progress for max(2 SRTT, min_pto) with data in flight
+        # and nothing known lost -> resend the most recently sent segment, so that a lost tail
+        # is found by SACK/RACK instead of the retransmission timeout.
+        if (not self.tlp_out and sb.inflight and self.rtt.srtt is not None and not sb.lost_pending):
+            pto_at = self.last_progress + max(2 * self.rtt.srtt, self.min_pto)
+            if now >= pto_at:
+                seg = sb.inflight[next(reversed(sb.inflight))]
+                if self._send(seg, now, True):
+                    sb.sent(seg, now)
+                    self.stats["retransmits"] += 1
+                    self.stats["tlp"] += 1
+                    self.tlp_out = True
+            elif self.rto_start is None or pto_at < self.rto_start + self.rtt.rto:
+                wake = min(wake, pto_at)
         # How much may go out now.
         if self.rate_based:
             rate = max(float(st.rate[0]), 1.0)
@@ -265,6 +284,7 @@ class FlowSender:
                 sb.segs[seq] = seg
                 sb.snd_nxt = seg.end
                 sb.sent(seg, now)
+                self.last_progress = now
                 self.crc = pattern.zlib.crc32(pattern.chunk(seq, length), self.crc)
             sent_bytes += seg.len
             if self.rate_based:
