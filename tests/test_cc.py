@@ -1,0 +1,200 @@
+"""Congestion-control core against hand-computed windows and rates."""
+import math
+
+import numpy as np
+import pytest
+
+from mltcp.cc import ALGORITHMS, Cubic, Dcqcn, Linear, MLTCPReno, Reno, make_cc
+
+MSS = 1000.0
+RTT = np.array([1e-3])
+
+
+def ack(cc, st, nbytes, now=0.0):
+    cc.on_ack(st, np.array([float(nbytes)]), RTT, now)
+
+
+def test_reno_slow_start_adds_acked_bytes():
+    cc = Reno()
+    st = cc.new_state(1, mss=1000)
+    assert st.cwnd[0] == 10 * MSS
+    ack(cc, st, MSS)
+    assert st.cwnd[0] == 11 * MSS
+
+
+def test_reno_slow_start_stops_at_ssthresh_and_spends_the_rest_in_avoidance():
+    cc = Reno()
+    st = cc.new_state(1, mss=1000)
+    st.ssthresh[:] = 12 * MSS
+    ack(cc, st, 4 * MSS)   # 2 MSS of slow start to 12, 2 MSS left for avoidance
+    assert st.cwnd[0] == pytest.approx(12 * MSS + MSS * 2 * MSS / (12 * MSS))
+
+
+def test_reno_additive_increase_one_mss_per_window():
+    cc = Reno()
+    st = cc.new_state(1, mss=1000)
+    st.cwnd[:], st.ssthresh[:] = 20 * MSS, 10 * MSS
+    ack(cc, st, 20 * MSS)
+    assert st.cwnd[0] == pytest.approx(21 * MSS)
+
+
+def test_reno_halves_on_loss_and_ecn_with_two_segment_floor():
+    cc = Reno()
+    st = cc.new_state(2, mss=1000)
+    st.cwnd[:] = [20 * MSS, 3 * MSS]
+    cc.on_congestion(st, np.array([True, True]), "loss", 0.0)
+    assert list(st.cwnd) == [10 * MSS, 2 * MSS]
+    assert list(st.ssthresh) == [10 * MSS, 2 * MSS]
+    cc.on_congestion(st, np.array([True, False]), "ecn", 0.0)
+    assert list(st.cwnd) == [5 * MSS, 2 * MSS]
+
+
+def test_reno_timeout_resets_to_one_segment():
+    cc = Reno()
+    st = cc.new_state(1, mss=1000)
+    st.cwnd[:] = 40 * MSS
+    cc.on_timeout(st, np.array([True]), 0.0)
+    assert st.cwnd[0] == MSS and st.ssthresh[0] == 20 * MSS
+
+
+def mltcp_at_ratio(r, **kw):
+    """An MLTCP-Reno flow that has learned 100 kB iterations and is r of the way through one."""
+    cc = MLTCPReno(**kw)
+    st = cc.new_state(1, mss=1000)
+    ack(cc, st, 100_000, now=0.0)             # first iteration
+    ack(cc, st, 100_000 * r or 1e-9, now=0.5)  # idle 0.5 s > min_idle: a new iteration
+    return cc, st
+
+
+@pytest.mark.parametrize("r", [0.0, 0.5, 1.0])
+def test_mltcp_reno_scales_additive_increase_by_F(r):
+    cc, st = mltcp_at_ratio(r)
+    assert st.tracker.bytes_ratio[0] == pytest.approx(r, abs=1e-6)
+    st.cwnd[:], st.ssthresh[:] = 20 * MSS, 10 * MSS
+    cc.on_ack(st, np.array([20 * MSS]), RTT, 0.5)
+    r_after = (100_000 * r + 20 * MSS) / 100_000
+    F = 4.0 * min(r_after, 1.0) + 0.25
+    assert st.cwnd[0] == pytest.approx(20 * MSS + F * MSS)
+
+
+def test_mltcp_decrease_unchanged_by_default_and_scaled_when_asked():
+    cc, st = mltcp_at_ratio(1.0)
+    st.cwnd[:] = 20 * MSS
+    cc.on_congestion(st, np.array([True]), "loss", 1.0)
+    assert st.cwnd[0] == 10 * MSS
+    cc, st = mltcp_at_ratio(1.0, scale_decrease=True)
+    st.cwnd[:] = 20 * MSS
+    cc.on_congestion(st, np.array([True]), "loss", 1.0)
+    assert st.cwnd[0] == pytest.approx(20 * MSS * (1 - 0.2))   # r = 1 removes 0.8 - 0.6 = 0.2
+
+
+def test_custom_aggressiveness_function():
+    cc, st = mltcp_at_ratio(0.5, aggressiveness=lambda r: np.full_like(np.asarray(r, float), 3.0))
+    st.cwnd[:], st.ssthresh[:] = 10 * MSS, 5 * MSS
+    cc.on_ack(st, np.array([10 * MSS]), RTT, 0.6)
+    assert st.cwnd[0] == pytest.approx(13 * MSS)
+    assert Linear(2, 1)(0.5) == 2.0
+
+
+def test_cubic_k_and_window_curve():
+    cc = Cubic()
+    st = cc.new_state(1, mss=1000)
+    st.cwnd[:] = 100 * MSS
+    cc.on_congestion(st, np.array([True]), "loss", 0.0)
+    assert st.cwnd[0] == pytest.approx(70 * MSS)          # beta = 0.7
+    assert st.w_max[0] == pytest.approx(100.0)
+    ack(cc, st, MSS, now=1.0)                                # epoch starts at t = 1 s
+    K = math.cbrt((100 - 70) / 0.4)
+    assert st.k[0] == pytest.approx(K)
+    # W(t) = C (t - K)^3 + W_max; at t = K the curve is back at W_max
+    assert cc.w_cubic(st, np.array([K]))[0] == pytest.approx(100.0)
+    assert cc.w_cubic(st, np.array([0.0]))[0] == pytest.approx(70.0)
+
+
+def test_cubic_growth_follows_target_per_ack():
+    cc = Cubic()
+    st = cc.new_state(1, mss=1000)
+    st.cwnd[:] = 100 * MSS
+    cc.on_congestion(st, np.array([True]), "loss", 0.0)
+    ack(cc, st, MSS, now=0.0)         # epoch starts
+    seg = st.cwnd[0] / MSS
+    t = 2.0
+    target = min(max(0.4 * (t + RTT[0] - st.k[0]) ** 3 + 100.0, seg), 1.5 * seg)
+    w_est = st.w_est[0] + (3 * 0.3 / 1.7) * 1 / seg
+    ack(cc, st, MSS, now=t)
+    expected = max(seg + (target - seg) / seg, w_est)
+    assert st.cwnd[0] / MSS == pytest.approx(expected)
+
+
+def test_cubic_fast_convergence_lowers_w_max():
+    cc = Cubic()
+    st = cc.new_state(1, mss=1000)
+    st.cwnd[:] = 100 * MSS
+    cc.on_congestion(st, np.array([True]), "loss", 0.0)      # w_last_max = 100
+    st.cwnd[:] = 80 * MSS
+    cc.on_congestion(st, np.array([True]), "loss", 1.0)      # 80 < 100: W_max = 80 * 1.7 / 2
+    assert st.w_max[0] == pytest.approx(80 * 1.7 / 2)
+
+
+def test_dcqcn_cnp_alpha_and_rate_sequence():
+    line = 1e9
+    cc = Dcqcn(line_rate=line, g=1 / 256, rai=5e6, rhai=10e6, min_rate=1e6, timer=1e-3, alpha_interval=1e-6)
+    st = cc.new_state(1)
+    assert st.rate[0] == line and st.alpha[0] == 1.0
+    cc.on_cnp(st, np.array([True]), 0.0)
+    assert st.alpha[0] == pytest.approx(1.0)                   # (1-g)*1 + g
+    assert st.rate[0] == pytest.approx(line / 2)               # Rc (1 - alpha/2)
+    assert st.target[0] == line
+    # 100 alpha intervals without a CNP: alpha = (1-g)^100
+    cc.on_timer(st, 100e-6)
+    assert st.alpha[0] == pytest.approx((1 - 1 / 256) ** 100)
+    a = st.alpha[0]
+    cc.on_cnp(st, np.array([True]), 100e-6)
+    assert st.alpha[0] == pytest.approx((1 - 1 / 256) * a + 1 / 256)
+    assert st.rate[0] == pytest.approx(line / 2 * (1 - st.alpha[0] / 2))
+
+
+def test_dcqcn_fast_recovery_then_additive_then_hyper():
+    cc = Dcqcn(line_rate=100.0, rai=1.0, rhai=4.0, min_rate=1.0, timer=1.0, byte_counter=10.0,
+               fast_recovery_steps=5, alpha_interval=1e9)
+    st = cc.new_state(1)
+    st.rate[:], st.target[:] = 20.0, 60.0
+    rc, rt = 20.0, 60.0
+    for i in range(1, 8):                 # timer expiries only: T = 1..7, B = 0
+        cc.on_timer(st, float(i))
+        if i >= 5:
+            rt += 1.0                     # additive increase once T reaches F
+        rc = (rc + rt) / 2
+        assert st.target[0] == pytest.approx(rt) and st.rate[0] == pytest.approx(rc)
+    for _ in range(5):                    # byte counter catches up: B = 5 -> hyper increase
+        cc.on_sent(st, np.array([10.0]), 8.0)
+    assert st.b_count[0] == 5
+    assert st.target[0] > rt + 4.0 - 1e-9
+
+
+def test_mltcp_dcqcn_scales_rate_increase():
+    from mltcp.cc import MLTCPDcqcn
+    cc = MLTCPDcqcn(line_rate=1000.0, rai=10.0, rhai=10.0, timer=1.0, fast_recovery_steps=0, alpha_interval=1e9)
+    st = cc.new_state(1)
+    cc.on_ack(st, np.array([100.0]), RTT, 0.0)
+    cc.on_ack(st, np.array([50.0]), RTT, 1.0)           # r = 0.5 -> F = 2.25
+    st.rate[:], st.target[:] = 100.0, 100.0
+    cc.on_timer(st, 5.0)
+    assert st.target[0] == pytest.approx(100.0 + 2.25 * 10.0)
+
+
+def test_make_cc_names_and_errors():
+    for n in ALGORITHMS:
+        assert make_cc(n).name == n
+    with pytest.raises(ValueError, match="unknown congestion control"):
+        make_cc("vegas")
+
+
+def test_vectorised_flows_are_independent():
+    cc = Reno()
+    st = cc.new_state(3, mss=1000)
+    st.ssthresh[:] = 5 * MSS
+    cc.on_ack(st, np.array([MSS, 0.0, 10 * MSS]), np.full(3, 1e-3), 0.0)
+    assert st.cwnd[1] == 10 * MSS
+    assert st.cwnd[0] == pytest.approx(10 * MSS + MSS * MSS / (10 * MSS))
+    assert st.cwnd[2] == pytest.approx(11 * MSS)

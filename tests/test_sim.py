@@ -1,0 +1,99 @@
+"""Simulator behaviour: conservation of bytes, determinism, queueing/ECN/loss, and MLTCP's effect."""
+import numpy as np
+import pytest
+
+from mltcp import metrics
+from mltcp.scenario import from_dict
+from mltcp.sim.engine import simulate
+
+
+def scenario(jobs=2, iterations=8, buffer_bdp=4.0, ecn=None, rate_gbps=1.0, offset_ms=1.0, **extra):
+    link = {"name": "bn", "rate_gbps": rate_gbps, "delay_us": 50, "buffer_bdp": buffer_bdp}
+    if ecn:
+        link.update(ecn="step", ecn_k_pkts=ecn)
+    d = {"name": "t", "iterations": iterations, "warmup_iterations": min(2, iterations - 1),
+         "links": [link],
+         "jobs": [{"name": f"J{i}", "compute_ms": 20, "bytes": 2_500_000 * rate_gbps, "path": ["bn"],
+                   "start_offset_ms": i * offset_ms} for i in range(jobs)]}
+    d.update(extra)
+    return from_dict(d, "test.toml")
+
+
+@pytest.mark.parametrize("cc", ["reno", "mltcp-reno", "cubic", "mltcp-cubic", "dcqcn", "mltcp-dcqcn"])
+def test_bytes_are_conserved(cc):
+    sc = scenario(iterations=4, buffer_bdp=1.0)
+    r = simulate(sc, cc)
+    assert len(r.records) == 8
+    assert all(rec.bytes == 2_500_000 for rec in r.records)
+    # every byte of every iteration was acknowledged exactly once
+    assert r.bytes_acked == pytest.approx(sum(rec.bytes for rec in r.records), rel=1e-9)
+    # what was sent is what arrived plus what was dropped (and then sent again)
+    assert r.bytes_sent == pytest.approx(r.bytes_acked + r.drops * sc.mss, rel=1e-9)
+    assert r.bytes_in_flight == pytest.approx(0.0, abs=1e-6)
+    assert sum(rec.drops for rec in r.records) == pytest.approx(r.drops, rel=1e-9)
+
+
+def test_deterministic_for_a_seed():
+    sc = scenario(iterations=5)
+    for j in sc.jobs:
+        j.jitter = 0.05
+    a, b = simulate(sc, "mltcp-reno"), simulate(sc, "mltcp-reno")
+    assert [(x.job, x.start, x.end) for x in a.records] == [(x.job, x.start, x.end) for x in b.records]
+    sc.seed = 2
+    c = simulate(sc, "mltcp-reno")
+    assert [x.end for x in a.records] != [x.end for x in c.records]
+
+
+def test_single_job_alone_runs_at_line_rate_without_loss():
+    sc = scenario(jobs=1, iterations=5)
+    r = simulate(sc, "reno")
+    comm = [rec.comm_duration for rec in r.records]
+    alone = 2_500_000 / (1e9 / 8)
+    assert all(alone <= c <= alone * 1.05 for c in comm[1:])
+    assert r.drops == 0
+
+
+def test_two_jobs_collide_and_queue_drops_packets():
+    r = simulate(scenario(offset_ms=0.0), "reno")
+    assert r.drops > 0
+    first = [rec for rec in r.records if rec.iteration == 0]
+    assert all(rec.comm_duration > 1.5 * 0.02 for rec in first)   # shared link: about twice as long
+
+
+def test_ecn_step_marking_replaces_drops():
+    r = simulate(scenario(ecn=10, buffer_bdp=8.0, offset_ms=0.0), "reno")
+    assert r.ecn_marks > 0
+    assert r.drops == 0
+
+
+def test_trace_has_per_job_rates():
+    sc = scenario(iterations=3)
+    r = simulate(sc, "reno", trace_interval=1e-3)
+    assert r.trace_rate.shape[1] == 2
+    assert r.trace_rate.max() <= 1.2e9            # nobody beats the link for long
+    delivered = (r.trace_rate * 1e-3 / 8).sum()
+    assert delivered == pytest.approx(r.bytes_acked, rel=0.01)
+
+
+def test_multi_link_path_uses_the_slowest_link():
+    d = {"name": "m", "iterations": 3, "warmup_iterations": 1,
+         "links": [{"name": "a", "rate_gbps": 1.0, "delay_us": 25, "buffer_bdp": 4},
+                   {"name": "b", "rate_mbps": 500, "delay_us": 25, "buffer_bdp": 4}],
+         "jobs": [{"name": "X", "compute_ms": 10, "bytes": 1_000_000, "path": ["a", "b"]}]}
+    r = simulate(from_dict(d), "reno")
+    assert r.records[-1].comm_duration >= 1_000_000 / (500e6 / 8)
+
+
+@pytest.mark.integration
+def test_mltcp_interleaves_two_compatible_jobs_and_reno_does_not():
+    """The headline behaviour on a reduced two-jobs case (30 iterations)."""
+    sc = scenario(iterations=30)
+    sc.warmup_iterations = 10
+    reno, ml = simulate(sc, "reno"), simulate(sc, "mltcp-reno")
+    ideal = sc.ideal_iter_s(sc.jobs[0])
+    s_reno = metrics.summary(reno.records, 10)
+    s_ml = metrics.summary(ml.records, 10)
+    assert s_ml["avg_iter_s"] < 1.1 * ideal
+    assert s_reno["avg_iter_s"] > 1.2 * s_ml["avg_iter_s"]
+    assert metrics.converged_at(ml.records) is not None
+    assert metrics.converged_at(reno.records) is None
