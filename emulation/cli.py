@@ -1,7 +1,12 @@
 """`mltcp emulate`: run a scenario in Mininet (see docs/emulation.md).
 
-The lead mounts this with ``main_app.add_typer(mltcp.emulation.cli.app)`` (no name: its commands
-``emulate`` and ``emulate-topo`` become top-level commands of ``mltcp``).
+Mounted as ``main_app.add_typer(mltcp.emulation.cli.app, name="emulate")``:
+
+    mltcp emulate SCENARIO [options]          (the default command, `run`)
+    mltcp emulate baseline-peer SCENARIO      kernel-TCP baseline: fairness + kernel-CC iterations
+    mltcp emulate topo dumbbell|ring|leafspine  build a topology, ping through it, tear it down
+
+``python -m mltcp.emulation.cli ...`` takes the same arguments.
 """
 from __future__ import annotations
 
@@ -13,7 +18,21 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, help="Mininet emulation of MLTCP scenarios.")
+from typer.core import TyperGroup
+
+
+class _DefaultRun(TyperGroup):
+    """A group whose first argument, if it is not a sub-command, is the SCENARIO of `run`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_DefaultRun, add_completion=False, no_args_is_help=True,
+                  help="Mininet emulation of MLTCP scenarios: `emulate SCENARIO`, `emulate baseline-peer "
+                       "SCENARIO`, `emulate topo KIND`.")
 err = Console(stderr=True)
 
 
@@ -38,7 +57,7 @@ def _write(doc: dict, out: Path | None) -> None:
     print(text)
 
 
-@app.command()
+@app.command("run")
 def emulate(
     scenario: str = typer.Argument(..., help="scenario name (built-in) or TOML file"),
     cc: str = typer.Option("", help="base congestion control: reno | cubic | dcqcn (default: the scenario's)"),
@@ -52,13 +71,35 @@ def emulate(
     buffer_kb: float = typer.Option(None, help="drop-tail buffer per link in kB (after --rate-mbps scaling)"),
     dilate: bool = typer.Option(False, "--dilate", help="with --rate-mbps: keep bytes, stretch all times instead"),
     no_sim: bool = typer.Option(False, "--no-sim", help="skip the in-process simulation for sim_vs_emu"),
-    baseline_peer: bool = typer.Option(False, "--baseline-peer",
-                                       help="kernel TCP baseline: fairness of long-lived flows + kernel-CC iterations"),
-    peer_seconds: float = typer.Option(10.0, help="--baseline-peer: seconds per long-lived-flow run"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON document only (no progress)"),
     out: Path = typer.Option(None, help="also write the JSON document to this file"),
 ):
     """Build SCENARIO's topology in Mininet, run its jobs, print the same keys as `mltcp simulate`."""
+    _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
+             dilate, no_sim, False, 10.0, as_json, out)
+
+
+@app.command("baseline-peer")
+def baseline_peer_cmd(
+    scenario: str = typer.Argument(..., help="scenario whose first link is the bottleneck and whose jobs run"),
+    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch"),
+    rate_mbps: float = typer.Option(None, help="run every link at this rate; job bytes scale with it"),
+    delay_ms: float = typer.Option(None, help="one-way delay per link (link mode linux-tc or switch)"),
+    iterations: int = typer.Option(None, help="iterations per job (default: the scenario's)"),
+    buffer_kb: float = typer.Option(None, help="drop-tail buffer per link in kB"),
+    dilate: bool = typer.Option(False, "--dilate", help="with --rate-mbps: keep bytes, stretch all times instead"),
+    peer_seconds: float = typer.Option(10.0, help="seconds per long-lived-flow run"),
+    as_json: bool = typer.Option(False, "--json", help="print the JSON document only (no progress)"),
+    out: Path = typer.Option(None, help="also write the JSON document to this file"),
+):
+    """Kernel TCP (reno, cubic) vs the userspace Reno: 2 long-lived flows (per-flow Mb/s, Jain's
+    index, retransmissions), then the scenario's jobs with kernel CC (does it interleave?)."""
+    _emulate(scenario, "", False, "kernel", link_mode, "dumbbell", rate_mbps, delay_ms, iterations, buffer_kb,
+             dilate, True, True, peer_seconds, as_json, out)
+
+
+def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
+             dilate, no_sim, baseline_peer, peer_seconds, as_json, out):
     from mltcp import scenario as scn
 
     from .runner import EmulationError, choose_topology, plan_from_scenario, rescale, run_experiment
@@ -148,7 +189,7 @@ def _print_baseline(doc: dict) -> None:
                   f"interleaved (converged) from iteration {a['converged_at_iteration']}")
 
 
-@app.command("emulate-topo")
+@app.command("topo")
 def emulate_topo(
     kind: str = typer.Argument(..., help="dumbbell | ring | leafspine"),
     jobs: int = typer.Option(2, help="job endpoints (hosts per side / per leaf)"),

@@ -30,7 +30,7 @@ def run_cli(args, timeout=120):
 
 @pytest.mark.skipif(not udp_available(), reason="userspace transport not importable")
 def test_two_jobs_smoke_udp_compare():
-    rc, out, err = run_cli(["emulate", "two-jobs", "--transport", "udp", "--compare", "--rate-mbps", "100",
+    rc, out, err = run_cli(["two-jobs", "--transport", "udp", "--compare", "--rate-mbps", "100",
                             "--dilate", "--iterations", "6", "--json"])
     assert rc == 0, err
     d = json.loads(out)
@@ -47,7 +47,7 @@ def test_two_jobs_smoke_udp_compare():
 
 
 def test_baseline_peer_smoke():
-    rc, out, err = run_cli(["emulate", "two-jobs", "--baseline-peer", "--rate-mbps", "50", "--dilate",
+    rc, out, err = run_cli(["baseline-peer", "two-jobs", "--rate-mbps", "50", "--dilate",
                             "--iterations", "3", "--peer-seconds", "1.5", "--json"])
     assert rc == 0, err
     d = json.loads(out)
@@ -62,17 +62,17 @@ def test_baseline_peer_smoke():
 
 
 def test_bad_scenario_and_option_errors():
-    rc, out, err = run_cli(["emulate", "no-such-scenario", "--json"], timeout=30)
+    rc, out, err = run_cli(["no-such-scenario", "--json"], timeout=30)
     assert rc == 2 and "no-such-scenario" in err
-    rc, out, err = run_cli(["emulate", "two-jobs", "--rate-mbps", "-5", "--json"], timeout=30)
+    rc, out, err = run_cli(["run", "two-jobs", "--rate-mbps", "-5", "--json"], timeout=30)
     assert rc == 2 and "rate-mbps" in err
-    rc, out, err = run_cli(["emulate", "two-jobs", "--link-mode", "warp", "--json"], timeout=30)
+    rc, out, err = run_cli(["two-jobs", "--link-mode", "warp", "--json"], timeout=30)
     assert rc == 2 and "link mode" in err
     assert out == ""
 
 
 def test_emulate_topo_ring():
-    rc, out, err = run_cli(["emulate-topo", "ring", "--json"], timeout=60)
+    rc, out, err = run_cli(["topo", "ring", "--json"], timeout=60)
     assert rc == 0, err
     d = json.loads(out)
     assert d["all_reachable"] and [p["router_hops"] for p in d["pairs"]] == [2, 2, 2]

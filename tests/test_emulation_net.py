@@ -133,7 +133,7 @@ SCENARIO = textwrap.dedent("""
 def test_sigint_cleans_up(tmp_path):
     sc = tmp_path / "s.toml"
     sc.write_text(SCENARIO)
-    proc = subprocess.Popen([sys.executable, "-m", "mltcp.emulation.cli", "emulate", str(sc), "--json",
+    proc = subprocess.Popen([sys.executable, "-m", "mltcp.emulation.cli", str(sc), "--json",
                              "--no-sim", "--link-mode", "htb"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     prefix = netns.run_prefix(proc.pid)
     try:
