@@ -35,6 +35,13 @@ def mac_of(ns: str, ifname: str) -> str:
     return json.loads(out)[0]["address"]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (from /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def iperf(tb, client_ns, server_ip, args: list[str], seconds: float) -> dict:
     r = tb.run(client_ns, "iperf3", "-c", server_ip, "-J", "-t", str(seconds), *args,
                timeout=seconds + 30)
@@ -102,20 +109,27 @@ def main() -> int:
                 print(f"ping through the switch: {'ok' if r.returncode == 0 else 'FAILED'}")
                 print(f"switch rate {a.rate}; {os.cpu_count()} cores; {a.seconds:g} s per run")
                 print(f"{'test':<22}{'offered':>10}{'recv Mb/s':>11}{'recv pps':>10}{'loss %':>8}"
-                      f"{'ratio/100M':>12}")
+                      f"{'ratio/100M':>12}{'switch us/pkt':>15}")
                 for load in (float(x) for x in a.loads.split(",")):
+                    c0 = cpu_seconds(proc.pid)
                     j = iperf(tb, h1, "10.0.2.2", ["-u", "-b", f"{load}M", "-l", "1472"], a.seconds)
+                    cpu = cpu_seconds(proc.pid) - c0
                     s = j["end"]["sum"]
                     recv_bps = s["bits_per_second"] * (1 - s["lost_percent"] / 100)
                     pps = (s["packets"] - s["lost_packets"]) / s["seconds"]
+                    us = cpu / max(1, s["packets"]) * 1e6
                     print(f"{'udp 1500B':<22}{load:>9.0f}M{recv_bps / 1e6:>11.1f}{pps:>10.0f}"
-                          f"{s['lost_percent']:>8.2f}{recv_bps / 100e6:>12.2f}")
+                          f"{s['lost_percent']:>8.2f}{recv_bps / 100e6:>12.2f}{us:>15.1f}")
                 if a.tcp:
+                    c0 = cpu_seconds(proc.pid)
                     j = iperf(tb, h1, "10.0.2.2", ["-M", "1448"], a.seconds)
+                    cpu = cpu_seconds(proc.pid) - c0
                     bps = j["end"]["sum_received"]["bits_per_second"]
                     retr = j["end"]["sum_sent"].get("retransmits", 0)
+                    pkts = bps / 8 / 1500 * a.seconds * 1.5  # data segments + about one ACK per two
                     print(f"{'tcp 1 flow':<22}{'-':>10}{bps / 1e6:>11.1f}{bps / 8 / 1500:>10.0f}"
-                          f"{'retr ' + str(retr):>8}{bps / 100e6:>12.2f}")
+                          f"{'retr ' + str(retr):>8}{bps / 100e6:>12.2f}{cpu / pkts * 1e6:>15.1f}")
+                print(f"(machine load average: {os.getloadavg()[0]:.2f})")
             finally:
                 srv.terminate()
                 srv.wait(5)
