@@ -11,7 +11,7 @@ the receiver's includes its idle-exit second (cheap: select timeouts).
 
 Prints measured figures only; nothing is asserted (shared, noisy machine).
 4. (--competing, root) two jobs through one 100 Mb/s bottleneck: iteration times per algorithm.
-    .venv/bin/python bench/bench_transport.py [--quick] [--skip-netns] [--competing]
+    .venv/bin/python bench/bench_transport.py [--quick] [--skip-netns] [--competing] [--only SECTION]
 """
 from __future__ import annotations
 
@@ -77,58 +77,7 @@ def _rx_asyncio(q: Queue, seconds: float):
         def datagram_received(self, data, addr):
             P.n += 1
 
-    async def bench_competing(ccs, iterations=40, compute="100ms", nbytes="1.25MB"):
-    """Two jobs (one process each) through one htb 100mbit bottleneck: 1.25 MB per iteration is
-    100 ms alone on the link, so the jobs overlap at ~300 ms per iteration and interleave at 200."""
-    if os.geteuid() != 0:
-        print("== competing jobs: skipped (needs root)")
-        return
-    import statistics
-    pid = os.getpid()
-    a, b = f"mcpa{pid}", f"mcpb{pid}"
-    try:
-        sh("ip", "netns", "add", a)
-        sh("ip", "netns", "add", b)
-        sh("ip", "link", "add", "cpa", "netns", a, "type", "veth", "peer", "cpb", "netns", b)
-        sh("ip", "-n", a, "addr", "add", "10.79.0.1/24", "dev", "cpa")
-        sh("ip", "-n", b, "addr", "add", "10.79.0.2/24", "dev", "cpb")
-        for ns, dev in ((a, "cpa"), (b, "cpb")):
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-        sh("tc", "-n", a, "qdisc", "add", "dev", "cpa", "root", "handle", "1:", "htb", "default", "10")
-        sh("tc", "-n", a, "class", "add", "dev", "cpa", "parent", "1:", "classid", "1:10", "htb",
-           "rate", "100mbit", "ceil", "100mbit")
-        sh("tc", "-n", a, "qdisc", "add", "dev", "cpa", "parent", "1:10", "handle", "10:", "bfifo", "limit", "150000")
-        print(f"== competing jobs: 2 jobs x {iterations} iterations, compute {compute}, {nbytes}/iteration, "
-              f"htb 100mbit (alone: 200 ms/iteration; fully overlapped: ~300 ms)")
-        for cc in ccs:
-            rx = [subprocess.Popen(["ip", "netns", "exec", b, *CLI, "recv", "--bind", f"10.79.0.2:{9199 + k}",
-                                    "--idle-exit", "2s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True) for k in range(2)]
-            for r in rx:
-                r.stderr.readline()
-            tx = [subprocess.Popen(["ip", "netns", "exec", a, *CLI, "send", "--to", f"10.79.0.2:{9199 + k}",
-                                    "--cc", cc, "--job", str(k + 1), "--bytes", nbytes, "--compute", compute,
-                                    "--iterations", str(iterations), "--json", "--start-offset", f"{0.02 * k}s",
-                                    "--line-rate", "100mbit"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(2)]
-            outs = [t.communicate()[0] for t in tx]
-            for r in rx:
-                r.communicate()
-            for k, o in enumerate(outs):
-                lines = [json.loads(x) for x in o.splitlines()]
-                recs, summ = lines[:-1], lines[-1]["summary"][0]
-                d = [r["end"] - r["start"] for r in recs]
-                tail = d[len(d) // 2:]
-                print(f"  {cc:12s} job {k + 1}: iteration time mean {statistics.mean(d) * 1e3:6.1f} ms, "
-                      f"second half mean {statistics.mean(tail) * 1e3:6.1f} ms, p99 "
-                      f"{sorted(d)[int(0.99 * (len(d) - 1))] * 1e3:6.1f} ms; retx {summ['retransmits']}, "
-                      f"timeouts {summ['timeouts']}", flush=True)
-    finally:
-        for ns in (a, b):
-            sh("ip", "netns", "del", ns, check=False)
-
-
-def main():
+    async def main():
         loop = asyncio.get_running_loop()
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -306,17 +255,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller transfers")
     ap.add_argument("--skip-netns", action="store_true")
-    ap.add_argument("--competing", action="store_true", help="also run two competing jobs (reno vs mltcp-reno)")
+    ap.add_argument("--competing", action="store_true", help="also run two competing jobs")
+    ap.add_argument("--only", choices=["loops", "loopback", "netns", "competing"], help="run one section")
     ap.add_argument("--cc", nargs="*", default=["reno", "mltcp-reno", "cubic", "mltcp-cubic", "dcqcn", "mltcp-dcqcn"])
     args = ap.parse_args()
+    want = {args.only} if args.only else {"loops", "loopback"} | ({"netns"} if not args.skip_netns else set()) \
+        | ({"competing"} if args.competing else set())
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
-    bench_loops(1.0 if args.quick else 3.0)
-    n, it = (5_000_000, 3) if args.quick else (20_000_000, 4)
-    bench_loopback(args.cc, n, it)
-    if not args.skip_netns:
+    if "loops" in want:
+        bench_loops(1.0 if args.quick else 3.0)
+    if "loopback" in want:
+        n, it = (5_000_000, 3) if args.quick else (20_000_000, 4)
+        bench_loopback(args.cc, n, it)
+    if "netns" in want:
         bench_netns(args.cc, 4_000_000 if args.quick else 12_500_000, 3 if args.quick else 4)
-    if args.competing:
-        bench_competing(["reno", "mltcp-reno", "cubic", "mltcp-cubic"])
+    if "competing" in want:
+        bench_competing([c for c in args.cc if not c.endswith("dcqcn")])
     print(f"load average {os.getloadavg()[0]:.2f} at end")
 
 

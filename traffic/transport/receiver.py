@@ -15,7 +15,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from . import pattern, wire
+from . import pattern, sockbuf, wire
 from .reassembly import Reassembly
 
 CE = 0x03
@@ -68,10 +68,7 @@ class Receiver:
                  track_iterations: bool = True):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        except OSError:
-            pass
+        sockbuf.grow(self.sock, rcv=8 << 20)
         self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         self.sock.bind(bind)
         self.sock.setblocking(False)

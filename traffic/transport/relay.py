@@ -13,6 +13,8 @@ import socket
 import threading
 import time
 
+from . import sockbuf
+
 
 class LossyRelay:
     def __init__(self, target: tuple[str, int], drop: float = 0.0, reorder: float = 0.0,
@@ -28,7 +30,7 @@ class LossyRelay:
         self.hold, self.hold_time = hold, hold_time
         self.ce_fn = ce_fn   # optional ce_fn(datagram) -> bool, overrides the probability
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        sockbuf.grow(self.sock, rcv=8 << 20)
         self.sock.bind(bind)
         self.sock.setblocking(False)
         self.addr = self.sock.getsockname()
@@ -44,7 +46,7 @@ class LossyRelay:
         up = self._up.get(client)
         if up is None:
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            sockbuf.grow(s, rcv=4 << 20)
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x02)
             s.connect(self.target)
             s.setblocking(False)

@@ -16,7 +16,7 @@ import numpy as np
 
 from mltcp.cc import make_cc
 
-from . import pattern, wire
+from . import pattern, sockbuf, wire
 from .rtt import RttEstimator
 from .scoreboard import Scoreboard, Seg
 
@@ -61,11 +61,7 @@ class FlowSender:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         if ecn:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
-        for opt, size in ((socket.SO_SNDBUF, 4 << 20), (socket.SO_RCVBUF, 4 << 20)):
-            try:
-                self.sock.setsockopt(socket.SOL_SOCKET, opt, size)
-            except OSError:
-                pass
+        sockbuf.grow(self.sock, rcv=4 << 20)
         if bind:
             self.sock.bind(bind)
         self.sock.connect(dest)
