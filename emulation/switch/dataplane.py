@@ -37,11 +37,15 @@ PACKET_ADD_MEMBERSHIP = 1
 PACKET_MR_PROMISC = 1
 PACKET_IGNORE_OUTGOING = 23
 PACKET_AUXDATA = 8
+PACKET_STATISTICS = 6
 TP_STATUS_CSUMNOTREADY = 8
 PACKET_OUTGOING = 4
 MAX_FRAME = 65536
 RX_BATCH = 64
 AUX_SPACE = socket.CMSG_SPACE(20)
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
+SOCKET_BUFFER = 16 << 20
 
 
 def complete_l4_checksum(frame: bytes) -> bytes:
@@ -85,8 +89,13 @@ def open_port_socket(ifname: str) -> socket.socket:
         except OSError:  # kernel < 4.20: filtered by pkttype in the receive loop
             pass
         s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)  # tells us about unfinished checksums
-        for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            s.setsockopt(socket.SOL_SOCKET, opt, 4 << 20)
+        # big buffers absorb the moments this process is not scheduled; the *FORCE variants
+        # (root) go beyond net.core.rmem_max/wmem_max (212 KB by default, ~90 full frames)
+        for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
+            try:
+                s.setsockopt(socket.SOL_SOCKET, force, SOCKET_BUFFER)
+            except OSError:
+                s.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER)
         s.setblocking(False)
     except BaseException:
         s.close()
@@ -120,6 +129,7 @@ class PortStats:
     ecn_marked: int = 0
     csum_fixed: int = 0  # frames whose TCP/UDP checksum the switch finished (peer offload on)
     oversize: int = 0  # GSO/GRO super-frames above the MTU: dropped
+    rx_socket_drops: int = 0  # frames the kernel dropped because the switch did not read in time
 
 
 @dataclass
@@ -187,6 +197,8 @@ class Dataplane:
 
     def close(self) -> None:
         for p in self.ports.values():
+            if p.sock.fileno() >= 0:
+                self._socket_drops(p)
             p.sock.close()
         for s in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
             if s is not None:
@@ -300,9 +312,17 @@ class Dataplane:
                 except OSError:
                     port.stats.tx_errors += 1
 
+    def _socket_drops(self, p: Port) -> None:
+        try:  # reading PACKET_STATISTICS resets the kernel's counters: accumulate
+            _pkts, drops = struct.unpack("II", p.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+            p.stats.rx_socket_drops += drops
+        except OSError:  # socket already closed
+            pass
+
     def stats(self) -> dict[int, dict]:
         out = {}
         for n, p in self.ports.items():
+            self._socket_drops(p)
             q = p.queue
             out[n] = dict(vars(p.stats), ifname=p.ifname, enqueued=q.enqueued,
                           dropped=q.dropped, lost=q.lost, duplicated=q.duplicated,
