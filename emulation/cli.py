@@ -71,12 +71,13 @@ def emulate(
     buffer_kb: float = typer.Option(None, help="drop-tail buffer per link in kB (after --rate-mbps scaling)"),
     dilate: bool = typer.Option(False, "--dilate", help="with --rate-mbps: keep bytes, stretch all times instead"),
     no_sim: bool = typer.Option(False, "--no-sim", help="skip the in-process simulation for sim_vs_emu"),
+    records: Path = typer.Option(None, help="write each arm's per-iteration records to DIR/<arm>.csv"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON document only (no progress)"),
     out: Path = typer.Option(None, help="also write the JSON document to this file"),
 ):
     """Build SCENARIO's topology in Mininet, run its jobs, print the same keys as `mltcp simulate`."""
     _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, no_sim, False, 10.0, as_json, out)
+             dilate, no_sim, False, 10.0, as_json, out, records)
 
 
 @app.command("baseline-peer")
@@ -95,11 +96,11 @@ def baseline_peer_cmd(
     """Kernel TCP (reno, cubic) vs the userspace Reno: 2 long-lived flows (per-flow Mb/s, Jain's
     index, retransmissions), then the scenario's jobs with kernel CC (does it interleave?)."""
     _emulate(scenario, "", False, "kernel", link_mode, "dumbbell", rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, True, True, peer_seconds, as_json, out)
+             dilate, True, True, peer_seconds, as_json, out, None)
 
 
 def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, no_sim, baseline_peer, peer_seconds, as_json, out):
+             dilate, no_sim, baseline_peer, peer_seconds, as_json, out, records=None):
     from mltcp import scenario as scn
 
     from .runner import EmulationError, choose_topology, plan_from_scenario, rescale, run_experiment
@@ -134,7 +135,8 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
                     _print_baseline(doc)
                 _write(doc, out)
                 return
-            doc = _run_with_progress(sc, cc or sc.cc, compare, transport, mode, topology, not no_sim, as_json)
+            doc = _run_with_progress(sc, cc or sc.cc, compare, transport, mode, topology, not no_sim, as_json,
+                                     records)
     except KeyboardInterrupt:
         _fail("interrupted; network and processes removed", 130)
     except (EmulationError, TopologyError) as e:
@@ -144,18 +146,18 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     _write(doc, out)
 
 
-def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, quiet) -> dict:
+def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, quiet, records=None) -> dict:
     from rich.progress import Progress
 
     from .runner import run_experiment
     if quiet:
-        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim)
+        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim, records_dir=records)
     total = sum(j.iterations for j in sc.jobs)
     with Progress(console=err, transient=True) as prog:
         tasks = {"baseline": prog.add_task(f"baseline {cc}", total=total)}
         if compare:
             tasks["mltcp"] = prog.add_task(f"mltcp-{cc}", total=total)
-        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim,
+        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim, records_dir=records,
                               on_record=lambda arm, r: prog.advance(tasks[arm]))
 
 

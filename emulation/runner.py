@@ -390,9 +390,10 @@ def sim_vs_emu(sc, cc_name: str, emu_records: list[IterationRecord]) -> dict | N
 def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport: str = "kernel",
                    link_mode: str = "auto", topology: str = "auto",
                    on_record: Callable[[str, IterationRecord], None] | None = None,
-                   with_sim: bool = True) -> dict:
+                   with_sim: bool = True, records_dir=None) -> dict:
     """Baseline (and with ``compare_mltcp`` the MLTCP) arm of scenario ``sc``: the JSON document of
-    ``mltcp simulate`` (mltcp.compare.report) plus ``sim_vs_emu`` and an ``emulation`` section."""
+    ``mltcp simulate`` (mltcp.compare.report) plus ``sim_vs_emu`` and an ``emulation`` section.
+    With ``records_dir`` each arm's per-iteration records go to ``<dir>/<arm>.csv``."""
     if cc not in BASE_CCS:
         raise EmulationError(f"--cc must be one of {', '.join(BASE_CCS)}, got {cc}")
     if transport not in TRANSPORTS:
@@ -406,6 +407,14 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     ml = None
     if compare_mltcp:
         ml = run_arm(plan, cc, transport, mltcp=True, link_mode=mode, on_record=cb("mltcp"))
+    if records_dir is not None:
+        from pathlib import Path
+
+        from mltcp.records import write_csv
+        Path(records_dir).mkdir(parents=True, exist_ok=True)
+        write_csv(base.records, Path(records_dir) / "baseline.csv")
+        if ml is not None:
+            write_csv(ml.records, Path(records_dir) / "mltcp.csv")
     out = compare.report(sc, arm_summary(base, sc), arm_summary(ml, sc) if ml else None)
     if ml is None:
         out["mltcp"] = None

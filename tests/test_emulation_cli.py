@@ -29,9 +29,9 @@ def run_cli(args, timeout=120):
 
 
 @pytest.mark.skipif(not udp_available(), reason="userspace transport not importable")
-def test_two_jobs_smoke_udp_compare():
+def test_two_jobs_smoke_udp_compare(tmp_path):
     rc, out, err = run_cli(["two-jobs", "--transport", "udp", "--compare", "--rate-mbps", "100",
-                            "--dilate", "--iterations", "6", "--json"])
+                            "--dilate", "--iterations", "6", "--json", "--records", str(tmp_path)])
     assert rc == 0, err
     d = json.loads(out)
     for k in ("scenario", "baseline", "mltcp", "speedup_avg", "speedup_p99", "converged_at_iteration",
@@ -43,6 +43,9 @@ def test_two_jobs_smoke_udp_compare():
     assert d["baseline"]["avg_iter_s"] >= d["ideal_iter_s"] * 0.9
     assert d["speedup_avg"] == pytest.approx(d["baseline"]["avg_iter_s"] / d["mltcp"]["avg_iter_s"], rel=1e-3)
     assert set(d["sim_vs_emu"]["baseline"]) == {"A", "B"}
+    from mltcp.records import read_csv
+    recs = read_csv(tmp_path / "mltcp.csv")
+    assert len(recs) == 12 and {r.job for r in recs} == {"A", "B"}
     assert d["emulation"]["features"]["delay"] is False or d["emulation"]["link_mode"] != "htb"
 
 
