@@ -211,3 +211,19 @@ def test_peers_with_tx_checksum_offload_still_work():
         if h is not None:
             h.stop()
         tb.close()
+
+
+@root_only
+def test_cli_port_in_use_fails_cleanly(veths):
+    port = free_tcp_port()
+    first = subprocess.Popen(CLI + ["-i", f"1@{veths[0]}", "--grpc-port", str(port), "--grpc-host", "127.0.0.1"],
+                             stderr=subprocess.DEVNULL)
+    try:
+        wait_grpc(f"127.0.0.1:{port}", 20, first)
+        r = subprocess.run(CLI + ["-i", f"1@{veths[2]}", "--grpc-port", str(port), "--grpc-host", "127.0.0.1"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1
+        assert "cannot listen" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        first.terminate()
+        first.wait(10)

@@ -259,12 +259,12 @@ class Dataplane:
                         frame, anc, _flags, addr = sock.recvmsg(MAX_FRAME, AUX_SPACE)
                     except BlockingIOError:
                         break
-                    except OSError as e:
+                    except OSError as e:  # interface went down or away: the error is one-shot
                         if not self._running:
                             return
-                        if e.errno in (errno.ENETDOWN, errno.ENXIO):
-                            break
-                        raise
+                        if e.errno not in (errno.ENETDOWN, errno.ENXIO, errno.ENODEV):
+                            log.error("port %d (%s): receive failed: %s", port.number, port.ifname, e)
+                        break
                     if addr[2] == PACKET_OUTGOING:
                         continue
                     st.rx += 1

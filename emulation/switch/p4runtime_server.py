@@ -646,11 +646,16 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
 
 def serve(target: P4RuntimeTarget, address: str = "0.0.0.0:9559", workers: int = 16) -> grpc.Server:
     """Start a gRPC server for ``target`` on ``address``; returns the started server."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"))
+    # no SO_REUSEPORT: a second switch on a used port must fail, not share connections
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
+                         options=[("grpc.so_reuseport", 0)])
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(target, server)
-    port = server.add_insecure_port(address)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as e:  # grpcio >= 1.5x raises instead of returning 0
+        raise OSError(f"cannot listen for P4Runtime on {address}: {e}") from None
     if port == 0:
-        raise OSError(f"cannot listen on {address}")
+        raise OSError(f"cannot listen for P4Runtime on {address}")
     server.start()
     log.info("P4Runtime server on %s (device %d)", address, target.device_id)
     return server
