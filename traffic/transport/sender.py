@@ -86,7 +86,7 @@ class FlowSender:
         self.ratio_q = 0
         self.tokens = float(payload) * burst
         self.last_fill = now
-        self.blocked_until = 0.0
+        self.blocked_until = 0.0                  # socket buffer full: wait for writability
         self._rbuf = bytearray(2048)
         self._mask = np.ones(1, dtype=bool)
         self._acked = np.zeros(1)
@@ -200,7 +200,7 @@ class FlowSender:
         try:
             self.sock.send(head + pattern.chunk(seg.seq, seg.len))
         except (BlockingIOError, InterruptedError):
-            self.blocked_until = now + 200e-6
+            self.blocked_until = now + 5e-3      # run_until also wakes us when writable
             return False
         except OSError as e:
             if e.errno not in (errno.ENOBUFS, errno.ECONNREFUSED):
@@ -310,10 +310,16 @@ class FlowSender:
 
 
 def run_until(flows: list[FlowSender], done, clock=time.monotonic, timeout: float | None = None) -> bool:
-    """Drive ``flows`` until ``done()`` is true (returns True) or ``timeout`` seconds pass (False)."""
+    """Drive ``flows`` until ``done()`` is true (returns True) or ``timeout`` seconds pass (False).
+
+    One selector for all flows: readable -> drain ACKs; a flow whose socket buffer was full is
+    also watched for writability (the kernel reports it once half the buffer is free) instead of
+    being polled."""
     sel = selectors.DefaultSelector()
+    events = {}
     for f in flows:
         sel.register(f.sock, selectors.EVENT_READ, f)
+        events[f] = selectors.EVENT_READ
     try:
         start = clock()
         while True:
@@ -327,10 +333,17 @@ def run_until(flows: list[FlowSender], done, clock=time.monotonic, timeout: floa
             wake = min(f.service(now) for f in flows)
             if done():
                 return True
+            for f in flows:
+                want = selectors.EVENT_READ | (selectors.EVENT_WRITE if f.blocked_until > now else 0)
+                if want != events[f]:
+                    sel.modify(f.sock, want, f)
+                    events[f] = want
             delay = wake - clock()
             if delay > 0:
                 if timeout is not None:
                     delay = min(delay, max(0.0, start + timeout - clock()) + 1e-3)
-                sel.select(min(delay, 1.0))
+                for key, mask in sel.select(min(delay, 1.0)):
+                    if mask & selectors.EVENT_WRITE:
+                        key.data.blocked_until = 0.0
     finally:
         sel.close()
