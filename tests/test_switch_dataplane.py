@@ -227,3 +227,22 @@ def test_cli_port_in_use_fails_cleanly(veths):
     finally:
         first.terminate()
         first.wait(10)
+
+
+@root_only
+def test_unshaped_port_keeps_order_and_loses_nothing(veths):
+    """Unshaped, zero-delay ports send from the ingress thread; order and count must hold."""
+    h = _start(veths, LinkConfig())
+    tx, rx = _raw(veths[1]), _raw(veths[3])
+    try:
+        for i, f in enumerate(_frames(1000)):
+            tx.send(f)
+            if i % 100 == 99:
+                time.sleep(0.005)
+        got = _drain(rx)
+    finally:
+        tx.close()
+        rx.close()
+        h.stop()
+    iters = [Ether(g)[MLTCP].iteration for g in got if Ether(g).haslayer(MLTCP)]
+    assert iters == list(range(1000))

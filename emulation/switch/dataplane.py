@@ -140,6 +140,7 @@ class Port:
     queue: EgressQueue
     stats: PortStats = field(default_factory=PortStats)
     max_frame: int = 1514
+    pending: int = 0  # frames of this port on the egress heap or being sent by the egress thread
 
 
 class Dataplane:
@@ -229,12 +230,31 @@ class Dataplane:
             return
         buf = bytes(res.buf)
         with self._cond:
-            heap = self._heap
-            head = heap[0][0] if heap else None
-            for t in times:
-                heapq.heappush(heap, (t, next(self._seq), port, buf))
-            if head is None or times[0] < head:
-                self._cond.notify()
+            if port.pending == 0 and times[-1] <= now:
+                # due already (unshaped, no delay) and nothing of this port in flight: send it
+                # here, saving the egress thread a wake-up; FIFO order per port is kept
+                direct = True
+            else:
+                direct = False
+                heap = self._heap
+                head = heap[0][0] if heap else None
+                for t in times:
+                    heapq.heappush(heap, (t, next(self._seq), port, buf))
+                port.pending += len(times)
+                if head is None or times[0] < head:
+                    self._cond.notify()
+        if direct:
+            for _ in times:
+                self._send(port, buf)
+
+    @staticmethod
+    def _send(port: Port, buf: bytes) -> None:
+        try:
+            port.sock.send(buf)
+            port.stats.tx += 1
+            port.stats.tx_bytes += len(buf)
+        except OSError:
+            port.stats.tx_errors += 1
 
     def _ingress_loop(self) -> None:
         poller = select.poll()
@@ -305,12 +325,11 @@ class Dataplane:
                         due.append(heapq.heappop(heap))
                     break
             for _t, _s, port, buf in due:
-                try:
-                    port.sock.send(buf)
-                    port.stats.tx += 1
-                    port.stats.tx_bytes += len(buf)
-                except OSError:
-                    port.stats.tx_errors += 1
+                self._send(port, buf)
+            if due:
+                with cond:  # only now may the ingress thread send this port's frames directly
+                    for _t, _s, port, _b in due:
+                        port.pending -= 1
 
     def _socket_drops(self, p: Port) -> None:
         try:  # reading PACKET_STATISTICS resets the kernel's counters: accumulate
