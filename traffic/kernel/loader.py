@@ -225,6 +225,7 @@ def status() -> dict:
             with VariantMaps(v) as vm:
                 valid, slope, icpt, idle, min_idle, flags, trace, _ = vm.read_config()
                 entry["maps"] = vm.ids
+                entry["stats"] = vm.stats()
                 if valid:
                     entry["config"] = {"slope": slope / 1024, "intercept": icpt / 1024,
                                        "idle_fraction": idle / 1024, "min_idle": min_idle / 1e6,

@@ -29,7 +29,9 @@ EV = struct.Struct("<2Q14I")      # struct mltcp_trace_ev
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 FLAG_SCALE_DECREASE = 1
-EV_GROW, EV_FRIENDLY, EV_SSTHRESH = 1, 2, 3
+FLAG_TRACE_ALL = 2
+EV_GROW, EV_FRIENDLY, EV_SSTHRESH, EV_STATE = 1, 2, 3, 4
+STAT_SSTHRESH_REPAIRS = 0
 TRACE_SLOTS = 8192
 
 
@@ -47,6 +49,7 @@ class Config:
     min_idle: float = 1e-3          # seconds
     scale_decrease: bool = False
     trace_port: int = 0             # local port whose growth steps are traced (0 = none)
+    trace_all: bool = False         # trace every socket (global configuration only)
 
     def validate(self) -> None:
         for name in ("slope", "intercept", "idle_fraction"):
@@ -66,7 +69,8 @@ class Config:
         self.validate()
         return CFG.pack(1, round(self.slope * Q10), round(self.intercept * Q10),
                         round(self.idle_fraction * Q10), round(self.min_idle * 1e6),
-                        FLAG_SCALE_DECREASE if self.scale_decrease else 0, self.trace_port, 0)
+                        (FLAG_SCALE_DECREASE if self.scale_decrease else 0)
+                        | (FLAG_TRACE_ALL if self.trace_all else 0), self.trace_port, 0)
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ def find_maps(variant: str) -> dict[str, dict]:
 
 def check_layouts(maps: dict[str, dict]) -> None:
     want = {"cfg": CFG.size, "pcfg": CFG.size, "state": SK.size, "trace": EV.size, "mark": U32.size,
-            "tcount": U64.size}
+            "tcount": U64.size, "stats": U64.size}
     for short, size in want.items():
         if short not in maps:
             raise MapsError(f"map {short!r} not found: is the variant loaded?")
@@ -206,6 +210,11 @@ class VariantMaps:
 
     def trace_count(self) -> int:
         return U64.unpack(bpfsys.map_lookup(self.fds["tcount"], U32.pack(0), U64.size))[0]
+
+    def stats(self) -> dict[str, int]:
+        """Counters kept by the BPF programs (see mltcp_guard in mltcp_cc.bpf.h)."""
+        raw = bpfsys.map_lookup(self.fds["stats"], U32.pack(STAT_SSTHRESH_REPAIRS), U64.size)
+        return {"ssthresh_repairs": U64.unpack(raw)[0]}
 
     def reset_trace(self) -> None:
         bpfsys.map_update(self.fds["tcount"], U32.pack(0), U64.pack(0))

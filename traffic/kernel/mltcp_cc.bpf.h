@@ -45,10 +45,12 @@
 #define MLTCP_DEF_MIN_IDLE_US 1000U          /* 1 ms, as mltcp.tracker */
 
 #define MLTCP_FLAG_SCALE_DECREASE 1U
+#define MLTCP_FLAG_TRACE_ALL 2U          /* global cfg only: trace every socket */
 #define MLTCP_TRACE_SLOTS 8192
 #define MLTCP_EV_GROW 1      /* tcp_cong_avoid_ai(tp, w, inc) step */
 #define MLTCP_EV_FRIENDLY 2  /* CUBIC Reno-friendly region: cwnd set to W_est (aux = W_est) */
 #define MLTCP_EV_SSTHRESH 3  /* decrease: w = fraction kept (Q16), aux = new ssthresh */
+#define MLTCP_EV_STATE 4     /* set_state: w = ssthresh, aux = new icsk_ca_state */
 
 /* Layouts below are mirrored in traffic/kernel/maps.py (struct formats): keep them in step. */
 struct mltcp_cfg {
@@ -144,6 +146,16 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } MLTCP_MAP(tcount) SEC(".maps");
+
+/* Counters: MLTCP_STAT_* (read by `mltcp kernel status`). */
+#define MLTCP_STAT_SSTHRESH_REPAIRS 0
+#define MLTCP_STATS 4
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MLTCP_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} MLTCP_MAP(stats) SEC(".maps");
 
 /* kfuncs exported to BPF congestion control by the kernel (net/ipv4/tcp_cong.c). */
 extern __u32 tcp_slow_start(struct tcp_sock *tp, __u32 acked) __ksym;
@@ -341,7 +353,7 @@ static __always_inline struct mltcp_trace_ev *mltcp_trace_open(const struct tcp_
 	if (!m)
 		return 0;
 	cfg = bpf_map_lookup_elem(&MLTCP_MAP(cfg), &zero);
-	if (!cfg || !cfg->trace_port || cfg->trace_port != m->port)
+	if (!cfg || !((cfg->flags & MLTCP_FLAG_TRACE_ALL) || (cfg->trace_port && cfg->trace_port == m->port)))
 		return 0;
 	cnt = bpf_map_lookup_elem(&MLTCP_MAP(tcount), &zero);
 	if (!cnt)
@@ -406,6 +418,44 @@ static __always_inline __u32 mltcp_ssthresh(struct sock *sk, __u32 keep_q16)
 	ev = mltcp_trace_open(tp, m, MLTCP_EV_SSTHRESH, keep_q16, 0, 0, w);
 	mltcp_trace_close(tp, ev);
 	return w;
+}
+
+/* set_state: traced (w = ssthresh, aux = new state) for diagnosing recovery paths. */
+static __always_inline void mltcp_on_state(struct sock *sk, __u8 new_state)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mltcp_trace_ev *ev = mltcp_trace_open(tp, mltcp_get(sk), MLTCP_EV_STATE, tp->snd_ssthresh,
+						     0, 0, new_state);
+
+	mltcp_trace_close(tp, ev);
+}
+
+/*
+ * Guard against a corrupt ssthresh. Measured on this project's kernel (6.18): under heavy loss
+ * with two MLTCP flows, a cwnd reduction now and then starts with snd_ssthresh holding a value
+ * that is not the one our ssthresh() returns (tens of millions of segments; seen even with a
+ * two-line ssthresh), and at the end of recovery cwnd = ssthresh blows the window up. During a
+ * reduction (CWR, Recovery, Loss) ssthresh can never legitimately exceed the window the
+ * reduction started from (prior_cwnd), so on the next ACK it is recomputed from prior_cwnd.
+ */
+static __always_inline void mltcp_guard(struct sock *sk, __u32 base_keep_q16)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
+	__u32 state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state), keep = base_keep_q16, w, zero = 0;
+	struct mltcp_sk *m;
+	__u64 *n;
+
+	if (state < TCP_CA_CWR || tp->snd_ssthresh <= tp->prior_cwnd || tp->snd_ssthresh >= 0x7fffffff)
+		return;
+	m = mltcp_get(sk);
+	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE))
+		keep = mltcp_keep_q16(m, base_keep_q16);
+	w = (__u32)(((__u64)tp->prior_cwnd * keep) >> 16);
+	tp->snd_ssthresh = w > 2 ? w : 2;
+	n = bpf_map_lookup_elem(&MLTCP_MAP(stats), &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
 }
 
 #endif /* MLTCP_CC_BPF_H */

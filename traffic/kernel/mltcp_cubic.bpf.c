@@ -174,6 +174,13 @@ SEC("struct_ops/mcubic_pkts_acked")
 void BPF_PROG(mcubic_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 {
 	mltcp_on_acked(sk);                                     /* MLTCP */
+	mltcp_guard(sk, CUBIC_BETA_Q16);
+}
+
+SEC("struct_ops/mcubic_in_ack_event")
+void BPF_PROG(mcubic_in_ack_event, struct sock *sk, __u32 flags)
+{
+	mltcp_guard(sk, CUBIC_BETA_Q16);
 }
 
 SEC("struct_ops/mcubic_cwnd_event")
@@ -207,6 +214,7 @@ struct tcp_congestion_ops mltcp_cubic = {
 	.ssthresh = (void *)mcubic_ssthresh,
 	.set_state = (void *)mcubic_set_state,
 	.pkts_acked = (void *)mcubic_pkts_acked,
+	.in_ack_event = (void *)mcubic_in_ack_event,
 	.cwnd_event = (void *)mcubic_cwnd_event,
 	.undo_cwnd = (void *)mcubic_undo_cwnd,
 	.name = "mltcp_cubic",

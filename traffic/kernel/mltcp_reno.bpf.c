@@ -28,7 +28,7 @@ void BPF_PROG(mreno_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 			return;
 	}
 	/* MLTCP: cwnd += F(r) * acked / cwnd (Reno: acked / cwnd) */
-	mltcp_grow(tp, mltcp_get(sk), tp->snd_cwnd << MLTCP_SHIFT, acked, 0);
+	mltcp_grow(tp, mltcp_get(sk), tp->snd_cwnd << MLTCP_SHIFT, acked, tp->snd_ssthresh);
 }
 
 SEC("struct_ops/mreno_ssthresh")
@@ -41,6 +41,13 @@ SEC("struct_ops/mreno_pkts_acked")
 void BPF_PROG(mreno_pkts_acked, struct sock *sk, const struct ack_sample *sample)
 {
 	mltcp_on_acked(sk);                                     /* MLTCP */
+	mltcp_guard(sk, MLTCP_R_ONE / 2);
+}
+
+SEC("struct_ops/mreno_in_ack_event")
+void BPF_PROG(mreno_in_ack_event, struct sock *sk, __u32 flags)
+{
+	mltcp_guard(sk, MLTCP_R_ONE / 2);
 }
 
 SEC("struct_ops/mreno_cwnd_event")
@@ -48,6 +55,12 @@ void BPF_PROG(mreno_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
 	if (ev == CA_EVENT_TX_START)
 		mltcp_on_tx_start(sk);                          /* MLTCP */
+}
+
+SEC("struct_ops/mreno_set_state")
+void BPF_PROG(mreno_set_state, struct sock *sk, __u8 new_state)
+{
+	mltcp_on_state(sk, new_state);                          /* trace only */
 }
 
 SEC("struct_ops/mreno_undo_cwnd")
@@ -62,7 +75,9 @@ struct tcp_congestion_ops mltcp_reno = {
 	.cong_avoid = (void *)mreno_cong_avoid,
 	.ssthresh = (void *)mreno_ssthresh,
 	.pkts_acked = (void *)mreno_pkts_acked,
+	.in_ack_event = (void *)mreno_in_ack_event,
 	.cwnd_event = (void *)mreno_cwnd_event,
+	.set_state = (void *)mreno_set_state,
 	.undo_cwnd = (void *)mreno_undo_cwnd,
 	.name = "mltcp_reno",
 };

@@ -163,7 +163,7 @@ class IterationStats:
     nbytes: int
     start: float
     end: float
-    retrans: int          # tcpi_total_retrans increase during the iteration
+    retransmits: int      # tcpi_total_retrans increase during the iteration (read by run_job)
     cwnd: int             # cwnd (segments) at the end of the iteration
 
 
@@ -208,7 +208,9 @@ class KernelTransport:
         if self._maps:
             self._maps.mark(self.local_port)
         h = hashlib.blake2b(digest_size=8) if self.verify else None
-        self.sock.sendall(HDR.pack(MAGIC, iteration & 0xFFFFFFFF, nbytes))
+        # MSG_MORE: the header leaves with the payload, not as a lone segment (which the BPF
+        # tracker could take for an iteration of its own if the payload followed after a pause).
+        self.sock.sendall(HDR.pack(MAGIC, iteration & 0xFFFFFFFF, nbytes), socket.MSG_MORE if nbytes else 0)
         left = nbytes
         while left:
             chunk = self._pattern[:min(left, CHUNK)]

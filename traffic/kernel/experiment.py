@@ -1,0 +1,162 @@
+"""Two training jobs through one kernel bottleneck: Linux reno vs the BPF MLTCP variant.
+
+Topology (netns.Dumbbell): two sender namespaces -> router (htb rate + bfifo drop-tail buffer on
+its link to the receiver) -> receiver namespace. No added propagation delay (this kernel has no
+netem): the round trip is the veth/stack time plus the queue. Each job loops compute (sleep) then
+send its iteration's bytes over its own TCP connection (mltcp.traffic.driver.run_job with
+:class:`~.transport.KernelTransport`); the records give per-iteration times, avg/p99, the
+iteration from which the communication phases stop overlapping, and the retransmissions.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from mltcp import metrics
+from mltcp.records import IterationRecord
+from mltcp.traffic.driver import JobSpec, run_job
+
+from . import loader
+from .maps import Config
+from .netns import Dumbbell
+from .transport import KernelTransport, Receiver, tcp_info
+
+BASELINES = {"mltcp_reno": "reno", "mltcp_cubic": "cubic"}
+
+
+@dataclass
+class Case:
+    rate_mbit: float = 100.0
+    buffer_bytes: int = 150_000
+    nbytes: int = 1_000_000
+    compute_s: float | None = None      # default: the iteration's transfer time alone
+    iterations: int = 60
+    warmup: int = 10
+    offset_s: float = 0.005             # job B starts this much after job A
+    variant: str = "mltcp_reno"
+    config: Config = field(default_factory=Config)
+
+    def __post_init__(self):
+        checks = {"rate_mbit": self.rate_mbit > 0, "buffer_bytes": self.buffer_bytes >= 3000,
+                  "nbytes": self.nbytes > 0, "iterations": self.iterations >= 2,
+                  "warmup": 0 <= self.warmup < self.iterations, "offset_s": self.offset_s >= 0,
+                  "compute_s": self.compute_s is None or self.compute_s >= 0,
+                  "variant": self.variant in BASELINES}
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"bad experiment parameter(s): {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
+
+    @property
+    def compute(self) -> float:
+        return self.nbytes * 8 / (self.rate_mbit * 1e6) if self.compute_s is None else self.compute_s
+
+
+def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
+    """Both jobs with congestion control ``cc``; returns records and per-job figures."""
+    rx = Receiver("0.0.0.0", 0, ns=d.receiver)
+    transports: list[KernelTransport] = []
+    records: dict[str, list[IterationRecord]] = {}
+    errors: list[str] = []
+    try:
+        for i in range(2):
+            transports.append(KernelTransport(d.receiver_ip, rx.port, cc=cc, ns=d.senders[i]))
+        jobs = [JobSpec(job_id=i, compute_s=case.compute, bytes_per_iter=case.nbytes,
+                        start_offset_s=case.offset_s * i, name="AB"[i]) for i in range(2)]
+        epoch = time.monotonic()
+
+        def worker(job: JobSpec, tr: KernelTransport) -> None:
+            try:
+                records[job.label] = run_job(job, tr, case.iterations, epoch=epoch,
+                                             on_record=progress)
+            except Exception as e:  # reported below, never swallowed
+                errors.append(f"job {job.label}: {e}")
+
+        threads = [threading.Thread(target=worker, args=(j, t)) for j, t in zip(jobs, transports)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        retrans = {j.label: tcp_info(t.sock)["total_retrans"] for j, t in zip(jobs, transports)}
+    finally:
+        for t in transports:
+            t.close()
+        rx.close()
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    allrec = [r for j in "AB" for r in records[j]]
+    per_job = {}
+    for j in "AB":
+        s = metrics.summary(records[j], case.warmup)
+        per_job[j] = {**s, "retransmits": retrans[j]}
+    both = metrics.summary(allrec, case.warmup)
+    ov = metrics.overlap_fractions(allrec)
+    steady = [f for (_, i), f in ov.items() if i >= case.warmup]
+    return {
+        "cc": cc,
+        "jobs": per_job,
+        "avg_iter_s": both["avg_iter_s"],
+        "p99_iter_s": both["p99_iter_s"],
+        "interleaved_at": metrics.converged_at(allrec),
+        "steady_overlap": sum(steady) / len(steady) if steady else float("nan"),
+        "retransmits": sum(retrans.values()),
+        "records": [asdict(r) for r in allrec],
+    }
+
+
+def simulate_case(case: Case, ccs: list[str]) -> dict | None:
+    """The same case in `mltcp simulate` (mltcp.sim), if available: avg/p99 and interleave."""
+    try:
+        from mltcp.scenario import from_dict
+        from mltcp.sim.engine import simulate
+    except ImportError:
+        return None
+    d = {"name": "kernel-experiment", "iterations": case.iterations, "warmup_iterations": case.warmup,
+         "network": {"mss": 1448, "min_rto_ms": 200},
+         "links": [{"name": "bottleneck", "rate_mbps": case.rate_mbit, "delay_us": 50,
+                    "buffer_kb": case.buffer_bytes / 1e3}],
+         "jobs": [{"name": n, "compute_ms": case.compute * 1e3, "bytes": case.nbytes,
+                   "start_offset_ms": case.offset_s * 1e3 * k, "path": ["bottleneck"]}
+                  for k, n in enumerate("AB")],
+         "mltcp": {"slope": case.config.slope, "intercept": case.config.intercept,
+                   "idle_fraction": case.config.idle_fraction, "min_idle_ms": case.config.min_idle * 1e3,
+                   "scale_decrease": case.config.scale_decrease}}
+    sc = from_dict(d, "<kernel experiment>")
+    out = {}
+    for cc in ccs:
+        res = simulate(sc, cc.replace("_", "-"))
+        s = metrics.summary(res.records, case.warmup)
+        out[cc] = {"avg_iter_s": s["avg_iter_s"], "p99_iter_s": s["p99_iter_s"],
+                   "interleaved_at": metrics.converged_at(res.records), "drops": res.drops,
+                   "wall_s": res.wall_time}
+    return out
+
+
+def run(case: Case, with_sim: bool = True, progress=None, tag: str | None = None) -> dict:
+    """Baseline then MLTCP on the same namespaces. Loads the variant if it is not registered
+    (and unloads it again afterwards)."""
+    base = BASELINES[case.variant]
+    we_loaded = False
+    if case.variant not in loader.registered():
+        loader.load([case.variant], config=case.config)
+        we_loaded = True
+    t0 = time.monotonic()
+    d = Dumbbell(n=2, rate_mbit=case.rate_mbit, buffer_bytes=case.buffer_bytes,
+                 **({"tag": tag} if tag else {}))
+    try:
+        d.build()
+        results = {cc: run_once(d, case, cc, progress) for cc in (base, case.variant)}
+    finally:
+        d.destroy()
+        if we_loaded:
+            loader.unload([case.variant])
+    doc = {"case": {**{k: v for k, v in asdict(case).items() if k != "config"},
+                    "compute_s": case.compute, "config": asdict(case.config)},
+           "ideal_iter_s": case.compute + case.nbytes * 8 / (case.rate_mbit * 1e6),
+           "results": results, "wall_s": time.monotonic() - t0}
+    base_r, ml = results[base], results[case.variant]
+    doc["speedup_avg"] = metrics.speedup(base_r["avg_iter_s"], ml["avg_iter_s"])
+    doc["speedup_p99"] = metrics.speedup(base_r["p99_iter_s"], ml["p99_iter_s"])
+    if with_sim:
+        doc["simulation"] = simulate_case(case, [base, case.variant])
+    return doc
