@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from . import netns
-from .runner import EmulationError, Plan, _Peer, arm_summary, run_arm, udp_available
+from .runner import EmulationError, Plan, _Peer, arm_summary, run_arm, start_together, udp_available
 from .topologies import (LinkParams, bottleneck_intfs, build_network, make_topology, qdisc_drops,
                          resolve_link_mode)
 
@@ -69,12 +69,13 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
                              switch_cls=software_switch_class() if mode == "switch" else None)
         net = build_network(topo, mode, cl)
         q: queue.Queue = queue.Queue()
-        t0 = time.time() + 1.0
         recvs, sends = [], []
         for i, (a, b) in enumerate(topo.job_pairs):
-            r_argv, s_argv = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, t0, f"flow{i}", prefix)
+            r_argv, s_argv = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, -1.0, f"flow{i}", prefix)
+            r_argv[r_argv.index("--t0") + 1] = "0.0"      # receivers time against the epoch
             recvs.append(_Peer(net[b], r_argv, f"recv:flow{i}", q, cl))
             sends.append(_Peer(net[a], s_argv, f"send:flow{i}", q, cl))
+        start_together({p.tag: p for p in sends}, q, timeout_s=60)
         got: dict[str, tuple[int, float, float]] = {}   # flow -> (bytes, first, last)
         retrans = 0
         eofs = 0

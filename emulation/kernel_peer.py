@@ -32,6 +32,18 @@ def _emit(rec: dict) -> None:
     sys.stdout.flush()
 
 
+def sync_t0(t0: float) -> float:
+    """t0 < 0: announce readiness and take the run's start epoch from stdin (the runner sends it
+    once every sender is set up, so slow start-ups cannot skew the jobs' offsets); t0 == 0: now."""
+    if t0 >= 0:
+        return t0 or time.time()
+    _emit({"type": "ready"})
+    line = sys.stdin.readline()
+    if not line.strip():
+        raise SystemExit("peer: no start time on stdin")
+    return float(line)
+
+
 def tcp_info_retrans(sock: socket.socket) -> int:
     """tcpi_total_retrans from TCP_INFO (the 24th u32 after 8 u8 fields)."""
     raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
@@ -119,7 +131,8 @@ def send(host: str = typer.Option(..., help="receiver address"),
          iterations: int = typer.Option(0, help="iterations to run (iteration mode)"),
          nbytes: int = typer.Option(0, "--bytes", help="bytes per iteration"),
          compute_s: float = typer.Option(0.0, help="compute time before each communication"),
-         t0: float = typer.Option(0.0, help="epoch the run's times are relative to"),
+         t0: float = typer.Option(0.0, help="epoch the run's times are relative to (< 0: read it from stdin "
+                                                 "after printing a ready line)"),
          start_offset_s: float = typer.Option(0.0, help="first iteration starts at t0 + this"),
          bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
          run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
@@ -128,9 +141,9 @@ def send(host: str = typer.Option(..., help="receiver address"),
         raise SystemExit("kernel_peer send: give exactly one of --iterations N (with --bytes) or --bulk-s D")
     if iterations > 0 and nbytes <= 0:
         raise SystemExit("kernel_peer send: --bytes must be > 0")
-    t0 = t0 or time.time()
     s = _connect(host, port, cc, timeout_s=10.0)
     payload = memoryview(bytes(CHUNK))
+    t0 = sync_t0(t0)
     wait = t0 + start_offset_s - time.time()
     if wait > 0:
         time.sleep(wait)

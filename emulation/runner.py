@@ -224,8 +224,8 @@ class _Peer:
 
     def __init__(self, node, argv: list[str], tag: str, q: queue.Queue, cleanup: netns.Cleanup):
         self.tag = tag
-        self.proc = cleanup.add_proc(node.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                text=True, bufsize=1))
+        self.proc = cleanup.add_proc(node.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, text=True, bufsize=1))
         self.err: list[str] = []
         threading.Thread(target=self._read_out, args=(q,), daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()
@@ -244,6 +244,42 @@ class _Peer:
     def _read_err(self):
         for line in self.proc.stderr:
             self.err.append(line.rstrip())
+
+    def go(self, t0: float) -> None:
+        """Hand the run's start epoch to a peer waiting after its ready line."""
+        self.proc.stdin.write(f"{t0!r}\n")
+        self.proc.stdin.flush()
+
+
+def start_together(senders: dict, q: queue.Queue, timeout_s: float, lead_s: float = 0.3) -> float:
+    """Wait for every sender's ready line, then give them all one start epoch; returns it.
+    Messages other than ready that arrive meanwhile go back on the queue."""
+    waiting = {p.tag for p in senders.values()}
+    held = []
+    deadline = time.monotonic() + timeout_s
+    while waiting:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise EmulationError(f"peers not ready after {timeout_s:.0f} s: {', '.join(sorted(waiting))}")
+        try:
+            tag, msg = q.get(timeout=min(left, 0.5))
+        except queue.Empty:
+            continue
+        if msg["type"] == "ready":
+            waiting.discard(tag)
+        elif msg["type"] == "eof" and tag in waiting:
+            p = next(p for p in senders.values() if p.tag == tag)
+            p.proc.wait(timeout=5)
+            raise EmulationError(f"{tag} exited {p.proc.returncode} before it was ready: "
+                                 f"{' | '.join(p.err[-3:])}")
+        else:
+            held.append((tag, msg))
+    for item in held:
+        q.put(item)
+    t0 = time.time() + lead_s
+    for p in senders.values():
+        p.go(t0)
+    return t0
 
 
 @dataclass
@@ -294,14 +330,14 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         assign_endpoints(plan, topo)
         net = build_network(topo, mode, cl)
         q: queue.Queue = queue.Queue()
-        t0 = time.time() + 1.0 + 0.1 * len(plan.jobs)
         receivers, senders = {}, {}
         for job in plan.jobs:
-            r_argv, s_argv = peer_commands(job, transport, wire_cc, t0, prefix)
+            r_argv, _ = peer_commands(job, transport, wire_cc, 0.0, prefix)
             receivers[job.name] = _Peer(net[job.receiver], r_argv, f"recv:{job.name}", q, cl)
         for job in plan.jobs:
-            _, s_argv = peer_commands(job, transport, wire_cc, t0, prefix)
+            _, s_argv = peer_commands(job, transport, wire_cc, -1.0, prefix)
             senders[job.name] = _Peer(net[job.sender], s_argv, f"send:{job.name}", q, cl)
+        start_together(senders, q, timeout_s=60 + 2 * len(plan.jobs))
         records: list[IterationRecord] = []
         retrans: dict[str, int] = {}
         done: set[str] = set()

@@ -20,6 +20,18 @@ def _emit(rec: dict) -> None:
     sys.stdout.flush()
 
 
+def sync_t0(t0: float) -> float:
+    """t0 < 0: announce readiness and take the run's start epoch from stdin (the runner sends it
+    once every sender is set up, so slow start-ups cannot skew the jobs' offsets); t0 == 0: now."""
+    if t0 >= 0:
+        return t0 or time.time()
+    _emit({"type": "ready"})
+    line = sys.stdin.readline()
+    if not line.strip():
+        raise SystemExit("peer: no start time on stdin")
+    return float(line)
+
+
 @app.command()
 def recv(port: int = typer.Option(..., help="UDP port to listen on"),
          t0: float = typer.Option(0.0, help="epoch the run's times are relative to"),
@@ -42,7 +54,7 @@ def send(host: str = typer.Option(..., help="receiver address"),
          iterations: int = typer.Option(0),
          nbytes: int = typer.Option(0, "--bytes"),
          compute_s: float = typer.Option(0.0),
-         t0: float = typer.Option(0.0),
+         t0: float = typer.Option(0.0, help="epoch of the run (< 0: read it from stdin after a ready line)"),
          start_offset_s: float = typer.Option(0.0),
          line_rate_mbps: float = typer.Option(0.0, help="line rate (scales DCQCN's parameters)"),
          bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
@@ -53,9 +65,9 @@ def send(host: str = typer.Option(..., help="receiver address"),
         raise SystemExit("udp_peer send: give exactly one of --iterations N (with --bytes) or --bulk-s D")
     if iterations > 0 and nbytes <= 0:
         raise SystemExit("udp_peer send: --bytes must be > 0")
-    t0 = t0 or time.time()
     line = line_rate_mbps * 1e6 / 8 if line_rate_mbps > 0 else None
     with UdpTransport(f"{host}:{port}", cc=cc, job_id=job_id, line_rate=line, timeout=120.0) as tr:
+        t0 = sync_t0(t0)
         wait = t0 + start_offset_s - time.time()
         if wait > 0:
             time.sleep(wait)
