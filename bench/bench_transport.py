@@ -6,11 +6,13 @@
 CPU figures are each side's process CPU during the transfer (start-up excluded) / transfer time;
 the receiver's includes its idle-exit second (cheap: select timeouts).
 2. Loopback: `mltcp traffic recv` in one process, `mltcp traffic send` in another, per algorithm.
-3. Two network namespaces joined by a veth pair, htb 100mbit + bfifo on the sender side
-   (needs root; skipped otherwise): achieved goodput against the 100 Mb/s link, CPU per side.
+3. Network namespaces with an htb 100mbit + bfifo bottleneck, once on the senders' own veth
+   and once in a forwarding namespace between them (needs root; skipped otherwise): achieved
+   goodput against the 100 Mb/s link, CPU per side.
 
 Prints measured figures only; nothing is asserted (shared, noisy machine).
-4. (--competing, root) two jobs through one 100 Mb/s bottleneck: iteration times per algorithm.
+4. (--competing, root) two jobs through one 100 Mb/s bottleneck (router namespace): iteration
+   times per algorithm.
     .venv/bin/python bench/bench_transport.py [--quick] [--skip-netns] [--competing] [--only SECTION]
 """
 from __future__ import annotations
@@ -167,69 +169,102 @@ def sh(*cmd, check=True):
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
 
 
-def bench_netns(ccs, nbytes, iterations, buffer_bytes=150_000):
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
-        print("== namespaces: skipped (needs root, ip and tc)")
-        return
-    pid = os.getpid()
-    a, b = f"mbta{pid}", f"mbtb{pid}"
-    try:
-        sh("ip", "netns", "add", a)
-        sh("ip", "netns", "add", b)
-        sh("ip", "link", "add", "bta", "netns", a, "type", "veth", "peer", "btb", "netns", b)
-        sh("ip", "-n", a, "addr", "add", "10.77.0.1/24", "dev", "bta")
-        sh("ip", "-n", b, "addr", "add", "10.77.0.2/24", "dev", "btb")
-        for ns, dev in ((a, "bta"), (b, "btb")):
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("tc", "-n", a, "qdisc", "add", "dev", "bta", "root", "handle", "1:", "htb", "default", "10")
-        sh("tc", "-n", a, "class", "add", "dev", "bta", "parent", "1:", "classid", "1:10", "htb",
-           "rate", "100mbit", "ceil", "100mbit")
-        sh("tc", "-n", a, "qdisc", "add", "dev", "bta", "parent", "1:10", "handle", "10:", "bfifo",
-           "limit", str(buffer_bytes))
-        print(f"== namespaces: veth, htb 100mbit + bfifo {buffer_bytes // 1000} KB on the sender side; "
-              f"{iterations} x {nbytes / 1e6:.0f} MB (DCQCN line rate 100 Mb/s)")
-        for cc in ccs:
-            run_pair(cc, nbytes, iterations, "10.77.0.2", 9199, rx_prefix=("ip", "netns", "exec", b),
-                     tx_prefix=("ip", "netns", "exec", a), line_rate="100mbit")
-        out = sh("tc", "-n", a, "-s", "qdisc", "show", "dev", "bta").stdout
-        drops = [ln.strip() for ln in out.splitlines() if "dropped" in ln]
-        print("  qdisc totals:", " | ".join(drops))
-    finally:
-        for ns in (a, b):
+class Topology:
+    """Namespaces for the bench: senders in `a`, receivers in `b`, joined by veth pairs.
+
+    router=False: a--b, the htb 100mbit + bfifo bottleneck on a's egress (the senders' own
+    qdisc: a full queue pushes back on their sockets, like TSQ). router=True: a--r--b, the
+    bottleneck on the forwarding namespace r's egress towards b (a switch: no back-pressure)."""
+
+    def __init__(self, tag: str, router: bool, rate="100mbit", buffer_bytes=150_000):
+        self.pid = os.getpid()
+        self.router, self.rate, self.buffer = router, rate, buffer_bytes
+        self.a, self.r, self.b = (f"m{tag}{x}{self.pid}" for x in "arb")
+        self.tag = tag
+
+    def __enter__(self):
+        a, r, b, t = self.a, self.r, self.b, self.tag
+        try:
+            for ns in (a, b) + ((r,) if self.router else ()):
+                sh("ip", "netns", "add", ns)
+                sh("ip", "-n", ns, "link", "set", "lo", "up")
+            if not self.router:
+                sh("ip", "link", "add", f"{t}a", "netns", a, "type", "veth", "peer", f"{t}b", "netns", b)
+                sh("ip", "-n", a, "addr", "add", "10.77.0.1/24", "dev", f"{t}a")
+                sh("ip", "-n", b, "addr", "add", "10.77.0.2/24", "dev", f"{t}b")
+                for ns, dev in ((a, f"{t}a"), (b, f"{t}b")):
+                    sh("ip", "-n", ns, "link", "set", dev, "up")
+                self.dst, self.qns, self.qdev = "10.77.0.2", a, f"{t}a"
+            else:
+                sh("ip", "link", "add", f"{t}a", "netns", a, "type", "veth", "peer", f"{t}r1", "netns", r)
+                sh("ip", "link", "add", f"{t}r2", "netns", r, "type", "veth", "peer", f"{t}b", "netns", b)
+                for ns, dev, addr in ((a, f"{t}a", "10.77.1.1/24"), (r, f"{t}r1", "10.77.1.2/24"),
+                                      (r, f"{t}r2", "10.77.2.1/24"), (b, f"{t}b", "10.77.2.2/24")):
+                    sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+                    sh("ip", "-n", ns, "link", "set", dev, "up")
+                sh("ip", "-n", a, "route", "add", "default", "via", "10.77.1.2")
+                sh("ip", "-n", b, "route", "add", "default", "via", "10.77.2.1")
+                sh("ip", "netns", "exec", r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+                self.dst, self.qns, self.qdev = "10.77.2.2", r, f"{t}r2"
+            sh("tc", "-n", self.qns, "qdisc", "add", "dev", self.qdev, "root", "handle", "1:", "htb", "default", "10")
+            sh("tc", "-n", self.qns, "class", "add", "dev", self.qdev, "parent", "1:", "classid", "1:10", "htb",
+               "rate", self.rate, "ceil", self.rate)
+            sh("tc", "-n", self.qns, "qdisc", "add", "dev", self.qdev, "parent", "1:10", "handle", "10:", "bfifo",
+               "limit", str(self.buffer))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def describe(self):
+        where = "router namespace (a--r--b)" if self.router else "sender side (a--b)"
+        return f"htb {self.rate} + bfifo {self.buffer // 1000} KB on the {where}"
+
+    def qdisc_drops(self):
+        out = sh("tc", "-n", self.qns, "-s", "qdisc", "show", "dev", self.qdev).stdout
+        return [ln.strip() for ln in out.splitlines() if "dropped" in ln][-1:]
+
+    def __exit__(self, *exc):
+        for ns in (self.a, self.r, self.b):
             sh("ip", "netns", "del", ns, check=False)
 
 
+def _can_netns(what):
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
+        print(f"== {what}: skipped (needs root, ip and tc)")
+        return False
+    return True
+
+
+def bench_netns(ccs, nbytes, iterations):
+    if not _can_netns("namespaces"):
+        return
+    for router in (False, True):
+        with Topology("bt", router) as topo:
+            print(f"== namespaces: {topo.describe()}; {iterations} x {nbytes / 1e6:.1f} MB (DCQCN line rate 100 Mb/s)")
+            for cc in ccs:
+                run_pair(cc, nbytes, iterations, topo.dst, 9199, rx_prefix=("ip", "netns", "exec", topo.b),
+                         tx_prefix=("ip", "netns", "exec", topo.a), line_rate="100mbit")
+            print("  bottleneck qdisc totals:", " | ".join(topo.qdisc_drops()))
+
+
 def bench_competing(ccs, iterations=40, compute="100ms", nbytes="1.25MB"):
-    """Two jobs (one process each) through one htb 100mbit bottleneck: 1.25 MB per iteration is
-    100 ms alone on the link, so the jobs overlap at ~300 ms per iteration and interleave at 200."""
-    if os.geteuid() != 0:
-        print("== competing jobs: skipped (needs root)")
+    """Two jobs (one process each) through one 100 Mb/s bottleneck in a router namespace:
+    1.25 MB per iteration is 100 ms alone on the link, so the jobs overlap at ~300 ms per
+    iteration and interleave at 200."""
+    if not _can_netns("competing jobs"):
         return
     import statistics
-    pid = os.getpid()
-    a, b = f"mcpa{pid}", f"mcpb{pid}"
-    try:
-        sh("ip", "netns", "add", a)
-        sh("ip", "netns", "add", b)
-        sh("ip", "link", "add", "cpa", "netns", a, "type", "veth", "peer", "cpb", "netns", b)
-        sh("ip", "-n", a, "addr", "add", "10.79.0.1/24", "dev", "cpa")
-        sh("ip", "-n", b, "addr", "add", "10.79.0.2/24", "dev", "cpb")
-        for ns, dev in ((a, "cpa"), (b, "cpb")):
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-        sh("tc", "-n", a, "qdisc", "add", "dev", "cpa", "root", "handle", "1:", "htb", "default", "10")
-        sh("tc", "-n", a, "class", "add", "dev", "cpa", "parent", "1:", "classid", "1:10", "htb",
-           "rate", "100mbit", "ceil", "100mbit")
-        sh("tc", "-n", a, "qdisc", "add", "dev", "cpa", "parent", "1:10", "handle", "10:", "bfifo", "limit", "150000")
+    with Topology("cp", True) as topo:
         print(f"== competing jobs: 2 jobs x {iterations} iterations, compute {compute}, {nbytes}/iteration, "
-              f"htb 100mbit (alone: 200 ms/iteration; fully overlapped: ~300 ms)")
+              f"{topo.describe()} (alone: 200 ms/iteration; fully overlapped: ~300 ms)")
         for cc in ccs:
-            rx = [subprocess.Popen(["ip", "netns", "exec", b, *CLI, "recv", "--bind", f"10.79.0.2:{9199 + k}",
+            rx = [subprocess.Popen(["ip", "netns", "exec", topo.b, *CLI, "recv", "--bind", f"{topo.dst}:{9199 + k}",
                                     "--idle-exit", "2s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True) for k in range(2)]
             for r in rx:
                 r.stderr.readline()
-            tx = [subprocess.Popen(["ip", "netns", "exec", a, *CLI, "send", "--to", f"10.79.0.2:{9199 + k}",
+            tx = [subprocess.Popen(["ip", "netns", "exec", topo.a, *CLI, "send", "--to", f"{topo.dst}:{9199 + k}",
                                     "--cc", cc, "--job", str(k + 1), "--bytes", nbytes, "--compute", compute,
                                     "--iterations", str(iterations), "--json", "--start-offset", f"{0.02 * k}s",
                                     "--line-rate", "100mbit"],
@@ -246,9 +281,6 @@ def bench_competing(ccs, iterations=40, compute="100ms", nbytes="1.25MB"):
                       f"second half mean {statistics.mean(tail) * 1e3:6.1f} ms, p99 "
                       f"{sorted(d)[int(0.99 * (len(d) - 1))] * 1e3:6.1f} ms; retx {summ['retransmits']}, "
                       f"timeouts {summ['timeouts']}", flush=True)
-    finally:
-        for ns in (a, b):
-            sh("ip", "netns", "del", ns, check=False)
 
 
 def main():

@@ -21,6 +21,8 @@ from .rtt import RttEstimator
 from .scoreboard import Scoreboard, Seg
 
 ECT0 = 0x02
+# Rates (DCQCN's st.rate, --line-rate) count whole IP datagrams, as a NIC's rate limiter does.
+WIRE_OVERHEAD = wire.IP_UDP_OVERHEAD + wire.FIXED_LEN
 MBPS = 1e6 / 8
 
 
@@ -84,7 +86,7 @@ class FlowSender:
         self.iter_bytes = 0
         self.crc = 0                              # CRC-32 of the stream as first sent
         self.ratio_q = 0
-        self.tokens = float(payload) * burst
+        self.tokens = float(payload + WIRE_OVERHEAD) * burst
         self.last_fill = now
         self.blocked_until = 0.0                  # socket buffer full: wait for writability
         self._rbuf = bytearray(2048)
@@ -247,7 +249,7 @@ class FlowSender:
         # How much may go out now.
         if self.rate_based:
             rate = max(float(st.rate[0]), 1.0)
-            cap = float(self.payload) * self.burst
+            cap = float(self.payload + WIRE_OVERHEAD) * self.burst
             self.tokens = min(cap, self.tokens + (now - self.last_fill) * rate)
             self.last_fill = now
             window = self.max_window
@@ -255,7 +257,7 @@ class FlowSender:
             window = max(float(st.cwnd[0]), float(self.payload))
         sent_bytes = 0
         for _ in range(self.burst):
-            if self.rate_based and self.tokens < self.payload:
+            if self.rate_based and self.tokens < self.payload + WIRE_OVERHEAD:
                 break
             seg = sb.next_lost()
             if seg is not None:
@@ -282,9 +284,9 @@ class FlowSender:
                 sb.sent(seg, now)
                 self.last_progress = now
                 self.crc = pattern.zlib.crc32(pattern.chunk(seq, length), self.crc)
-            sent_bytes += seg.len
+            sent_bytes += seg.len + WIRE_OVERHEAD
             if self.rate_based:
-                self.tokens -= seg.len
+                self.tokens -= seg.len + WIRE_OVERHEAD
             if self.rto_start is None:
                 self.rto_start = now
         if sent_bytes and self.rate_based:
@@ -295,8 +297,9 @@ class FlowSender:
         has_work = sb.lost_pending or sb.snd_nxt < self.app_end
         if has_work:
             if self.rate_based:
-                if self.tokens < self.payload:
-                    wake = min(wake, now + (self.payload - self.tokens) / max(float(st.rate[0]), 1.0))
+                need = self.payload + WIRE_OVERHEAD
+                if self.tokens < need:
+                    wake = min(wake, now + (need - self.tokens) / max(float(st.rate[0]), 1.0))
                 else:
                     wake = now
             elif sent_bytes and sb.inflight_bytes < window:
