@@ -38,20 +38,34 @@ def _algorithms(sc, cc: Optional[str], do_compare: bool) -> list[str]:
     return [base, f"mltcp-{base}"]
 
 
-def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[float] = None):
+def _simulate_worker(sc, algo, trace_interval, queue):
     from .sim.engine import simulate
-    results = {}
-    if quiet:
-        for a in algos:
-            results[a] = simulate(sc, a, trace_interval=trace_interval)
-        return results
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err, transient=True) as prog:
-        for a in algos:
-            task = prog.add_task(f"{sc.name} · {a}", total=1.0, t=0.0)
-            results[a] = simulate(sc, a, trace_interval=trace_interval,
-                                  progress=lambda t, frac, task=task: prog.update(task, completed=frac, t=t))
-    return results
+    report = None if queue is None else (lambda t, frac: queue.put((algo, t, frac)))
+    return simulate(sc, algo, trace_interval=trace_interval, progress=report)
+
+
+def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[float] = None):
+    """Run each algorithm in its own process (they are independent; two cores, two runs), with a
+    rich progress bar per run on stderr unless ``quiet``."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = mp.get_context("fork")
+    with ctx.Manager() as manager, ProcessPoolExecutor(max_workers=len(algos), mp_context=ctx) as pool:
+        queue = None if quiet else manager.Queue()
+        futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue) for a in algos}
+        if not quiet:
+            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                          TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err,
+                          transient=True) as prog:
+                tasks = {a: prog.add_task(f"{sc.name} · {a}", total=1.0, t=0.0) for a in algos}
+                while not all(f.done() for f in futures.values()):
+                    try:
+                        a, t, frac = queue.get(timeout=0.2)
+                        prog.update(tasks[a], completed=frac, t=t)
+                    except Exception:  # queue.Empty from the manager proxy
+                        pass
+        return {a: f.result() for a, f in futures.items()}
 
 
 def build_report(sc, results) -> dict:
@@ -111,7 +125,7 @@ def write_outputs(sc, results, rep: dict, outdir: Path) -> list[Path]:
     runs = [(a, r.trace_t, r.trace_rate, r.job_names) for a, r in results.items() if len(r.trace_t)]
     if runs:
         span = min(float(r.trace_t[-1]) for r in results.values() if len(r.trace_t))
-        iters_shown = min(15, min(j.iterations for j in sc.jobs))
+        iters_shown = min(12, min(j.iterations for j in sc.jobs))
         window = (0.0, min(span, iters_shown * max(sc.ideal_iter_s(j) for j in sc.jobs) * 1.5))
         written.append(plots.throughput(runs, outdir / "throughput.png", window,
                                         f"{sc.name}: per-job throughput (first ~{iters_shown} iterations)"))

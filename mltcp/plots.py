@@ -23,7 +23,8 @@ def throughput(runs: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: 
             sel = (t >= window[0]) & (t <= window[1])
         shown = names if len(names) <= 8 else names[:8]
         for j, n in enumerate(shown):
-            ax.plot(t[sel], rate[sel, j] / 1e9, lw=0.9, label=n)
+            ax.fill_between(t[sel], rate[sel, j] / 1e9, step="mid", alpha=0.45, lw=0, label=n)
+            ax.plot(t[sel], rate[sel, j] / 1e9, lw=0.6, drawstyle="steps-mid")
         ax.set_ylabel("Gb/s")
         ax.set_title(label, fontsize=10, loc="left")
         ax.grid(alpha=0.3)

@@ -205,7 +205,7 @@ def _jobs(src: str, i: int, t: dict, links: dict[str, Link], defaults: dict) -> 
 def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     r = _Reader(src, "", d)
     name = r.get("name", str)
-    desc = r.get("description", str, "")
+    desc = " ".join(r.get("description", str, "").split())
     seed = r.get("seed", int, 1)
     iterations = r.get("iterations", int, 50, lambda v: v >= 1, "must be >= 1")
     warmup = r.get("warmup_iterations", int, 10, lambda v: v >= 0, "must be >= 0")

@@ -98,6 +98,9 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     access = np.array([sc.links[j.path[0]].rate_Bps for j in jobs])
     max_rtt = base_rtt + np.bincount(flow_of, weights=(B / C)[link_of], minlength=J)
     H = int(math.ceil(max_rtt.max() / dt)) + 3
+    has_step, has_red = bool((mode == 1).any()), bool((mode == 2).any())
+    red_span = np.where(kmax > kmin, kmax - kmin, 1.0)
+    single_hop = all(len(j.path) == 1 for j in jobs)    # flow j crosses link link_of[j] only
 
     cc = build_cc(sc, cc_name)
     st = cc.new_state(J, sc.mss, 0.0)
@@ -133,162 +136,176 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     last_progress = 0.0
     k, steps = 0, 0
     t = 0.0
-    while True:
-        t = k * dt
-        # 1. compute phases that ended start communicating
-        start = (phase == 0) & (phase_end <= t)
-        if start.any():
-            if sc.slow_start_after_idle and window:
-                _cwnd_restart(cc, st, start, t - last_tx, np.maximum(sc.min_rto_s, srtt + 4 * rttvar), mss)
-            phase[start] = 1
-            comm_start[start] = t
-            to_send[start] = nbytes[start]
-            unacked[start] = nbytes[start]
-            it_drops[start] = 0.0
-            it_marks[start] = 0.0
-        # 2. feedback from one round trip ago
-        s = k % H
-        a, lo, mk = ack_r[s], lost_r[s], mark_r[s]
-        if (a.any() or lo.any()):
-            rtt_s = rtt_r[s]
-            inflight -= a + lo
-            unacked -= a
-            tot_acked += a.sum()
-            to_send += lo
-            got = a > 0
-            err = rtt_s - srtt
-            rttvar = np.where(got, 0.75 * rttvar + 0.25 * np.abs(err), rttvar)
-            srtt = np.where(got, srtt + 0.125 * err, srtt)
-            before = st.cwnd.copy()
-            cc.on_ack(st, a, np.where(got, rtt_s, srtt), t)
-            in_rec = t < recovery_until
-            if window:
-                # no growth in recovery, nor when the window was not what limited the sender
-                # (Linux tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
-                st.cwnd = np.where(in_rec | ~cwnd_limited, before, st.cwnd)
-                loss, ecn = lo > 0, mk > 0
-                react = (loss | ecn) & ~in_rec
-                if react.any():
-                    tmo = react & loss & (before < 4 * mss)
-                    rto = np.maximum(sc.min_rto_s, srtt + 4 * rttvar)
-                    if tmo.any():
-                        cc.on_timeout(st, tmo, t)
-                        paused_until = np.where(tmo, t + rto, paused_until)
-                    cong = react & ~tmo
-                    if (cong & loss).any():
-                        cc.on_congestion(st, cong & loss, "loss", t)
-                    if (cong & ~loss).any():
-                        cc.on_congestion(st, cong & ~loss, "ecn", t)
-                    recovery_until = np.where(tmo, t + rto, np.where(cong, t + srtt, recovery_until))
-            else:
-                cnp = ((mk > 0) | (lo > 0)) & (t - last_cnp >= CNP_INTERVAL)
-                if cnp.any():
-                    cc.on_cnp(st, cnp, t)
-                    last_cnp = np.where(cnp, t, last_cnp)
-            ack_r[s] = 0.0
-            lost_r[s] = 0.0
-            mark_r[s] = 0.0
-            # iterations whose last byte was acknowledged
-            done = (phase == 1) & (unacked <= 0.5)
-            if done.any():
-                for j in np.flatnonzero(done):
-                    records.append(IterationRecord(jobs[j].name, int(it_idx[j]), float(it_start[j]),
-                                                   float(comm_start[j]), t, float(nbytes[j]),
-                                                   float(it_drops[j] / mss), float(it_marks[j] / mss)))
-                    it_idx[j] += 1
-                    if it_idx[j] >= iters[j]:
-                        phase[j] = 2
-                    else:
-                        phase[j] = 0
-                        phase_end[j] = t + comp[j][it_idx[j]]
-                        it_start[j] = t
-                to_send[done] = 0.0
-                unacked[done] = 0.0
+    next_start = float(phase_end.min())
+    pending = np.zeros(H, dtype=bool)                # does a feedback slot hold anything?
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while True:
+            t = k * dt
+            # 1. compute phases that ended start communicating
+            if t >= next_start:
+                start = (phase == 0) & (phase_end <= t)
+                rest = phase_end[(phase == 0) & ~start]
+                next_start = rest.min() if len(rest) else np.inf
+                if sc.slow_start_after_idle and window:
+                    _cwnd_restart(cc, st, start, t - last_tx, np.maximum(sc.min_rto_s, srtt + 4 * rttvar), mss)
+                phase[start] = 1
+                comm_start[start] = t
+                to_send[start] = nbytes[start]
+                unacked[start] = nbytes[start]
+                it_drops[start] = 0.0
+                it_marks[start] = 0.0
+            # 2. feedback from one round trip ago
+            s = k % H
+            a, lo, mk = ack_r[s], lost_r[s], mark_r[s]
+            if pending[s]:
+                pending[s] = False
+                rtt_s = rtt_r[s]
+                inflight -= a + lo
+                unacked -= a
+                tot_acked += a.sum()
+                to_send += lo
+                got = a > 0
+                err = rtt_s - srtt
+                rttvar = np.where(got, 0.75 * rttvar + 0.25 * np.abs(err), rttvar)
+                srtt = np.where(got, srtt + 0.125 * err, srtt)
+                before = st.cwnd.copy()
+                cc.on_ack(st, a, np.where(got, rtt_s, srtt), t)
+                in_rec = t < recovery_until
+                if window:
+                    # no growth in recovery, nor when the window was not what limited the sender
+                    # (Linux tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
+                    st.cwnd = np.where(in_rec | ~cwnd_limited, before, st.cwnd)
+                    loss, ecn = lo > 0, mk > 0
+                    react = (loss | ecn) & ~in_rec
+                    if react.any():
+                        tmo = react & loss & (before < 4 * mss)
+                        rto = np.maximum(sc.min_rto_s, srtt + 4 * rttvar)
+                        if tmo.any():
+                            cc.on_timeout(st, tmo, t)
+                            paused_until = np.where(tmo, t + rto, paused_until)
+                        cong = react & ~tmo
+                        if (cong & loss).any():
+                            cc.on_congestion(st, cong & loss, "loss", t)
+                        if (cong & ~loss).any():
+                            cc.on_congestion(st, cong & ~loss, "ecn", t)
+                        recovery_until = np.where(tmo, t + rto, np.where(cong, t + srtt, recovery_until))
+                else:
+                    cnp = ((mk > 0) | (lo > 0)) & (t - last_cnp >= CNP_INTERVAL)
+                    if cnp.any():
+                        cc.on_cnp(st, cnp, t)
+                        last_cnp = np.where(cnp, t, last_cnp)
+                ack_r[s] = 0.0
+                lost_r[s] = 0.0
+                mark_r[s] = 0.0
+                # iterations whose last byte was acknowledged
+                done = (phase == 1) & (unacked <= 0.5)
+                if done.any():
+                    for j in np.flatnonzero(done):
+                        records.append(IterationRecord(jobs[j].name, int(it_idx[j]), float(it_start[j]),
+                                                       float(comm_start[j]), t, float(nbytes[j]),
+                                                       float(it_drops[j] / mss), float(it_marks[j] / mss)))
+                        it_idx[j] += 1
+                        if it_idx[j] >= iters[j]:
+                            phase[j] = 2
+                        else:
+                            phase[j] = 0
+                            phase_end[j] = t + comp[j][it_idx[j]]
+                            it_start[j] = t
+                            next_start = min(next_start, phase_end[j])
+                    to_send[done] = 0.0
+                    unacked[done] = 0.0
+                    if (phase == 2).all():
+                        break
+            if not window:
+                cc.on_timer(st, t)
+            # 3. senders
+            active = (phase == 1) & (to_send > 0) & (t >= paused_until)
+            send = np.zeros(J)
+            if active.any():
+                nic = access * dt
+                credit = np.where(active, np.minimum(credit + nic, nic + 2 * mss), credit)
+                if window:
+                    allow = np.minimum(np.maximum(st.cwnd - inflight, 0.0), credit)
+                else:
+                    rcredit = np.where(active, np.minimum(rcredit + st.rate * dt, st.rate * dt + 2 * mss), rcredit)
+                    allow = np.minimum(rcredit, credit)
+                allow = np.floor(allow / mss) * mss
+                send = np.where(active, np.minimum(allow, to_send), 0.0)
+                # a final partial segment goes out once a whole one would fit
+                send = np.where(active & (to_send < mss) & (allow >= mss), to_send, send)
+                credit -= send
+                to_send -= send
+                inflight += send
+                last_tx = np.where(send > 0, t, last_tx)
+                if window:
+                    ss = st.cwnd < st.ssthresh
+                    cwnd_limited = np.where(active, np.where(ss, st.cwnd < 2 * inflight, inflight >= st.cwnd - mss),
+                                            cwnd_limited)
+                else:
+                    rcredit -= send
+                    cc.on_sent(st, send, t)
+            # 4. links
+            A = np.bincount(link_of, weights=send[flow_of], minlength=L)
+            qn = np.maximum(q + A - C * dt, 0.0)
+            over = np.maximum(qn - B, 0.0)
+            qn -= over
+            q = qn
+            idx = np.flatnonzero(send)
+            if len(idx):
+                Ap = np.maximum(A, 1e-300)
+                pdrop = np.minimum(over / Ap, 1.0)
+                if has_step:
+                    pmark = np.where(mode == 1, np.minimum(np.maximum((qn - K) / Ap, 0.0), 1.0), 0.0)
+                else:
+                    pmark = np.zeros(L)
+                if has_red:
+                    red = np.minimum(np.maximum(pmax * (qn - kmin) / red_span, 0.0), 1.0)
+                    pmark = np.where(mode == 2, np.where(qn >= kmax, 1.0, red), pmark)
+                if single_hop:
+                    keep = 1.0 - pdrop[link_of]
+                    clean = 1.0 - pmark[link_of]
+                else:
+                    keep = np.exp(np.bincount(flow_of, weights=np.log1p(-pdrop)[link_of], minlength=J))
+                    clean = np.exp(np.bincount(flow_of, weights=np.log1p(-np.minimum(pmark, 1.0))[link_of], minlength=J))
+                deliv = send * keep
+                lost = send - deliv
+                marked = deliv * (1.0 - clean)
+                qdelay = (q / C)[link_of] if single_hop else np.bincount(flow_of, weights=(q / C)[link_of], minlength=J)
+                rtt_now = base_rtt + qdelay
+                slot = (k + np.maximum(1, np.ceil(rtt_now / dt - 1e-9)).astype(np.int64)) % H
+                si = slot[idx]
+                pending[si] = True
+                ack_r[si, idx] += deliv[idx]
+                lost_r[si, idx] += lost[idx]
+                mark_r[si, idx] += marked[idx]
+                rtt_r[si, idx] = rtt_now[idx]
+                it_drops += lost
+                it_marks += marked
+                tot_drop += lost.sum()
+                tot_sent += send.sum()
+                tot_mark += marked.sum()
+                if trace_interval:
+                    b = int(t / trace_interval)
+                    if b not in tr_bins:
+                        tr_bins[b] = np.zeros(J)
+                    tr_bins[b] += deliv
+            steps += 1
+            k += 1
+            # skip idle time: every job computing (or done) and nothing in flight
+            if not (phase == 1).any() and inflight.sum() <= 0.5:
                 if (phase == 2).all():
                     break
-        if not window:
-            cc.on_timer(st, t)
-        # 3. senders
-        active = (phase == 1) & (to_send > 0) & (t >= paused_until)
-        send = np.zeros(J)
-        if active.any():
-            nic = access * dt
-            credit = np.where(active, np.minimum(credit + nic, nic + 2 * mss), credit)
-            if window:
-                allow = np.minimum(np.maximum(st.cwnd - inflight, 0.0), credit)
-            else:
-                rcredit = np.where(active, np.minimum(rcredit + st.rate * dt, st.rate * dt + 2 * mss), rcredit)
-                allow = np.minimum(rcredit, credit)
-            allow = np.floor(allow / mss) * mss
-            send = np.where(active, np.minimum(allow, to_send), 0.0)
-            # a final partial segment goes out once a whole one would fit
-            send = np.where(active & (to_send < mss) & (allow >= mss), to_send, send)
-            credit -= send
-            to_send -= send
-            inflight += send
-            last_tx = np.where(send > 0, t, last_tx)
-            if window:
-                ss = st.cwnd < st.ssthresh
-                cwnd_limited = np.where(active, np.where(ss, st.cwnd < 2 * inflight, inflight >= st.cwnd - mss),
-                                        cwnd_limited)
-            else:
-                rcredit -= send
-                cc.on_sent(st, send, t)
-        # 4. links
-        A = np.bincount(link_of, weights=send[flow_of], minlength=L)
-        qn = np.maximum(q + A - C * dt, 0.0)
-        over = np.maximum(qn - B, 0.0)
-        qn -= over
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pdrop = np.where(A > 0, np.minimum(over / A, 1.0), 0.0)
-            step_m = np.where((mode == 1) & (A > 0), np.clip((qn - K) / A, 0.0, 1.0), 0.0)
-            red_m = np.where(mode == 2, np.clip(pmax * (qn - kmin) / (kmax - kmin), 0.0, 1.0), 0.0)
-            red_m = np.where((mode == 2) & (qn >= kmax), 1.0, red_m)
-        pmark = step_m + red_m
-        q = qn
-        if send.any():
-            idx = np.flatnonzero(send)
-            with np.errstate(divide="ignore"):
-                keep = np.exp(np.bincount(flow_of, weights=np.log1p(-pdrop)[link_of], minlength=J))
-                clean = np.exp(np.bincount(flow_of, weights=np.log1p(-np.minimum(pmark, 1.0))[link_of], minlength=J))
-            deliv = send * keep
-            lost = send - deliv
-            marked = deliv * (1.0 - clean)
-            qdelay = np.bincount(flow_of, weights=(q / C)[link_of], minlength=J)
-            rtt_now = base_rtt + qdelay
-            slot = (k + np.maximum(1, np.ceil(rtt_now / dt - 1e-9)).astype(np.int64)) % H
-            si = slot[idx]
-            ack_r[si, idx] += deliv[idx]
-            lost_r[si, idx] += lost[idx]
-            mark_r[si, idx] += marked[idx]
-            rtt_r[si, idx] = rtt_now[idx]
-            it_drops += lost
-            it_marks += marked
-            tot_drop += lost.sum()
-            tot_sent += send.sum()
-            tot_mark += marked.sum()
-            if trace_interval:
-                b = int(t / trace_interval)
-                if b not in tr_bins:
-                    tr_bins[b] = np.zeros(J)
-                tr_bins[b] += deliv
-        steps += 1
-        k += 1
-        # skip idle time: every job computing (or done) and nothing in flight
-        if not (phase == 1).any() and inflight.sum() <= 0.5:
-            if (phase == 2).all():
-                break
-            nxt = phase_end[phase == 0].min()
-            kn = int(math.floor(nxt / dt))
-            if kn > k:
-                q = np.maximum(q - C * (kn - k) * dt, 0.0)
-                credit[:] = 0.0
-                k = kn
-        if t > horizon:
-            raise RuntimeError(f"{sc.source}: simulation did not finish within {horizon:.1f} simulated seconds")
-        if progress is not None and t - last_progress >= 0.05:
-            progress(t, float(np.mean(it_idx / iters)))
-            last_progress = t
+                nxt = phase_end[phase == 0].min()
+                kn = int(math.floor(nxt / dt))
+                if kn > k:
+                    q = np.maximum(q - C * (kn - k) * dt, 0.0)
+                    credit[:] = 0.0
+                    k = kn
+            if t > horizon:
+                raise RuntimeError(f"{sc.source}: simulation did not finish within {horizon:.1f} simulated seconds")
+            if progress is not None and t - last_progress >= 0.05:
+                progress(t, float(np.mean(it_idx / iters)))
+                last_progress = t
     if progress is not None:
         progress(t, 1.0)
     trace_t = np.zeros(0)
