@@ -121,6 +121,18 @@ class MltcpTest(BaseTest):
         d = e.data.msg()
         return d.packet_count, d.byte_count
 
+    def register(self, name: str, index: int) -> int:
+        """Read one register cell (p4runtime-shell 0.0.6 has no RegisterEntry: raw Entity)."""
+        from p4.v1 import p4runtime_pb2
+
+        ent = p4runtime_pb2.Entity()
+        (reg_id,) = [r.preamble.id for r in sh.context.p4info.registers if r.preamble.name == name]
+        ent.register_entry.register_id = reg_id
+        ent.register_entry.index.index = index
+        (rep,) = list(sh.client.read_one(ent))
+        data = rep.entities[0].register_entry.data
+        return int.from_bytes(data.bitstring, "big")
+
     def wait_counter(self, name: str, index: int, packets: int, timeout: float = 10.0) -> tuple[int, int]:
         """Poll until the counter reaches ``packets`` (the data path lags the sender) or timeout."""
         end = time.monotonic() + timeout
@@ -241,6 +253,14 @@ class JobCounters(MltcpTest):
             self.assertEqual(results[job], (n, n * size), f"job {job}")
         every = list(sh.CounterEntry("MyIngress.job_tx").read())
         self.assertEqual(sum(e.data.msg().packet_count for e in every), n * len(jobs))
+        # job_bytes_ratio holds the bytes_ratio of each job's last packet (in sending order)
+        last = {}
+        shim = 14 + 20 + 8
+        for f in frames:
+            if f[12:14] == b"\x08\x00" and f[23] == 17 and f[shim - 6:shim - 4] == b"\x23\xef":
+                last[int.from_bytes(f[shim + 2:shim + 4], "big")] = int.from_bytes(f[shim + 8:shim + 10], "big")
+        for job in jobs:
+            self.assertEqual(self.register("MyIngress.job_bytes_ratio", job), last[job], f"job {job}")
         self.dataplane.flush()
 
 
