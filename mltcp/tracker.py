@@ -46,15 +46,19 @@ class IterationTracker:
         self._close(np.asarray(mask, dtype=bool) & (self.bytes_cur > 0))
 
     def _close(self, mask) -> None:
-        self.history[mask] = np.roll(self.history[mask], 1, axis=1)
-        self.history[mask, 0] = self.bytes_cur[mask]
-        seen = ~np.all(np.isnan(self.history), axis=1)
-        med = np.zeros(len(self.bytes_cur))
-        if seen.any():
-            med[seen] = np.nanmedian(self.history[seen], axis=1)
-        self.bytes_per_iter = np.where(mask, med, self.bytes_per_iter)
-        self.bytes_cur = np.where(mask, 0.0, self.bytes_cur)
-        self.iteration = self.iteration + mask
+        rows = np.flatnonzero(mask)
+        if not len(rows):
+            return
+        h = self.history[rows]
+        h[:, 1:] = h[:, :-1].copy()
+        h[:, 0] = self.bytes_cur[rows]
+        self.history[rows] = h
+        s = np.sort(h, axis=1)                        # NaN (not yet seen) sorts last
+        n = (~np.isnan(h)).sum(axis=1)                # >= 1: we just added one
+        i = np.arange(len(rows))
+        self.bytes_per_iter[rows] = (s[i, (n - 1) // 2] + s[i, n // 2]) / 2.0   # median
+        self.bytes_cur[rows] = 0.0
+        self.iteration[rows] += 1
 
     @property
     def bytes_ratio(self) -> np.ndarray:
