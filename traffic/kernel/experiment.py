@@ -35,6 +35,7 @@ class Case:
     warmup: int = 10
     offset_s: float = 0.005             # job B starts this much after job A
     variant: str = "mltcp_reno"
+    mark: bool = False                  # MLTCP runs: explicit iteration marks instead of idle detection
     config: Config = field(default_factory=Config)
 
     def __post_init__(self):
@@ -60,7 +61,8 @@ def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
     errors: list[str] = []
     try:
         for i in range(2):
-            transports.append(KernelTransport(d.receiver_ip, rx.port, cc=cc, ns=d.senders[i]))
+            transports.append(KernelTransport(d.receiver_ip, rx.port, cc=cc, ns=d.senders[i],
+                                              mark=case.mark and cc.startswith("mltcp_")))
         jobs = [JobSpec(job_id=i, compute_s=case.compute, bytes_per_iter=case.nbytes,
                         start_offset_s=case.offset_s * i, name="AB"[i]) for i in range(2)]
         epoch = time.monotonic()
@@ -112,7 +114,7 @@ def simulate_case(case: Case, ccs: list[str]) -> dict | None:
     except ImportError:
         return None
     d = {"name": "kernel-experiment", "iterations": case.iterations, "warmup_iterations": case.warmup,
-         "network": {"mss": 1448, "min_rto_ms": 200},
+         "network": {"mss": 1448, "min_rto_ms": 200, "step_us": 100},
          "links": [{"name": "bottleneck", "rate_mbps": case.rate_mbit, "delay_us": 50,
                     "buffer_kb": case.buffer_bytes / 1e3}],
          "jobs": [{"name": n, "compute_ms": case.compute * 1e3, "bytes": case.nbytes,

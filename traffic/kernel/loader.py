@@ -227,8 +227,8 @@ def status() -> dict:
                 entry["maps"] = vm.ids
                 entry["stats"] = vm.stats()
                 if valid:
-                    entry["config"] = {"slope": slope / 1024, "intercept": icpt / 1024,
-                                       "idle_fraction": idle / 1024, "min_idle": min_idle / 1e6,
+                    entry["config"] = {"slope": round(slope / 1024, 4), "intercept": round(icpt / 1024, 4),
+                                       "idle_fraction": round(idle / 1024, 4), "min_idle": min_idle / 1e6,
                                        "scale_decrease": bool(flags & 1), "trace_port": trace}
                 else:
                     entry["config"] = "built-in defaults"

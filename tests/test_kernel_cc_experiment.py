@@ -1,0 +1,68 @@
+"""A short run of the two-job kernel experiment and the `mltcp kernel` CLI's error paths."""
+import os
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from mltcp.traffic.kernel import loader, maps
+from mltcp.traffic.kernel.cli import app
+from mltcp.traffic.kernel.netns import leftover_namespaces
+
+
+def _missing():
+    if os.geteuid() != 0:
+        return "needs root"
+    if not loader.BTF_PATH.exists():
+        return "kernel has no BTF"
+    for tool in ("clang", "bpftool", "ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed"
+    return None
+
+
+REASON = _missing()
+if REASON:
+    print(f"test_kernel_cc_experiment: skipping root tests: {REASON}")
+needs_root = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+
+
+def test_cli_rejects_bad_input_with_exit_2():
+    r = CliRunner().invoke(app, ["load", "--idle-fraction", "0"])
+    assert r.exit_code == 2 and "idle_fraction" in r.output
+    r = CliRunner().invoke(app, ["build", "--variant", "nope"])
+    assert r.exit_code == 2 and "unknown variant" in r.output
+    r = CliRunner().invoke(app, ["experiment", "--iterations", "1"])
+    assert r.exit_code == 2 and "iterations" in r.output
+
+
+def test_case_validation():
+    from mltcp.traffic.kernel.experiment import Case
+    with pytest.raises(ValueError, match="variant"):
+        Case(variant="bbr")
+    assert Case(nbytes=1_000_000, rate_mbit=100).compute == pytest.approx(0.08)
+
+
+@pytest.mark.integration
+@pytest.mark.root
+@needs_root
+def test_short_experiment_runs_both_and_cleans_up(tmp_path):
+    tag = f"mkx{os.getpid()}"
+    out = tmp_path / "exp.json"
+    from mltcp.traffic.kernel.experiment import Case, run
+    case = Case(rate_mbit=50, buffer_bytes=60_000, nbytes=200_000, iterations=6, warmup=1)
+    was = set(loader.registered())
+    try:
+        doc = run(case, with_sim=False, tag=tag)
+    finally:
+        assert leftover_namespaces(tag) == []
+    assert set(doc["results"]) == {"reno", "mltcp_reno"}
+    for cc, r in doc["results"].items():
+        recs = r["records"]
+        assert len(recs) == 12 and {x["job"] for x in recs} == {"A", "B"}
+        for x in recs:
+            assert x["start"] <= x["comm_start"] <= x["end"] and x["bytes"] == 200_000
+            assert x["end"] - x["comm_start"] >= 200_000 * 8 / 50e6 * 0.9   # not faster than the link
+        assert r["retransmits"] >= 0 and r["avg_iter_s"] > case.compute
+    # The experiment loads the variant itself when needed and leaves the registration as it was.
+    assert set(loader.registered()) == was

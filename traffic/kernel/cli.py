@@ -1,0 +1,193 @@
+"""`mltcp kernel`: MLTCP-Reno and MLTCP-CUBIC as BPF congestion control in the Linux kernel."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import loader
+from .maps import VARIANTS, Config, MapsError, mark_iteration_start
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="MLTCP as BPF struct_ops congestion control (mltcp_reno, mltcp_cubic).")
+err = Console(stderr=True)
+out = Console()
+
+
+def fail(msg: str, code: int = 2):
+    err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _variants(names: Optional[List[str]]) -> list[str]:
+    names = names or list(VARIANTS)
+    try:
+        return loader.check_variants(names)
+    except loader.KernelCCError as e:
+        fail(str(e))
+
+
+def _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease) -> Config:
+    cfg = Config(slope=slope, intercept=intercept, idle_fraction=idle_fraction, min_idle=min_idle_ms / 1e3,
+                 scale_decrease=scale_decrease)
+    try:
+        cfg.validate()
+    except ValueError as e:
+        fail(f"bad option: {e}")
+    return cfg
+
+
+VARIANT_OPT = typer.Option(None, "--variant", "-v", help="mltcp_reno or mltcp_cubic (repeat; default both)")
+
+
+@app.command()
+def build(variant: Optional[List[str]] = VARIANT_OPT,
+          out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="default ~/.cache/mltcp/bpf/<kernel release>"),
+          clang: str = typer.Option("clang", help="clang binary"),
+          force: bool = typer.Option(False, help="rebuild even if up to date")):
+    """Compile the BPF programs (vmlinux.h from the running kernel's BTF, clang -target bpf)."""
+    try:
+        objs = loader.build(_variants(variant), out_dir=out_dir, clang=clang, force=force)
+    except loader.KernelCCError as e:
+        fail(str(e))
+    for v, o in objs.items():
+        out.print(f"{v}: {o}")
+
+
+@app.command()
+def load(variant: Optional[List[str]] = VARIANT_OPT,
+         slope: float = typer.Option(4.0, help="F(r) = slope * r + intercept"),
+         intercept: float = typer.Option(0.25),
+         idle_fraction: float = typer.Option(0.9, help="idle gap > fraction x last compute gap starts an iteration"),
+         min_idle_ms: float = typer.Option(1.0, help="shortest idle gap that can start an iteration (ms)"),
+         scale_decrease: bool = typer.Option(False, help="remove (0.8 - 0.6 r) x 2 x the base fraction on loss"),
+         clang: str = typer.Option("clang")):
+    """Build if needed, register the algorithms and write their configuration (needs root)."""
+    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease)
+    try:
+        regs = loader.load(_variants(variant), config=cfg, clang=clang)
+    except loader.KernelCCError as e:
+        fail(str(e))
+    for v, sid in regs.items():
+        out.print(f"registered {v} (struct_ops id {sid})")
+    out.print(f"tcp_available_congestion_control: {' '.join(loader.available())}")
+
+
+@app.command()
+def unload(variant: Optional[List[str]] = VARIANT_OPT,
+           wait: float = typer.Option(3.0, help="seconds to wait for the kernel to free them")):
+    """Unregister the algorithms (needs root)."""
+    try:
+        removed, held = loader.unload(_variants(variant), wait=wait)
+    except loader.KernelCCError as e:
+        fail(str(e))
+    out.print(f"unregistered: {', '.join(removed) or 'nothing was registered'}")
+    if held:
+        err.print(f"[yellow]warning:[/] {', '.join(held)} no longer selectable, but still held by open "
+                  "sockets or map fds; the kernel frees them when those close")
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="print JSON")):
+    """Registered MLTCP algorithms, their configuration, and the kernel's available list."""
+    try:
+        st = loader.status()
+    except (loader.KernelCCError, MapsError, OSError) as e:
+        fail(str(e))
+    if as_json:
+        out.print_json(json.dumps(st))
+        return
+    out.print(f"tcp_available_congestion_control: {' '.join(st['available'])}")
+    if not st["registered"]:
+        out.print("no MLTCP algorithm registered (`mltcp kernel load`)")
+    for v, e in st["registered"].items():
+        out.print(f"{v}: struct_ops id {e['struct_ops_id']}, config {e.get('config', e.get('error'))}, "
+                  f"stats {e.get('stats', {})}")
+    for v, ids in st.get("lingering", {}).items():
+        out.print(f"{v}: unregistered, still held by sockets (struct_ops ids {ids})")
+
+
+@app.command()
+def mark(port: int = typer.Argument(..., help="local TCP port of the sending socket")):
+    """Tell the kernel MLTCP that the flow on PORT starts a training iteration now."""
+    try:
+        n = mark_iteration_start(port)
+    except (ValueError, MapsError, OSError) as e:
+        fail(str(e))
+    if n == 0:
+        fail("no MLTCP algorithm is registered")
+    out.print(f"marked port {port} in {n} variant(s)")
+
+
+@app.command()
+def experiment(
+    variant: str = typer.Option("mltcp_reno", help="mltcp_reno (vs reno) or mltcp_cubic (vs cubic)"),
+    rate_mbit: float = typer.Option(100.0, help="bottleneck rate (htb)"),
+    buffer_kb: float = typer.Option(150.0, help="bottleneck drop-tail buffer (bfifo)"),
+    mbytes: float = typer.Option(1.0, help="MB per iteration per job"),
+    compute_ms: Optional[float] = typer.Option(None, help="compute time; default = the iteration's transfer time alone"),
+    iterations: int = typer.Option(60),
+    warmup: int = typer.Option(10, help="iterations left out of avg/p99"),
+    offset_ms: float = typer.Option(5.0, help="job B starts this much after job A"),
+    mark_iterations: bool = typer.Option(False, "--mark", help="explicit iteration marks instead of idle detection"),
+    slope: float = typer.Option(4.0), intercept: float = typer.Option(0.25),
+    idle_fraction: float = typer.Option(0.9), min_idle_ms: float = typer.Option(1.0),
+    scale_decrease: bool = typer.Option(False),
+    with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
+):
+    """Two jobs through one bottleneck in network namespaces: kernel base CC vs its MLTCP variant."""
+    from .experiment import Case, run
+    from .netns import NetnsError
+
+    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease)
+    try:
+        case = Case(rate_mbit=rate_mbit, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
+                    compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,
+                    warmup=warmup, offset_s=offset_ms / 1e3, variant=variant, mark=mark_iterations, config=cfg)
+    except ValueError as e:
+        fail(str(e))
+    if out_path is not None and out_path.is_dir():
+        fail(f"--out {out_path}: is a directory")
+    with err.status(f"running reno-family baseline and {variant} ({iterations} iterations each)..."):
+        try:
+            doc = run(case, with_sim=with_sim)
+        except (loader.KernelCCError, NetnsError, MapsError, OSError, RuntimeError) as e:
+            fail(str(e))
+    table = Table(title=f"two jobs, {rate_mbit:g} Mbit/s, {buffer_kb:g} kB buffer, {mbytes:g} MB/iteration, "
+                        f"compute {case.compute * 1e3:.0f} ms (ideal iteration {doc['ideal_iter_s'] * 1e3:.0f} ms)")
+    for col in ("cc", "job", "avg iter (ms)", "p99 iter (ms)", "interleaved at", "overlap", "retransmits"):
+        table.add_column(col)
+    for cc, r in doc["results"].items():
+        for j, s in r["jobs"].items():
+            table.add_row(cc, j, f"{s['avg_iter_s'] * 1e3:.1f}", f"{s['p99_iter_s'] * 1e3:.1f}", "", "",
+                          str(s["retransmits"]))
+        table.add_row(cc, "both", f"{r['avg_iter_s'] * 1e3:.1f}", f"{r['p99_iter_s'] * 1e3:.1f}",
+                      str(r["interleaved_at"]), f"{r['steady_overlap']:.0%}", str(r["retransmits"]))
+    out.print(table)
+    out.print(f"speedup {variant} vs {list(doc['results'])[0]}: avg {doc['speedup_avg']:.2f}x, "
+              f"p99 {doc['speedup_p99']:.2f}x; wall {doc['wall_s']:.0f} s")
+    if doc.get("simulation"):
+        for cc, s in doc["simulation"].items():
+            out.print(f"simulate {cc}: avg {s['avg_iter_s'] * 1e3:.1f} ms, p99 {s['p99_iter_s'] * 1e3:.1f} ms, "
+                      f"interleaved at {s['interleaved_at']}")
+    summary = {k: v for k, v in doc.items() if k != "results"}
+    summary["results"] = {cc: {k: v for k, v in r.items() if k != "records"} for cc, r in doc["results"].items()}
+    if out_path is not None:
+        tmp = out_path.with_suffix(out_path.suffix + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1, default=float))
+        tmp.replace(out_path)
+        out.print(f"wrote {out_path}")
+    out.print_json(json.dumps(summary, default=float))
+
+
+def main() -> None:  # `python -m mltcp.traffic.kernel.cli`
+    app()
+
+
+if __name__ == "__main__":
+    main()
