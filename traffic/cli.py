@@ -282,6 +282,7 @@ def pcap_write(
 def pcap_records(
     path: Path = typer.Argument(..., help="pcap (MLTCP shim flows or any UDP/TCP flows)"),
     idle_gap: Optional[str] = typer.Option(None, help="gap that starts a new iteration in flows without the shim"),
+    port: List[int] = typer.Option([], "--port", help="also parse the MLTCP shim on this UDP port (9199 always)"),
     records_out: Optional[Path] = typer.Option(None, "--out", help="write records CSV here"),
     as_json: bool = typer.Option(False, "--json"),
 ):
@@ -290,7 +291,8 @@ def pcap_records(
 
     from .pcap import PcapError, read_records
     try:
-        recs = read_records(path, idle_gap=_conv(parse_duration, idle_gap, "--idle-gap") if idle_gap else None)
+        recs = read_records(path, idle_gap=_conv(parse_duration, idle_gap, "--idle-gap") if idle_gap else None,
+                            ports=port)
     except PcapError as e:
         fail(str(e))
     if records_out:

@@ -7,7 +7,8 @@
   so the seq range gives the bytes; ``drops`` become retransmitted packets and ``marks``
   CE-marked ones, so the records survive the round trip.
 * :func:`read_records` derives per-job iteration records from any capture: packets carrying the
-  MLTCP shim are grouped by (job id, iteration); other flows by 5-tuple, a new iteration starting
+  MLTCP shim are grouped by (job id, iteration), the iteration ending at its last data packet or
+  the last ACK echoing it, whichever is later; other flows by 5-tuple, a new iteration starting
   after an idle gap. ``start`` of an iteration is the end of the previous one (training computes
   right after communicating); the first iteration's start is its comm_start minus the median
   compute gap of the rest.
@@ -140,12 +141,15 @@ class _Group:
 
 
 def read_records(path, epoch: float | None = None, idle_gap: float | None = None,
-                 job_names: dict | None = None) -> list[IterationRecord]:
-    """Per-job iteration records from a capture (see module docstring)."""
+                 job_names: dict | None = None, ports=()) -> list[IterationRecord]:
+    """Per-job iteration records from a capture (see module docstring). The shim is recognised
+    on UDP port 9199 and on any of ``ports`` (for runs on other ports)."""
+    ports = set(ports)
     path = Path(path)
     if not path.exists():
         raise PcapError(f"{path}: no such file")
     shim_groups: dict[tuple, _Group] = {}
+    acks: dict[tuple, float] = {}
     flows: dict[tuple, list] = defaultdict(list)   # 5-tuple -> [(t, bytes, ce)]
     t_first = None
     try:
@@ -162,10 +166,17 @@ def read_records(path, epoch: float | None = None, idle_gap: float | None = None
                 continue
             ce = (ip.tos & 0x3) == 0x3
             m = pkt.getlayer(MLTCP)
+            if m is None and ports:
+                udp = pkt.getlayer(UDP)
+                if udp is not None and (udp.sport in ports or udp.dport in ports):
+                    raw = bytes(udp.payload)
+                    if len(raw) >= SHIM_LEN and raw[0] >> 4 == 1:
+                        m = MLTCP(raw)
             if m is not None and m.version == 1:
-                if int(m.flags) & FLAG_ACK:
-                    continue
                 key = (m.job_id, m.iteration)
+                if int(m.flags) & FLAG_ACK:   # the iteration ends when its last byte is acked
+                    acks[key] = max(acks.get(key, t), t)
+                    continue
                 g = shim_groups.get(key)
                 if g is None:
                     g = shim_groups[key] = _Group(t)
@@ -196,7 +207,8 @@ def read_records(path, epoch: float | None = None, idle_gap: float | None = None
     per_job: dict = defaultdict(list)
     for (jid, it), g in shim_groups.items():
         nbytes = (sum(e - s for s, e in g.ranges.values()) / len(g.ranges)) if g.ranges else g.bytes
-        per_job[names.get(jid, f"job{jid}")].append([it, g.first - t0, g.last - t0, nbytes, g.drops, g.marks])
+        end = max(g.last, acks.get((jid, it), g.last))
+        per_job[names.get(jid, f"job{jid}")].append([it, g.first - t0, end - t0, nbytes, g.drops, g.marks])
     for key, pk in flows.items():
         pk.sort()
         gaps = [b[0] - a[0] for a, b in zip(pk, pk[1:])]
