@@ -100,3 +100,14 @@ def test_recv_command_process():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_send_without_receiver_times_out_with_exit_1():
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()                                   # nothing listens there now
+    res = runner.invoke(app, ["send", "--to", f"127.0.0.1:{port}", "--bytes", "10KB", "--compute", "0",
+                              "--iterations", "1", "--timeout", "0.5s"])
+    assert res.exit_code == 1 and "not delivered" in res.output

@@ -23,7 +23,6 @@ from .scoreboard import Scoreboard, Seg
 ECT0 = 0x02
 # Rates (DCQCN's st.rate, --line-rate) count whole IP datagrams, as a NIC's rate limiter does.
 WIRE_OVERHEAD = wire.IP_UDP_OVERHEAD + wire.FIXED_LEN
-MBPS = 1e6 / 8
 
 
 def build_cc(name: str, line_rate: float | None = None, explicit_iterations: bool = True, **params):
