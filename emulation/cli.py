@@ -164,13 +164,13 @@ def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, qui
 def _print_summary(doc: dict) -> None:
     t = Table(title=f"emulation: {doc['scenario']} ({doc['emulation']['topology']}, "
                     f"{doc['emulation']['transport']}, {doc['emulation']['link_mode']})")
-    for c in ("arm", "cc", "avg iter s", "p99 iter s", "drops", "retrans", "converged at"):
+    for c in ("arm", "cc", "avg iter s", "p99 iter s", "drops", "retrans", "converged at", "interleaved at (20 %)"):
         t.add_column(c)
     for arm in ("baseline", "mltcp"):
         a = doc.get(arm)
         if a:
             t.add_row(arm, a["cc"], f"{a['avg_iter_s']:.4f}", f"{a['p99_iter_s']:.4f}", str(a["drops"]),
-                      str(a["retransmissions"]), str(a["converged_at_iteration"]))
+                      str(a["retransmissions"]), str(a["converged_at_iteration"]), str(a["interleaved_at_iteration"]))
     err.print(t)
     if doc.get("speedup_avg"):
         err.print(f"speedup avg {doc['speedup_avg']:.3f}  p99 {doc['speedup_p99']:.3f}")
@@ -188,7 +188,7 @@ def _print_baseline(doc: dict) -> None:
         err.print(f"userspace reno: {doc['userspace_reno_error']}")
     for cc, a in doc["iterations"].items():
         err.print(f"kernel {cc} iterations: avg {a['avg_iter_s']:.4f} s, p99 {a['p99_iter_s']:.4f} s, "
-                  f"interleaved (converged) from iteration {a['converged_at_iteration']}")
+                  f"converged at {a['converged_at_iteration']}, interleaved (20 %) at {a['interleaved_at_iteration']}")
 
 
 @app.command("topo")

@@ -146,8 +146,22 @@ def test_arm_summary_has_simulator_keys_and_honest_marks():
         assert k in d
     assert d["ecn_marks"] is None and d["drops"] == 7 and d["retransmissions"] == 7
     assert d["converged_at_iteration"] == 0          # the two jobs never overlap
+    assert d["interleaved_at_iteration"] == 0
     assert d["per_job_avg_iter_s"]["j0"] == pytest.approx(0.5)
     assert per_job_avg(recs, 1)["j1"] == pytest.approx(0.5)
+
+
+def test_interleaved_at_uses_loose_threshold():
+    sc = _sc([["L"], ["L"]])
+    # period 1.0, 0.55 s phases: from iteration 2 on each phase shares 0.05 s with the other job's
+    # phase on either side (18 %), before that they coincide
+    recs = []
+    for i in range(8):
+        shift = 0.0 if i < 2 else 0.5
+        recs += [_rec("j0", i, i * 1.0, i * 1.0 + 0.55), _rec("j1", i, i * 1.0 + shift, i * 1.0 + shift + 0.55)]
+    d = arm_summary(ArmResult("reno", recs, 0, None, {}, "htb", 1.0), sc)
+    assert d["converged_at_iteration"] is None
+    assert d["interleaved_at_iteration"] == 2
 
 
 def test_peer_commands_udp():
