@@ -269,3 +269,33 @@ def test_tail_loss_probe_before_timeout(peer):
         assert f.stats["tlp"] == 1                      # one probe until something is delivered
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_window_restarts_after_idle_longer_than_rto(peer, restart):
+    mss = 1000
+    f = FlowSender(peer.getsockname(), build_cc("reno"), payload=mss, min_rto=0.2, idle_restart=restart,
+                   clock=lambda: 0.0)
+    try:
+        f.enqueue(10 * mss, 0)
+        f.service(0.0)
+        for _ in range(10):
+            peer.recvfrom(4096)
+        _deliver(peer, f, _ack(f, 10 * mss), 0.001)
+        f.st.cwnd[0] = 80 * mss                       # pretend the window grew large
+        f.enqueue(5 * mss, 1)
+        f.service(0.1)                                 # idle 0.1 s < RTO: window kept
+        assert f.st.cwnd[0] == 80 * mss and f.stats["idle_restarts"] == 0
+        for _ in range(5):
+            peer.recvfrom(4096)
+        _deliver(peer, f, _ack(f, 15 * mss), 0.101)
+        cw = f.st.cwnd[0]                              # 85 segments after that ACK (slow start)
+        f.enqueue(5 * mss, 2)
+        f.service(0.101 + 2.5 * f.rtt.rto)            # idle for 2.5 RTOs: halved twice
+        if restart:
+            assert f.st.cwnd[0] == pytest.approx(cw / 4)
+            assert f.st.ssthresh[0] >= 0.75 * cw and f.stats["idle_restarts"] == 1
+        else:
+            assert f.st.cwnd[0] == cw and f.stats["idle_restarts"] == 0
+    finally:
+        f.close()

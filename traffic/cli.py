@@ -55,6 +55,8 @@ def send(
     min_rto: str = typer.Option("200ms", help="minimum retransmission timeout"),
     payload: int = typer.Option(1424, help="payload bytes per datagram (1424 = 1500-byte IP packets)"),
     no_ecn: bool = typer.Option(False, "--no-ecn", help="do not set ECT(0) on data"),
+    no_idle_restart: bool = typer.Option(False, "--no-idle-restart",
+                                         help="keep the window over idle periods longer than an RTO"),
     detect_iterations: str = typer.Option("explicit", help="MLTCP iteration boundaries: explicit (the "
                                           "sender marks them) or idle (the tracker's idle-gap rule)"),
     timeout: str = typer.Option("60s", help="give up if an iteration is not delivered in this long"),
@@ -107,7 +109,8 @@ def send(
                           line_rate=_conv(parse_rate, line_rate, "--line-rate") / 8, payload=payload,
                           min_rto=_conv(parse_duration, min_rto, "--min-rto"), ecn=not no_ecn,
                           timeout=_conv(parse_duration, timeout, "--timeout"),
-                          explicit_iterations=detect_iterations == "explicit")
+                          explicit_iterations=detect_iterations == "explicit",
+                          idle_restart=not no_idle_restart)
     except OSError as e:
         fail(f"--to: {e}")
     with tr:

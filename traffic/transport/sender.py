@@ -52,13 +52,15 @@ class FlowSender:
     def __init__(self, dest: tuple[str, int], cc, job_id: int = 0, payload: int = wire.DEFAULT_PAYLOAD,
                  min_rto: float = 0.2, burst: int = 16, max_window: int = 16 << 20, ecn: bool = True,
                  clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None,
-                 explicit_iterations: bool = True, min_pto: float = 0.01):
+                 explicit_iterations: bool = True, min_pto: float = 0.01, idle_restart: bool = True):
         if not 0 < payload <= 65000:
             raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
         self.dest, self.cc, self.job_id, self.payload = dest, cc, job_id, payload
         self.burst, self.max_window, self.clock = burst, max_window, clock
         self.reo_wnd = reo_wnd
         self.explicit_iterations = explicit_iterations
+        self.idle_restart = idle_restart
+        self.last_send = None                     # time of the last datagram sent
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         if ecn:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
@@ -93,7 +95,7 @@ class FlowSender:
         self._acked = np.zeros(1)
         self._rttv = np.zeros(1)
         self.stats = dict(sent=0, retransmits=0, acks=0, ece=0, cnp=0, loss_events=0, ecn_events=0,
-                          timeouts=0, send_drops=0, bad=0, ce_marks=0, tlp=0)
+                          timeouts=0, send_drops=0, bad=0, ce_marks=0, tlp=0, idle_restarts=0)
 
     # -- application ---------------------------------------------------------------------------
     def enqueue(self, nbytes: int, iteration: int) -> int:
@@ -245,6 +247,19 @@ class FlowSender:
                     self.tlp_out = True
             elif self.rto_start is None or pto_at < self.rto_start + self.rtt.rto:
                 wake = min(wake, pto_at)
+        # Restart after idle (RFC 5681 4.1, Linux tcp_cwnd_restart): a window-based flow that sent
+        # nothing for longer than an RTO halves its window per RTO idle, down to the initial
+        # window, keeping ssthresh at >= 3/4 of the old window.
+        if (self.idle_restart and not self.rate_based and self.last_send is not None
+                and not sb.outstanding and sb.snd_nxt < self.app_end):
+            idle, rto = now - self.last_send, self.rtt.rto
+            if idle > rto:
+                cw = float(st.cwnd[0])
+                iw = 10.0 * self.payload
+                if cw > iw:
+                    st.ssthresh[0] = max(float(st.ssthresh[0]), 0.75 * cw)
+                    st.cwnd[0] = max(iw, cw / 2 ** int(idle / rto))
+                self.stats["idle_restarts"] += 1
         # How much may go out now.
         if self.rate_based:
             rate = max(float(st.rate[0]), 1.0)
@@ -284,6 +299,7 @@ class FlowSender:
                 self.last_progress = now
                 self.crc = pattern.zlib.crc32(pattern.chunk(seq, length), self.crc)
             sent_bytes += seg.len + WIRE_OVERHEAD
+            self.last_send = now
             if self.rate_based:
                 self.tokens -= seg.len + WIRE_OVERHEAD
             if self.rto_start is None:

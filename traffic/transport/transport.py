@@ -50,7 +50,7 @@ class UdpTransport:
                  line_rate: float | None = None, payload: int = wire.DEFAULT_PAYLOAD,
                  min_rto: float = 0.2, ecn: bool = True, burst: int = 16, clock=time.monotonic,
                  timeout: float | None = None, max_window: int = 16 << 20,
-                 explicit_iterations: bool = True):
+                 explicit_iterations: bool = True, idle_restart: bool = True):
         if isinstance(peers, (str, tuple)):
             peers = [peers]
         dests = [parse_hostport(p) if isinstance(p, str) else tuple(p) for p in peers]
@@ -61,7 +61,8 @@ class UdpTransport:
                                              **(cc_params or {})),
                                  job_id=job_id, payload=payload, min_rto=min_rto, ecn=ecn,
                                  burst=burst, clock=clock, max_window=max_window,
-                                 explicit_iterations=explicit_iterations) for d in dests]
+                                 explicit_iterations=explicit_iterations,
+                                 idle_restart=idle_restart) for d in dests]
 
     def send_iteration(self, nbytes: int, iteration: int) -> SendResult:
         t0 = self.clock()
