@@ -299,3 +299,17 @@ def test_window_restarts_after_idle_longer_than_rto(peer, restart):
             assert f.st.cwnd[0] == cw and f.stats["idle_restarts"] == 0
     finally:
         f.close()
+
+
+def test_one_job_several_flows():
+    with Receiver(("127.0.0.1", 0)) as r1, Receiver(("127.0.0.1", 0)) as r2:
+        r1.start(); r2.start()
+        with UdpTransport([r1.addr, f"127.0.0.1:{r2.addr[1]}"], cc="mltcp-cubic", job_id=9, timeout=30) as tx:
+            res = [tx.send_iteration(250_000, i) for i in range(3)]
+            assert all(r.flows == 2 and r.bytes == 250_000 for r in res)
+            stats = tx.stats()
+        r1.stop(); r2.stop()
+        for rx, st in zip((r1, r2), stats):
+            (f,) = rx.flows.values()
+            assert f.delivered == 750_000 and f.mismatched == 0 and f.job_id == 9
+            assert f.crc == st["crc32"] == pattern.expected_crc(0, 750_000)
