@@ -199,7 +199,7 @@ def test_receiver_cnp_at_most_one_per_interval():
         s.settimeout(2)
         try:
             def data(seq):
-                return wire.encode(0, 1, 0, 0, 9, seq, 0, 0, 0, 100, wire.T_DATA) + pattern.chunk(seq, 100)
+                return wire.encode(0, 1, 0, 1234, 9, seq, 0, 0, 0, 100, wire.T_DATA) + pattern.chunk(seq, 100)
             for i in range(5):
                 s.sendto(data(i * 100), rx.addr)
             import time
@@ -227,6 +227,7 @@ def test_receiver_cnp_at_most_one_per_interval():
                     break
             assert sum(bool(a.flags & wire.FLAG_CNP) for a in acks) == 2
             assert all(a.flags & wire.FLAG_ECE for a in acks)
+            assert all(a.job_id == 1 and a.ratio_q16 == 1234 for a in acks)   # echoed from the data
         finally:
             s.close()
 

@@ -4,7 +4,9 @@ Per datagram: read the ECN codepoint (IP_RECVTOS ancillary data), put the payloa
 check it against the sender's pattern, and ACK: every ``ack_every`` in-order datagrams, at once
 for out-of-order or duplicate data or a due CNP, and at the end of every receive batch.
 A CE mark sets ECE on the next ACK; a CE mark also makes the ACK a CNP, at most one per
-``cnp_interval`` (50 us) per flow, for the rate-based (DCQCN) senders.
+``cnp_interval`` (50 us) per flow, for the rate-based (DCQCN) senders. ACKs echo the job id,
+iteration and bytes_ratio of the latest data, so a switch's per-job state is the same whichever
+direction it sees.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ class FlowReceiver:
     pending: int = 0
     last_tsval: int = 0
     last_iteration: int = 0
+    last_ratio: int = 0          # Q0.16 bytes_ratio of the latest data, echoed in ACKs
     last_cnp: float = float("-inf")
     cnp_due: bool = False
     cnps: int = 0
@@ -93,7 +96,7 @@ class Receiver:
             flags |= wire.FLAG_CNP
             f.cnp_due = False
             f.cnps += 1
-        head = wire.encode(flags, f.job_id, f.last_iteration, 0, f.conn_id, 0, f.ra.rcv_nxt,
+        head = wire.encode(flags, f.job_id, f.last_iteration, f.last_ratio, f.conn_id, 0, f.ra.rcv_nxt,
                            int((now - self.t0) * 1e6), f.last_tsval, 0, 0, f.ce_since_ack,
                            f.ra.sack_blocks(wire.MAX_SACK))
         try:
@@ -138,6 +141,7 @@ class Receiver:
             f.last_rx = now
             f.last_tsval = p.tsval
             f.last_iteration = p.iteration
+            f.last_ratio = p.ratio_q16
             immediate = False
             if tos & 0x3 == CE:
                 f.ce += 1
