@@ -2,7 +2,6 @@
 ECN echo and CNPs, and the congestion-control reactions."""
 import socket
 
-import numpy as np
 import pytest
 
 from mltcp.traffic.transport import FlowSender, Receiver, UdpTransport, build_cc, pattern, wire

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
