@@ -18,7 +18,7 @@ from mltcp.records import IterationRecord
 from mltcp.traffic.driver import JobSpec, run_job
 
 from . import loader
-from .maps import Config
+from .maps import Config, VariantMaps
 from .netns import Dumbbell
 from .transport import KernelTransport, Receiver, tcp_info
 
@@ -80,6 +80,13 @@ def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
         for t in threads:
             t.join()
         retrans = {j.label: tcp_info(t.sock)["total_retrans"] for j, t in zip(jobs, transports)}
+        detected = {}
+        if cc in BASELINES:   # what the BPF tracker made of the run
+            with VariantMaps(cc) as vm:
+                for j, t in zip(jobs, transports):
+                    st = vm.socket_state(t.sock)
+                    detected[j.label] = {"iterations_completed": st.completed, "learned_bytes": st.learned,
+                                         "last_gap_ms": st.last_gap_ns / 1e6} if st else None
     finally:
         for t in transports:
             t.close()
@@ -91,6 +98,8 @@ def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
     for j in "AB":
         s = metrics.summary(records[j], case.warmup)
         per_job[j] = {**s, "retransmits": retrans[j]}
+        if detected.get(j):
+            per_job[j]["bpf_tracker"] = detected[j]
     both = metrics.summary(allrec, case.warmup)
     ov = metrics.overlap_fractions(allrec)
     steady = [f for (_, i), f in ov.items() if i >= case.warmup]
