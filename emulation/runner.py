@@ -466,6 +466,12 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
         raise EmulationError("DCQCN is rate-based: use --transport udp")
     plan = plan_from_scenario(sc, topology)
     mode = resolve_link_mode(link_mode, plan.topology)
+    if transport == "kernel":   # fail before the first arm, not after it
+        kernel_cc_name(cc, False)
+        if compare_mltcp:
+            kernel_cc_name(cc, True)
+    elif not udp_available():
+        raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport)")
     cb = (lambda arm: (lambda r: on_record(arm, r))) if on_record else (lambda arm: None)
     base = run_arm(plan, cc, transport, mltcp=False, link_mode=mode, on_record=cb("baseline"))
     ml = None
