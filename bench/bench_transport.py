@@ -176,9 +176,9 @@ class Topology:
     qdisc: a full queue pushes back on their sockets, like TSQ). router=True: a--r--b, the
     bottleneck on the forwarding namespace r's egress towards b (a switch: no back-pressure)."""
 
-    def __init__(self, tag: str, router: bool, rate="100mbit", buffer_bytes=150_000):
+    def __init__(self, tag: str, router: bool, rate="100mbit", buffer_bytes=150_000, mtu: int = 1500):
         self.pid = os.getpid()
-        self.router, self.rate, self.buffer = router, rate, buffer_bytes
+        self.router, self.rate, self.buffer, self.mtu = router, rate, buffer_bytes, mtu
         self.a, self.r, self.b = (f"m{tag}{x}{self.pid}" for x in "arb")
         self.tag = tag
 
@@ -193,7 +193,7 @@ class Topology:
                 sh("ip", "-n", a, "addr", "add", "10.77.0.1/24", "dev", f"{t}a")
                 sh("ip", "-n", b, "addr", "add", "10.77.0.2/24", "dev", f"{t}b")
                 for ns, dev in ((a, f"{t}a"), (b, f"{t}b")):
-                    sh("ip", "-n", ns, "link", "set", dev, "up")
+                    sh("ip", "-n", ns, "link", "set", dev, "mtu", str(self.mtu), "up")
                 self.dst, self.qns, self.qdev = "10.77.0.2", a, f"{t}a"
             else:
                 sh("ip", "link", "add", f"{t}a", "netns", a, "type", "veth", "peer", f"{t}r1", "netns", r)
@@ -201,7 +201,7 @@ class Topology:
                 for ns, dev, addr in ((a, f"{t}a", "10.77.1.1/24"), (r, f"{t}r1", "10.77.1.2/24"),
                                       (r, f"{t}r2", "10.77.2.1/24"), (b, f"{t}b", "10.77.2.2/24")):
                     sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
-                    sh("ip", "-n", ns, "link", "set", dev, "up")
+                    sh("ip", "-n", ns, "link", "set", dev, "mtu", str(self.mtu), "up")
                 sh("ip", "-n", a, "route", "add", "default", "via", "10.77.1.2")
                 sh("ip", "-n", b, "route", "add", "default", "via", "10.77.2.1")
                 sh("ip", "netns", "exec", r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
@@ -218,7 +218,8 @@ class Topology:
 
     def describe(self):
         where = "router namespace (a--r--b)" if self.router else "sender side (a--b)"
-        return f"htb {self.rate} + bfifo {self.buffer // 1000} KB on the {where}"
+        mtu = f", MTU {self.mtu}" if self.mtu != 1500 else ""
+        return f"htb {self.rate} + bfifo {self.buffer // 1000} KB on the {where}{mtu}"
 
     def qdisc_drops(self):
         out = sh("tc", "-n", self.qns, "-s", "qdisc", "show", "dev", self.qdev).stdout
@@ -248,39 +249,42 @@ def bench_netns(ccs, nbytes, iterations):
             print("  bottleneck qdisc totals:", " | ".join(topo.qdisc_drops()))
 
 
-def bench_competing(ccs, iterations=40, compute="100ms", nbytes="1.25MB"):
+def bench_competing(ccs, iterations=60, compute="100ms", nbytes="1.25MB", offsets=(0.0, 0.02)):
     """Two jobs (one process each) through one 100 Mb/s bottleneck in a router namespace:
     1.25 MB per iteration is 100 ms alone on the link, so the jobs overlap at ~300 ms per
-    iteration and interleave at 200."""
+    iteration and interleave at 200. Jumbo frames (MTU 9000, 8,900-byte payloads) cut the packet
+    rate six-fold, so that CPU scheduling on a busy machine disturbs the timing less."""
     if not _can_netns("competing jobs"):
         return
     import statistics
-    with Topology("cp", True) as topo:
+    with Topology("cp", True, mtu=9000) as topo:
         print(f"== competing jobs: 2 jobs x {iterations} iterations, compute {compute}, {nbytes}/iteration, "
               f"{topo.describe()} (alone: 200 ms/iteration; fully overlapped: ~300 ms)")
-        for cc in ccs:
-            rx = [subprocess.Popen(["ip", "netns", "exec", topo.b, *CLI, "recv", "--bind", f"{topo.dst}:{9199 + k}",
-                                    "--idle-exit", "2s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True) for k in range(2)]
-            for r in rx:
-                r.stderr.readline()
-            tx = [subprocess.Popen(["ip", "netns", "exec", topo.a, *CLI, "send", "--to", f"{topo.dst}:{9199 + k}",
-                                    "--cc", cc, "--job", str(k + 1), "--bytes", nbytes, "--compute", compute,
-                                    "--iterations", str(iterations), "--json", "--start-offset", f"{0.02 * k}s",
-                                    "--line-rate", "100mbit"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(2)]
-            outs = [t.communicate()[0] for t in tx]
-            for r in rx:
-                r.communicate()
-            for k, o in enumerate(outs):
-                lines = [json.loads(x) for x in o.splitlines()]
-                recs, summ = lines[:-1], lines[-1]["summary"][0]
-                d = [r["end"] - r["start"] for r in recs]
-                tail = d[len(d) // 2:]
-                print(f"  {cc:12s} job {k + 1}: iteration time mean {statistics.mean(d) * 1e3:6.1f} ms, "
-                      f"second half mean {statistics.mean(tail) * 1e3:6.1f} ms, p99 "
-                      f"{sorted(d)[int(0.99 * (len(d) - 1))] * 1e3:6.1f} ms; retx {summ['retransmits']}, "
-                      f"timeouts {summ['timeouts']}", flush=True)
+        for off in offsets:
+            for cc in ccs:
+                rx = [subprocess.Popen(["ip", "netns", "exec", topo.b, *CLI, "recv", "--bind",
+                                        f"{topo.dst}:{9199 + k}", "--idle-exit", "2s", "--json"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(2)]
+                for r in rx:
+                    r.stderr.readline()
+                tx = [subprocess.Popen(["ip", "netns", "exec", topo.a, *CLI, "send", "--to", f"{topo.dst}:{9199 + k}",
+                                        "--cc", cc, "--job", str(k + 1), "--bytes", nbytes, "--compute", compute,
+                                        "--iterations", str(iterations), "--json", "--start-offset", f"{off * k}s",
+                                        "--line-rate", "100mbit", "--payload", "8900"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(2)]
+                outs = [t.communicate()[0] for t in tx]
+                for r in rx:
+                    r.communicate()
+                for k, o in enumerate(outs):
+                    lines = [json.loads(x) for x in o.splitlines()]
+                    recs, summ = lines[:-1], lines[-1]["summary"][0]
+                    d = [r["end"] - r["start"] for r in recs]
+                    tail = d[len(d) // 2:]
+                    print(f"  offset {off * 1e3:3.0f} ms  {cc:12s} job {k + 1}: iteration mean "
+                          f"{statistics.mean(d) * 1e3:6.1f} ms, first 5 {statistics.mean(d[:5]) * 1e3:6.1f} ms, "
+                          f"second half {statistics.mean(tail) * 1e3:6.1f} ms, p99 "
+                          f"{sorted(d)[int(0.99 * (len(d) - 1))] * 1e3:6.1f} ms; retx {summ['retransmits']}, "
+                          f"timeouts {summ['timeouts']}", flush=True)
 
 
 def main():
