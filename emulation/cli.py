@@ -11,7 +11,6 @@ Mounted as ``main_app.add_typer(mltcp.emulation.cli.app, name="emulate")``:
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import typer
@@ -103,7 +102,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
              dilate, no_sim, baseline_peer, peer_seconds, as_json, out, records=None):
     from mltcp import scenario as scn
 
-    from .runner import EmulationError, choose_topology, plan_from_scenario, rescale, run_experiment
+    from .runner import EmulationError, choose_topology, plan_from_scenario, rescale
     from .topologies import TopologyError, features, resolve_link_mode
 
     try:

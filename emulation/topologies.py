@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import subprocess
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from mininet.link import Link
 from mininet.net import Mininet
