@@ -187,3 +187,15 @@ def test_switch_mode_delay_ecn_and_cleanup():
     assert len(arm.records) == 8
     assert arm.ecn_marks is not None and arm.ecn_marks > 0     # ECT traffic over a 5-packet threshold
     assert_clean(prefix)
+
+
+def test_linux_tc_mode_needs_netem_and_red():
+    from mltcp.emulation.topologies import TopologyError, qdisc_available, resolve_link_mode
+    have = qdisc_available("netem") and qdisc_available("red")
+    if have:
+        assert resolve_link_mode("linux-tc") == "linux-tc"
+    else:
+        with pytest.raises(TopologyError, match="netem|red"):
+            resolve_link_mode("linux-tc")
+    assert qdisc_available("htb")
+    assert not any(n.startswith("mq") and n[2:].isdigit() for n in netns.root_links())
