@@ -313,3 +313,32 @@ def test_one_job_several_flows():
             (f,) = rx.flows.values()
             assert f.delivered == 750_000 and f.mismatched == 0 and f.job_id == 9
             assert f.crc == st["crc32"] == pattern.expected_crc(0, 750_000)
+
+
+def test_no_window_growth_when_app_limited_or_in_recovery(peer):
+    mss = 1000
+    f = FlowSender(peer.getsockname(), build_cc("reno"), payload=mss, clock=lambda: 0.0)
+    try:
+        f.enqueue(2 * mss, 0)                       # 2 segments, window of 10: application-limited
+        f.service(0.0)
+        for _ in range(2):
+            peer.recvfrom(4096)
+        _deliver(peer, f, _ack(f, 2 * mss), 0.001)
+        assert f.st.cwnd[0] == 10 * mss and f.st.tracker is None
+        f.stats["acks"] = 0
+        f.enqueue(40 * mss, 1)                      # now the window limits: slow start grows it
+        f.service(0.002)
+        for _ in range(10):
+            peer.recvfrom(4096)
+        _deliver(peer, f, _ack(f, 4 * mss), 0.003)
+        assert f.st.cwnd[0] == 12 * mss
+        f.stats["acks"] = 0
+        for k in range(3):                          # loss of segment 4: reduction, recovery starts
+            _deliver(peer, f, _ack(f, 4 * mss, [(5 * mss, (6 + k) * mss)]), 0.004)
+            f.stats["acks"] = 0
+        assert f.stats["loss_events"] == 1
+        cw = f.st.cwnd[0]
+        _deliver(peer, f, _ack(f, 4 * mss, [(5 * mss, 10 * mss)]), 0.005)   # more SACKed, in recovery
+        assert f.st.cwnd[0] == cw
+    finally:
+        f.close()

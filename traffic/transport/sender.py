@@ -81,6 +81,7 @@ class FlowSender:
         self.tlp_out = False                      # a probe is outstanding
         self.last_progress = now                  # last send of new data or delivery
         self.recovery_end = -1                   # no further reduction until snd_una passes this
+        self.cwnd_limited = False                 # the window, not the application, limited sending
         self.app_end = 0                         # bytes the application has queued so far
         self.iteration = 0
         self.iter_start_seq = 0
@@ -171,7 +172,12 @@ class FlowSender:
         if delivered:
             self._acked[0] = delivered
             self._rttv[0] = self.rtt.latest
-            cc.on_ack(st, self._acked, self._rttv, now)
+            before = float(st.cwnd[0])
+            cc.on_ack(st, self._acked, self._rttv, now)   # also feeds the MLTCP tracker
+            # As Linux (tcp_may_raise_cwnd, tcp_is_cwnd_limited / RFC 7661) and the simulator: no
+            # window growth in recovery/CWR, nor when the window was not what limited the sender.
+            if not self.rate_based and (sb.snd_una < self.recovery_end or not self.cwnd_limited):
+                st.cwnd[0] = before
         if lost or (ece and not self.rate_based):
             if sb.snd_una >= self.recovery_end:   # one reduction per round trip
                 kind = "loss" if lost else "ecn"
@@ -307,6 +313,9 @@ class FlowSender:
         if sent_bytes and self.rate_based:
             self._acked[0] = sent_bytes
             self.cc.on_sent(st, self._acked, now)
+        if not self.rate_based:
+            cw, inflight = float(st.cwnd[0]), sb.inflight_bytes
+            self.cwnd_limited = cw < 2 * inflight if cw < float(st.ssthresh[0]) else inflight >= cw - self.payload
         if self.rto_start is not None and sb.outstanding:
             wake = min(wake, self.rto_start + self.rtt.rto)
         has_work = sb.lost_pending or sb.snd_nxt < self.app_end
