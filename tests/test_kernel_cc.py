@@ -41,10 +41,13 @@ TEST_CFG = maps.Config(min_idle=0.02)
 
 @pytest.fixture(scope="module")
 def loaded():
+    before = list(loader.registered())
     try:
         yield loader.load(config=TEST_CFG)
     finally:
         loader.unload()
+        if before:   # put back what was registered before the tests (default configuration)
+            loader.load(before)
 
 
 @pytest.fixture
