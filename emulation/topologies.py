@@ -292,17 +292,26 @@ def features(mode: str) -> dict[str, bool]:
     }[mode]
 
 
+_QDISC_PROBE = {
+    "netem": ["netem", "delay", "1ms"],
+    "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1500", "burst", "30",
+            "bandwidth", "100mbit", "probability", "0.1", "ecn"],
+    "htb": ["htb", "default", "1"],
+}
+
+
 def qdisc_available(kind: str) -> bool:
-    """Whether the kernel knows qdisc ``kind`` (tries it on a throwaway dummy link)."""
+    """Whether the kernel accepts qdisc ``kind`` (tried as root qdisc of a throwaway veth pair)."""
     import os
-    dev = f"mq{os.getpid() % 100000}"
-    subprocess.run(["ip", "link", "add", dev, "type", "dummy"], capture_output=True, check=False)
+    dev = f"mq{os.getpid() % 1000000}"
+    subprocess.run(["ip", "link", "add", dev + "a", "type", "veth", "peer", "name", dev + "b"],
+                   capture_output=True, check=False)
     try:
-        r = subprocess.run(["tc", "qdisc", "add", "dev", dev, "root", kind], capture_output=True,
-                           text=True, check=False)
+        r = subprocess.run(["tc", "qdisc", "add", "dev", dev + "a", "root", *_QDISC_PROBE.get(kind, [kind])],
+                           capture_output=True, text=True, check=False)
         return r.returncode == 0
     finally:
-        subprocess.run(["ip", "link", "del", dev], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", dev + "a"], capture_output=True, check=False)
 
 
 def software_switch_class():

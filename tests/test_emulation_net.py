@@ -198,4 +198,5 @@ def test_linux_tc_mode_needs_netem_and_red():
         with pytest.raises(TopologyError, match="netem|red"):
             resolve_link_mode("linux-tc")
     assert qdisc_available("htb")
-    assert not any(n.startswith("mq") and n[2:].isdigit() for n in netns.root_links())
+    assert not qdisc_available("no-such-qdisc")
+    assert not any(n.startswith(f"mq{os.getpid() % 1000000}") for n in netns.root_links())
