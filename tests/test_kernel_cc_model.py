@@ -69,3 +69,21 @@ def test_config_pack_and_errors():
 def test_layout_sizes_match_the_c_structs():
     # Sizes the C header's structs have (all naturally aligned, no padding holes).
     assert (CFG.size, SK.size, EV.size) == (32, 96, 72)
+
+
+def test_loader_refuses_clearly(monkeypatch, tmp_path):
+    from mltcp.traffic.kernel import loader
+
+    with pytest.raises(loader.KernelCCError, match="not found on PATH"):
+        loader.build(out_dir=tmp_path, clang="clang-does-not-exist")
+    with pytest.raises(loader.KernelCCError, match="unknown variant"):
+        loader.build(["mltcp_bbr"], out_dir=tmp_path)
+    monkeypatch.setattr(loader.os, "geteuid", lambda: 1000)
+    with pytest.raises(loader.KernelCCError, match="needs root"):
+        loader.load()
+    with pytest.raises(loader.KernelCCError, match="needs root"):
+        loader.unload()
+    monkeypatch.setattr(loader, "BTF_PATH", tmp_path / "no-btf")
+    with pytest.raises(loader.KernelCCError, match="no BTF"):
+        loader.require_btf()
+    assert not list(tmp_path.glob("*.o"))
