@@ -145,8 +145,24 @@ def rescale(sc, rate_mbps: float | None = None, delay_ms: float | None = None, i
     return sc
 
 
+def check_ring_paths(sc) -> None:
+    """The ring carries job k over (link k, link k+1): jobs[0].path = [a, b], jobs[1].path = [b, c],
+    jobs[2].path = [c, a] for links a, b, c (each job shares one link with each neighbour)."""
+    paths = [list(j.path) for j in sc.jobs]
+    if any(len(p) != 2 for p in paths):
+        raise TopologyError(f"{sc.source}: jobs[].path: the ring needs every job to cross two links")
+    for k in range(1, len(paths)):
+        if paths[k][0] != paths[k - 1][1]:
+            raise TopologyError(f"{sc.source}: jobs[{k}].path: the ring needs it to start on "
+                                f"{paths[k - 1][1]!r} (where jobs[{k - 1}] ends)")
+    if len(paths) == 3 and paths[2][1] != paths[0][0]:
+        raise TopologyError(f"{sc.source}: jobs[2].path: the ring needs it to end on {paths[0][0]!r}")
+
+
 def plan_from_scenario(sc, topology: str = "auto") -> Plan:
     kind = choose_topology(sc) if topology == "auto" else topology
+    if kind == "ring":
+        check_ring_paths(sc)
     first = sc.links[sc.jobs[0].path[0]]
     jobs = [JobPlan(j.name, int(round(j.bytes_per_iter)), j.compute_s, j.start_offset_s, j.iterations)
             for j in sc.jobs]

@@ -76,6 +76,15 @@ def test_choose_topology():
         choose_topology(_sc([["a"], ["b"]], links=("a", "b")))
 
 
+def test_ring_paths_must_form_the_cycle():
+    good = _sc([["a", "b"], ["b", "c"], ["c", "a"]], links=("a", "b", "c"))
+    assert plan_from_scenario(good).topology == "ring"
+    bad = _sc([["a", "b"], ["c", "a"], ["b", "c"]], links=("a", "b", "c"))
+    with pytest.raises(TopologyError, match=r"jobs\[1\]\.path"):
+        plan_from_scenario(bad)
+    assert plan_from_scenario(scn.load("circular")).topology == "ring"
+
+
 def test_link_params_of_scenario_link():
     sc = _sc([["L"]])
     p = link_params_of(sc.links["L"])
