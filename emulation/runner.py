@@ -345,6 +345,9 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
                              switch_cls=software_switch_class() if mode == "switch" else None)
         assign_endpoints(plan, topo)
         net = build_network(topo, mode, cl)
+        if transport == "kernel" and features(mode)["ecn"]:
+            for h in net.hosts:   # ECN-capable kernel TCP where the links can mark
+                h.cmd("sysctl -qw net.ipv4.tcp_ecn=1")
         q: queue.Queue = queue.Queue()
         receivers, senders = {}, {}
         for job in plan.jobs:

@@ -179,10 +179,13 @@ def test_switch_mode_delay_ecn_and_cleanup():
     rtt_min = float(out.split("rtt min/avg/max/mdev = ")[1].split("/")[0])
     assert rtt_min >= 4.0          # 2 ms each way on the bottleneck
     assert_clean(prefix, pids)
-    if not udp_available():
-        pytest.skip("userspace transport not importable")
     plan = Plan("t", "dumbbell", bn, [JobPlan("j0", 400_000, 0.05, 0.0, 4),
                                       JobPlan("j1", 400_000, 0.05, 0.01, 4)], warmup=1)
+    arm = run_arm(plan, "reno", "kernel", link_mode="switch")   # hosts get tcp_ecn=1 here
+    assert len(arm.records) == 8 and arm.ecn_marks > 0
+    assert_clean(prefix)
+    if not udp_available():
+        pytest.skip("userspace transport not importable")
     arm = run_arm(plan, "reno", "udp", link_mode="switch")
     assert len(arm.records) == 8
     assert arm.ecn_marks is not None and arm.ecn_marks > 0     # ECT traffic over a 5-packet threshold
