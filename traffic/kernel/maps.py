@@ -31,7 +31,8 @@ U64 = struct.Struct("<Q")
 FLAG_SCALE_DECREASE = 1
 FLAG_TRACE_ALL = 2
 EV_GROW, EV_FRIENDLY, EV_SSTHRESH, EV_STATE = 1, 2, 3, 4
-STAT_SSTHRESH_REPAIRS = 0
+STAT_SSTHRESH_REPAIRS, STAT_REPAIRS_NOT_OURS = 0, 1
+EV_REPAIR = 5
 TRACE_SLOTS = 8192
 
 
@@ -91,7 +92,7 @@ class SocketState:
     min_idle_us: int
     flags: int
     port: int
-    pad: int
+    last_ssthresh: int
 
     @classmethod
     def unpack(cls, raw: bytes) -> "SocketState":
@@ -213,8 +214,9 @@ class VariantMaps:
 
     def stats(self) -> dict[str, int]:
         """Counters kept by the BPF programs (see mltcp_guard in mltcp_cc.bpf.h)."""
-        raw = bpfsys.map_lookup(self.fds["stats"], U32.pack(STAT_SSTHRESH_REPAIRS), U64.size)
-        return {"ssthresh_repairs": U64.unpack(raw)[0]}
+        def get(i):
+            return U64.unpack(bpfsys.map_lookup(self.fds["stats"], U32.pack(i), U64.size))[0]
+        return {"ssthresh_repairs": get(STAT_SSTHRESH_REPAIRS), "repairs_not_ours": get(STAT_REPAIRS_NOT_OURS)}
 
     def reset_trace(self) -> None:
         bpfsys.map_update(self.fds["tcount"], U32.pack(0), U64.pack(0))

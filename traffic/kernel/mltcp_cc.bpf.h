@@ -51,6 +51,7 @@
 #define MLTCP_EV_FRIENDLY 2  /* CUBIC Reno-friendly region: cwnd set to W_est (aux = W_est) */
 #define MLTCP_EV_SSTHRESH 3  /* decrease: w = fraction kept (Q16), aux = new ssthresh */
 #define MLTCP_EV_STATE 4     /* set_state: w = ssthresh, aux = new icsk_ca_state */
+#define MLTCP_EV_REPAIR 5    /* mltcp_guard: w = bad ssthresh, inc = our last ssthresh(), aux = new */
 
 /* Layouts below are mirrored in traffic/kernel/maps.py (struct formats): keep them in step. */
 struct mltcp_cfg {
@@ -79,7 +80,7 @@ struct mltcp_sk {
 	__u32 min_idle_us;
 	__u32 flags;
 	__u32 port;              /* local port (host order) */
-	__u32 pad;
+	__u32 last_ssthresh;     /* what our ssthresh() last returned (for mltcp_guard) */
 };
 
 struct mltcp_trace_ev {
@@ -149,6 +150,7 @@ struct {
 
 /* Counters: MLTCP_STAT_* (read by `mltcp kernel status`). */
 #define MLTCP_STAT_SSTHRESH_REPAIRS 0
+#define MLTCP_STAT_REPAIRS_NOT_OURS 1   /* repaired value differs from what ssthresh() returned */
 #define MLTCP_STATS 4
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -415,6 +417,8 @@ static __always_inline __u32 mltcp_ssthresh(struct sock *sk, __u32 keep_q16)
 	w = (__u32)(((__u64)tp->snd_cwnd * keep_q16) >> 16);
 	if (w < 2)
 		w = 2;
+	if (m)
+		m->last_ssthresh = w;
 	ev = mltcp_trace_open(tp, m, MLTCP_EV_SSTHRESH, keep_q16, 0, 0, w);
 	mltcp_trace_close(tp, ev);
 	return w;
@@ -442,7 +446,8 @@ static __always_inline void mltcp_guard(struct sock *sk, __u32 base_keep_q16)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
-	__u32 state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state), keep = base_keep_q16, w, zero = 0;
+	__u32 state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state), keep = base_keep_q16, w, zero = 0, one = 1;
+	struct mltcp_trace_ev *ev;
 	struct mltcp_sk *m;
 	__u64 *n;
 
@@ -452,7 +457,16 @@ static __always_inline void mltcp_guard(struct sock *sk, __u32 base_keep_q16)
 	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE))
 		keep = mltcp_keep_q16(m, base_keep_q16);
 	w = (__u32)(((__u64)tp->prior_cwnd * keep) >> 16);
-	tp->snd_ssthresh = w > 2 ? w : 2;
+	if (w < 2)
+		w = 2;
+	ev = mltcp_trace_open(tp, m, MLTCP_EV_REPAIR, tp->snd_ssthresh, 0, m ? m->last_ssthresh : 0, w);
+	if (m && m->last_ssthresh != tp->snd_ssthresh) {
+		n = bpf_map_lookup_elem(&MLTCP_MAP(stats), &one);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
+	tp->snd_ssthresh = w;
+	mltcp_trace_close(tp, ev);
 	n = bpf_map_lookup_elem(&MLTCP_MAP(stats), &zero);
 	if (n)
 		__sync_fetch_and_add(n, 1);
