@@ -37,7 +37,8 @@ class IterationTracker:
         boundary = active & ~np.isnan(gap) & (gap > threshold)
         if boundary.any():
             self.last_gap = np.where(boundary, gap, self.last_gap)
-            self._close(boundary)
+            # an iteration already closed by iteration_start() holds no bytes yet: nothing to close
+            self._close(boundary & (self.bytes_cur > 0))
         self.bytes_cur += acked
         self.last_active = np.where(active, now, self.last_active)
 

@@ -70,3 +70,16 @@ def test_explicit_iteration_start():
 def test_bad_idle_fraction():
     with pytest.raises(ValueError):
         IterationTracker(1, idle_fraction=0)
+
+
+def test_explicit_start_and_idle_rule_together_close_each_iteration_once():
+    tr = IterationTracker(1, min_idle=1e-3)
+    t = 0.0
+    for _ in range(4):
+        tr.iteration_start(np.array([True]))   # the framework says "new iteration"
+        t += 0.02                               # ... then the first ack comes after the compute gap
+        feed(tr, 1000, t)
+        feed(tr, 1000, t + 1e-4)
+    assert tr.iteration[0] == 3                 # the first call had nothing to close
+    assert tr.bytes_per_iter[0] == 2000
+    assert tr.bytes_ratio[0] == 1.0
