@@ -64,6 +64,7 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
     mode = resolve_link_mode(link_mode, "dumbbell")
     prefix = netns.run_prefix()
     with netns.Cleanup(prefix) as cl:
+        cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
         from .topologies import software_switch_class
         topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=flows,
                              switch_cls=software_switch_class() if mode == "switch" else None)

@@ -173,6 +173,9 @@ class Cleanup:
         self.procs: list[subprocess.Popen] = []
         self.node_pids: list[int] = []
         self.done = False
+        # software switches log to /tmp/mltcp-switch-<name>.log; whoever reads their final port
+        # statistics after the teardown sets this False and removes the files itself
+        self.remove_switch_logs = True
 
     def add_proc(self, proc: subprocess.Popen) -> subprocess.Popen:
         self.procs.append(proc)
@@ -208,11 +211,18 @@ class Cleanup:
             kill_pids(self.node_pids)
             kill_pids(tagged_pids(self.prefix))
             delete_links(self.prefix)
+            if self.remove_switch_logs:
+                import glob
+                for f in glob.glob(f"/tmp/mltcp-switch-{self.prefix}*.log"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(f)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def __enter__(self) -> "Cleanup":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.remove_switch_logs = True   # nobody will read them
         self.run()

@@ -340,6 +340,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
     prefix = netns.run_prefix()
     wall0 = time.monotonic()
     with netns.Cleanup(prefix) as cl:
+        cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
         from .topologies import software_switch_class
         topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
                              switch_cls=software_switch_class() if mode == "switch" else None)

@@ -26,6 +26,8 @@ def quiet_mininet():
 
 
 def assert_clean(prefix, pids=()):
+    import glob
+    assert not glob.glob(f"/tmp/mltcp-switch-{prefix}*.log")
     left = netns.leftovers(prefix, list(pids))
     if left:  # remove before failing so one failure does not poison the next test
         netns.kill_pids(left.pids)
