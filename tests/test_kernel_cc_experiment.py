@@ -5,7 +5,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from mltcp.traffic.kernel import loader, maps
+from mltcp.traffic.kernel import loader
 from mltcp.traffic.kernel.cli import app
 from mltcp.traffic.kernel.netns import leftover_namespaces
 
