@@ -21,7 +21,7 @@ from mltcp.sim.engine import simulate
 def pairs(n_jobs: int, iterations: int):
     return from_dict({
         "name": f"bench-{n_jobs}", "iterations": iterations, "warmup_iterations": 1,
-        "links": [{"name": "link", "count": max(1, n_jobs // 2), "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0}],
+        "links": [{"name": "link", "count": max(2, n_jobs // 2), "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0}],
         "jobs": [{"name": "job", "count": n_jobs, "share": 2, "stagger_ms": 0.5, "compute_ms": 20,
                   "bytes": 2_500_000, "path": ["link{g}"]}],
     }, f"<bench {n_jobs}>")
