@@ -2,7 +2,7 @@
 
     from mltcp.traffic.kernel import load, unload, mark_iteration_start, KernelTransport, Receiver
 
-See docs/kernel.md. Loading needs root, BTF, clang and bpftool.
+See the README section "Kernel MLTCP". Loading needs root, BTF, clang and bpftool.
 """
 from .loader import KernelCCError, available, build, load, registered, status, unload
 from .maps import VARIANTS, Config, VariantMaps, mark_iteration_start
