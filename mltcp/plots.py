@@ -28,7 +28,7 @@ def throughput(runs: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: 
         ax.set_ylabel("Gb/s")
         ax.set_title(label, fontsize=10, loc="left")
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper right", fontsize=8, ncol=min(len(shown), 4))
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     axes[-1, 0].set_xlabel("time (s)")
     if title:
         fig.suptitle(title)
