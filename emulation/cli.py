@@ -1,4 +1,4 @@
-"""`mltcp emulate`: run a scenario in Mininet (see the README section "Emulation").
+"""`mltcp emulate`: run a scenario in Mininet (see the README section 'Emulation').
 
 Mounted as ``main_app.add_typer(mltcp.emulation.cli.app, name="emulate")``:
 
