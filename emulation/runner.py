@@ -50,6 +50,8 @@ class JobPlan:
     port: int = 0
     job_id: int = 0
     line_rate_mbps: float = 0.0
+    min_rto_s: float = 0.2          # the scenario's (after --dilate: stretched) minimum RTO
+    idle_restart: bool = True       # the scenario's slow_start_after_idle
 
 
 @dataclass
@@ -164,7 +166,11 @@ def plan_from_scenario(sc, topology: str = "auto") -> Plan:
     if kind == "ring":
         check_ring_paths(sc)
     first = sc.links[sc.jobs[0].path[0]]
-    jobs = [JobPlan(j.name, int(round(j.bytes_per_iter)), j.compute_s, j.start_offset_s, j.iterations)
+    # The minimum RTO and the cwnd restart after idle travel with the scenario: with --dilate the
+    # RTO is stretched like the compute time, so "idle for longer than an RTO" (which halves the
+    # window at each iteration start) happens in the emulation exactly when it does in the model.
+    jobs = [JobPlan(j.name, int(round(j.bytes_per_iter)), j.compute_s, j.start_offset_s, j.iterations,
+                    min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle)
             for j in sc.jobs]
     notes = []
     if any(j.jitter or j.straggler_prob for j in sc.jobs):
@@ -205,7 +211,10 @@ def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "
         send = [*m, "send", *tag, "--host", job.dst_ip, "--port", str(job.port), "--job", job.name,
                 "--job-id", str(job.job_id), "--cc", cc, "--iterations", str(job.iterations),
                 "--bytes", str(job.bytes), "--compute-s", repr(job.compute_s), "--t0", repr(t0),
-                "--start-offset-s", repr(job.start_offset_s), "--line-rate-mbps", repr(job.line_rate_mbps)]
+                "--start-offset-s", repr(job.start_offset_s), "--line-rate-mbps", repr(job.line_rate_mbps),
+                "--min-rto-s", repr(job.min_rto_s)]
+        if not job.idle_restart:
+            send.append("--no-idle-restart")
         return recv, send
     raise EmulationError(f"unknown transport {transport!r}; choose from {', '.join(TRANSPORTS)}")
 
@@ -307,6 +316,7 @@ class ArmResult:
     retrans: dict[str, int]
     link_mode: str
     wall_s: float
+    peer_stats: dict = field(default_factory=dict)   # job -> the sender's per-flow counters (udp)
 
 
 def switch_stat_sources(net, topo: EmuTopo):
@@ -360,6 +370,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         start_together(senders, q, timeout_s=60 + 2 * len(plan.jobs))
         records: list[IterationRecord] = []
         retrans: dict[str, int] = {}
+        peer_stats: dict[str, list] = {}
         done: set[str] = set()
         limit = timeout_s or (3 * expected_duration(plan, None) + 30)
         deadline = time.monotonic() + limit
@@ -383,6 +394,8 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
                     raise EmulationError(f"injected failure after {len(records)} records")
             elif msg["type"] == "summary":
                 retrans[msg["job"]] = int(msg.get("retrans", 0))
+                if msg.get("flows"):
+                    peer_stats[msg["job"]] = msg["flows"]
             elif msg["type"] == "eof" and kind == "send":
                 p = senders[name].proc
                 p.wait(timeout=5)
@@ -404,7 +417,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         from .softswitch import collect_stats
         drops, marks = collect_stats(sw_logs, bn_ports)
     return ArmResult(wire_cc, sorted(records, key=lambda r: (r.job, r.iteration)), drops, marks, retrans,
-                     mode, time.monotonic() - wall0)
+                     mode, time.monotonic() - wall0, peer_stats)
 
 
 # --------------------------------------------------------------------------- summaries
@@ -452,6 +465,8 @@ def arm_summary(arm: ArmResult, sc) -> dict:
         d["ecn_marks"] = None          # this link mode cannot mark: not "zero marks"
     d.update(retransmissions=sum(arm.retrans.values()), retransmissions_per_job=arm.retrans,
              per_job_avg_iter_s=per_job_avg(arm.records, sc.warmup_iterations), wall_s=round(arm.wall_s, 2))
+    if arm.peer_stats:
+        d["sender_stats"] = arm.peer_stats
     return d
 
 

@@ -58,6 +58,9 @@ def send(host: str = typer.Option(..., help="receiver address"),
          start_offset_s: float = typer.Option(0.0),
          line_rate_mbps: float = typer.Option(0.0, help="line rate (scales DCQCN's parameters)"),
          bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
+         min_rto_s: float = typer.Option(0.2, help="minimum retransmission timeout (the scenario's min_rto)"),
+         idle_restart: bool = typer.Option(True, "--idle-restart/--no-idle-restart",
+                                           help="halve the window per RTO idle (slow_start_after_idle)"),
          run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
     """Run the job's iterations (or a bulk transfer) over the userspace transport."""
     from mltcp.traffic.transport.transport import UdpTransport
@@ -66,7 +69,10 @@ def send(host: str = typer.Option(..., help="receiver address"),
     if iterations > 0 and nbytes <= 0:
         raise SystemExit("udp_peer send: --bytes must be > 0")
     line = line_rate_mbps * 1e6 / 8 if line_rate_mbps > 0 else None
-    with UdpTransport(f"{host}:{port}", cc=cc, job_id=job_id, line_rate=line, timeout=120.0) as tr:
+    if min_rto_s <= 0:
+        raise SystemExit("udp_peer send: --min-rto-s must be > 0")
+    with UdpTransport(f"{host}:{port}", cc=cc, job_id=job_id, line_rate=line, timeout=120.0,
+                      min_rto=min_rto_s, idle_restart=idle_restart) as tr:
         t0 = sync_t0(t0)
         wait = t0 + start_offset_s - time.time()
         if wait > 0:
@@ -90,7 +96,23 @@ def send(host: str = typer.Option(..., help="receiver address"),
             end = time.time() - t0
             _emit({"type": "iter", "job": job, "iteration": it, "start": start, "comm_start": comm_start,
                    "end": end, "bytes": nbytes})
-        _emit({"type": "summary", "job": job, "cc": cc, "retrans": tr.retransmits})
+        _emit({"type": "summary", "job": job, "cc": cc, "retrans": tr.retransmits, "flows": _flow_stats(tr)})
+
+
+def _flow_stats(tr) -> list[dict]:
+    """Per-flow transport counters (timeouts, tail-loss probes, idle restarts, ...), the MLTCP
+    tracker's learned bytes per iteration and this process's CPU seconds, for diagnosis."""
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out = []
+    for f, d in zip(tr.flows, tr.stats()):
+        trk = getattr(f.st, "tracker", None)
+        if trk is not None:
+            d["tracker_bytes_per_iter"] = float(trk.bytes_per_iter[0])
+            d["tracker_iterations"] = int(trk.iteration[0])
+        d["cpu_s"] = round(ru.ru_utime + ru.ru_stime, 3)
+        out.append(d)
+    return out
 
 
 if __name__ == "__main__":
