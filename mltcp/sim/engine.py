@@ -137,6 +137,12 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     k, steps = 0, 0
     t = 0.0
     next_start = float(phase_end.min())
+    mark_rng = np.random.default_rng([sc.seed, 1])
+
+    def marked_event(mk):
+        """Did at least one ECN-marked packet come back? Marks are fluid (a fraction of the bytes);
+        with m expected marked packets the chance of one or more is 1 - exp(-m) (Poisson)."""
+        return (mk > 0) & (mark_rng.random(J) < -np.expm1(-mk / mss))
     pending = np.zeros(H, dtype=bool)                # does a feedback slot hold anything?
     with np.errstate(divide="ignore", invalid="ignore"):
         while True:
@@ -175,7 +181,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
                     # no growth in recovery, nor when the window was not what limited the sender
                     # (Linux tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
                     st.cwnd = np.where(in_rec | ~cwnd_limited, before, st.cwnd)
-                    loss, ecn = lo > 0, mk > 0
+                    loss, ecn = lo > 0, marked_event(mk)
                     react = (loss | ecn) & ~in_rec
                     if react.any():
                         tmo = react & loss & (before < 4 * mss)
@@ -190,7 +196,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
                             cc.on_congestion(st, cong & ~loss, "ecn", t)
                         recovery_until = np.where(tmo, t + rto, np.where(cong, t + srtt, recovery_until))
                 else:
-                    cnp = ((mk > 0) | (lo > 0)) & (t - last_cnp >= CNP_INTERVAL)
+                    cnp = (marked_event(mk) | (lo > 0)) & (t - last_cnp >= CNP_INTERVAL)
                     if cnp.any():
                         cc.on_cnp(st, cnp, t)
                         last_cnp = np.where(cnp, t, last_cnp)
