@@ -73,10 +73,13 @@ def emulate(
     records: Path = typer.Option(None, help="write each arm's per-iteration records to DIR/<arm>.csv"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON document only (no progress)"),
     out: Path = typer.Option(None, help="also write the JSON document to this file"),
+    payload_rate: bool = typer.Option(True, "--payload-rate/--wire-rate",
+                                      help="links carry the scenario's rate in payload bytes, as in the "
+                                           "simulator (default), or in frame bytes"),
 ):
     """Build SCENARIO's topology in Mininet, run its jobs, print the same keys as `mltcp simulate`."""
     _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, no_sim, False, 10.0, as_json, out, records)
+             dilate, no_sim, False, 10.0, as_json, out, records, payload_rate)
 
 
 @app.command("baseline-peer")
@@ -99,7 +102,7 @@ def baseline_peer_cmd(
 
 
 def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, no_sim, baseline_peer, peer_seconds, as_json, out, records=None):
+             dilate, no_sim, baseline_peer, peer_seconds, as_json, out, records=None, payload_rate=True):
     from mltcp import scenario as scn
 
     from .runner import EmulationError, choose_topology, plan_from_scenario, rescale
@@ -135,7 +138,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
                 _write(doc, out)
                 return
             doc = _run_with_progress(sc, cc or sc.cc, compare, transport, mode, topology, not no_sim, as_json,
-                                     records)
+                                     records, payload_rate)
     except KeyboardInterrupt:
         _fail("interrupted; network and processes removed", 130)
     except (EmulationError, TopologyError) as e:
@@ -145,19 +148,21 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     _write(doc, out)
 
 
-def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, quiet, records=None) -> dict:
+def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, quiet, records=None,
+                       payload_rate=True) -> dict:
     from rich.progress import Progress
 
     from .runner import run_experiment
     if quiet:
-        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim, records_dir=records)
+        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim, records_dir=records,
+                              payload_rate=payload_rate)
     total = sum(j.iterations for j in sc.jobs)
     with Progress(console=err, transient=True) as prog:
         tasks = {"baseline": prog.add_task(f"baseline {cc}", total=total)}
         if compare:
             tasks["mltcp"] = prog.add_task(f"mltcp-{cc}", total=total)
         return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim, records_dir=records,
-                              on_record=lambda arm, r: prog.advance(tasks[arm]))
+                              payload_rate=payload_rate, on_record=lambda arm, r: prog.advance(tasks[arm]))
 
 
 def _print_summary(doc: dict) -> None:

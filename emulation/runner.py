@@ -178,6 +178,34 @@ def plan_from_scenario(sc, topology: str = "auto") -> Plan:
     return Plan(sc.name, kind, link_params_of(first, sc.mss), jobs, sc.warmup_iterations, sc, notes)
 
 
+ETH_HEADER = 14
+KERNEL_TCP_MSS = 1448   # 1500-byte IP packet, TCP with timestamps
+
+
+def wire_factor(transport: str) -> float:
+    """Frame bytes on the wire per payload byte of ``transport``'s full-sized packets.
+
+    The simulator's links carry ``rate`` bytes/s of payload (whole segments, no headers); an
+    emulated link's rate counts frames (htb and mltcp-switch both count the Ethernet frame). Run at
+    the nominal rate, the userspace transport (1424 payload bytes in a 1514-byte frame) gets only
+    94 % of the model's goodput, so a job's communication phase alone is 6 % longer than its
+    compute phase in ``two-jobs`` and the two phases can no longer interleave without overlap."""
+    if transport == "udp":
+        from mltcp.traffic.transport import wire
+        return (1500 + ETH_HEADER) / wire.DEFAULT_PAYLOAD
+    return (1500 + ETH_HEADER) / KERNEL_TCP_MSS
+
+
+def payload_rate_plan(plan: Plan, transport: str) -> None:
+    """Raise the emulated links' frame rate so their payload rate is the scenario's (the model's)."""
+    if plan.bottleneck.rate_mbps is None:
+        return
+    f = wire_factor(transport)
+    plan.bottleneck = dataclasses.replace(plan.bottleneck, rate_mbps=round(plan.bottleneck.rate_mbps * f, 3))
+    plan.notes.append(f"links run at {plan.bottleneck.rate_mbps:g} Mb/s of frames = the scenario's rate in "
+                      f"payload bytes ({transport} headers: x{f:.4f}); --wire-rate turns this off")
+
+
 def assign_endpoints(plan: Plan, topo: EmuTopo) -> None:
     if len(plan.jobs) > len(topo.job_pairs):
         raise TopologyError(f"topology {plan.topology} has {len(topo.job_pairs)} job endpoints, "
@@ -213,6 +241,8 @@ def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "
                 "--bytes", str(job.bytes), "--compute-s", repr(job.compute_s), "--t0", repr(t0),
                 "--start-offset-s", repr(job.start_offset_s), "--line-rate-mbps", repr(job.line_rate_mbps),
                 "--min-rto-s", repr(job.min_rto_s)]
+        if job.line_rate_mbps > 0 and not __import__("os").environ.get("NOPACE"):   # the model's hosts send at most at their first link's rate
+            send += ["--nic-rate-mbps", repr(job.line_rate_mbps)]
         if not job.idle_restart:
             send.append("--no-idle-restart")
         return recv, send
@@ -489,10 +519,12 @@ def sim_vs_emu(sc, cc_name: str, emu_records: list[IterationRecord]) -> dict | N
 def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport: str = "kernel",
                    link_mode: str = "auto", topology: str = "auto",
                    on_record: Callable[[str, IterationRecord], None] | None = None,
-                   with_sim: bool = True, records_dir=None) -> dict:
+                   with_sim: bool = True, records_dir=None, payload_rate: bool = True) -> dict:
     """Baseline (and with ``compare_mltcp`` the MLTCP) arm of scenario ``sc``: the JSON document of
     ``mltcp simulate`` (mltcp.compare.report) plus ``sim_vs_emu`` and an ``emulation`` section.
-    With ``records_dir`` each arm's per-iteration records go to ``<dir>/<arm>.csv``."""
+    With ``records_dir`` each arm's per-iteration records go to ``<dir>/<arm>.csv``. With
+    ``payload_rate`` the links' frame rate is raised so that they carry the scenario's rate in
+    payload bytes, as the simulator's links do (:func:`wire_factor`)."""
     if cc not in BASE_CCS:
         raise EmulationError(f"--cc must be one of {', '.join(BASE_CCS)}, got {cc}")
     if transport not in TRANSPORTS:
@@ -500,6 +532,8 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     if cc == "dcqcn" and transport == "kernel":
         raise EmulationError("DCQCN is rate-based: use --transport udp")
     plan = plan_from_scenario(sc, topology)
+    if payload_rate:
+        payload_rate_plan(plan, transport)
     mode = resolve_link_mode(link_mode, plan.topology)
     if transport == "kernel":   # fail before the first arm, not after it
         kernel_cc_name(cc, False)

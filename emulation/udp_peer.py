@@ -58,6 +58,7 @@ def send(host: str = typer.Option(..., help="receiver address"),
          start_offset_s: float = typer.Option(0.0),
          line_rate_mbps: float = typer.Option(0.0, help="line rate (scales DCQCN's parameters)"),
          bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
+         nic_rate_mbps: float = typer.Option(0.0, help="pace at this NIC line rate (0: unpaced bursts)"),
          min_rto_s: float = typer.Option(0.2, help="minimum retransmission timeout (the scenario's min_rto)"),
          idle_restart: bool = typer.Option(True, "--idle-restart/--no-idle-restart",
                                            help="halve the window per RTO idle (slow_start_after_idle)"),
@@ -72,7 +73,8 @@ def send(host: str = typer.Option(..., help="receiver address"),
     if min_rto_s <= 0:
         raise SystemExit("udp_peer send: --min-rto-s must be > 0")
     with UdpTransport(f"{host}:{port}", cc=cc, job_id=job_id, line_rate=line, timeout=120.0,
-                      min_rto=min_rto_s, idle_restart=idle_restart) as tr:
+                      min_rto=min_rto_s, idle_restart=idle_restart,
+                      nic_rate=nic_rate_mbps * 1e6 / 8 if nic_rate_mbps > 0 else None) as tr:
         t0 = sync_t0(t0)
         wait = t0 + start_offset_s - time.time()
         if wait > 0:

@@ -52,7 +52,8 @@ class FlowSender:
     def __init__(self, dest: tuple[str, int], cc, job_id: int = 0, payload: int = wire.DEFAULT_PAYLOAD,
                  min_rto: float = 0.2, burst: int = 16, max_window: int = 16 << 20, ecn: bool = True,
                  clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None,
-                 explicit_iterations: bool = True, min_pto: float = 0.01, idle_restart: bool = True):
+                 explicit_iterations: bool = True, min_pto: float = 0.01, idle_restart: bool = True,
+                 nic_rate: float | None = None, nic_burst: int = 6, nic_wake: int = 2):
         if not 0 < payload <= 65000:
             raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
         self.dest, self.cc, self.job_id, self.payload = dest, cc, job_id, payload
@@ -88,7 +89,21 @@ class FlowSender:
         self.iter_bytes = 0
         self.crc = 0                              # CRC-32 of the stream as first sent
         self.ratio_q = 0
-        self.tokens = float(payload + WIRE_OVERHEAD) * burst
+        # NIC rate (bytes/s of whole IP datagrams) for every algorithm, window-based ones too: a
+        # host's NIC never puts more than its line rate on the wire, so a window opening after an
+        # ACK leaves as a paced train instead of a burst at memory speed (as the simulator's
+        # per-flow NIC credit). Bursts of at most ``nic_burst`` datagrams.
+        if nic_rate is not None and nic_rate <= 0:
+            raise ValueError(f"nic_rate must be > 0 bytes/s, got {nic_rate}")
+        if nic_burst < 1:
+            raise ValueError(f"nic_burst must be >= 1, got {nic_burst}")
+        if not 1 <= nic_wake <= nic_burst:
+            raise ValueError(f"nic_wake must be in 1..nic_burst, got {nic_wake}")
+        # A paced sender sleeps until ``nic_wake`` datagrams' worth of budget has built up: one
+        # wake-up per datagram (120 us at 100 Mb/s) costs a Python event loop more than the
+        # datagram's time on the wire, and a late wake-up loses the rate once the bucket is full.
+        self.nic_rate, self.nic_burst, self.nic_wake = nic_rate, nic_burst, nic_wake
+        self.tokens = float(payload + WIRE_OVERHEAD) * (burst if nic_rate is None else min(burst, nic_burst))
         self.last_fill = now
         self.blocked_until = 0.0                  # socket buffer full: wait for writability
         self._rbuf = bytearray(2048)
@@ -267,17 +282,19 @@ class FlowSender:
                     st.cwnd[0] = max(iw, cw / 2 ** int(idle / rto))
                 self.stats["idle_restarts"] += 1
         # How much may go out now.
-        if self.rate_based:
-            rate = max(float(st.rate[0]), 1.0)
-            cap = float(self.payload + WIRE_OVERHEAD) * self.burst
+        paced = self.rate_based or self.nic_rate is not None
+        need = self.payload + WIRE_OVERHEAD
+        rate = self._pace_rate()
+        if paced:
+            cap = float(need) * (self.burst if self.nic_rate is None else min(self.burst, self.nic_burst))
             self.tokens = min(cap, self.tokens + (now - self.last_fill) * rate)
             self.last_fill = now
-            window = self.max_window
-        else:
-            window = max(float(st.cwnd[0]), float(self.payload))
+        window = self.max_window if self.rate_based else max(float(st.cwnd[0]), float(self.payload))
         sent_bytes = 0
+        token_limited = False
         for _ in range(self.burst):
-            if self.rate_based and self.tokens < self.payload + WIRE_OVERHEAD:
+            if paced and self.tokens < need:
+                token_limited = True
                 break
             seg = sb.next_lost()
             if seg is not None:
@@ -306,7 +323,7 @@ class FlowSender:
                 self.crc = pattern.zlib.crc32(pattern.chunk(seq, length), self.crc)
             sent_bytes += seg.len + WIRE_OVERHEAD
             self.last_send = now
-            if self.rate_based:
+            if paced:
                 self.tokens -= seg.len + WIRE_OVERHEAD
             if self.rto_start is None:
                 self.rto_start = now
@@ -320,10 +337,10 @@ class FlowSender:
             wake = min(wake, self.rto_start + self.rtt.rto)
         has_work = sb.lost_pending or sb.snd_nxt < self.app_end
         if has_work:
-            if self.rate_based:
-                need = self.payload + WIRE_OVERHEAD
-                if self.tokens < need:
-                    wake = min(wake, now + (need - self.tokens) / max(float(st.rate[0]), 1.0))
+            if self.rate_based or token_limited:
+                want = need if self.rate_based else need * self.nic_wake
+                if self.tokens < need:   # NIC/rate budget exhausted: come back when it refills
+                    wake = min(wake, now + (want - self.tokens) / rate)
                 else:
                     wake = now
             elif sent_bytes and sb.inflight_bytes < window:
@@ -331,6 +348,13 @@ class FlowSender:
         if self.rate_based and sb.outstanding:
             wake = min(wake, now + getattr(self.cc, "timer", 1e-3))
         return wake
+
+    def _pace_rate(self) -> float:
+        """Bytes/s the token bucket refills at: DCQCN's rate and/or the NIC rate."""
+        if self.rate_based:
+            r = max(float(self.st.rate[0]), 1.0)
+            return min(r, self.nic_rate) if self.nic_rate is not None else r
+        return self.nic_rate if self.nic_rate is not None else float("inf")
 
     def close(self) -> None:
         self.sock.close()
@@ -342,7 +366,10 @@ def run_until(flows: list[FlowSender], done, clock=time.monotonic, timeout: floa
     One selector for all flows: readable -> drain ACKs; a flow whose socket buffer was full is
     also watched for writability (the kernel reports it once half the buffer is free) instead of
     being polled."""
-    sel = selectors.DefaultSelector()
+    # epoll/poll time out in whole milliseconds (Python rounds the timeout up), which caps a paced
+    # sender at one bucket per millisecond (6 datagrams: 72 Mb/s); select() sleeps in microseconds.
+    paced = any(f.rate_based or f.nic_rate is not None for f in flows)
+    sel = selectors.SelectSelector() if paced and len(flows) < 256 else selectors.DefaultSelector()
     events = {}
     for f in flows:
         sel.register(f.sock, selectors.EVENT_READ, f)
