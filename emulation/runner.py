@@ -206,6 +206,18 @@ def payload_rate_plan(plan: Plan, transport: str) -> None:
                       f"payload bytes ({transport} headers: x{f:.4f}); --wire-rate turns this off")
 
 
+def nic_rate_mbps(link_frame_mbps: float) -> float:
+    """The pacing rate of a sender whose NIC runs at its first link's rate.
+
+    The model's flows send at most at their first link's rate (its per-flow NIC credit), so a job
+    alone on its bottleneck never builds a queue there: it is not window-limited, its window does
+    not grow, nothing is dropped. The transport paces IP datagram bytes; the link counts Ethernet
+    frames (14 bytes more), so the datagram rate that fills the link exactly is ``x 1500/1514``.
+    Pacing at the link rate in datagram bytes would outrun the link by 0.9 % and let a lone flow
+    fill the queue and lose packets every iteration."""
+    return link_frame_mbps * 1500 / (1500 + ETH_HEADER)
+
+
 def assign_endpoints(plan: Plan, topo: EmuTopo) -> None:
     if len(plan.jobs) > len(topo.job_pairs):
         raise TopologyError(f"topology {plan.topology} has {len(topo.job_pairs)} job endpoints, "
@@ -241,8 +253,8 @@ def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "
                 "--bytes", str(job.bytes), "--compute-s", repr(job.compute_s), "--t0", repr(t0),
                 "--start-offset-s", repr(job.start_offset_s), "--line-rate-mbps", repr(job.line_rate_mbps),
                 "--min-rto-s", repr(job.min_rto_s)]
-        if job.line_rate_mbps > 0 and not __import__("os").environ.get("NOPACE"):   # the model's hosts send at most at their first link's rate
-            send += ["--nic-rate-mbps", repr(job.line_rate_mbps)]
+        if job.line_rate_mbps > 0:
+            send += ["--nic-rate-mbps", repr(nic_rate_mbps(job.line_rate_mbps))]
         if not job.idle_restart:
             send.append("--no-idle-restart")
         return recv, send
@@ -352,7 +364,7 @@ class ArmResult:
 def switch_stat_sources(net, topo: EmuTopo):
     """([(switch, log file)], {switch: bottleneck ports}) to read drops/marks after the switches stop."""
     bn = {frozenset(b) for b in topo.bottlenecks}
-    logs = [(sw.name, sw.log_file) for sw in net.switches]
+    logs = [(sw.name, sw.log_file) for sw in net.switches if hasattr(sw, "log_file")]
     ports = {sw.name: {port for intf, port in sw.ports.items() if getattr(intf, "link", None)
                        and frozenset((intf.link.intf1.node.name, intf.link.intf2.node.name)) in bn}
              for sw in net.switches}

@@ -49,6 +49,8 @@ def configure_ports(net, topo: EmuTopo) -> None:
     if not topo.layer2:
         raise TopologyError("link mode 'switch' supports layer-2 topologies (dumbbell) only")
     for sw in net.switches:
+        if not hasattr(sw, "link_opts"):   # a kernel bridge beside the software switch
+            continue
         cfg = {}
         for intf, port in sw.ports.items():
             if intf.name == "lo" or getattr(intf, "link", None) is None:
@@ -98,6 +100,8 @@ def program(net, topo: EmuTopo, timeout_s: float = 120.0) -> None:
     """After net.start(): push mltcp.p4's pipeline and the tables to every switch (in a child
     process, so p4runtime-shell's global state and stream threads stay out of this one)."""
     for sw in net.switches:
+        if not hasattr(sw, "grpc_address"):   # a kernel bridge: nothing to program
+            continue
         spec = json.dumps(switch_tables(net, topo, sw))
         r = subprocess.run([sys.executable, "-m", "mltcp.emulation.softswitch", spec],
                            capture_output=True, text=True, timeout=timeout_s)

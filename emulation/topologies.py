@@ -93,6 +93,16 @@ class _PrefixBridge(LinuxBridge):
         return dpid or "0" * 16
 
 
+class _FloodBridge(_PrefixBridge):
+    """A bridge that does not learn (ageing 0: every frame is flooded). Behind mltcp.p4, which
+    rewrites a forwarded frame's source MAC to its old destination MAC, a learning bridge would
+    place the receiver's MAC on the switch's port and drop the frames meant for it."""
+
+    def start(self, controllers):
+        super().start(controllers)
+        self.cmd("brctl setageing", self, "0")
+
+
 class EmuTopo(Topo):
     """Base: records link parameters, bottlenecks, job endpoints and addressing for the builder."""
 
@@ -166,15 +176,22 @@ class Dumbbell(EmuTopo):
 
     layer2 = True
 
-    def make(self, n: int = 2, bottleneck: LinkParams = LinkParams(), access: LinkParams | None = None):
+    def make(self, n: int = 2, bottleneck: LinkParams = LinkParams(), access: LinkParams | None = None,
+             rx_bridge: bool = False):
+        """``rx_bridge``: s2 is a kernel bridge whatever ``switch_cls`` is, so a userspace switch
+        runs once (s1) instead of twice. s1's egress towards s2 is the bottleneck (rate, buffer,
+        delay); its egress towards each sender carries the bottleneck's delay for the return
+        direction (ACKs), so the RTT is the same as with two shaped switches."""
         if not 1 <= n <= 50:
             raise TopologyError(f"dumbbell: n (hosts per side) must be 1..50, got {n}")
-        s1, s2 = self.add_sw("s1"), self.add_sw("s2")
+        s1 = self.add_sw("s1")
+        s2 = self.addSwitch(self.name("s2"), cls=_FloodBridge) if rx_bridge else self.add_sw("s2")
         self.add_link(s1, s2, bottleneck, bottleneck=True)
+        back = LinkParams(delay_ms=bottleneck.delay_ms) if rx_bridge and bottleneck.delay_ms > 0 else access
         for i in range(1, n + 1):
             a = self.add_host(f"a{i}", f"10.0.0.{i}/24")
             b = self.add_host(f"b{i}", f"10.0.0.{100 + i}/24")
-            self.add_link(a, s1, access)
+            self.add_link(a, s1, back)
             self.add_link(b, s2, access)
             self.job_pairs.append((a, b))
 
@@ -231,10 +248,15 @@ TOPOLOGIES = {"dumbbell": Dumbbell, "ring": Ring3, "leafspine": LeafSpine}
 
 
 def make_topology(kind: str, prefix: str, bottleneck: LinkParams, n_jobs: int = 2,
-                  switch_cls=None) -> EmuTopo:
-    """A topology by name with enough job endpoints for ``n_jobs``."""
+                  switch_cls=None, rx_bridge: bool | None = None) -> EmuTopo:
+    """A topology by name with enough job endpoints for ``n_jobs``. With a userspace switch class
+    the dumbbell's receiver side is a kernel bridge (``rx_bridge``, default on): one switch
+    process instead of two on the data path."""
     if kind == "dumbbell":
-        return Dumbbell(prefix=prefix, switch_cls=switch_cls, n=max(1, n_jobs), bottleneck=bottleneck)
+        if rx_bridge is None:
+            rx_bridge = switch_cls is not None
+        return Dumbbell(prefix=prefix, switch_cls=switch_cls, n=max(1, n_jobs), bottleneck=bottleneck,
+                        rx_bridge=rx_bridge)
     if kind == "ring":
         if n_jobs > 3:
             raise TopologyError(f"ring topology carries 3 jobs, scenario has {n_jobs}")
