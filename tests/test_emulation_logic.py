@@ -204,3 +204,63 @@ def test_jain_index():
     assert 0.5 < jain_index([10, 5]) < 1.0
     with pytest.raises(ValueError):
         jain_index([])
+
+
+# -- the emulated experiment is the simulator's: RTO, idle restart, NIC rate, payload rate, topology
+
+def test_plan_carries_scenario_rto_and_idle_restart_stretched_by_dilation():
+    sc = _sc([["L"], ["L"]])
+    assert plan_from_scenario(sc).jobs[0].min_rto_s == pytest.approx(sc.min_rto_s)
+    slow = rescale(sc, rate_mbps=20, dilate=True)          # 200 -> 20 Mb/s: every duration x10
+    plan = plan_from_scenario(slow)
+    assert plan.jobs[0].min_rto_s == pytest.approx(10 * sc.min_rto_s)
+    assert all(j.idle_restart == sc.slow_start_after_idle for j in plan.jobs)
+
+
+def test_udp_peer_commands_pass_rto_idle_restart_and_nic_rate():
+    from mltcp.emulation.runner import nic_rate_mbps
+    job = JobPlan("j", 1000, 0.1, 0.0, 3, "s", "r", "10.0.0.2", 5001, line_rate_mbps=100.0,
+                  min_rto_s=2.0, idle_restart=False)
+    _, send = peer_commands(job, "udp", "mltcp-reno", 0.0)
+    assert float(send[send.index("--min-rto-s") + 1]) == 2.0
+    assert "--no-idle-restart" in send
+    nic = float(send[send.index("--nic-rate-mbps") + 1])
+    assert nic == pytest.approx(nic_rate_mbps(100.0))
+    assert nic < 100.0 and nic * 1514 / 1500 == pytest.approx(100.0)   # datagrams fill the link's frames
+    job.idle_restart, job.line_rate_mbps = True, 0.0
+    _, send = peer_commands(job, "udp", "reno", 0.0)
+    assert "--no-idle-restart" not in send and "--nic-rate-mbps" not in send
+
+
+def test_payload_rate_scales_links_by_header_overhead():
+    from mltcp.emulation.runner import payload_rate_plan, wire_factor
+    from mltcp.traffic.transport import wire
+    assert wire_factor("udp") == pytest.approx(1514 / wire.DEFAULT_PAYLOAD)
+    assert wire_factor("kernel") == pytest.approx(1514 / 1448)
+    plan = plan_from_scenario(_sc([["L"], ["L"]]))
+    payload_rate_plan(plan, "udp")
+    assert plan.bottleneck.rate_mbps == pytest.approx(200 * wire_factor("udp"), rel=1e-4)
+    assert any("payload" in n for n in plan.notes)
+    plan = plan_from_scenario(_sc([["L"], ["L"]]))
+    plan.bottleneck = LinkParams()            # unshaped: nothing to scale
+    payload_rate_plan(plan, "udp")
+    assert plan.bottleneck.rate_mbps is None
+
+
+def test_switch_dumbbell_has_one_userspace_switch_and_return_delay():
+    from mininet.node import Switch
+
+    from mltcp.emulation.topologies import _FloodBridge, make_topology
+
+    class FakeP4(Switch):
+        pass
+    bn = LinkParams(rate_mbps=100, delay_ms=1.0, buffer_bytes=50_000)
+    t = make_topology("dumbbell", "mtest", bn, n_jobs=2, switch_cls=FakeP4)
+    classes = {s: t.nodeInfo(s).get("cls") for s in t.switches()}
+    assert classes == {"mtests1": FakeP4, "mtests2": _FloodBridge}
+    for a, _ in t.job_pairs:                   # sender ports: the return direction's delay only
+        assert t.link_params[frozenset((a, "mtests1"))] == LinkParams(delay_ms=1.0)
+    assert t.link_params[frozenset(("mtests1", "mtests2"))] == bn
+    plain = make_topology("dumbbell", "mtest", bn, n_jobs=2)   # bridges/htb: both sides alike
+    assert not any(frozenset((a, "mtests1")) in plain.link_params for a, _ in plain.job_pairs)
+    assert all(plain.nodeInfo(s).get("cls") is not _FloodBridge for s in plain.switches())
