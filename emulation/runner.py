@@ -428,7 +428,8 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
             kind, name = tag.split(":", 1)
             if msg["type"] == "iter":
                 rec = IterationRecord(msg["job"], int(msg["iteration"]), float(msg["start"]),
-                                      float(msg["comm_start"]), float(msg["end"]), float(msg["bytes"]))
+                                      float(msg["comm_start"]), float(msg["end"]), float(msg["bytes"]),
+                                      float(msg.get("drops", 0)), float(msg.get("marks", 0)))
                 records.append(rec)
                 if on_record:
                     on_record(rec)

@@ -94,10 +94,10 @@ def send(host: str = typer.Option(..., help="receiver address"),
             if compute_s > 0:
                 time.sleep(compute_s)
             comm_start = time.time() - t0
-            tr.send_iteration(nbytes, it)
+            res = tr.send_iteration(nbytes, it)
             end = time.time() - t0
             _emit({"type": "iter", "job": job, "iteration": it, "start": start, "comm_start": comm_start,
-                   "end": end, "bytes": nbytes})
+                   "end": end, "bytes": nbytes, "drops": res.retransmits, "marks": res.marks})
         _emit({"type": "summary", "job": job, "cc": cc, "retrans": tr.retransmits, "flows": _flow_stats(tr)})
 
 
