@@ -190,7 +190,7 @@ def list_scenarios():
     t = Table("name", "jobs", "links", "cc", "description")
     for n in builtin_names():
         sc = load(n)
-        t.add_row(n, str(len(sc.jobs)), str(len(sc.links)), sc.cc, sc.description.split("\n")[0])
+        t.add_row(n, str(len(sc.jobs)), str(len(sc.links)), sc.cc, sc.description.split(". ")[0].split(": ")[0])
     out.print(t)
 
 
