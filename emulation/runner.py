@@ -286,6 +286,33 @@ def kernel_cc_name(cc: str, mltcp: bool) -> str:
                          f"{' '.join(avail)}); load the BPF congestion control from traffic/kernel first")
 
 
+_ROUTE_FLAGS = {"linkdown", "dead", "offload", "trap", "offload_failed", "rt_offload", "rt_trap"}
+
+
+def route_rto_commands(route_lines: str, min_rto_s: float) -> list[str]:
+    """``ip route change`` lines that give every route in ``ip route show`` output the minimum RTO
+    ``min_rto_s`` (Linux's per-route ``rto_min``): kernel TCP then times out, and restarts its
+    window after idle, on the scenario's (possibly dilated) RTO instead of its fixed 200 ms."""
+    out = []
+    for line in route_lines.splitlines():
+        toks = [t for t in line.split() if t not in _ROUTE_FLAGS]
+        if not toks or toks[0] in ("broadcast", "local", "multicast", "unreachable", "blackhole", "prohibit"):
+            continue
+        if "rto_min" in toks:                      # replace an existing value
+            i = toks.index("rto_min")
+            del toks[i:i + 2]
+        out.append("ip route change " + " ".join(toks) + f" rto_min {max(1, round(min_rto_s * 1e3))}ms")
+    return out
+
+
+def set_kernel_min_rto(net, min_rto_s: float) -> None:
+    for h in net.hosts:
+        for cmd in route_rto_commands(h.cmd("ip -4 route show"), min_rto_s):
+            res = h.cmd(cmd + " 2>&1; echo rc=$?")
+            if not res.rstrip().endswith("rc=0"):
+                raise EmulationError(f"{h.name}: '{cmd}' failed: {res.strip()}")
+
+
 class _Peer:
     """A subprocess in a host whose stdout JSON lines are pushed onto a shared queue."""
 
@@ -398,6 +425,8 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
                              switch_cls=software_switch_class() if mode == "switch" else None)
         assign_endpoints(plan, topo)
         net = build_network(topo, mode, cl)
+        if transport == "kernel":   # the scenario's RTO (stretched by --dilate), as the model's
+            set_kernel_min_rto(net, min(j.min_rto_s for j in plan.jobs))
         if transport == "kernel" and features(mode)["ecn"]:
             for h in net.hosts:   # ECN-capable kernel TCP where the links can mark
                 h.cmd("sysctl -qw net.ipv4.tcp_ecn=1")

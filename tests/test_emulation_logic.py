@@ -264,3 +264,14 @@ def test_switch_dumbbell_has_one_userspace_switch_and_return_delay():
     plain = make_topology("dumbbell", "mtest", bn, n_jobs=2)   # bridges/htb: both sides alike
     assert not any(frozenset((a, "mtests1")) in plain.link_params for a, _ in plain.job_pairs)
     assert all(plain.nodeInfo(s).get("cls") is not _FloodBridge for s in plain.switches())
+
+
+def test_route_rto_commands_for_kernel_tcp():
+    from mltcp.emulation.runner import route_rto_commands
+    shown = ("10.0.0.0/24 dev ma1-eth0 proto kernel scope link src 10.0.0.1 linkdown\n"
+             "default via 10.1.1.254 dev h-eth0 rto_min 300ms\n"
+             "broadcast 10.0.0.255 dev x table local\n")
+    cmds = route_rto_commands(shown, 2.0)
+    assert cmds == ["ip route change 10.0.0.0/24 dev ma1-eth0 proto kernel scope link src 10.0.0.1 rto_min 2000ms",
+                    "ip route change default via 10.1.1.254 dev h-eth0 rto_min 2000ms"]
+    assert route_rto_commands("", 0.2) == []
