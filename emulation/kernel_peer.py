@@ -12,36 +12,19 @@ shared by all peers of a run). The congestion control is set per socket with TCP
 """
 from __future__ import annotations
 
-import json
 import socket
 import struct
-import sys
 import time
 
 import typer
+
+from .peer_io import emit as _emit, sync_t0
 
 HDR = struct.Struct("!IQ")
 ACK = struct.Struct("!I")
 CHUNK = 1 << 16
 
 app = typer.Typer(add_completion=False, help="Kernel-TCP job peer (runs inside emulated hosts).")
-
-
-def _emit(rec: dict) -> None:
-    sys.stdout.write(json.dumps(rec) + "\n")
-    sys.stdout.flush()
-
-
-def sync_t0(t0: float) -> float:
-    """t0 < 0: announce readiness and take the run's start epoch from stdin (the runner sends it
-    once every sender is set up, so slow start-ups cannot skew the jobs' offsets); t0 == 0: now."""
-    if t0 >= 0:
-        return t0 or time.time()
-    _emit({"type": "ready"})
-    line = sys.stdin.readline()
-    if not line.strip():
-        raise SystemExit("peer: no start time on stdin")
-    return float(line)
 
 
 def tcp_info_retrans(sock: socket.socket) -> int:

@@ -6,30 +6,13 @@ treats both alike: ``python -m mltcp.emulation.udp_peer recv|send ...``.
 """
 from __future__ import annotations
 
-import json
-import sys
 import time
 
 import typer
 
+from .peer_io import emit as _emit, sync_t0
+
 app = typer.Typer(add_completion=False, help="Userspace MLTCP transport peer (runs inside emulated hosts).")
-
-
-def _emit(rec: dict) -> None:
-    sys.stdout.write(json.dumps(rec) + "\n")
-    sys.stdout.flush()
-
-
-def sync_t0(t0: float) -> float:
-    """t0 < 0: announce readiness and take the run's start epoch from stdin (the runner sends it
-    once every sender is set up, so slow start-ups cannot skew the jobs' offsets); t0 == 0: now."""
-    if t0 >= 0:
-        return t0 or time.time()
-    _emit({"type": "ready"})
-    line = sys.stdin.readline()
-    if not line.strip():
-        raise SystemExit("peer: no start time on stdin")
-    return float(line)
 
 
 @app.command()
