@@ -3,7 +3,6 @@ growth steps with the Python models, unload without a trace. Needs root, BTF, cl
 skips with the reason otherwise."""
 import dataclasses
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
@@ -14,22 +13,12 @@ import pytest
 from mltcp.traffic.kernel import loader, maps, model
 from mltcp.traffic.kernel.netns import Dumbbell, leftover_namespaces
 from mltcp.traffic.kernel.transport import KernelTransport, Receiver, congestion
+from _kernel_prereq import missing
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
 
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root"
-    if not loader.BTF_PATH.exists():
-        return "kernel has no BTF (/sys/kernel/btf/vmlinux)"
-    for tool in ("clang", "bpftool", "ip", "tc"):
-        if shutil.which(tool) is None:
-            return f"{tool} not installed"
-    return None
-
-
-REASON = _missing()
+REASON = missing()
 if REASON:
     print(f"test_kernel_cc: skipping: {REASON}")
     pytestmark.append(pytest.mark.skip(reason=REASON))

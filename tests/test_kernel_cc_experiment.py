@@ -1,6 +1,5 @@
 """A short run of the two-job kernel experiment and the `mltcp kernel` CLI's error paths."""
 import os
-import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -8,20 +7,10 @@ from typer.testing import CliRunner
 from mltcp.traffic.kernel import loader
 from mltcp.traffic.kernel.cli import app
 from mltcp.traffic.kernel.netns import leftover_namespaces
+from _kernel_prereq import missing
 
 
-def _missing():
-    if os.geteuid() != 0:
-        return "needs root"
-    if not loader.BTF_PATH.exists():
-        return "kernel has no BTF"
-    for tool in ("clang", "bpftool", "ip", "tc"):
-        if shutil.which(tool) is None:
-            return f"{tool} not installed"
-    return None
-
-
-REASON = _missing()
+REASON = missing()
 if REASON:
     print(f"test_kernel_cc_experiment: skipping root tests: {REASON}")
 needs_root = pytest.mark.skipif(REASON is not None, reason=REASON or "")
