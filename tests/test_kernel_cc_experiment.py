@@ -35,9 +35,8 @@ def test_case_validation():
 @pytest.mark.integration
 @pytest.mark.root
 @needs_root
-def test_short_experiment_runs_both_and_cleans_up(tmp_path):
+def test_short_experiment_runs_both_and_cleans_up():
     tag = f"mkx{os.getpid()}"
-    out = tmp_path / "exp.json"
     from mltcp.traffic.kernel.experiment import Case, run
     case = Case(rate_mbit=50, buffer_bytes=60_000, nbytes=200_000, iterations=6, warmup=1)
     was = set(loader.registered())
