@@ -1,5 +1,4 @@
 """Simulator behaviour: conservation of bytes, determinism, queueing/ECN/loss, and MLTCP's effect."""
-import numpy as np
 import pytest
 
 from mltcp import metrics
