@@ -51,6 +51,7 @@ class Scenario:
     min_rto_s: float = 0.2
     host_delay_s: float = 0.0       # added to every round trip (NIC/stack)
     slow_start_after_idle: bool = True  # Linux's default cwnd restart after an idle RTO
+    loss_model: str = "packet"      # packet: whole packets, random per flow; fluid: shared by bytes offered
     warmup_iterations: int = 10
     seed: int = 1
     cc: str = "reno"                # base algorithm for --compare
@@ -216,6 +217,7 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     rto = net.one_of({"min_rto_ms": 1e-3}, required=False, check=_positive, why="must be > 0") or 0.2
     host = net.one_of({"host_delay_us": 1e-6}, required=False) or 0.0
     ssai = net.get("slow_start_after_idle", bool, True)
+    loss_model = net.get("loss_model", str, "packet", lambda v: v in ("fluid", "packet"), "must be fluid or packet")
     net.finish()
     raw_links = r.get("links", list)
     if not raw_links:
@@ -243,7 +245,8 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
         mltcp["scale_decrease"] = mr.get("scale_decrease", bool)
     mr.finish()
     r.finish()
-    return Scenario(name, desc, links, jobs, mss, step, rto, host, ssai, warmup, seed, cc, cc_params, mltcp, src)
+    return Scenario(name, desc, links, jobs, mss, step, rto, host, ssai, loss_model, warmup, seed, cc, cc_params,
+                    mltcp, src)
 
 
 # ---- congestion-control parameters in scenario units -> constructor arguments -------------------

@@ -18,9 +18,10 @@ def scenario(jobs=2, iterations=8, buffer_bdp=4.0, ecn=None, rate_gbps=1.0, offs
     return from_dict(d, "test.toml")
 
 
+@pytest.mark.parametrize("loss_model", ["packet", "fluid"])
 @pytest.mark.parametrize("cc", ["reno", "mltcp-reno", "cubic", "mltcp-cubic", "dcqcn", "mltcp-dcqcn"])
-def test_bytes_are_conserved(cc):
-    sc = scenario(iterations=4, buffer_bdp=1.0)
+def test_bytes_are_conserved(cc, loss_model):
+    sc = scenario(iterations=4, buffer_bdp=1.0, network={"loss_model": loss_model})
     r = simulate(sc, cc)
     assert len(r.records) == 8
     assert all(rec.bytes == 2_500_000 for rec in r.records)
@@ -96,3 +97,16 @@ def test_mltcp_interleaves_two_compatible_jobs_and_reno_does_not():
     assert s_reno["avg_iter_s"] > 1.2 * s_ml["avg_iter_s"]
     assert metrics.converged_at(ml.records) is not None
     assert metrics.converged_at(reno.records) is None
+
+
+def test_packet_losses_hit_flows_unevenly_fluid_losses_do_not():
+    """Two identical jobs starting together: fluid drops are shared exactly, so both flows lose the
+    same and halve together; whole-packet drops land on one flow or the other."""
+    def first_iteration_drops(model):
+        r = simulate(scenario(iterations=2, offset_ms=0.0, network={"loss_model": model}), "reno")
+        return sorted(rec.drops for rec in r.records if rec.iteration == 0)
+    a, b = first_iteration_drops("fluid")
+    assert a == pytest.approx(b)
+    a, b = first_iteration_drops("packet")
+    assert a != pytest.approx(b)
+    assert a == round(a) and b == round(b)    # whole packets

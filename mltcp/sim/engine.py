@@ -8,15 +8,18 @@ Each slot of ``step_s`` seconds:
      window is under 4 segments (too few duplicate ACKs for fast retransmit) waits for the RTO;
   3. each flow sends whole segments allowed by its window (or DCQCN rate) and its NIC rate;
   4. every link queues the bytes offered to it, serves ``rate x step``, drops what exceeds its
-     buffer (drop-tail, shared proportionally among the arrivals) and ECN-marks arrivals beyond a
-     step threshold K or with RED probability; the round trip of each flow is its propagation
-     delay plus the queueing delay on its path, which sets when the feedback comes back.
+     buffer (drop-tail) and ECN-marks arrivals beyond a step threshold K or with RED probability;
+     a flow's expected share of the dropped bytes (in proportion to what it offered) is rounded
+     at random to whole packets (``loss_model = "packet"``, the default; ``"fluid"`` keeps the
+     fractions), so a small overflow hits one flow rather than all of them; an ECN echo or CNP
+     fires with the Poisson chance of at least one marked packet. The round trip of each flow is
+     its propagation delay plus the queueing delay on its path, which sets when feedback returns.
 All flows advance together as numpy arrays, so 1,000 jobs cost little more than 2. Idle time
 (every job computing, nothing in flight) is skipped. Deterministic for a given scenario seed.
 
 Simplifications (stated in the README): a flow's bytes are offered to every link of its path in
-the same slot (no per-hop pipelining); drops and marks inside a slot are shared in proportion to
-what each flow offered; one flow per job.
+the same slot (no per-hop pipelining); which flow a slot's drops and marks hit is drawn in
+proportion to what each flow offered (seeded), not from packet arrival order; one flow per job.
 """
 from __future__ import annotations
 
@@ -138,6 +141,8 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     t = 0.0
     next_start = float(phase_end.min())
     mark_rng = np.random.default_rng([sc.seed, 1])
+    loss_rng = np.random.default_rng([sc.seed, 2])
+    packet_losses = sc.loss_model == "packet"
 
     def marked_event(mk):
         """Did at least one ECN-marked packet come back? Marks are fluid (a fraction of the bytes);
@@ -273,8 +278,13 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
                 else:
                     keep = np.exp(np.bincount(flow_of, weights=np.log1p(-pdrop)[link_of], minlength=J))
                     clean = np.exp(np.bincount(flow_of, weights=np.log1p(-np.minimum(pmark, 1.0))[link_of], minlength=J))
-                deliv = send * keep
-                lost = send - deliv
+                lost = send * (1.0 - keep)
+                if packet_losses and lost.any():
+                    # drop whole packets: each flow loses floor(x) or ceil(x) of its expected x
+                    # dropped packets (random rounding), so a small overflow hits one flow, not all
+                    x = lost / mss
+                    lost = np.minimum((np.floor(x) + (loss_rng.random(J) < x - np.floor(x))) * mss, send)
+                deliv = send - lost
                 marked = deliv * (1.0 - clean)
                 qdelay = (q / C)[link_of] if single_hop else np.bincount(flow_of, weights=(q / C)[link_of], minlength=J)
                 rtt_now = base_rtt + qdelay
