@@ -64,7 +64,7 @@ def main() -> int:
     if a.conformance:
         return conformance(a)
 
-    from mltcp.emulation.switch.runtime import spawn_switch
+    from mltcp.emulation.switch.runtime import spawn_switch, stop_switch
     from mltcp.emulation.switch.testbed import Testbed, have_root_netns
 
     why = have_root_netns()
@@ -134,11 +134,7 @@ def main() -> int:
                 srv.terminate()
                 srv.wait(5)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_switch(proc, 10)
             log.seek(0)
             stats = [ln for ln in log.read().splitlines() if "port stats" in ln]
             if stats:
@@ -150,7 +146,7 @@ def conformance(a) -> int:
     """Run tests/ptf/mltcp_conformance.py against the software switch and print its measurements."""
     import re
 
-    from mltcp.emulation.switch.runtime import spawn_switch
+    from mltcp.emulation.switch.runtime import spawn_switch, stop_switch
     from mltcp.emulation.switch.testbed import Testbed, have_root_netns
 
     why = have_root_netns()
@@ -186,11 +182,7 @@ def conformance(a) -> int:
                     rc = 1
                     print((r.stdout + r.stderr)[-2000:])
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_switch(proc, 10)
     return rc
 
 

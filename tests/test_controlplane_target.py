@@ -33,7 +33,7 @@ def testbed(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root for network namespaces and veth ports")
     try:
-        from mltcp.emulation.switch.runtime import spawn_switch
+        from mltcp.emulation.switch.runtime import spawn_switch, stop_switch
     except ImportError as e:
         pytest.skip(f"software switch not available: {e}")
     tag = f"cpt{os.getpid() % 100000}"
@@ -71,12 +71,8 @@ def testbed(tmp_path):
         """))
         yield {"ns": ns, "host_if": host_if, "addr": f"127.0.0.1:{port}", "topo": topo}
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        if proc is not None:
+            stop_switch(proc, 5)
         for p in (1, 2):
             subprocess.run(["ip", "netns", "del", ns[p]], capture_output=True)
             subprocess.run(["ip", "link", "del", sw_if[p]], capture_output=True)

@@ -23,7 +23,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from mltcp.emulation.switch.runtime import spawn_switch
+from mltcp.emulation.switch.runtime import spawn_switch, stop_switch
 from mltcp.emulation.switch.testbed import Testbed, have_root_netns
 from mltcp.traffic.header import MLTCP
 
@@ -54,11 +54,7 @@ def target(tmp_path_factory):
         yield f"127.0.0.1:{port}", ha, hb
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_switch(proc, 10)
         tb.close()
 
 

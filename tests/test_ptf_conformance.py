@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mltcp.emulation.switch.runtime import free_tcp_port, spawn_switch
+from mltcp.emulation.switch.runtime import free_tcp_port, spawn_switch, stop_switch
 from mltcp.emulation.switch.testbed import Testbed, have_root_netns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,11 +63,7 @@ def software_target(bed, tmp_path_factory):
     try:
         yield ns, f"127.0.0.1:{port}", log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_switch(proc, 10)
 
 
 def run_ptf(ns: str, test: str, params: dict, tmp: Path, timeout: float = 240) -> str:

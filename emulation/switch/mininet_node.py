@@ -23,7 +23,7 @@ import subprocess
 
 from mininet.node import Switch
 
-from .runtime import free_tcp_port, switch_command, wait_grpc
+from .runtime import free_tcp_port, stop_switch, switch_command, wait_grpc
 
 _OFFLOADS = "tx off tso off gso off gro off"
 
@@ -73,12 +73,8 @@ class MltcpSwitch(Switch):
         wait_grpc(self.grpc_address, 20, self.proc)
 
     def stop(self, deleteIntfs: bool = True) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        if self.proc is not None:
+            stop_switch(self.proc, 10)
         self.proc = None
         super().stop(deleteIntfs)
 

@@ -112,7 +112,7 @@ def wait_grpc(address: str, timeout: float = 15.0, proc: subprocess.Popen | None
 def spawn_switch(interfaces: dict[int, str], netns: str | None = None, grpc_port: int | None = None,
                  stderr=None, **kw) -> tuple[subprocess.Popen, int]:
     """Run ``mltcp-switch`` in a subprocess (inside ``ip netns exec NETNS`` if given), wait until
-    its P4Runtime port answers and return (process, grpc_port). Stop it with ``proc.terminate()``.
+    its P4Runtime port answers and return (process, grpc_port). Stop it with :func:`stop_switch`.
     The readiness probe connects from this process, so with ``netns`` the port is probed through
     ``ip netns exec`` too (a tiny Python probe)."""
     if grpc_port is None:
@@ -133,10 +133,18 @@ def spawn_switch(interfaces: dict[int, str], netns: str | None = None, grpc_port
         else:
             wait_grpc(f"127.0.0.1:{grpc_port}", 15, proc)
     except BaseException:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_switch(proc, 5)
         raise
     return proc, grpc_port
+
+
+def stop_switch(proc: subprocess.Popen, grace_s: float = 10) -> None:
+    """SIGTERM a spawned switch (it logs its port statistics and exits); SIGKILL after ``grace_s``."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
