@@ -65,7 +65,7 @@ def build_cc(sc: Scenario, cc_name: str):
     return make_cc(cc_name, **kw)
 
 
-def _cwnd_restart(cc, st, mask, idle, rto, mss) -> None:
+def _cwnd_restart(st, mask, idle, rto, mss) -> None:
     """Linux tcp_cwnd_restart (RFC 2861, on by default as net.ipv4.tcp_slow_start_after_idle):
     after an idle period longer than the RTO, halve cwnd once per RTO elapsed, down to the initial
     window, remembering 3/4 of the old window in ssthresh."""
@@ -158,7 +158,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
                 rest = phase_end[(phase == 0) & ~start]
                 next_start = rest.min() if len(rest) else np.inf
                 if sc.slow_start_after_idle and window:
-                    _cwnd_restart(cc, st, start, t - last_tx, np.maximum(sc.min_rto_s, srtt + 4 * rttvar), mss)
+                    _cwnd_restart(st, start, t - last_tx, np.maximum(sc.min_rto_s, srtt + 4 * rttvar), mss)
                 phase[start] = 1
                 comm_start[start] = t
                 to_send[start] = nbytes[start]
