@@ -34,7 +34,7 @@ def _algorithms(sc, cc: Optional[str], do_compare: bool) -> list[str]:
     if not do_compare:
         return [cc]
     base = cc.removeprefix("mltcp-")
-    return [base, f"mltcp-{base}"]
+    return [base, compare.mltcp_name(base)]
 
 
 def _simulate_worker(sc, algo, trace_interval, queue):

@@ -30,9 +30,6 @@ class FlowState:
         self.tracker = None                          # set by MLTCP variants
         self.created = now
 
-    def select(self, mask: np.ndarray) -> np.ndarray:
-        return np.asarray(mask, dtype=bool)
-
 
 class CongestionOps:
     """Base class. Subclasses override the event methods they react to, as in tcp_congestion_ops."""
