@@ -11,6 +11,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from mltcp.emulation.switch import dataplane as dp
 from mltcp.emulation.switch import pipeline as pl
 from mltcp.emulation.switch.links import LinkConfig
 from mltcp.emulation.switch.runtime import free_tcp_port, start_switch, wait_grpc
@@ -246,3 +248,57 @@ def test_unshaped_port_keeps_order_and_loses_nothing(veths):
         h.stop()
     iters = [Ether(g)[MLTCP].iteration for g in got if Ether(g).haslayer(MLTCP)]
     assert iters == list(range(1000))
+
+
+def test_read_ancillary_finds_checksum_flag_and_arrival_stamp():
+    aux = struct.pack("IIIHHHH", dp.TP_STATUS_CSUMNOTREADY, 100, 100, 14, 0, 0, 0)
+    stamp = struct.pack("qq", 1_700_000_000, 250_000_000)
+    anc = [(dp.SOL_PACKET, dp.PACKET_AUXDATA, aux), (socket.SOL_SOCKET, dp.SO_TIMESTAMPNS, stamp)]
+    assert dp.read_ancillary(anc) == (True, 1_700_000_000.25)
+    assert dp.read_ancillary([]) == (False, None)
+    aux_ok = struct.pack("IIIHHHH", 0, 100, 100, 14, 0, 0, 0)
+    assert dp.read_ancillary([(dp.SOL_PACKET, dp.PACKET_AUXDATA, aux_ok)]) == (False, None)
+
+
+def test_arrival_time_maps_realtime_stamps_and_ignores_implausible_ones():
+    offset = 1_000.0                                   # realtime - monotonic
+    assert dp.arrival_time(1_009.99, 10.0, offset) == pytest.approx(9.99)   # 10 ms ago
+    assert dp.arrival_time(None, 10.0, offset) == 10.0
+    assert dp.arrival_time(1_008.0, 10.0, offset) == 10.0   # 2 s old: not this frame's arrival
+    assert dp.arrival_time(1_010.5, 10.0, offset) == 10.0   # in the future: clock stepped
+
+
+@root_only
+def test_a_stalled_switch_serves_frames_from_their_arrival(veths):
+    """While the ingress thread is stalled (here: 150 ms in the pipeline, as when the process is
+    not scheduled), frames keep arriving at a third of the link rate. Served from when they
+    arrived (kernel stamps), none of them finds a full 8-frame buffer; served from when the thread
+    got to them, all 40 would arrive at once and 30 would be dropped."""
+    h = _start(veths, LinkConfig(rate_bps=10e6, buffer_pkts=8))
+    ingress = h.pipeline.ingress
+    stalled = []
+
+    def stall_once(frame, in_port):
+        if not stalled:
+            stalled.append(True)
+            time.sleep(0.15)
+        return ingress(frame, in_port)
+
+    h.pipeline.ingress = stall_once
+    tx, rx = _raw(veths[1]), _raw(veths[3])
+    big = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
+                 / MLTCP(job_id=2, iteration=i) / (b"d" * 1200)) for i in range(41)]
+    try:
+        tx.send(big[0])
+        time.sleep(0.005)
+        for f in big[1:]:          # 1.0 ms on a 10 Mb/s line, one every 3 ms
+            tx.send(f)
+            time.sleep(0.003)
+        got = _drain(rx)
+    finally:
+        tx.close()
+        rx.close()
+        h.stop()
+    q = h.dataplane.ports[2].queue
+    assert stalled and q.dropped == 0 and q.enqueued == 41
+    assert len([g for g in got if Ether(g).haslayer(MLTCP)]) == 41

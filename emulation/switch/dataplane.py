@@ -5,6 +5,10 @@
   at enqueue), and put each delivery time on a heap;
 * egress thread: sleeps until the earliest delivery time and sends the due frames.
 
+Each frame is queued as of its kernel arrival stamp (SO_TIMESTAMPNS), not as of when the
+ingress thread reads it, so the moments this Python process is not scheduled delay frames but
+do not take capacity from the emulated link (see ``arrival_time``).
+
 Interfaces must be up. The switch opens them in promiscuous mode and ignores frames it sent
 itself. Offloads: the *peers* that send into the switch should have TSO/GSO/GRO off
 (``disable_offloads``): super-frames above the MTU cannot be forwarded and are dropped (counted
@@ -42,7 +46,8 @@ TP_STATUS_CSUMNOTREADY = 8
 PACKET_OUTGOING = 4
 MAX_FRAME = 65536
 RX_BATCH = 64
-AUX_SPACE = socket.CMSG_SPACE(20)
+SO_TIMESTAMPNS = 35  # SO_TIMESTAMPNS_OLD: struct timespec (CLOCK_REALTIME) of the frame's arrival
+AUX_SPACE = socket.CMSG_SPACE(20) + socket.CMSG_SPACE(16)
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
 SOCKET_BUFFER = 16 << 20
@@ -73,6 +78,33 @@ def complete_l4_checksum(frame: bytes) -> bytes:
     return bytes(b)
 
 
+def read_ancillary(anc) -> tuple[bool, float | None]:
+    """(checksum left to the NIC, kernel arrival stamp in CLOCK_REALTIME seconds or None) from
+    the ancillary data of one ``recvmsg`` on a port socket."""
+    csum_pending, stamp = False, None
+    for level, kind, data in anc:
+        if level == SOL_PACKET and kind == PACKET_AUXDATA:
+            csum_pending = bool(struct.unpack_from("I", data)[0] & TP_STATUS_CSUMNOTREADY)
+        elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            sec, nsec = struct.unpack_from("qq", data)
+            stamp = sec + nsec * 1e-9
+    return csum_pending, stamp
+
+
+def arrival_time(stamp: float | None, now: float, real_minus_mono: float, window: float = 1.0) -> float:
+    """The monotonic time a frame stamped ``stamp`` (CLOCK_REALTIME) arrived, if plausible, else now.
+
+    The link serves frames from when they arrived, not from when the ingress thread got to them:
+    a moment the switch is not scheduled then delays frames (they leave in a burst once it runs
+    again) but takes no capacity from the link. Serving from ``now`` instead loses the link's
+    time for every such moment, which builds a standing queue, and drops, behind a sender paced
+    at the line rate. Stamps older than ``window`` or from the future (clock steps) are ignored."""
+    if stamp is None:
+        return now
+    t = stamp - real_minus_mono
+    return t if now - window < t <= now else now
+
+
 def open_port_socket(ifname: str) -> socket.socket:
     """A non-blocking raw socket bound to ``ifname`` (promiscuous, own frames ignored)."""
     try:
@@ -89,6 +121,7 @@ def open_port_socket(ifname: str) -> socket.socket:
         except OSError:  # kernel < 4.20: filtered by pkttype in the receive loop
             pass
         s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)  # tells us about unfinished checksums
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)  # arrival times (see arrival_time)
         # big buffers absorb the moments this process is not scheduled; the *FORCE variants
         # (root) go beyond net.core.rmem_max/wmem_max (212 KB by default, ~90 full frames)
         for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
@@ -263,11 +296,14 @@ class Dataplane:
         poller.register(self._wake_r.fileno(), select.POLLIN)
         by_fd = self._by_fd
         clock = self.clock
+        stamped = clock is time.monotonic   # kernel stamps only make sense on the real clock
+        real_minus_mono = 0.0
         while self._running:
             try:
                 events = poller.poll(500)
             except InterruptedError:
                 continue
+            real_minus_mono = time.time() - time.monotonic()   # follows NTP steps
             for fd, _ev in events:
                 port = by_fd.get(fd)
                 if port is None:
@@ -289,8 +325,8 @@ class Dataplane:
                         continue
                     st.rx += 1
                     st.rx_bytes += len(frame)
-                    if anc and anc[0][1] == PACKET_AUXDATA and \
-                            struct.unpack_from("I", anc[0][2])[0] & TP_STATUS_CSUMNOTREADY:
+                    csum_pending, stamp = read_ancillary(anc)
+                    if csum_pending:
                         frame = complete_l4_checksum(frame)
                         st.csum_fixed += 1
                     if len(frame) > port.max_frame:
@@ -300,8 +336,11 @@ class Dataplane:
                                         "off TSO/GSO/GRO on the peer (ethtool -K PEER tso off gso "
                                         "off gro off)", port.number, port.ifname, len(frame))
                         continue
+                    now = clock()
+                    if stamped:
+                        now = arrival_time(stamp, now, real_minus_mono)
                     try:
-                        self.process(frame, port.number, clock())
+                        self.process(frame, port.number, now)
                     except Exception:  # the pipeline must never take the switch down
                         log.exception("dropping a frame that made the pipeline fail")
 
