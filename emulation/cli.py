@@ -76,10 +76,13 @@ def emulate(
     payload_rate: bool = typer.Option(True, "--payload-rate/--wire-rate",
                                       help="links carry the scenario's rate in payload bytes, as in the "
                                            "simulator (default), or in frame bytes"),
+    rtt_calibration: bool = typer.Option(True, "--rtt-calibration/--no-rtt-calibration",
+                                         help="measure the RTT the hosts add (udp transport) and take it "
+                                              "off the links' delay, so the base RTT is the scenario's"),
 ):
     """Build SCENARIO's topology in Mininet, run its jobs, print the same keys as `mltcp simulate`."""
     _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, no_sim, False, 10.0, as_json, out, records, payload_rate)
+             dilate, no_sim, False, 10.0, as_json, out, records, payload_rate, rtt_calibration)
 
 
 @app.command("baseline-peer")
@@ -102,7 +105,8 @@ def baseline_peer_cmd(
 
 
 def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, no_sim, baseline_peer, peer_seconds, as_json, out, records=None, payload_rate=True):
+             dilate, no_sim, baseline_peer, peer_seconds, as_json, out, records=None, payload_rate=True,
+             rtt_calibration=True):
     from mltcp import scenario as scn
 
     from .runner import EmulationError, choose_topology, plan_from_scenario, rescale
@@ -138,7 +142,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
                 _write(doc, out)
                 return
             doc = _run_with_progress(sc, cc or sc.cc, compare, transport, mode, topology, not no_sim, as_json,
-                                     records, payload_rate)
+                                     records, payload_rate, rtt_calibration)
     except KeyboardInterrupt:
         _fail("interrupted; network and processes removed", 130)
     except (EmulationError, TopologyError) as e:
@@ -149,20 +153,20 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
 
 
 def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, quiet, records=None,
-                       payload_rate=True) -> dict:
+                       payload_rate=True, rtt_calibration=True) -> dict:
     from rich.progress import Progress
 
     from .runner import run_experiment
+    kw = dict(with_sim=with_sim, records_dir=records, payload_rate=payload_rate, rtt_calibration=rtt_calibration)
     if quiet:
-        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim, records_dir=records,
-                              payload_rate=payload_rate)
+        return run_experiment(sc, cc, compare, transport, mode, topology, **kw)
     total = sum(j.iterations for j in sc.jobs)
     with Progress(console=err, transient=True) as prog:
         tasks = {"baseline": prog.add_task(f"baseline {cc}", total=total)}
         if compare:
             tasks["mltcp"] = prog.add_task(f"mltcp-{cc}", total=total)
-        return run_experiment(sc, cc, compare, transport, mode, topology, with_sim=with_sim, records_dir=records,
-                              payload_rate=payload_rate, on_record=lambda arm, r: prog.advance(tasks[arm]))
+        return run_experiment(sc, cc, compare, transport, mode, topology, **kw,
+                              on_record=lambda arm, r: prog.advance(tasks[arm]))
 
 
 def _print_summary(doc: dict) -> None:
@@ -176,6 +180,10 @@ def _print_summary(doc: dict) -> None:
             t.add_row(arm, a["cc"], f"{a['avg_iter_s']:.4f}", f"{a['p99_iter_s']:.4f}", str(a["drops"]),
                       str(a["retransmissions"]), str(a["converged_at_iteration"]), str(a["interleaved_at_iteration"]))
     err.print(t)
+    cal = doc["emulation"].get("rtt_calibration")
+    if cal:
+        err.print(f"RTT calibration: hosts add {cal['host_rtt_ms']:.2f} ms per round trip; links run "
+                  f"{cal['link_delay_ms']:.3f} ms one way for a {cal['scenario_rtt_ms']:g} ms base RTT")
     if doc.get("speedup_avg"):
         err.print(f"speedup avg {doc['speedup_avg']:.3f}  p99 {doc['speedup_p99']:.3f}")
 

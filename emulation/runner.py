@@ -558,15 +558,69 @@ def sim_vs_emu(sc, cc_name: str, emu_records: list[IterationRecord]) -> dict | N
     return {job: round(emu[job] / sim[job], 4) for job in emu if job in sim and sim[job] > 0}
 
 
+def calibrated_delay_ms(delay_ms: float, host_rtt_ms: float, hops: int) -> float:
+    """One-way delay to configure on each link so that a sender's base RTT is the scenario's.
+
+    The scenario's RTT is ``2 x hops x delay_ms``; the emulation's own processes (the Python
+    sender, receiver and switch) add ``host_rtt_ms`` to every round trip, which the model does not
+    have. That is taken off the links, spread over their ``2 x hops`` traversals, never below 0."""
+    if hops < 1:
+        raise ValueError(f"hops must be >= 1, got {hops}")
+    return max(0.0, delay_ms - host_rtt_ms / (2 * hops))
+
+
+def measure_host_rtt(plan: Plan, transport: str, link_mode: str, iterations: int = 4) -> dict:
+    """The round trip the hosts and the switch add: the first job alone for a few iterations over
+    the same topology, rate and buffer with zero link delay; the median RTT its sender sees (the
+    link then adds only one frame's serialization, 0.12 ms at 100 Mb/s)."""
+    first = plan.jobs[0]
+    job = dataclasses.replace(first, iterations=iterations, compute_s=min(first.compute_s, 0.05),
+                              start_offset_s=0.0)
+    cal = dataclasses.replace(plan, jobs=[job], bottleneck=dataclasses.replace(plan.bottleneck, delay_ms=0.0))
+    arm = run_arm(cal, "reno", transport, mltcp=False, link_mode=link_mode)
+    rtts = [f.get("rtt_ms") for f in arm.peer_stats.get(job.name, [])]
+    if not rtts or rtts[0] is None:
+        raise EmulationError("RTT calibration: the sender reported no RTT samples")
+    return {"host_rtt_ms": rtts[0]["p50"], "host_rtt_p10_p90_ms": [rtts[0]["p10"], rtts[0]["p90"]],
+            "wall_s": round(arm.wall_s, 2)}
+
+
+def calibrate_rtt(plan: Plan, transport: str, mode: str) -> dict | None:
+    """Measure the hosts' share of the RTT and take it off the links' delay (``plan`` is changed).
+    None when there is nothing to calibrate: no delay, a link mode without delay, or the kernel
+    transport (whose endpoints add little and report no per-ACK RTT)."""
+    delay = plan.bottleneck.delay_ms
+    if transport != "udp" or not features(mode)["delay"] or not delay:
+        return None
+    hops = len(plan.scenario_obj.jobs[0].path) if plan.scenario_obj is not None else 1
+    got = measure_host_rtt(plan, transport, mode)
+    link = calibrated_delay_ms(delay, got["host_rtt_ms"], hops)
+    plan.bottleneck = dataclasses.replace(plan.bottleneck, delay_ms=round(link, 4))
+    plan.notes.append(f"RTT calibration: the hosts add {got['host_rtt_ms']:.2f} ms per round trip, so each link "
+                      f"runs {link:.3f} ms one way instead of {delay:g} ms (base RTT {2 * hops * delay:g} ms "
+                      "as in the scenario); --no-rtt-calibration turns this off")
+    return dict(got, scenario_rtt_ms=round(2 * hops * delay, 4), scenario_delay_ms=delay,
+                link_delay_ms=round(link, 4), hops=hops)
+
+
+def rtt_seen(arm: ArmResult) -> dict[str, dict] | None:
+    """Per job, the RTT percentiles (ms) its sender saw in this arm (userspace transport only)."""
+    out = {job: flows[0]["rtt_ms"] for job, flows in arm.peer_stats.items() if flows and flows[0].get("rtt_ms")}
+    return out or None
+
+
 def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport: str = "kernel",
                    link_mode: str = "auto", topology: str = "auto",
                    on_record: Callable[[str, IterationRecord], None] | None = None,
-                   with_sim: bool = True, records_dir=None, payload_rate: bool = True) -> dict:
+                   with_sim: bool = True, records_dir=None, payload_rate: bool = True,
+                   rtt_calibration: bool = True) -> dict:
     """Baseline (and with ``compare_mltcp`` the MLTCP) arm of scenario ``sc``: the JSON document of
     ``mltcp simulate`` (mltcp.compare.report) plus ``sim_vs_emu`` and an ``emulation`` section.
     With ``records_dir`` each arm's per-iteration records go to ``<dir>/<arm>.csv``. With
     ``payload_rate`` the links' frame rate is raised so that they carry the scenario's rate in
-    payload bytes, as the simulator's links do (:func:`wire_factor`)."""
+    payload bytes, as the simulator's links do (:func:`wire_factor`). With ``rtt_calibration`` the
+    links' delay is lowered by what the hosts add to the RTT (:func:`calibrate_rtt`), so the senders'
+    base RTT is the scenario's; the simulator for ``sim_vs_emu`` runs with the scenario's delay."""
     if cc not in BASE_CCS:
         raise EmulationError(f"--cc must be one of {', '.join(BASE_CCS)}, got {cc}")
     if transport not in TRANSPORTS:
@@ -583,6 +637,7 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
             kernel_cc_name(cc, True)
     elif not udp_available():
         raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport)")
+    calibration = calibrate_rtt(plan, transport, mode) if rtt_calibration else None
     cb = (lambda arm: (lambda r: on_record(arm, r))) if on_record else (lambda arm: None)
     base = run_arm(plan, cc, transport, mltcp=False, link_mode=mode, on_record=cb("baseline"))
     ml = None
@@ -609,7 +664,9 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     out["emulation"] = {
         "topology": plan.topology, "transport": transport, "link_mode": mode, "features": features(mode),
         "bottleneck": dataclasses.asdict(plan.bottleneck), "jobs": len(plan.jobs),
-        "iterations": max(j.iterations for j in plan.jobs), "notes": plan.notes}
+        "iterations": max(j.iterations for j in plan.jobs), "notes": plan.notes,
+        "rtt_calibration": calibration,
+        "rtt_ms": {"baseline": rtt_seen(base), **({"mltcp": rtt_seen(ml)} if ml is not None else {})}}
     return out
 
 

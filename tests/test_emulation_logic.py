@@ -275,3 +275,28 @@ def test_route_rto_commands_for_kernel_tcp():
     assert cmds == ["ip route change 10.0.0.0/24 dev ma1-eth0 proto kernel scope link src 10.0.0.1 rto_min 2000ms",
                     "ip route change default via 10.1.1.254 dev h-eth0 rto_min 2000ms"]
     assert route_rto_commands("", 0.2) == []
+
+
+def test_calibrated_delay_takes_the_hosts_rtt_off_every_link_traversal():
+    from mltcp.emulation.runner import calibrated_delay_ms
+    assert calibrated_delay_ms(1.0, 1.8, hops=1) == pytest.approx(0.1)    # 2 x 0.1 + 1.8 = 2.0 ms
+    assert calibrated_delay_ms(1.0, 1.8, hops=2) == pytest.approx(0.55)   # 4 x 0.55 + 1.8 = 4.0 ms
+    assert calibrated_delay_ms(0.5, 3.0, hops=1) == 0.0                   # hosts alone exceed it
+    with pytest.raises(ValueError):
+        calibrated_delay_ms(1.0, 1.0, hops=0)
+
+
+def test_calibrate_rtt_lowers_the_plans_delay_and_says_so(monkeypatch):
+    import mltcp.emulation.runner as runner
+    plan = plan_from_scenario(_sc([["L"], ["L"]]))
+    plan.bottleneck = LinkParams(rate_mbps=100, delay_ms=1.0, buffer_bytes=50_000)
+    monkeypatch.setattr(runner, "measure_host_rtt", lambda p, t, m: {"host_rtt_ms": 1.6, "wall_s": 1.0})
+    cal = runner.calibrate_rtt(plan, "udp", "switch")
+    assert plan.bottleneck.delay_ms == pytest.approx(0.2)
+    assert cal["scenario_rtt_ms"] == 2.0 and cal["link_delay_ms"] == pytest.approx(0.2)
+    assert any("RTT calibration" in n for n in plan.notes)
+    # nothing to calibrate: kernel endpoints, a link mode without delay, no delay
+    for transport, mode in (("kernel", "switch"), ("udp", "htb")):
+        p = plan_from_scenario(_sc([["L"], ["L"]]))
+        p.bottleneck = LinkParams(rate_mbps=100, delay_ms=1.0)
+        assert runner.calibrate_rtt(p, transport, mode) is None and p.bottleneck.delay_ms == 1.0

@@ -167,7 +167,7 @@ def _switch_ready():
 @pytest.mark.integration
 @pytest.mark.skipif(not _switch_ready(), reason="software switch or control plane not importable")
 def test_switch_mode_delay_ecn_and_cleanup():
-    from mltcp.emulation.runner import udp_available
+    from mltcp.emulation.runner import calibrate_rtt, udp_available
     prefix = netns.run_prefix()
     bn = LinkParams(rate_mbps=50, delay_ms=2, buffer_bytes=45_000, ecn_threshold_pkts=5)
     with netns.Cleanup(prefix) as cl:
@@ -195,6 +195,10 @@ def test_switch_mode_delay_ecn_and_cleanup():
     assert set(arm.peer_stats) == {"j0", "j1"}                 # senders report their counters
     assert all(f["rto"] >= 0.2 and f["bytes"] == 4 * 400_000 for fl in arm.peer_stats.values() for f in fl)
     assert arm.ecn_marks is not None and arm.ecn_marks > 0     # ECT traffic over a 5-packet threshold
+    assert all(f["rtt_ms"]["p10"] >= 4.0 for fl in arm.peer_stats.values() for f in fl)   # 2 ms each way
+    assert_clean(prefix)
+    cal = calibrate_rtt(plan, "udp", "switch")       # one more run, alone, with zero link delay
+    assert 0 < cal["host_rtt_ms"] < 4.0 and plan.bottleneck.delay_ms == cal["link_delay_ms"] < 2.0
     assert_clean(prefix)
 
 

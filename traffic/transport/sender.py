@@ -6,6 +6,7 @@ ACK waiting on a socket per wake-up and sending up to ``burst`` datagrams per fl
 """
 from __future__ import annotations
 
+import array
 import errno
 import os
 import selectors
@@ -23,6 +24,7 @@ from .scoreboard import Scoreboard, Seg
 ECT0 = 0x02
 # Rates (DCQCN's st.rate, --line-rate) count whole IP datagrams, as a NIC's rate limiter does.
 WIRE_OVERHEAD = wire.IP_UDP_OVERHEAD + wire.FIXED_LEN
+RTT_SAMPLES_KEPT = 1 << 20   # 8 MB of samples per flow; at 100 Mb/s about 10 minutes of ACK batches
 
 
 def build_cc(name: str, line_rate: float | None = None, explicit_iterations: bool = True, **params):
@@ -115,6 +117,8 @@ class FlowSender:
         self._rttv = np.zeros(1)
         self.stats = dict(sent=0, retransmits=0, acks=0, ece=0, cnp=0, loss_events=0, ecn_events=0,
                           timeouts=0, send_drops=0, bad=0, ce_marks=0, tlp=0, idle_restarts=0)
+        self.rto_log: list[dict] = []             # state at the first timeouts (diagnosis)
+        self.rtt_samples = array.array("d")       # the first RTT_SAMPLES_KEPT samples (rtt_percentiles)
 
     # -- application ---------------------------------------------------------------------------
     def enqueue(self, nbytes: int, iteration: int) -> int:
@@ -187,6 +191,8 @@ class FlowSender:
         st, cc = self.st, self.cc
         if rtt_sample >= 0:
             self.rtt.sample(rtt_sample)
+            if len(self.rtt_samples) < RTT_SAMPLES_KEPT:
+                self.rtt_samples.append(rtt_sample)
         if delivered:
             self._acked[0] = delivered
             self._rttv[0] = self.rtt.latest
@@ -244,6 +250,12 @@ class FlowSender:
         if self.rto_start is not None and sb.outstanding:
             deadline = self.rto_start + self.rtt.rto
             if now >= deadline:
+                if len(self.rto_log) < 8:   # what the flow looked like when its timer fired
+                    self.rto_log.append(dict(
+                        t=round(now - self.t0, 4), snd_una=sb.snd_una, snd_nxt=sb.snd_nxt,
+                        inflight=len(sb.inflight), inflight_bytes=sb.inflight_bytes,
+                        lost_pending=sb.lost_pending, cwnd=round(float(st.cwnd[0])), tlp_out=self.tlp_out,
+                        idle=round(now - self.last_progress, 4), rto=round(self.rtt.rto, 4)))
                 n = sb.on_rto()
                 self.stats["timeouts"] += 1
                 self.cc.on_timeout(st, self._mask, now)
@@ -351,6 +363,13 @@ class FlowSender:
         if self.rate_based and sb.outstanding:
             wake = min(wake, now + getattr(self.cc, "timer", 1e-3))
         return wake
+
+    def rtt_percentiles(self, qs=(10, 50, 90)) -> dict[str, float] | None:
+        """RTT percentiles in ms over the samples kept (None before the first sample)."""
+        if not self.rtt_samples:
+            return None
+        v = np.percentile(np.frombuffer(self.rtt_samples, dtype=np.float64), qs) * 1e3
+        return {f"p{q}": round(float(x), 3) for q, x in zip(qs, v)}
 
     def _pace_rate(self) -> float:
         """Bytes/s the token bucket refills at: DCQCN's rate and/or the NIC rate."""

@@ -92,7 +92,7 @@ class UdpTransport:
             d = dict(f.stats)
             d.update(dest=f"{f.dest[0]}:{f.dest[1]}", conn_id=f.conn_id, crc32=f.crc,
                      bytes=f.sb.snd_una, cwnd=float(f.st.cwnd[0]), rate=float(f.st.rate[0]),
-                     srtt=f.rtt.srtt, rto=f.rtt.rto)
+                     srtt=f.rtt.srtt, rto=f.rtt.rto, rto_log=f.rto_log, rtt_ms=f.rtt_percentiles())
             out.append(d)
         return out
 
