@@ -18,7 +18,7 @@ import time
 
 import typer
 
-from .peer_io import emit as _emit, sync_t0
+from .peer_io import emit as _emit, run_iterations, sync_t0
 
 HDR = struct.Struct("!IQ")
 ACK = struct.Struct("!I")
@@ -42,6 +42,31 @@ def _recv_exact(conn: socket.socket, n: int, buf: bytearray) -> int:
             return got
         got += r
     return got
+
+
+class IterationSocket:
+    """One iteration = a 12-byte header, the bytes, and the receiver's answer, on one connection
+    (the ``send_iteration`` interface of :func:`mltcp.traffic.driver.run_job`)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.payload = memoryview(bytes(CHUNK))
+        self.ack = bytearray(ACK.size)
+
+    @property
+    def retransmits(self) -> int:   # run_job takes the per-iteration difference
+        return tcp_info_retrans(self.sock)
+
+    def send_iteration(self, nbytes: int, it: int) -> None:
+        s = self.sock
+        s.sendall(HDR.pack(it, nbytes))
+        left = nbytes
+        while left > 0:
+            n = min(left, CHUNK)
+            s.sendall(self.payload[:n])
+            left -= n
+        if _recv_exact(s, ACK.size, self.ack) < ACK.size or ACK.unpack(self.ack)[0] != it:
+            raise SystemExit(f"kernel_peer send: bad or missing ack for iteration {it}")
 
 
 @app.command()
@@ -118,6 +143,10 @@ def send(host: str = typer.Option(..., help="receiver address"),
                                                  "after printing a ready line)"),
          start_offset_s: float = typer.Option(0.0, help="first iteration starts at t0 + this"),
          bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
+         jitter: float = typer.Option(0.0, help="std-dev of the compute time, fraction of --compute-s"),
+         straggler_prob: float = typer.Option(0.0, help="probability that an iteration's compute straggles"),
+         straggler_delay_s: float = typer.Option(0.0, help="extra compute of a straggling iteration"),
+         seed: int = typer.Option(None, help="seed of the jitter/straggler draws"),
          run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
     """Connect to the receiver and run the job's iterations (or a bulk transfer)."""
     if (iterations <= 0) == (bulk_s <= 0):
@@ -140,23 +169,8 @@ def send(host: str = typer.Option(..., help="receiver address"),
         _emit({"type": "summary", "job": job, "cc": cc, "bytes": sent, "retrans": tcp_info_retrans(s)})
         s.close()
         return
-    ack = bytearray(ACK.size)
-    for it in range(iterations):
-        start = time.time() - t0
-        if compute_s > 0:
-            time.sleep(compute_s)
-        comm_start = time.time() - t0
-        s.sendall(HDR.pack(it, nbytes))
-        left = nbytes
-        while left > 0:
-            n = min(left, CHUNK)
-            s.sendall(payload[:n])
-            left -= n
-        if _recv_exact(s, ACK.size, ack) < ACK.size or ACK.unpack(ack)[0] != it:
-            raise SystemExit(f"kernel_peer send: bad or missing ack for iteration {it}")
-        end = time.time() - t0
-        _emit({"type": "iter", "job": job, "iteration": it, "start": start, "comm_start": comm_start,
-               "end": end, "bytes": nbytes})
+    run_iterations(IterationSocket(s), job, iterations, nbytes, compute_s, t0, jitter, straggler_prob,
+                   straggler_delay_s, seed)
     _emit({"type": "summary", "job": job, "cc": cc, "retrans": tcp_info_retrans(s)})
     s.close()
 

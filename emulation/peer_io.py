@@ -1,4 +1,6 @@
-"""What the job peers inside emulated hosts share: JSON lines to the runner, the run's start epoch."""
+"""What the job peers inside emulated hosts share: JSON lines to the runner, the run's start epoch,
+and the iteration loop (:func:`mltcp.traffic.driver.run_job`, with the scenario's compute jitter
+and stragglers)."""
 from __future__ import annotations
 
 import json
@@ -22,3 +24,20 @@ def sync_t0(t0: float) -> float:
     if not line.strip():
         raise SystemExit("peer: no start time on stdin")
     return float(line)
+
+
+def run_iterations(transport, job: str, iterations: int, nbytes: int, compute_s: float, t0: float,
+                   jitter: float = 0.0, straggler_prob: float = 0.0, straggler_delay_s: float = 0.0,
+                   seed: int | None = None) -> None:
+    """The job's compute/communicate loop over ``transport`` (anything with ``send_iteration``),
+    one ``iter`` JSON line per iteration, times in seconds since the wall-clock epoch ``t0``."""
+    from mltcp.traffic.driver import JobSpec, run_job
+
+    spec = JobSpec(job_id=0, compute_s=compute_s, bytes_per_iter=nbytes, jitter=jitter,
+                   straggler_prob=straggler_prob, straggler_delay_s=straggler_delay_s, name=job, seed=seed)
+
+    def out(r):
+        emit({"type": "iter", "job": r.job, "iteration": r.iteration, "start": r.start,
+              "comm_start": r.comm_start, "end": r.end, "bytes": r.bytes, "drops": r.drops, "marks": r.marks})
+
+    run_job(spec, transport, iterations, clock=time.time, epoch=t0, on_record=out)

@@ -52,6 +52,10 @@ class JobPlan:
     line_rate_mbps: float = 0.0
     min_rto_s: float = 0.2          # the scenario's (after --dilate: stretched) minimum RTO
     idle_restart: bool = True       # the scenario's slow_start_after_idle
+    jitter: float = 0.0             # compute-time model of mltcp.workload.Job
+    straggler_prob: float = 0.0
+    straggler_delay_s: float = 0.0
+    seed: int | None = None         # of the jitter/straggler draws
 
 
 @dataclass
@@ -170,11 +174,14 @@ def plan_from_scenario(sc, topology: str = "auto") -> Plan:
     # RTO is stretched like the compute time, so "idle for longer than an RTO" (which halves the
     # window at each iteration start) happens in the emulation exactly when it does in the model.
     jobs = [JobPlan(j.name, int(round(j.bytes_per_iter)), j.compute_s, j.start_offset_s, j.iterations,
-                    min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle)
-            for j in sc.jobs]
+                    min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle, jitter=j.jitter,
+                    straggler_prob=j.straggler_prob, straggler_delay_s=j.straggler_delay_s,
+                    seed=None if sc.seed is None else sc.seed * 1000 + i)
+            for i, j in enumerate(sc.jobs)]
     notes = []
     if any(j.jitter or j.straggler_prob for j in sc.jobs):
-        notes.append("compute jitter/stragglers are not emulated (constant compute time)")
+        notes.append("compute jitter and stragglers are drawn by each sender (mltcp.workload.Job model, "
+                     "seeded), not the simulator's draws: compare the two statistically")
     return Plan(sc.name, kind, link_params_of(first, sc.mss), jobs, sc.warmup_iterations, sc, notes)
 
 
@@ -230,6 +237,18 @@ def assign_endpoints(plan: Plan, topo: EmuTopo) -> None:
 
 # --------------------------------------------------------------------------- peers
 
+def compute_args(job: JobPlan) -> list[str]:
+    """The sender options of the job's compute-time model (none when it is constant)."""
+    out = []
+    if job.jitter:
+        out += ["--jitter", repr(job.jitter)]
+    if job.straggler_prob:
+        out += ["--straggler-prob", repr(job.straggler_prob), "--straggler-delay-s", repr(job.straggler_delay_s)]
+    if out and job.seed is not None:
+        out += ["--seed", str(job.seed)]
+    return out
+
+
 def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "") -> tuple[list[str], list[str]]:
     """(receiver argv, sender argv) for one job; ``run`` tags kernel peers' command lines."""
     py = sys.executable
@@ -239,7 +258,7 @@ def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "
         send = [py, "-m", "mltcp.emulation.kernel_peer", "send", *tag, "--host", job.dst_ip, "--port", str(job.port),
                 "--job", job.name, "--cc", cc, "--iterations", str(job.iterations), "--bytes", str(job.bytes),
                 "--compute-s", repr(job.compute_s), "--t0", repr(t0),
-                "--start-offset-s", repr(job.start_offset_s)]
+                "--start-offset-s", repr(job.start_offset_s), *compute_args(job)]
         return recv, send
     if transport == "udp":
         if not udp_available():
@@ -252,7 +271,7 @@ def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "
                 "--job-id", str(job.job_id), "--cc", cc, "--iterations", str(job.iterations),
                 "--bytes", str(job.bytes), "--compute-s", repr(job.compute_s), "--t0", repr(t0),
                 "--start-offset-s", repr(job.start_offset_s), "--line-rate-mbps", repr(job.line_rate_mbps),
-                "--min-rto-s", repr(job.min_rto_s)]
+                "--min-rto-s", repr(job.min_rto_s), *compute_args(job)]
         if job.line_rate_mbps > 0:
             send += ["--nic-rate-mbps", repr(nic_rate_mbps(job.line_rate_mbps))]
         if not job.idle_restart:

@@ -10,7 +10,7 @@ import time
 
 import typer
 
-from .peer_io import emit as _emit, sync_t0
+from .peer_io import emit as _emit, run_iterations, sync_t0
 
 app = typer.Typer(add_completion=False, help="Userspace MLTCP transport peer (runs inside emulated hosts).")
 
@@ -45,6 +45,10 @@ def send(host: str = typer.Option(..., help="receiver address"),
          min_rto_s: float = typer.Option(0.2, help="minimum retransmission timeout (the scenario's min_rto)"),
          idle_restart: bool = typer.Option(True, "--idle-restart/--no-idle-restart",
                                            help="halve the window per RTO idle (slow_start_after_idle)"),
+         jitter: float = typer.Option(0.0, help="std-dev of the compute time, fraction of --compute-s"),
+         straggler_prob: float = typer.Option(0.0, help="probability that an iteration's compute straggles"),
+         straggler_delay_s: float = typer.Option(0.0, help="extra compute of a straggling iteration"),
+         seed: int = typer.Option(None, help="seed of the jitter/straggler draws"),
          run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
     """Run the job's iterations (or a bulk transfer) over the userspace transport."""
     from mltcp.traffic.transport.transport import UdpTransport
@@ -72,15 +76,7 @@ def send(host: str = typer.Option(..., help="receiver address"),
             _emit({"type": "bulk", "bytes": sent, "first": first, "last": time.time() - t0})
             _emit({"type": "summary", "job": job, "cc": cc, "bytes": sent, "retrans": tr.retransmits})
             return
-        for it in range(iterations):
-            start = time.time() - t0
-            if compute_s > 0:
-                time.sleep(compute_s)
-            comm_start = time.time() - t0
-            res = tr.send_iteration(nbytes, it)
-            end = time.time() - t0
-            _emit({"type": "iter", "job": job, "iteration": it, "start": start, "comm_start": comm_start,
-                   "end": end, "bytes": nbytes, "drops": res.retransmits, "marks": res.marks})
+        run_iterations(tr, job, iterations, nbytes, compute_s, t0, jitter, straggler_prob, straggler_delay_s, seed)
         _emit({"type": "summary", "job": job, "cc": cc, "retrans": tr.retransmits, "flows": _flow_stats(tr)})
 
 

@@ -300,3 +300,42 @@ def test_calibrate_rtt_lowers_the_plans_delay_and_says_so(monkeypatch):
         p = plan_from_scenario(_sc([["L"], ["L"]]))
         p.bottleneck = LinkParams(rate_mbps=100, delay_ms=1.0)
         assert runner.calibrate_rtt(p, transport, mode) is None and p.bottleneck.delay_ms == 1.0
+
+
+def test_plan_and_peer_commands_carry_jitter_and_stragglers_to_both_peers():
+    import typer.main
+
+    from mltcp.emulation import kernel_peer, udp_peer
+    sc = _sc([["L"], ["L"]], jitter=0.05, straggler_prob=0.2, straggler_delay_ms=30)
+    plan = plan_from_scenario(sc)
+    assert [(j.jitter, j.straggler_prob) for j in plan.jobs] == [(0.05, 0.2), (0.05, 0.2)]
+    assert plan.jobs[0].straggler_delay_s == pytest.approx(0.03)
+    assert plan.jobs[0].seed != plan.jobs[1].seed              # jobs draw independently
+    for transport, app in (("udp", udp_peer.app), ("kernel", kernel_peer.app)):
+        _, send = peer_commands(plan.jobs[0], transport, "reno", 0.0)
+        assert float(send[send.index("--jitter") + 1]) == 0.05
+        assert float(send[send.index("--straggler-delay-s") + 1]) == pytest.approx(0.03)
+        known = {o for p in typer.main.get_command(app).commands["send"].params for o in p.opts}
+        assert {"--jitter", "--straggler-prob", "--straggler-delay-s", "--seed"} <= known
+    constant = plan_from_scenario(_sc([["L"]]))
+    _, send = peer_commands(constant.jobs[0], "kernel", "reno", 0.0)
+    assert "--jitter" not in send and "--straggler-prob" not in send
+
+
+def test_peers_run_iterations_through_the_driver_with_stragglers(capsys):
+    import json
+
+    from mltcp.emulation.peer_io import run_iterations
+
+    class Fake:
+        retransmits = 0
+
+        def send_iteration(self, nbytes, it):
+            self.retransmits += 2
+
+    import time
+    run_iterations(Fake(), "j", 3, 1000, 0.01, time.time(), straggler_prob=1.0, straggler_delay_s=0.02, seed=1)
+    recs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["iteration"] for r in recs] == [0, 1, 2] and all(r["type"] == "iter" for r in recs)
+    assert all(r["comm_start"] - r["start"] >= 0.029 for r in recs)   # 10 ms compute + 20 ms straggling
+    assert all(r["drops"] == 2 for r in recs)                         # per-iteration retransmissions
