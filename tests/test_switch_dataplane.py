@@ -268,6 +268,21 @@ def test_arrival_time_maps_realtime_stamps_and_ignores_implausible_ones():
     assert dp.arrival_time(1_010.5, 10.0, offset) == 10.0   # in the future: clock stepped
 
 
+def _stall_first_frame(pipeline, seconds: float) -> list:
+    """Make the pipeline's ingress sleep ``seconds`` on the first frame (as when the switch process
+    is not scheduled); the returned list gets an entry once that happened."""
+    ingress, stalled = pipeline.ingress, []
+
+    def stall_once(frame, in_port):
+        if not stalled:
+            stalled.append(True)
+            time.sleep(seconds)
+        return ingress(frame, in_port)
+
+    pipeline.ingress = stall_once
+    return stalled
+
+
 @root_only
 def test_a_stalled_switch_serves_frames_from_their_arrival(veths):
     """While the ingress thread is stalled (here: 150 ms in the pipeline, as when the process is
@@ -275,16 +290,7 @@ def test_a_stalled_switch_serves_frames_from_their_arrival(veths):
     arrived (kernel stamps), none of them finds a full 8-frame buffer; served from when the thread
     got to them, all 40 would arrive at once and 30 would be dropped."""
     h = _start(veths, LinkConfig(rate_bps=10e6, buffer_pkts=8))
-    ingress = h.pipeline.ingress
-    stalled = []
-
-    def stall_once(frame, in_port):
-        if not stalled:
-            stalled.append(True)
-            time.sleep(0.15)
-        return ingress(frame, in_port)
-
-    h.pipeline.ingress = stall_once
+    stalled = _stall_first_frame(h.pipeline, 0.15)
     tx, rx = _raw(veths[1]), _raw(veths[3])
     big = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
                  / MLTCP(job_id=2, iteration=i) / (b"d" * 1200)) for i in range(41)]
@@ -316,15 +322,7 @@ def test_ports_share_a_full_queue_in_arrival_order():
         h = start_switch({1: ends[0][0], 2: ends[1][0], 3: ends[2][0]}, {3: LinkConfig(rate_bps=1e6, buffer_pkts=4)},
                          grpc_port=free_tcp_port(), grpc_host="127.0.0.1")
         h.pipeline.lpm.set(0x0A000200, 24, pl.Forward(bytes.fromhex("000000000202"), 3))
-        ingress, stalled = h.pipeline.ingress, []
-
-        def stall_once(frame, in_port):
-            if not stalled:
-                stalled.append(True)
-                time.sleep(0.2)
-            return ingress(frame, in_port)
-
-        h.pipeline.ingress = stall_once
+        stalled = _stall_first_frame(h.pipeline, 0.2)
         h.pipeline.active = True
         tx = {1: _raw(ends[0][1]), 2: _raw(ends[1][1])}
         rx = _raw(ends[2][1])
