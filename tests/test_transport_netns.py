@@ -1,15 +1,14 @@
 """The transport between two network namespaces: a real 100 Mb/s htb bottleneck with a small bfifo
 (drops) and kernel-set CE marks (nftables `ip ecn set ce` on 5 % of data). Needs root, ip, tc, nft."""
-import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
+from _transport_cli import transfer
+
 pytestmark = pytest.mark.root
-CLI = [sys.executable, "-m", "mltcp.traffic.cli"]
 
 
 def _sh(*cmd, check=True):
@@ -51,28 +50,7 @@ def _mark_ce(ns):
 
 def _run(link, cc, nbytes=1_500_000, iterations=2):
     a, b = link
-    rx = subprocess.Popen(["ip", "netns", "exec", b, *CLI, "recv", "--bind", "10.78.0.2:9199", "--idle-exit", "1s",
-                           "--duration", "60s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = rx.stderr.readline()
-        assert line.startswith("listening"), line + rx.stderr.read()
-        tx = subprocess.run(["ip", "netns", "exec", a, *CLI, "send", "--to", "10.78.0.2:9199", "--cc", cc,
-                             "--bytes", str(nbytes), "--compute", "5ms", "--iterations", str(iterations),
-                             "--line-rate", "100mbit", "--json", "--timeout", "40s"],
-                            capture_output=True, text=True, timeout=120)
-        assert tx.returncode == 0, tx.stderr
-        out, _ = rx.communicate(timeout=60)
-    finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait()
-    lines = [json.loads(x) for x in tx.stdout.splitlines()]
-    flows = [json.loads(x) for x in out.splitlines()][:-1]
-    assert len(flows) == 1
-    f = flows[0]
-    assert f["bytes"] == nbytes * iterations and f["mismatched"] == 0 and f["iterations"] == iterations
-    assert lines[-1]["summary"][0]["crc32"] == f["crc32"]
-    return lines[:-1], lines[-1]["summary"][0], f
+    return transfer(a, b, "10.78.0.2:9199", cc, nbytes, iterations)
 
 
 def test_reno_through_small_buffer_recovers_losses(link):

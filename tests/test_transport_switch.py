@@ -3,12 +3,10 @@ impairments injected by the switch on both directions: 5 % loss, 1 % reordering,
 of data *and* ACKs, on a 100 Mb/s, 1 ms link. Every algorithm must deliver every byte exactly
 once and in order (byte check against the pattern, CRC-32 of the whole stream equal on both
 sides). Two namespaces, the switch in this process; everything is removed even on failure."""
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+from _transport_cli import transfer
 
 from mltcp.emulation.switch import pipeline as pl
 from mltcp.emulation.switch.links import LinkConfig
@@ -17,7 +15,6 @@ from mltcp.emulation.switch.testbed import Testbed, have_root_netns
 
 pytestmark = pytest.mark.root
 _why = have_root_netns()
-CLI = [sys.executable, "-m", "mltcp.traffic.cli"]
 ALGORITHMS = ["reno", "cubic", "dcqcn", "mltcp-reno", "mltcp-cubic", "mltcp-dcqcn"]
 
 
@@ -65,28 +62,7 @@ def test_no_byte_lost_duplicated_or_reordered_through_the_impaired_switch(impair
     na, nb, h = impaired_path
     before = {n: dict(lost=p.queue.lost, dup=p.queue.duplicated, reo=p.queue.reordered)
               for n, p in h.dataplane.ports.items()}
-    nbytes, iterations = 1_000_000, 3
-    rx = subprocess.Popen(["ip", "netns", "exec", nb, *CLI, "recv", "--bind", "10.79.2.1:9199", "--idle-exit", "1s",
-                           "--duration", "90s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = rx.stderr.readline()
-        assert line.startswith("listening"), line + rx.stderr.read()
-        tx = subprocess.run(["ip", "netns", "exec", na, *CLI, "send", "--to", "10.79.2.1:9199", "--cc", cc,
-                             "--bytes", str(nbytes), "--compute", "5ms", "--iterations", str(iterations),
-                             "--line-rate", "100mbit", "--json", "--timeout", "60s"],
-                            capture_output=True, text=True, timeout=120)
-        assert tx.returncode == 0, tx.stderr
-        out, _ = rx.communicate(timeout=60)
-    finally:
-        if rx.poll() is None:
-            rx.kill()
-            rx.wait()
-    sent = json.loads(tx.stdout.splitlines()[-1])["summary"][0]
-    flows = [json.loads(x) for x in out.splitlines()][:-1]
-    assert len(flows) == 1
-    f = flows[0]
-    assert f["bytes"] == nbytes * iterations and f["mismatched"] == 0 and f["iterations"] == iterations
-    assert sent["crc32"] == f["crc32"]                     # the same stream, exactly once, in order
+    _, sent, f = transfer(na, nb, "10.79.2.1:9199", cc, 1_000_000, 3, timeout_s=60)
     print(f"{cc}: {f['bytes']} bytes intact, {sent['retransmits']} retransmissions, "
           f"{f.get('duplicates', 0)} duplicates discarded; switch so far: "
           + ", ".join(f"port {n} lost {p.queue.lost} dup {p.queue.duplicated} reordered {p.queue.reordered}"
