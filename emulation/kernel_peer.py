@@ -18,7 +18,8 @@ import time
 
 import typer
 
-from .peer_io import emit as _emit, run_iterations, sync_t0
+from .peer_io import (JITTER, SEED, STRAGGLER_DELAY_S, STRAGGLER_PROB, check_send_mode, emit as _emit,
+                      run_iterations, start_at)
 
 HDR = struct.Struct("!IQ")
 ACK = struct.Struct("!I")
@@ -143,33 +144,27 @@ def send(host: str = typer.Option(..., help="receiver address"),
                                                  "after printing a ready line)"),
          start_offset_s: float = typer.Option(0.0, help="first iteration starts at t0 + this"),
          bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
-         jitter: float = typer.Option(0.0, help="std-dev of the compute time, fraction of --compute-s"),
-         straggler_prob: float = typer.Option(0.0, help="probability that an iteration's compute straggles"),
-         straggler_delay_s: float = typer.Option(0.0, help="extra compute of a straggling iteration"),
-         seed: int = typer.Option(None, help="seed of the jitter/straggler draws"),
+         jitter: float = JITTER,
+         straggler_prob: float = STRAGGLER_PROB,
+         straggler_delay_s: float = STRAGGLER_DELAY_S,
+         seed: int = SEED,
          run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
     """Connect to the receiver and run the job's iterations (or a bulk transfer)."""
-    if (iterations <= 0) == (bulk_s <= 0):
-        raise SystemExit("kernel_peer send: give exactly one of --iterations N (with --bytes) or --bulk-s D")
-    if iterations > 0 and nbytes <= 0:
-        raise SystemExit("kernel_peer send: --bytes must be > 0")
+    check_send_mode("kernel_peer", iterations, nbytes, bulk_s)
     s = _connect(host, port, cc, timeout_s=10.0)
-    payload = memoryview(bytes(CHUNK))
-    t0 = sync_t0(t0)
-    wait = t0 + start_offset_s - time.time()
-    if wait > 0:
-        time.sleep(wait)
+    conn = IterationSocket(s)
+    t0 = start_at(t0, start_offset_s)
     if bulk_s > 0:
         end_at = time.time() + bulk_s
         sent = 0
         while time.time() < end_at:
-            sent += s.send(payload)
+            sent += s.send(conn.payload)
         s.shutdown(socket.SHUT_WR)
         s.recv(1)  # wait for the receiver's close so everything was delivered
         _emit({"type": "summary", "job": job, "cc": cc, "bytes": sent, "retrans": tcp_info_retrans(s)})
         s.close()
         return
-    run_iterations(IterationSocket(s), job, iterations, nbytes, compute_s, t0, jitter, straggler_prob,
+    run_iterations(conn, job, iterations, nbytes, compute_s, t0, jitter, straggler_prob,
                    straggler_delay_s, seed)
     _emit({"type": "summary", "job": job, "cc": cc, "retrans": tcp_info_retrans(s)})
     s.close()

@@ -7,6 +7,14 @@ import json
 import sys
 import time
 
+import typer
+
+# The sender options of the compute-time model, the same in every peer (udp_peer, kernel_peer).
+JITTER = typer.Option(0.0, help="std-dev of the compute time, fraction of --compute-s")
+STRAGGLER_PROB = typer.Option(0.0, help="probability that an iteration's compute straggles")
+STRAGGLER_DELAY_S = typer.Option(0.0, help="extra compute of a straggling iteration")
+SEED = typer.Option(None, help="seed of the jitter/straggler draws")
+
 
 def emit(rec: dict) -> None:
     """One JSON record per line on stdout, flushed (the runner reads it as it comes)."""
@@ -24,6 +32,23 @@ def sync_t0(t0: float) -> float:
     if not line.strip():
         raise SystemExit("peer: no start time on stdin")
     return float(line)
+
+
+def check_send_mode(peer: str, iterations: int, nbytes: int, bulk_s: float) -> None:
+    """Exactly one of iteration mode (with bytes) and bulk mode, else exit naming ``peer``."""
+    if (iterations <= 0) == (bulk_s <= 0):
+        raise SystemExit(f"{peer} send: give exactly one of --iterations N (with --bytes) or --bulk-s D")
+    if iterations > 0 and nbytes <= 0:
+        raise SystemExit(f"{peer} send: --bytes must be > 0")
+
+
+def start_at(t0: float, start_offset_s: float) -> float:
+    """The run's epoch (:func:`sync_t0`), after sleeping until this job's start ``t0 + start_offset_s``."""
+    t0 = sync_t0(t0)
+    wait = t0 + start_offset_s - time.time()
+    if wait > 0:
+        time.sleep(wait)
+    return t0
 
 
 def run_iterations(transport, job: str, iterations: int, nbytes: int, compute_s: float, t0: float,

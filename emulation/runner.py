@@ -597,11 +597,10 @@ def measure_host_rtt(plan: Plan, transport: str, link_mode: str, iterations: int
                               start_offset_s=0.0)
     cal = dataclasses.replace(plan, jobs=[job], bottleneck=dataclasses.replace(plan.bottleneck, delay_ms=0.0))
     arm = run_arm(cal, "reno", transport, mltcp=False, link_mode=link_mode)
-    rtts = [f.get("rtt_ms") for f in arm.peer_stats.get(job.name, [])]
-    if not rtts or rtts[0] is None:
+    rtt = (rtt_seen(arm) or {}).get(job.name)
+    if rtt is None:
         raise EmulationError("RTT calibration: the sender reported no RTT samples")
-    return {"host_rtt_ms": rtts[0]["p50"], "host_rtt_p10_p90_ms": [rtts[0]["p10"], rtts[0]["p90"]],
-            "wall_s": round(arm.wall_s, 2)}
+    return {"host_rtt_ms": rtt["p50"], "host_rtt_p10_p90_ms": [rtt["p10"], rtt["p90"]], "wall_s": round(arm.wall_s, 2)}
 
 
 def calibrate_rtt(plan: Plan, transport: str, mode: str) -> dict | None:

@@ -10,7 +10,8 @@ import time
 
 import typer
 
-from .peer_io import emit as _emit, run_iterations, sync_t0
+from .peer_io import (JITTER, SEED, STRAGGLER_DELAY_S, STRAGGLER_PROB, check_send_mode, emit as _emit,
+                      run_iterations, start_at)
 
 app = typer.Typer(add_completion=False, help="Userspace MLTCP transport peer (runs inside emulated hosts).")
 
@@ -45,27 +46,21 @@ def send(host: str = typer.Option(..., help="receiver address"),
          min_rto_s: float = typer.Option(0.2, help="minimum retransmission timeout (the scenario's min_rto)"),
          idle_restart: bool = typer.Option(True, "--idle-restart/--no-idle-restart",
                                            help="halve the window per RTO idle (slow_start_after_idle)"),
-         jitter: float = typer.Option(0.0, help="std-dev of the compute time, fraction of --compute-s"),
-         straggler_prob: float = typer.Option(0.0, help="probability that an iteration's compute straggles"),
-         straggler_delay_s: float = typer.Option(0.0, help="extra compute of a straggling iteration"),
-         seed: int = typer.Option(None, help="seed of the jitter/straggler draws"),
+         jitter: float = JITTER,
+         straggler_prob: float = STRAGGLER_PROB,
+         straggler_delay_s: float = STRAGGLER_DELAY_S,
+         seed: int = SEED,
          run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
     """Run the job's iterations (or a bulk transfer) over the userspace transport."""
     from mltcp.traffic.transport.transport import UdpTransport
-    if (iterations <= 0) == (bulk_s <= 0):
-        raise SystemExit("udp_peer send: give exactly one of --iterations N (with --bytes) or --bulk-s D")
-    if iterations > 0 and nbytes <= 0:
-        raise SystemExit("udp_peer send: --bytes must be > 0")
+    check_send_mode("udp_peer", iterations, nbytes, bulk_s)
     line = line_rate_mbps * 1e6 / 8 if line_rate_mbps > 0 else None
     if min_rto_s <= 0:
         raise SystemExit("udp_peer send: --min-rto-s must be > 0")
     with UdpTransport(f"{host}:{port}", cc=cc, job_id=job_id, line_rate=line, timeout=120.0,
                       min_rto=min_rto_s, idle_restart=idle_restart,
                       nic_rate=nic_rate_mbps * 1e6 / 8 if nic_rate_mbps > 0 else None) as tr:
-        t0 = sync_t0(t0)
-        wait = t0 + start_offset_s - time.time()
-        if wait > 0:
-            time.sleep(wait)
+        t0 = start_at(t0, start_offset_s)
         if bulk_s > 0:
             first = time.time() - t0
             end_at = time.time() + bulk_s
