@@ -81,21 +81,27 @@ def _frames(n: int) -> list[bytes]:
                   / MLTCP(job_id=2, iteration=i) / (b"d" * 100)) for i in range(n)]
 
 
-@root_only
-def test_impairments_match_switch_accounting(veths):
-    h = _start(veths, LinkConfig(loss_pct=10, duplicate_pct=10, reorder_pct=10, reorder_gap_s=0.002, seed=5))
+def _through(h, veths, frames, pause=lambda i: 0.005 if i % 100 == 99 else 0.0) -> list[bytes]:
+    """Send ``frames`` into port 1 (sleeping ``pause(i)`` after frame i), return what leaves port 2
+    until it goes quiet; the switch is stopped in any case."""
     tx, rx = _raw(veths[1]), _raw(veths[3])
     try:
-        n = 2000
-        for i, f in enumerate(_frames(n)):
+        for i, f in enumerate(frames):
             tx.send(f)
-            if i % 100 == 99:
-                time.sleep(0.005)
-        got = _drain(rx)
+            if pause(i):
+                time.sleep(pause(i))
+        return _drain(rx)
     finally:
         tx.close()
         rx.close()
         h.stop()
+
+
+@root_only
+def test_impairments_match_switch_accounting(veths):
+    h = _start(veths, LinkConfig(loss_pct=10, duplicate_pct=10, reorder_pct=10, reorder_gap_s=0.002, seed=5))
+    n = 2000
+    got = _through(h, veths, _frames(n))
     q = h.dataplane.ports[2].queue
     iters = [Ether(g)[MLTCP].iteration for g in got if Ether(g).haslayer(MLTCP)]
     assert h.pipeline.counters[pl.C_JOB_TX].packets[2] == n  # every frame reached the switch
@@ -235,17 +241,7 @@ def test_cli_port_in_use_fails_cleanly(veths):
 def test_unshaped_port_keeps_order_and_loses_nothing(veths):
     """Unshaped, zero-delay ports send from the ingress thread; order and count must hold."""
     h = _start(veths, LinkConfig())
-    tx, rx = _raw(veths[1]), _raw(veths[3])
-    try:
-        for i, f in enumerate(_frames(1000)):
-            tx.send(f)
-            if i % 100 == 99:
-                time.sleep(0.005)
-        got = _drain(rx)
-    finally:
-        tx.close()
-        rx.close()
-        h.stop()
+    got = _through(h, veths, _frames(1000))
     iters = [Ether(g)[MLTCP].iteration for g in got if Ether(g).haslayer(MLTCP)]
     assert iters == list(range(1000))
 
@@ -291,20 +287,10 @@ def test_a_stalled_switch_serves_frames_from_their_arrival(veths):
     got to them, all 40 would arrive at once and 30 would be dropped."""
     h = _start(veths, LinkConfig(rate_bps=10e6, buffer_pkts=8))
     stalled = _stall_first_frame(h.pipeline, 0.15)
-    tx, rx = _raw(veths[1]), _raw(veths[3])
     big = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
                  / MLTCP(job_id=2, iteration=i) / (b"d" * 1200)) for i in range(41)]
-    try:
-        tx.send(big[0])
-        time.sleep(0.005)
-        for f in big[1:]:          # 1.0 ms on a 10 Mb/s line, one every 3 ms
-            tx.send(f)
-            time.sleep(0.003)
-        got = _drain(rx)
-    finally:
-        tx.close()
-        rx.close()
-        h.stop()
+    # the first frame stalls the thread; then 1.0 ms frames on a 10 Mb/s line, one every 3 ms
+    got = _through(h, veths, big, pause=lambda i: 0.005 if i == 0 else 0.003)
     q = h.dataplane.ports[2].queue
     assert stalled and q.dropped == 0 and q.enqueued == 41
     assert len([g for g in got if Ether(g).haslayer(MLTCP)]) == 41
