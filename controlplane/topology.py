@@ -159,6 +159,23 @@ def _check_keys(table: dict, allowed: set[str], src: str, where: str) -> None:
                             f"unknown field (allowed: {', '.join(sorted(allowed))})")
 
 
+def _sub_tables(sw: dict, key: str, fields: tuple[str, ...], src: str, where: str):
+    """(where, table) for each ``[[switches.<key>]]`` table of switch ``sw``, each a table with
+    exactly the (all required) ``fields``."""
+    tables = sw.get(key, [])
+    if not isinstance(tables, list):
+        raise TopologyError(src, f"{where}.{key}", f"expected [[switches.{key}]] tables")
+    for j, t in enumerate(tables):
+        tw = f"{where}.{key}[{j}]"
+        if not isinstance(t, dict):
+            raise TopologyError(src, tw, "expected a table")
+        _check_keys(t, set(fields), src, tw)
+        for req in fields:
+            if req not in t:
+                raise TopologyError(src, f"{tw}.{req}", "missing")
+        yield tw, t
+
+
 def _path(value, base: Path, src: str, where: str) -> Path:
     if not isinstance(value, str) or not value:
         raise TopologyError(src, where, f"expected a file path, got {value!r}")
@@ -219,17 +236,7 @@ def parse_topology(data: dict, source: str = "<topology>", base: Path | None = N
                            f"{w}.config" if "config" in sw else "defaults.config")
 
         routes, prefixes = [], set()
-        rlist = sw.get("routes", [])
-        if not isinstance(rlist, list):
-            raise TopologyError(source, f"{w}.routes", "expected [[switches.routes]] tables")
-        for j, r in enumerate(rlist):
-            rw = f"{w}.routes[{j}]"
-            if not isinstance(r, dict):
-                raise TopologyError(source, rw, "expected a table")
-            _check_keys(r, {"prefix", "port", "mac"}, source, rw)
-            for req in ("prefix", "port", "mac"):
-                if req not in r:
-                    raise TopologyError(source, f"{rw}.{req}", "missing")
+        for rw, r in _sub_tables(sw, "routes", ("prefix", "port", "mac"), source, w):
             prefix = check_prefix(r["prefix"], source, f"{rw}.prefix")
             if prefix in prefixes:
                 raise TopologyError(source, f"{rw}.prefix", f"duplicate prefix {prefix}")
@@ -238,17 +245,7 @@ def parse_topology(data: dict, source: str = "<topology>", base: Path | None = N
                                 check_mac(r["mac"], source, f"{rw}.mac")))
 
         ecn, ports = [], set()
-        elist = sw.get("ecn", [])
-        if not isinstance(elist, list):
-            raise TopologyError(source, f"{w}.ecn", "expected [[switches.ecn]] tables")
-        for j, e in enumerate(elist):
-            ew = f"{w}.ecn[{j}]"
-            if not isinstance(e, dict):
-                raise TopologyError(source, ew, "expected a table")
-            _check_keys(e, {"port", "threshold"}, source, ew)
-            for req in ("port", "threshold"):
-                if req not in e:
-                    raise TopologyError(source, f"{ew}.{req}", "missing")
+        for ew, e in _sub_tables(sw, "ecn", ("port", "threshold"), source, w):
             port = check_port(e["port"], source, f"{ew}.port")
             if port in ports:
                 raise TopologyError(source, f"{ew}.port", f"duplicate port {port}")
