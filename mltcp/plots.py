@@ -32,10 +32,7 @@ def throughput(runs: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: 
     axes[-1, 0].set_xlabel("time (s)")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def iteration_cdf(runs: list[tuple[str, list[IterationRecord]]], path: Path, ideal: float | None = None,
@@ -53,6 +50,10 @@ def iteration_cdf(runs: list[tuple[str, list[IterationRecord]]], path: Path, ide
     ax.legend()
     if title:
         ax.set_title(title)
+    return _save(fig, path)
+
+
+def _save(fig, path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
