@@ -76,8 +76,14 @@ class UdpTransport:
         ok = run_until(self.flows, lambda: all(f.sb.snd_una >= t for f, t in zip(self.flows, targets)),
                        clock=self.clock, timeout=self.timeout)
         if not ok:
+            now = self.clock()
+            state = "; ".join(
+                f"flow {k}: acked {f.sb.snd_una - (t - int(nbytes))} of {int(nbytes)}, "
+                f"{f.stats['timeouts']} timeouts, rto {f.rtt.rto:.3f} s, "
+                f"last progress {now - f.last_progress:.2f} s ago"
+                for k, (f, t) in enumerate(zip(self.flows, targets)) if f.sb.snd_una < t)
             raise TransportTimeout(f"iteration {iteration}: {nbytes} bytes not delivered within "
-                                   f"{self.timeout} s (is the receiver running?)")
+                                   f"{self.timeout} s (is the receiver running?) [{state}]")
         return SendResult(iteration, int(nbytes), len(self.flows), self.retransmits - r0,
                           sum(f.stats["timeouts"] for f in self.flows) - to0, self.clock() - t0,
                           sum(f.stats["ce_marks"] for f in self.flows) - m0)
