@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.live import Live
 
+from mltcp.console import error_exit, out
 from mltcp.p4src import P4INFO_PATH, load_p4info
 
 from . import entries as E
@@ -41,8 +41,6 @@ from .topology import (
 
 app = typer.Typer(help="P4Runtime control plane for the MLTCP P4 switch (mltcp.p4).",
                   no_args_is_help=True, add_completion=False)
-out = Console()
-err = Console(stderr=True)
 
 
 class _DropShellNoise(logging.Filter):
@@ -73,10 +71,6 @@ SwitchOpt = typer.Option(None, "--switch", "-s", help="only this switch of the t
 TimeoutOpt = typer.Option(10.0, "--timeout", help="seconds to wait for the server")
 
 
-def _fail(code: int, msg: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
 
 def _election(value: Optional[str]) -> Optional[tuple[int, int]]:
     if value is None:
@@ -106,9 +100,9 @@ def _run(fn):
     try:
         return fn()
     except TopologyError as e:
-        raise _fail(2, str(e))
+        raise error_exit(code=2, msg=str(e))
     except ControlPlaneError as e:
-        raise _fail(1, str(e))
+        raise error_exit(code=1, msg=str(e))
 
 
 @app.command()

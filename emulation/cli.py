@@ -14,10 +14,10 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
-
 from typer.core import TyperGroup
+
+from mltcp.console import err, fail
 
 
 class _DefaultRun(TyperGroup):
@@ -32,19 +32,13 @@ class _DefaultRun(TyperGroup):
 app = typer.Typer(cls=_DefaultRun, add_completion=False, no_args_is_help=True,
                   help="Mininet emulation of MLTCP scenarios: `emulate SCENARIO`, `emulate baseline-peer "
                        "SCENARIO`, `emulate topo KIND`.")
-err = Console(stderr=True)
-
-
-def _fail(msg: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {msg}")
-    raise typer.Exit(code)
 
 
 def _prereqs() -> None:
     from .runner import have_mininet_prereqs
     why = have_mininet_prereqs()
     if why:
-        _fail(f"emulation {why} (Mininet needs root, mnexec, ip, tc and brctl)")
+        fail(f"emulation {why} (Mininet needs root, mnexec, ip, tc and brctl)")
 
 
 def _write(doc: dict, out: Path | None) -> None:
@@ -115,14 +109,14 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     try:
         sc = scn.load(scenario)
     except scn.ScenarioError as e:
-        _fail(str(e))
+        fail(str(e))
     _prereqs()
     try:
         sc = rescale(sc, rate_mbps, delay_ms, iterations, buffer_kb, dilate)
         kind = topology if topology != "auto" else ("dumbbell" if baseline_peer else choose_topology(sc))
         mode = resolve_link_mode(link_mode, kind)
     except (ValueError, TopologyError) as e:
-        _fail(str(e))
+        fail(str(e))
     if any(l.delay_s > 0 for l in sc.links.values()) and not features(mode)["delay"]:
         err.print(f"[yellow]note:[/yellow] link mode {mode} has no delay on this kernel: links run without "
                   "their propagation delay")
@@ -144,9 +138,9 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
             doc = _run_with_progress(sc, cc or sc.cc, compare, transport, mode, topology, not no_sim, as_json,
                                      records, payload_rate, rtt_calibration)
     except KeyboardInterrupt:
-        _fail("interrupted; network and processes removed", 130)
+        fail("interrupted; network and processes removed", 130)
     except (EmulationError, TopologyError) as e:
-        _fail(str(e), 1)
+        fail(str(e), 1)
     if not as_json:
         _print_summary(doc)
     _write(doc, out)
@@ -227,7 +221,7 @@ def emulate_topo(
             net = build_network(topo, mode, cl)
             rows = [ping_pair(net, topo, s, r) for s, r in topo.job_pairs]
     except TopologyError as e:
-        _fail(str(e))
+        fail(str(e))
     doc = {"topology": kind, "link_mode": mode, "pairs": rows, "all_reachable": all(r["ok"] for r in rows)}
     if not as_json:
         for r in rows:

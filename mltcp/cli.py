@@ -6,24 +6,19 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from .console import err, fail, out
 
 from . import compare, records as rec_io
 from .scenario import ScenarioError, builtin_names, load
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="MLTCP: congestion control that makes DNN training jobs take turns on the network.")
-err = Console(stderr=True)
-out = Console()
 
 BASES = ("reno", "cubic", "dcqcn")
 
-
-def fail(msg: str, code: int = 2):
-    err.print(f"[bold red]error:[/] {msg}", highlight=False)
-    raise typer.Exit(code)
 
 
 def _algorithms(sc, cc: Optional[str], do_compare: bool) -> list[str]:

@@ -157,6 +157,12 @@ def test_cli_install_bad_file_exit_2(tmp_path):
     assert str(path) in res.output and "switches[0].routes[1].port" in res.output
 
 
+def test_cli_error_quotes_toml_table_names_literally(tmp_path):
+    # rich markup would take "[[switches]]" for a style tag and print "[]"
+    res = runner.invoke(app, ["install", str(write(tmp_path, "[defaults]\ndevice_id = 0\n")), "--dry-run"])
+    assert res.exit_code == 2 and "expected at least one [[switches]] table" in res.output
+
+
 def test_cli_install_missing_file_exit_2(tmp_path):
     res = runner.invoke(app, ["install", str(tmp_path / "none.toml")])
     assert res.exit_code == 2 and "none.toml" in res.output

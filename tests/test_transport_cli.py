@@ -110,3 +110,4 @@ def test_send_without_receiver_times_out_with_exit_1():
     res = runner.invoke(app, ["send", "--to", f"127.0.0.1:{port}", "--bytes", "10KB", "--compute", "0",
                               "--iterations", "1", "--timeout", "0.5s"])
     assert res.exit_code == 1 and "not delivered" in res.output
+    assert "flow 0: acked 0 of 10000" in " ".join(res.output.split())   # what was stuck, and how far

@@ -9,22 +9,17 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from mltcp.console import err, fail, out
 
 from .transport.units import parse_duration, parse_rate, parse_size
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Userspace MLTCP transport: send/recv a training job's traffic; traces and pcaps.")
-err = Console(stderr=True)
-out = Console()
 
 CCS = ("reno", "cubic", "dcqcn", "mltcp-reno", "mltcp-cubic", "mltcp-dcqcn")
 
-
-def fail(msg: str, code: int = 2):
-    err.print(f"[bold red]error:[/] {msg}", highlight=False)
-    raise typer.Exit(code)
 
 
 def _conv(fn, text, opt):

@@ -6,21 +6,16 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from mltcp.console import err, fail, out
 
 from . import loader
 from .maps import VARIANTS, Config, MapsError, mark_iteration_start
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="MLTCP as BPF struct_ops congestion control (mltcp_reno, mltcp_cubic).")
-err = Console(stderr=True)
-out = Console()
 
-
-def fail(msg: str, code: int = 2):
-    err.print(f"[bold red]error:[/] {msg}", highlight=False)
-    raise typer.Exit(code)
 
 
 def _variants(names: Optional[List[str]]) -> list[str]:

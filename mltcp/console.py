@@ -1,0 +1,28 @@
+"""The command-line tools' two rich consoles (``out``: results on stdout, ``err``: progress and
+errors on stderr) and their one way to fail: ``error: <message>`` on stderr, then a non-zero exit.
+
+Messages are printed as they are, not as rich markup, so the names they quote survive: a TOML
+table such as ``[[switches.routes]]`` or a note such as ``[flow 0: ...]`` would otherwise be
+taken for a style tag and vanish. They are not wrapped either, so a long message stays one line
+for scripts that grep it."""
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+out = Console()
+err = Console(stderr=True)
+
+
+def error_exit(msg: str, code: int = 2) -> typer.Exit:
+    """Print ``error: msg`` on stderr and return the ``typer.Exit`` for the caller to raise."""
+    err.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    """Print ``error: msg`` on stderr and exit with ``code`` (2: bad input, 1: the run failed)."""
+    raise error_exit(msg, code)
