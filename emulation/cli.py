@@ -103,7 +103,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
              rtt_calibration=True):
     from mltcp import scenario as scn
 
-    from .runner import EmulationError, choose_topology, plan_from_scenario, rescale
+    from .runner import EmulationError, choose_topology, needs_ecn, plan_from_scenario, rescale
     from .topologies import TopologyError, features, resolve_link_mode
 
     try:
@@ -114,12 +114,15 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     try:
         sc = rescale(sc, rate_mbps, delay_ms, iterations, buffer_kb, dilate)
         kind = topology if topology != "auto" else ("dumbbell" if baseline_peer else choose_topology(sc))
-        mode = resolve_link_mode(link_mode, kind)
+        mode = resolve_link_mode(link_mode, kind, ecn=needs_ecn(sc, cc))
     except (ValueError, TopologyError) as e:
         fail(str(e))
     if any(l.delay_s > 0 for l in sc.links.values()) and not features(mode)["delay"]:
         err.print(f"[yellow]note:[/yellow] link mode {mode} has no delay on this kernel: links run without "
                   "their propagation delay")
+    if needs_ecn(sc, cc) and not features(mode)["ecn"]:
+        err.print(f"[yellow]note:[/yellow] link mode {mode} cannot mark ECN on this kernel: the links only drop "
+                  "(--link-mode switch marks)")
     from mininet.log import setLogLevel
     setLogLevel("error")
     from . import netns

@@ -80,6 +80,11 @@ def link_params_of(link, mss: int = 1448) -> LinkParams:
                       buffer_bytes=max(1500, int(link.buffer_bytes)), ecn_threshold_pkts=ecn)
 
 
+def needs_ecn(sc, cc: str = "") -> bool:
+    """Whether the scenario's links mark ECN (or its algorithm, DCQCN, lives on marks)."""
+    return cc == "dcqcn" or getattr(sc, "cc", "") == "dcqcn" or any(l.ecn != "none" for l in sc.links.values())
+
+
 def choose_topology(sc) -> str:
     """dumbbell when every job crosses the same single link, ring for three jobs each crossing two
     of three links round a cycle, else an error naming what is supported."""
@@ -648,7 +653,7 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     plan = plan_from_scenario(sc, topology)
     if payload_rate:
         payload_rate_plan(plan, transport)
-    mode = resolve_link_mode(link_mode, plan.topology)
+    mode = resolve_link_mode(link_mode, plan.topology, ecn=needs_ecn(sc, cc))
     if transport == "kernel":   # fail before the first arm, not after it
         kernel_cc_name(cc, False)
         if compare_mltcp:

@@ -3,8 +3,13 @@ the emulated network, programmed over P4Runtime by ``mltcp.controlplane``.
 
 The switch applies each link's rate, one-way delay, drop-tail buffer (packets) and queue-depth
 ECN threshold on its egress ports; forwarding is mltcp.p4's ``ipv4_lpm`` (one /32 route per host,
-destination MAC rewritten to the host's), so hosts get static ARP entries. Layer-2 topologies
-(the dumbbell) only.
+destination MAC rewritten to the host's), so hosts get static ARP entries. Every topology: on the
+dumbbell one switch is the bottleneck (the other side is a kernel bridge); on the ring and the
+leaf-spine every router is an ``mltcp-switch``, routed as the topology says
+(:meth:`EmuTopo.next_hops_to_host`). Hosts of a routed topology send to their gateway address,
+resolved by a static ARP entry to :data:`GATEWAY_MAC`, a MAC no interface has: the switch ports
+live in the root namespace, and a frame addressed to one of their own MACs would also be taken up
+by the root namespace's IP stack.
 """
 from __future__ import annotations
 
@@ -13,9 +18,12 @@ import json
 import os
 import subprocess
 import sys
-from collections import deque
+import zlib
 
 from .topologies import EmuTopo, LinkParams, TopologyError
+
+
+GATEWAY_MAC = "02:4d:4c:54:43:fe"   # locally administered; "MLTC" + fe
 
 
 def switch_class():
@@ -46,8 +54,6 @@ def _peer(intf):
 
 def configure_ports(net, topo: EmuTopo) -> None:
     """Before net.start(): per-port link parameters of every switch."""
-    if not topo.layer2:
-        raise TopologyError("link mode 'switch' supports layer-2 topologies (dumbbell) only")
     for sw in net.switches:
         if not hasattr(sw, "link_opts"):   # a kernel bridge beside the software switch
             continue
@@ -61,32 +67,25 @@ def configure_ports(net, topo: EmuTopo) -> None:
         sw.link_opts["port_config"] = cfg
 
 
+def ecmp_pick(hops: list[str], host_ip: str) -> str:
+    """One next hop out of several for a destination: mltcp.p4's LPM entry holds one action (no
+    action selector), so equal-cost paths are split per destination host, by a hash of its address."""
+    return sorted(hops)[zlib.crc32(host_ip.encode()) % len(hops)]
+
+
 def switch_tables(net, topo: EmuTopo, sw) -> dict:
     """Routes (prefix, port, mac) and ECN thresholds (port, K) for switch ``sw``."""
-    sw_names = {s.name for s in net.switches}
-    # first hop (egress port) from sw towards every switch, by BFS over switch-switch links
-    first: dict[str, int] = {sw.name: -1}
-    q = deque([sw])
-    while q:
-        u = q.popleft()
-        for intf, port in u.ports.items():
-            if getattr(intf, "link", None) is None:
-                continue
-            v = _peer(intf).node
-            if v.name in sw_names and v.name not in first:
-                first[v.name] = port if u is sw else first[u.name]
-                q.append(v)
+    port_to = {}   # neighbour node name -> sw's port towards it
+    for intf, port in sw.ports.items():
+        if getattr(intf, "link", None) is not None:
+            port_to[_peer(intf).node.name] = port
     routes, ecn = [], []
     for h in net.hosts:
-        h_intf = h.defaultIntf()
-        attached = _peer(h_intf).node
-        if attached is sw:
-            port = sw.ports[_peer(h_intf)]
-        elif attached.name in first:
-            port = first[attached.name]
-        else:
-            raise TopologyError(f"switch {sw.name}: no path to host {h.name}")
-        routes.append([f"{h.IP()}/32", port, h.MAC()])
+        hops = topo.next_hops_to_host(sw.name, h.name)
+        nxt = h.name if not hops else ecmp_pick(hops, h.IP())
+        if nxt not in port_to:
+            raise TopologyError(f"switch {sw.name}: no port towards {nxt} (route to host {h.name})")
+        routes.append([f"{h.IP()}/32", port_to[nxt], h.MAC()])
     for intf, port in sw.ports.items():
         if getattr(intf, "link", None) is None:
             continue
@@ -94,6 +93,20 @@ def switch_tables(net, topo: EmuTopo, sw) -> dict:
         if p is not None and p.ecn_threshold_pkts:
             ecn.append([port, p.ecn_threshold_pkts])
     return {"grpc": sw.grpc_address, "device_id": sw.device_id, "routes": routes, "ecn": ecn}
+
+
+def set_host_arp(net, topo: EmuTopo) -> None:
+    """Static ARP: on the dumbbell every host knows every other's MAC; on a routed topology each
+    host's gateway address resolves to :data:`GATEWAY_MAC` (mltcp.p4 answers no ARP)."""
+    if topo.layer2:
+        net.staticArp()
+        return
+    for h in net.hosts:
+        intf = h.defaultIntf()
+        gw = topo.ip_of(h.name).rsplit(".", 1)[0] + ".254"
+        out = h.cmd(f"ip neigh replace {gw} lladdr {GATEWAY_MAC} dev {intf.name} nud permanent 2>&1; echo rc=$?")
+        if not out.rstrip().endswith("rc=0"):
+            raise TopologyError(f"{h.name}: static ARP entry for gateway {gw} failed: {out.strip()}")
 
 
 def program(net, topo: EmuTopo, timeout_s: float = 120.0) -> None:

@@ -4,14 +4,16 @@ Topologies (all node names start with a per-run prefix, see :mod:`mltcp.emulatio
 
 * :class:`Dumbbell` – N sender hosts on switch s1, N receiver hosts on s2, one bottleneck s1–s2.
   Layer 2 (one subnet 10.0.0.0/24), so Mininet's LinuxBridge switches work without STP.
-* :class:`Ring3` – three routers in a triangle, three bottleneck links; traffic is routed one way
+* :class:`Ring3` – three routers in a triangle, three bottleneck links; data is routed one way
   round the ring, so job k (sender at router k, receiver at router k+2) crosses two of the three
-  links and every link carries two jobs: a circular dependency.
+  links and every link carries two jobs: a circular dependency. ACKs return the way their data
+  came (the other direction of the same two links), as in the simulator.
 * :class:`LeafSpine` – 2 spines, 2 leaves, hosts per leaf; leaves split traffic over the spines
   with Linux ECMP (layer-4 hash); leaf–spine links are the bottlenecks.
 
 Ring3 and LeafSpine have loops, so their switches are Linux routers (a namespace with forwarding
-on and static routes) instead of bridges.
+on and static routes) instead of bridges, or, in link mode ``switch``, ``mltcp-switch`` processes
+routing with mltcp.p4's LPM table. Both take their routes from :meth:`EmuTopo.next_hops_to_host`.
 
 Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
 
@@ -146,6 +148,25 @@ class EmuTopo(Topo):
     def ip_of(self, host: str) -> str:
         return self.host_ip[host].split("/")[0]
 
+    def switch_of(self, host: str) -> str:
+        """The switch (or router) ``host`` is attached to."""
+        if host in self.host_router:
+            return self.host_router[host]
+        sw = set(self.switches())
+        for a, b in self.links():
+            if a == host and b in sw:
+                return b
+            if b == host and a in sw:
+                return a
+        raise TopologyError(f"host {host} is not attached to a switch")
+
+    def next_hops_to_host(self, router: str, host: str) -> list[str]:
+        """Neighbour switches a packet for ``host`` may leave ``router`` towards ([] at the
+        host's own switch); several for ECMP. The one routing policy of both the Linux routers
+        and the software switches."""
+        dest = self.switch_of(host)
+        return [] if router == dest else self.next_hops(router, dest)
+
     def next_hops(self, router: str, dest_router: str) -> list[str]:
         """Neighbour routers on all shortest paths from router to dest_router (ECMP)."""
         adj = self._router_adj()
@@ -209,6 +230,9 @@ class Ring3(_Routed):
 
     Job k sends from router k to router k+2, crossing two links; each link carries two jobs.
     Hosts per router: x (sender of the job starting here), y (receiver of the job ending here).
+    Packets for a receiver go clockwise (r1->r2->r3->r1); packets for a sender (the ACKs) go
+    counter-clockwise, so each job's ACKs cross its two links backwards, on directions that carry
+    no data: as in the simulator, whose ACKs take the reverse path without queueing.
     """
 
     def make(self, bottleneck: LinkParams = LinkParams(), access: LinkParams | None = None):
@@ -221,10 +245,14 @@ class Ring3(_Routed):
             senders.append(self.attach_host(r, k + 1, 1, f"x{k + 1}", access))
             receivers.append(self.attach_host(r, k + 1, 2, f"y{k + 1}", access))
         self.job_pairs = [(senders[k], receivers[(k + 2) % 3]) for k in range(3)]
+        self.receivers = set(receivers)
 
-    def next_hops(self, router, dest_router):
-        k = self.routers.index(router)
-        return [self.routers[(k + 1) % 3]]
+    def next_hops_to_host(self, router, host):
+        dest = self.host_router[host]
+        if router == dest:
+            return []
+        step = 1 if host in self.receivers else -1
+        return [self.routers[(self.routers.index(router) + step) % 3]]
 
 
 class LeafSpine(_Routed):
@@ -350,12 +378,17 @@ def _controlplane_available() -> bool:
     return True
 
 
-def resolve_link_mode(mode: str, topology: str | None = None) -> str:
+def resolve_link_mode(mode: str, topology: str | None = None, ecn: bool = False) -> str:
+    """The link mode to run: ``auto`` is ``switch`` on the dumbbell (one mltcp-switch on the
+    path), and on the routed topologies only when the links must mark ECN (``ecn``), which htb
+    cannot: there every router is an mltcp-switch process, and on a 2-core machine three of them
+    add about 8 ms to every round trip, more than the kernel routers of ``htb`` (README:
+    Emulation, link modes)."""
     if mode not in LINK_MODES:
         raise TopologyError(f"unknown link mode {mode!r}; choose from {', '.join(LINK_MODES)}")
     if mode == "auto":
-        # the software switch forwards layer 2 topologies only (see softswitch.py)
-        if topology in (None, "dumbbell") and software_switch_class() is not None and _controlplane_available():
+        if ((topology in (None, "dumbbell") or ecn) and software_switch_class() is not None
+                and _controlplane_available()):
             return "switch"
         return "htb"
     if mode == "switch" and (software_switch_class() is None or not _controlplane_available()):
@@ -412,7 +445,7 @@ def configure_routing(net: Mininet, topo: EmuTopo) -> None:
             if hr == r:
                 continue
             subnet = topo.ip_of(h).rsplit(".", 1)[0] + ".0/24"
-            hops = topo.next_hops(r, hr)
+            hops = topo.next_hops_to_host(r, h)
             if len(hops) == 1:
                 _run(node, ["ip", "route", "replace", subnet, "via", peer_ip[(r, hops[0])]])
             else:
@@ -446,13 +479,14 @@ def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
         softswitch.configure_ports(net, topo)
     net.start()
     disable_offloads(net)
+    if mode == "switch":   # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
+        softswitch.set_host_arp(net, topo)
+        softswitch.program(net, topo)
+        return net
     configure_routing(net, topo)
-    if mode in ("htb", "linux-tc"):
-        apply_link_params(net, topo, mode)
+    apply_link_params(net, topo, mode)
     if topo.layer2:
         net.staticArp()
-    if mode == "switch":
-        softswitch.program(net, topo)
     return net
 
 

@@ -78,4 +78,4 @@ def test_emulate_topo_ring():
     rc, out, err = run_cli(["topo", "ring", "--json"], timeout=60)
     assert rc == 0, err
     d = json.loads(out)
-    assert d["all_reachable"] and [p["router_hops"] for p in d["pairs"]] == [2, 2, 2]
+    assert d["all_reachable"] and [p["router_hops"] for p in d["pairs"]] == [3, 3, 3]

@@ -339,3 +339,74 @@ def test_peers_run_iterations_through_the_driver_with_stragglers(capsys):
     assert [r["iteration"] for r in recs] == [0, 1, 2] and all(r["type"] == "iter" for r in recs)
     assert all(r["comm_start"] - r["start"] >= 0.029 for r in recs)   # 10 ms compute + 20 ms straggling
     assert all(r["drops"] == 2 for r in recs)                         # per-iteration retransmissions
+
+
+def _walk(topo, src_host, dst_host):
+    """The switches a packet from src_host to dst_host crosses, following next_hops_to_host
+    (the first next hop where there are several)."""
+    sw, path = topo.switch_of(src_host), []
+    while True:
+        path.append(sw)
+        hops = topo.next_hops_to_host(sw, dst_host)
+        if not hops:
+            return path
+        assert len(path) < 10, path
+        sw = hops[0]
+
+
+def test_ring_data_goes_round_one_way_and_acks_come_back_along_it():
+    from mltcp.emulation.topologies import make_topology
+    t = make_topology("ring", "mtest", LinkParams(rate_mbps=10), n_jobs=3)
+    r = t.routers
+    data_on: dict[tuple, set] = {}      # directed link -> jobs whose data crosses it
+    ack_links = set()
+    for k, (s, rx) in enumerate(t.job_pairs):
+        fwd, back = _walk(t, s, rx), _walk(t, rx, s)
+        assert fwd == [r[k], r[(k + 1) % 3], r[(k + 2) % 3]]   # job k: links k and k+1
+        assert back == fwd[::-1]                               # its ACKs: the same links backwards
+        for a, b in zip(fwd, fwd[1:]):
+            data_on.setdefault((a, b), set()).add(k)
+        ack_links |= set(zip(back, back[1:]))
+    # every directed ring link r_i -> r_i+1 carries the data of two jobs: the circular dependency
+    assert sorted(map(len, data_on.values())) == [2, 2, 2] and len(data_on) == 3
+    assert not ack_links & set(data_on)                        # ACKs never queue behind data
+
+
+def test_leafspine_next_hops_are_both_spines_and_the_switch_picks_one_per_host():
+    from mltcp.emulation.softswitch import ecmp_pick
+    from mltcp.emulation.topologies import make_topology
+    t = make_topology("leafspine", "mtest", LinkParams(rate_mbps=10), n_jobs=8)
+    spines = sorted(s for s in t.switches() if s.startswith("mtestp"))
+    picks = set()
+    for s, rx in t.job_pairs:
+        hops = t.next_hops_to_host(t.switch_of(s), rx)
+        assert sorted(hops) == spines                       # ECMP: both spines
+        assert ecmp_pick(hops, t.ip_of(rx)) == ecmp_pick(list(reversed(hops)), t.ip_of(rx))
+        picks.add(ecmp_pick(hops, t.ip_of(rx)))
+        assert len(_walk(t, s, rx)) == 3                     # leaf, spine, leaf
+    assert picks == set(spines)                             # 8 destinations use both spines
+
+
+def test_dumbbell_hosts_know_their_switch():
+    from mltcp.emulation.topologies import make_topology
+    t = make_topology("dumbbell", "mtest", LinkParams(rate_mbps=10), n_jobs=2)
+    a, b = t.job_pairs[0]
+    assert t.switch_of(a) == "mtests1" and t.switch_of(b) == "mtests2"
+    assert _walk(t, a, b) == ["mtests1", "mtests2"] and _walk(t, b, a) == ["mtests2", "mtests1"]
+    with pytest.raises(TopologyError, match="not attached"):
+        t.switch_of("nobody")
+
+
+def test_auto_link_mode_uses_the_switch_where_it_helps():
+    from mltcp.emulation.runner import needs_ecn
+    from mltcp.emulation.topologies import _controlplane_available, resolve_link_mode, software_switch_class
+    if software_switch_class() is None or not _controlplane_available():
+        pytest.skip("software switch or control plane not importable")
+    assert resolve_link_mode("auto", "dumbbell") == "switch"
+    assert resolve_link_mode("auto", "ring") == "htb"              # kernel routers: less RTT added
+    assert resolve_link_mode("auto", "ring", ecn=True) == "switch"  # htb cannot mark
+    assert resolve_link_mode("switch", "leafspine") == "switch"
+    with pytest.raises(TopologyError, match="unknown link mode"):
+        resolve_link_mode("warp", "ring")
+    assert not needs_ecn(scn.load("circular"), "reno")
+    assert needs_ecn(scn.load("circular"), "dcqcn") and needs_ecn(scn.load("dcqcn-two-jobs"))

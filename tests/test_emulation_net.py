@@ -94,18 +94,40 @@ def test_exception_during_build_cleans_up(monkeypatch):
     assert_clean(prefix)
 
 
-@pytest.mark.parametrize("kind,hops", [("ring", 2), ("leafspine", 3)])
-def test_routed_topologies_route(kind, hops):
+def _switch_ready():
+    from mltcp.emulation.topologies import _controlplane_available, software_switch_class
+    return software_switch_class() is not None and _controlplane_available()
+
+
+@pytest.mark.parametrize("mode", ["htb", "switch"])
+@pytest.mark.parametrize("kind", ["ring", "leafspine"])
+def test_routed_topologies_route(kind, mode):
+    """Every job's receiver answers its sender. The reply's TTL counts the routers on the way back:
+    3 on both (ring: the ACK path is the data path reversed; leaf-spine: leaf, spine, leaf). In
+    switch mode each router is an mltcp-switch with 5 ms on every link, so the RTT (4 link
+    traversals) is at least 20 ms."""
+    if mode == "switch" and not _switch_ready():
+        pytest.skip("software switch or control plane not importable")
+    from mltcp.emulation.topologies import software_switch_class
     prefix = netns.run_prefix()
+    bn = LinkParams(rate_mbps=50, buffer_bytes=30_000, delay_ms=5.0 if mode == "switch" else 0.0)
+    pids = []
     with netns.Cleanup(prefix) as cl:
-        topo = make_topology(kind, prefix, LinkParams(rate_mbps=50, buffer_bytes=30_000), n_jobs=3 if kind == "ring" else 2)
-        net = build_network(topo, "htb", cl)
+        topo = make_topology(kind, prefix, bn, n_jobs=3 if kind == "ring" else 2,
+                             switch_cls=software_switch_class() if mode == "switch" else None)
+        net = build_network(topo, mode, cl)
         from mltcp.emulation.cli import ping_pair
         rows = [ping_pair(net, topo, s, r) for s, r in topo.job_pairs]
-        pids = cl.all_pids()
+        rtts = []
+        if mode == "switch":
+            assert sum(getattr(sw, "proc", None) is not None for sw in net.switches) == len(net.switches)
+            for s, r in topo.job_pairs:
+                out = net[s].cmd(f"ping -c 3 -i 0.2 -W 2 {topo.ip_of(r)}")
+                rtts.append(float(out.split("rtt min/avg/max/mdev = ")[1].split("/")[0]))
+        pids = cl.all_pids() + [sw.proc.pid for sw in net.switches if getattr(sw, "proc", None)]
     assert all(r["ok"] for r in rows), rows
-    # ring: each job crosses two of the three bottlenecks; leaf-spine: leaf, spine, leaf
-    assert [r["router_hops"] for r in rows] == [hops] * len(rows)
+    assert [r["router_hops"] for r in rows] == [3] * len(rows)
+    assert all(rtt >= 20.0 for rtt in rtts), rtts
     assert_clean(prefix, pids)
 
 
@@ -159,11 +181,6 @@ def test_sigint_cleans_up(tmp_path):
     assert_clean(prefix)
 
 
-def _switch_ready():
-    from mltcp.emulation.topologies import _controlplane_available, software_switch_class
-    return software_switch_class() is not None and _controlplane_available()
-
-
 @pytest.mark.integration
 @pytest.mark.skipif(not _switch_ready(), reason="software switch or control plane not importable")
 def test_switch_mode_delay_ecn_and_cleanup():
@@ -199,6 +216,25 @@ def test_switch_mode_delay_ecn_and_cleanup():
     assert_clean(prefix)
     cal = calibrate_rtt(plan, "udp", "switch")       # one more run, alone, with zero link delay
     assert 0 < cal["host_rtt_ms"] < 4.0 and plan.bottleneck.delay_ms == cal["link_delay_ms"] < 2.0
+    assert_clean(prefix)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _switch_ready(), reason="software switch or control plane not importable")
+def test_ring_of_software_switches_runs_three_udp_jobs_with_ecn():
+    """The circular dependency on three mltcp-switch routers: every job's records arrive, the
+    bottleneck ports' ECN marks and drops are read from the three switches' logs."""
+    from mltcp.emulation.runner import udp_available
+    if not udp_available():
+        pytest.skip("userspace transport not importable")
+    prefix = netns.run_prefix()
+    bn = LinkParams(rate_mbps=20, delay_ms=1.0, buffer_bytes=45_000, ecn_threshold_pkts=5)
+    jobs = [JobPlan(n, 300_000, 0.05, 0.01 * i, 3) for i, n in enumerate(("X", "Y", "Z"))]
+    arm = run_arm(Plan("t", "ring", bn, jobs, warmup=1), "reno", "udp", link_mode="switch")
+    assert sorted((r.job, r.iteration) for r in arm.records) == [(j, i) for j in "XYZ" for i in range(3)]
+    assert all(r.bytes == 300_000 for r in arm.records)
+    assert arm.link_mode == "switch" and arm.ecn_marks is not None and arm.ecn_marks > 0
+    assert all(f["rtt_ms"]["p10"] >= 4.0 for fl in arm.peer_stats.values() for f in fl)   # 4 x 1 ms
     assert_clean(prefix)
 
 

@@ -28,6 +28,19 @@ from .runtime import free_tcp_port, stop_switch, switch_command, wait_grpc
 _OFFLOADS = "tx off tso off gso off gro off"
 
 
+_handed_out: set[int] = set()
+
+
+def _unused_port() -> int:
+    """A free TCP port not given to another switch of this process: the switches of one network
+    are all constructed before the first one binds its port, so the kernel may offer one twice."""
+    while True:
+        port = free_tcp_port()
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+
+
 class MltcpSwitch(Switch):
     """A Mininet switch backed by the mltcp-switch software target."""
 
@@ -36,7 +49,7 @@ class MltcpSwitch(Switch):
                  duplicate: float = 0.0, seed: int = 1, port_config: dict[int, str] | None = None,
                  log_file: str | None = None, **params):
         super().__init__(name, **params)
-        self.grpc_port = grpc_port or free_tcp_port()
+        self.grpc_port = grpc_port or _unused_port()
         self.device_id = device_id
         self.link_opts = dict(rate=rate, delay=delay, buffer=buffer, loss=loss, reorder=reorder,
                               duplicate=duplicate, seed=seed, port_config=port_config or {})
