@@ -71,7 +71,6 @@ SwitchOpt = typer.Option(None, "--switch", "-s", help="only this switch of the t
 TimeoutOpt = typer.Option(10.0, "--timeout", help="seconds to wait for the server")
 
 
-
 def _election(value: Optional[str]) -> Optional[tuple[int, int]]:
     if value is None:
         return None

@@ -114,13 +114,14 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     try:
         sc = rescale(sc, rate_mbps, delay_ms, iterations, buffer_kb, dilate)
         kind = topology if topology != "auto" else ("dumbbell" if baseline_peer else choose_topology(sc))
-        mode = resolve_link_mode(link_mode, kind, ecn=needs_ecn(sc, cc))
+        ecn = needs_ecn(sc, cc)
+        mode = resolve_link_mode(link_mode, kind, ecn=ecn)
     except (ValueError, TopologyError) as e:
         fail(str(e))
     if any(l.delay_s > 0 for l in sc.links.values()) and not features(mode)["delay"]:
         err.print(f"[yellow]note:[/yellow] link mode {mode} has no delay on this kernel: links run without "
                   "their propagation delay")
-    if needs_ecn(sc, cc) and not features(mode)["ecn"]:
+    if ecn and not features(mode)["ecn"]:
         err.print(f"[yellow]note:[/yellow] link mode {mode} cannot mark ECN on this kernel: the links only drop "
                   "(--link-mode switch marks)")
     from mininet.log import setLogLevel

@@ -82,7 +82,7 @@ def link_params_of(link, mss: int = 1448) -> LinkParams:
 
 def needs_ecn(sc, cc: str = "") -> bool:
     """Whether the scenario's links mark ECN (or its algorithm, DCQCN, lives on marks)."""
-    return cc == "dcqcn" or getattr(sc, "cc", "") == "dcqcn" or any(l.ecn != "none" for l in sc.links.values())
+    return "dcqcn" in (cc, sc.cc) or any(l.ecn != "none" for l in sc.links.values())
 
 
 def choose_topology(sc) -> str:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import zlib
 
-from .topologies import EmuTopo, LinkParams, TopologyError
+from .topologies import EmuTopo, LinkParams, TopologyError, _run
 
 
 GATEWAY_MAC = "02:4d:4c:54:43:fe"   # locally administered; "MLTC" + fe
@@ -102,11 +102,8 @@ def set_host_arp(net, topo: EmuTopo) -> None:
         net.staticArp()
         return
     for h in net.hosts:
-        intf = h.defaultIntf()
-        gw = topo.ip_of(h.name).rsplit(".", 1)[0] + ".254"
-        out = h.cmd(f"ip neigh replace {gw} lladdr {GATEWAY_MAC} dev {intf.name} nud permanent 2>&1; echo rc=$?")
-        if not out.rstrip().endswith("rc=0"):
-            raise TopologyError(f"{h.name}: static ARP entry for gateway {gw} failed: {out.strip()}")
+        _run(h, ["ip", "neigh", "replace", topo.host_gw[h.name], "lladdr", GATEWAY_MAC,
+                 "dev", h.defaultIntf().name, "nud", "permanent"])
 
 
 def program(net, topo: EmuTopo, timeout_s: float = 120.0) -> None:

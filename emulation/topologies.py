@@ -117,6 +117,7 @@ class EmuTopo(Topo):
         self.job_pairs: list[tuple[str, str]] = []
         self.host_ip: dict[str, str] = {}          # name -> "a.b.c.d/len"
         self.host_router: dict[str, str] = {}      # routed topologies: host -> its router
+        self.host_gw: dict[str, str] = {}          # routed topologies: host -> its gateway address
         self.switch_cls = switch_cls or (_PrefixBridge if self.layer2 else Router)
         self.make(**kw)
 
@@ -136,6 +137,8 @@ class EmuTopo(Topo):
             opts["defaultRoute"] = f"via {gw}"
         n = self.addHost(self.name(short), **opts)
         self.host_ip[n] = ip
+        if gw:
+            self.host_gw[n] = gw
         return n
 
     def add_link(self, a: str, b: str, params: LinkParams | None = None, bottleneck=False):
@@ -436,9 +439,7 @@ def configure_routing(net: Mininet, topo: EmuTopo) -> None:
             peer_ip[(b.name, a.name)] = f"10.200.{i}.1"
         elif a.name in sw or b.name in sw:
             r_intf = link.intf1 if a.name in sw else link.intf2
-            h = (b if a.name in sw else a).name
-            net_part = topo.ip_of(h).rsplit(".", 1)[0]
-            r_intf.setIP(f"{net_part}.254/24")
+            r_intf.setIP(f"{topo.host_gw[(b if a.name in sw else a).name]}/24")
     for r in sorted(sw):
         node = net[r]
         for h, hr in topo.host_router.items():

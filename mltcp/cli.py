@@ -9,16 +9,14 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .console import err, fail, out
-
 from . import compare, records as rec_io
+from .console import err, fail, out
 from .scenario import ScenarioError, builtin_names, load
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="MLTCP: congestion control that makes DNN training jobs take turns on the network.")
 
 BASES = ("reno", "cubic", "dcqcn")
-
 
 
 def _algorithms(sc, cc: Optional[str], do_compare: bool) -> list[str]:

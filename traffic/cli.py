@@ -21,7 +21,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 CCS = ("reno", "cubic", "dcqcn", "mltcp-reno", "mltcp-cubic", "mltcp-dcqcn")
 
 
-
 def _conv(fn, text, opt):
     try:
         return fn(text)

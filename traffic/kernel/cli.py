@@ -17,7 +17,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="MLTCP as BPF struct_ops congestion control (mltcp_reno, mltcp_cubic).")
 
 
-
 def _variants(names: Optional[List[str]]) -> list[str]:
     names = names or list(VARIANTS)
     try:
