@@ -43,8 +43,10 @@ def ring_allreduce_bytes(model_bytes: float, workers: int) -> float:
 
 @dataclass
 class Job:
-    """One training job as the network sees it: one flow that sends ``bytes_per_iter`` after each
-    compute phase. ``path`` names the links the flow crosses, in order."""
+    """One training job as the network sees it: after each compute phase its ``flows`` flows send
+    ``bytes_per_iter`` in all (an equal share each); the iteration ends when every flow has
+    delivered its share. ``path`` names the links a flow crosses, in order; ``flow_paths`` (one path
+    per flow) overrides it for collectives routed over a topology (ring all-reduce, parameter server)."""
     name: str
     compute_s: float
     bytes_per_iter: float
@@ -56,6 +58,18 @@ class Job:
     iterations: int = 50
     model: str | None = None
     extra: dict = field(default_factory=dict)
+    flows: int = 1                  # parallel flows, each with its own CC state and bytes_ratio
+    flow_paths: list[list[str]] | None = None
+
+    def paths(self) -> list[list[str]]:
+        """The path of each of the job's flows."""
+        if self.flow_paths is not None:
+            return [list(p) for p in self.flow_paths]
+        return [list(self.path) for _ in range(self.flows)]
+
+    def flow_bytes(self) -> float:
+        """Bytes each flow sends per iteration."""
+        return self.bytes_per_iter / self.flows
 
     def compute_times(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Compute-phase durations for n iterations (jitter and stragglers drawn from ``rng``)."""
