@@ -28,6 +28,7 @@ from .client import (
     connect_switch,
     reader_election_id,
 )
+from .bmv2 import parse_thrift_addr, read_counters
 from .counters import CounterSnapshot, to_json, to_table
 from .topology import (
     SwitchSpec,
@@ -69,6 +70,8 @@ ElectionOpt = typer.Option(None, "--election-id", help="HIGH,LOW (default 1,0 fo
 TopoOpt = typer.Option(None, "--topology", "-t", help="topology TOML file", exists=False)
 SwitchOpt = typer.Option(None, "--switch", "-s", help="only this switch of the topology")
 TimeoutOpt = typer.Option(10.0, "--timeout", help="seconds to wait for the server")
+ThriftOpt = typer.Option(None, "--thrift", help="BMv2 only: the switch's thrift HOST:PORT, to read "
+                                                "registers that its P4Runtime server (PI) cannot")
 
 
 def _election(value: Optional[str]) -> Optional[tuple[int, int]]:
@@ -204,6 +207,16 @@ def set_ecn(
     _run(go)
 
 
+def _thrift(value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    try:
+        parse_thrift_addr(value)
+    except ValueError as e:
+        raise TopologyError("command line", "--thrift", str(e))
+    return value
+
+
 def _job_filter(jobs: Optional[list[int]]) -> Optional[set[int]]:
     if not jobs:
         return None
@@ -220,7 +233,7 @@ def counters(
     grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
     election_id: Optional[str] = ElectionOpt,
     topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
-    timeout: float = TimeoutOpt,
+    timeout: float = TimeoutOpt, thrift: Optional[str] = ThriftOpt,
 ):
     """Per-job counters: job_tx packets/bytes, job_ecn_marks, bytes_ratio; parse_errors."""
     def go():
@@ -230,7 +243,7 @@ def counters(
         for spec in _targets(grpc, device_id, topology, switch):
             with connect_switch(spec, timeout, election_id=eid) as conn:
                 conn.attach()
-                snaps.append(conn.read_counters())
+                snaps.append(read_counters(conn, _thrift(thrift)))
         if as_json:
             print(to_json(snaps, only))
         else:
@@ -251,6 +264,7 @@ def watch(
     retry_timeout: float = typer.Option(60.0, "--retry-timeout",
                                         help="keep reconnecting this long after the target "
                                              "goes away"),
+    thrift: Optional[str] = ThriftOpt,
 ):
     """Poll the counters; reconnects with backoff when the target restarts."""
     def go():
@@ -271,7 +285,7 @@ def watch(
             conn.attach(wait=True)
 
             def poll() -> CounterSnapshot:
-                return conn.read_counters()
+                return read_counters(conn, _thrift(thrift))
 
             if as_json:
                 while True:
