@@ -23,6 +23,7 @@ from pathlib import Path
 from mltcp import tools
 
 FRAME_BYTES = 1514      # a full-sized Ethernet frame: the unit of a rate given in Mb/s
+_OFFLOADS = "tx off tso off gso off gro off"
 
 
 def switch_argv(interfaces: dict[int, str], grpc_port: int, thrift_port: int, device_id: int = 0,
@@ -173,14 +174,16 @@ def _program_one(spec: dict) -> None:
             sw.set_ecn_threshold(int(port), int(k))
 
 
-def read_stats(grpc_addr: str, device_id: int = 0, timeout_s: float = 60.0) -> dict:
+def read_stats(grpc_addr: str, thrift_port: int, device_id: int = 0, timeout_s: float = 60.0) -> dict:
     """{"ecn_marks": total of MyEgress.job_ecn_marks, "tx_packets": of MyIngress.job_tx,
-    "parse_errors": ...} read over P4Runtime (a child process, read-only election id)."""
+    "parse_errors": ...} read with mltcp.controlplane (a child process, read-only election id;
+    the register over thrift)."""
     code = ("import json, sys\n"
             "from mltcp.controlplane.client import connect, reader_election_id\n"
+            "from mltcp.controlplane.bmv2 import read_counters\n"
             f"with connect({grpc_addr!r}, device_id={device_id}, election_id=reader_election_id()) as sw:\n"
             "    sw.attach()\n"
-            "    s = sw.read_counters()\n"
+            f"    s = read_counters(sw, {thrift_port})\n"
             "print(json.dumps({'ecn_marks': sum(j.ecn_marks for j in s.jobs.values()),\n"
             "                  'tx_packets': sum(j.tx_packets for j in s.jobs.values()),\n"
             "                  'parse_errors': s.parse_errors}))\n")
@@ -248,7 +251,13 @@ class Bmv2Switch(_MnSwitch):
                 continue
             interfaces[self.ports[intf]] = intf.name
             self.cmd(f"ip link set {intf.name} up")
-            self.cmd(f"ethtool -K {intf.name} tx off tso off gso off gro off >/dev/null 2>&1")
+            # TX checksum offload off on both ends: a veth hands a partial checksum along, which
+            # BMv2 would forward unfinished (the receiver then drops every UDP datagram)
+            self.cmd(f"ethtool -K {intf.name} {_OFFLOADS} >/dev/null 2>&1")
+            link = getattr(intf, "link", None)
+            if link is not None:
+                peer = link.intf2 if link.intf1 is intf else link.intf1
+                peer.node.cmd(f"ethtool -K {peer.name} {_OFFLOADS} >/dev/null 2>&1")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         pcaps = self.log_dir / f"{self.name}-pcap" if self.pcap else None
         if pcaps:
@@ -263,7 +272,7 @@ class Bmv2Switch(_MnSwitch):
     def stop(self, deleteIntfs: bool = True) -> None:
         if self.proc is not None and self.proc.poll() is None:
             try:
-                self.stats = read_stats(self.grpc_address, self.device_id)
+                self.stats = read_stats(self.grpc_address, self.thrift_port, self.device_id)
             except Exception as e:  # the run's result must not be lost to a failed read
                 self.stats = {"error": str(e)}
             stop(self.proc, 10)
@@ -276,3 +285,44 @@ class Bmv2Switch(_MnSwitch):
 
 if __name__ == "__main__":  # python -m mltcp.emulation.bmv2 '<json spec>'
     _program_one(json.loads(sys.argv[1]))
+
+
+# --------------------------------------------------------------------------- link mode ``bmv2``
+
+def switch_class(log_dir: str | Path | None = None, pcap: bool = False):
+    """Bmv2Switch with the run's log folder (logs kept there; per-port pcaps with ``pcap``)."""
+    import functools
+    if pcap and log_dir is None:
+        raise ValueError("per-port pcaps need a folder to keep them in (--switch-logs DIR)")
+    return functools.partial(Bmv2Switch, log_dir=str(log_dir) if log_dir else None, pcap=pcap)
+
+
+def configure(net, topo) -> None:
+    """After net.build(), before net.start(): each BMv2 switch's queue shaping (rate in packets/s
+    of full-sized frames, depth in packets) per port, routes and ECN thresholds."""
+    from .softswitch import _peer, switch_tables
+
+    for sw in net.switches:
+        if not isinstance(sw, Bmv2Switch):
+            continue
+        queues = {}
+        for intf, port in sw.ports.items():
+            if intf.name == "lo" or getattr(intf, "link", None) is None:
+                continue
+            p = topo.link_params.get(frozenset((sw.name, _peer(intf).node.name)))
+            if p is None or (p.rate_mbps is None and p.buffer_bytes is None):
+                continue
+            queues[port] = (None if p.rate_mbps is None else queue_rate_pps(p.rate_mbps),
+                            None if p.buffer_bytes is None else max(1, round(p.buffer_bytes / 1500)))
+        tables = switch_tables(net, topo, sw)
+        sw.queues, sw.routes, sw.ecn = queues, tables["routes"], tables["ecn"]
+
+
+def collect_stats(switches) -> int:
+    """ECN marks (MyEgress.job_ecn_marks, all jobs) the stopped BMv2 switches read at stop."""
+    marks = 0
+    for sw in switches:
+        if "error" in sw.stats:
+            raise RuntimeError(f"{sw.name}: reading its counters at stop failed: {sw.stats['error']}")
+        marks += int(sw.stats.get("ecn_marks", 0))
+    return marks
