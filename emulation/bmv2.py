@@ -297,6 +297,18 @@ def switch_class(log_dir: str | Path | None = None, pcap: bool = False):
     return functools.partial(Bmv2Switch, log_dir=str(log_dir) if log_dir else None, pcap=pcap)
 
 
+def use_shim_port(jobs) -> bool:
+    """Every job to UDP port 9199, where mltcp.p4 parses the MLTCP shim, so BMv2 counts its
+    packets (job_tx) and ECN marks (job_ecn_marks) per job. Only when no two jobs share a
+    receiver host (each receiver binds the port); True if done."""
+    from mltcp.traffic.transport.wire import MLTCP_UDP_PORT
+    if len({j.receiver for j in jobs}) != len(jobs):
+        return False
+    for j in jobs:
+        j.port = MLTCP_UDP_PORT
+    return True
+
+
 def configure(net, topo) -> None:
     """After net.build(), before net.start(): each BMv2 switch's queue shaping (rate in packets/s
     of full-sized frames, depth in packets) per port, routes and ECN thresholds."""

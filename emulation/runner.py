@@ -455,6 +455,9 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
                              switch_cls=switch_cls)
         assign_endpoints(plan, topo)
+        if mode == "bmv2":
+            from .bmv2 import use_shim_port
+            use_shim_port(plan.jobs)
         net = build_network(topo, mode, cl)
         if transport == "kernel":   # the scenario's RTO (stretched by --dilate), as the model's
             set_kernel_min_rto(net, min(j.min_rto_s for j in plan.jobs))
