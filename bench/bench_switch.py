@@ -171,9 +171,9 @@ def main() -> int:
         rows = []
         for t in targets:
             rows += measure(t, a, tb, h1, h2, s1, e1, s2, e2)
-        print(f"{'target':<14}{'test':<14}{'recv Mb/s':>11}{'recv pps':>10}{'loss':>10}{'switch us/pkt':>15}")
+        print(f"{'target':<14}{'test':<14}{'recv Mb/s':>11}{'recv pps':>10}{'loss':>13}{'switch us/pkt':>15}")
         for r in rows:
-            print(f"{r['target']:<14}{r['test']:<14}{r['mbps']:>11.1f}{r['pps']:>10.0f}{r['loss']:>10}"
+            print(f"{r['target']:<14}{r['test']:<14}{r['mbps']:>11.1f}{r['pps']:>10.0f}{r['loss']:>13}"
                   f"{r['us_per_pkt']:>15.1f}")
         if len(targets) == 2:
             print("BMv2 / mltcp-switch received Mb/s, same run:")

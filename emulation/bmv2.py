@@ -338,3 +338,13 @@ def collect_stats(switches) -> int:
             raise RuntimeError(f"{sw.name}: reading its counters at stop failed: {sw.stats['error']}")
         marks += int(sw.stats.get("ecn_marks", 0))
     return marks
+
+
+def estimated_drops(records, peer_stats: dict) -> int:
+    """Packets lost on the path, as the senders saw them: BMv2 keeps no queue-drop counter a
+    controller can read. The userspace senders' retransmissions minus their tail-loss probes
+    (a probe retransmits without a loss); else (kernel TCP) the records' retransmissions."""
+    if peer_stats:
+        return sum(int(f.get("retransmits", 0)) - int(f.get("tlp", 0))
+                   for flows in peer_stats.values() for f in flows)
+    return sum(int(r.drops) for r in records)

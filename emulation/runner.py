@@ -525,10 +525,9 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         from .softswitch import collect_stats
         drops, marks = collect_stats(sw_logs, bn_ports)
     elif mode == "bmv2":  # the switches read their ECN-mark counters when they stop
-        from .bmv2 import collect_stats
+        from .bmv2 import collect_stats, estimated_drops
         marks = collect_stats(bm_switches)
-        # BMv2 counts no queue drops anywhere a controller can read: the senders' retransmissions
-        drops = sum(int(r.drops) for r in records)
+        drops = estimated_drops(records, peer_stats)   # BMv2 has no readable queue-drop counter
     return ArmResult(wire_cc, sorted(records, key=lambda r: (r.job, r.iteration)), drops, marks, retrans,
                      mode, time.monotonic() - wall0, peer_stats)
 

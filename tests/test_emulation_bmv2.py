@@ -78,6 +78,14 @@ def test_bitstring_too_wide_is_an_error(raw, width):
         bitstring_to_int(raw, width)
 
 
+def test_estimated_drops_leave_out_tail_loss_probes():
+    from mltcp.records import IterationRecord
+    recs = [IterationRecord("A", 0, 0, 0, 1, 10, 5, 0)]
+    stats = {"A": [{"retransmits": 7, "tlp": 3}], "B": [{"retransmits": 2, "tlp": 2}]}
+    assert bmv2.estimated_drops(recs, stats) == 4
+    assert bmv2.estimated_drops(recs, {}) == 5                 # kernel TCP: its retransmissions
+
+
 def test_link_mode_bmv2_features_and_missing_tools(monkeypatch, tmp_path):
     assert features("bmv2") == {"rate": True, "buffer": True, "delay": False, "ecn": True}
     monkeypatch.setenv("MLTCP_P4TOOLS", str(tmp_path))          # an empty tools folder
