@@ -63,7 +63,7 @@ def send(
 
     from .driver import JobSpec, run_job
     from .traces import TraceError, load_profile, rows_from_records, write_trace
-    from .transport import TransportTimeout, UdpTransport, parse_hostport
+    from .transport import TransportError, UdpTransport, parse_hostport
 
     if cc not in CCS:
         fail(f"--cc: unknown congestion control {cc!r} (choose from {', '.join(CCS)})")
@@ -110,7 +110,7 @@ def send(
         c0, w0 = time.process_time(), time.monotonic()
         try:
             recs = run_job(spec, tr, iterations, on_record=emit)
-        except TransportTimeout as e:
+        except TransportError as e:   # timeout, or a fault (spoofed data/ACKs)
             fail(str(e), 1)
         except KeyboardInterrupt:
             fail("interrupted", 130)
@@ -179,11 +179,13 @@ def recv(
     if as_json:   # one line per flow, then {"receiver": {...}}
         for f in flows:
             print(json.dumps(f), flush=True)
-        print(json.dumps({"receiver": dict(flows=len(flows), elapsed_s=elapsed, cpu_s=cpu, bad=rx.bad)}), flush=True)
+        print(json.dumps({"receiver": dict(flows=len(flows), elapsed_s=elapsed, cpu_s=cpu, bad=rx.bad,
+                                                 refused_flows=rx.refused_flows)}), flush=True)
         return
     for f in flows:
         out.print(f"{f['peer']} job {f['job']}: {f['bytes']} B in order ({f['iterations']} iterations), "
-                  f"{f['duplicates']} duplicates, {f['mismatched']} mismatched, CE {f['ce']}, CNP {f['cnps']}",
+                  f"{f['duplicates']} duplicates, {f['mismatched']} mismatched, "
+                  f"{f['refused']} refused, CE {f['ce']}, CNP {f['cnps']}",
                   highlight=False)
     out.print(f"{len(flows)} flow(s) in {elapsed:.1f} s", highlight=False)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import array
 import errno
-import os
 import selectors
 import socket
 import time
@@ -25,6 +24,10 @@ ECT0 = 0x02
 # Rates (DCQCN's st.rate, --line-rate) count whole IP datagrams, as a NIC's rate limiter does.
 WIRE_OVERHEAD = wire.IP_UDP_OVERHEAD + wire.FIXED_LEN
 RTT_SAMPLES_KEPT = 1 << 20   # 8 MB of samples per flow; at 100 Mb/s about 10 minutes of ACK batches
+# ACKs in a row whose cumulative ack is below what was acknowledged before: a receiver's ack never
+# goes back (ACKs of one flow take one path), so a run of them means forged ACKs moved snd_una, or
+# the receiver lost its state; the flow then fails (``fault``) instead of stalling silently.
+STALE_ACKS_FAULT = 64
 
 
 def build_cc(name: str, line_rate: float | None = None, explicit_iterations: bool = True, **params):
@@ -55,9 +58,16 @@ class FlowSender:
                  min_rto: float = 0.2, burst: int = 16, max_window: int = 16 << 20, ecn: bool = True,
                  clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None,
                  explicit_iterations: bool = True, min_pto: float = 0.01, idle_restart: bool = True,
-                 nic_rate: float | None = None, nic_burst: int = 12, nic_wake: int = 2):
+                 nic_rate: float | None = None, nic_burst: int = 12, nic_wake: int = 2,
+                 rcv_window: int = wire.RCV_WINDOW):
         if not 0 < payload <= 65000:
             raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
+        if not payload <= rcv_window < 1 << 32:
+            raise ValueError(f"rcv_window must be in payload..2^32-1 bytes, got {rcv_window}")
+        # never more than ``rcv_window`` bytes past snd_una: what the receiver takes (wire.RCV_WINDOW)
+        self.rcv_window = rcv_window
+        self.fault: str | None = None             # why the flow cannot go on (ACKs that cannot be true)
+        self._stale = 0                           # ACKs in a row with ack < snd_una
         self.dest, self.cc, self.job_id, self.payload = dest, cc, job_id, payload
         self.burst, self.max_window, self.clock = burst, max_window, clock
         self.reo_wnd = reo_wnd
@@ -72,7 +82,7 @@ class FlowSender:
             self.sock.bind(bind)
         self.sock.connect(dest)
         self.sock.setblocking(False)
-        self.conn_id = int.from_bytes(os.urandom(4), "big")
+        self.conn_id = wire.new_conn_id()         # 48 random bits: what an off-path spoofer must guess
         now = clock()
         self.t0 = now
         self.st = cc.new_state(n=1, mss=payload, now=now)
@@ -168,6 +178,20 @@ class FlowSender:
             if not p.flags & wire.FLAG_ACK or p.conn_id != self.conn_id:
                 self.stats["bad"] += 1
                 continue
+            if p.ack > sb.snd_nxt:
+                # acknowledges bytes this flow never sent: someone else put data into the stream
+                self.stats["bad"] += 1
+                if self.fault is None:
+                    self.fault = (f"the receiver acknowledged byte {p.ack} but only {sb.snd_nxt} were sent: "
+                                  "datagrams spoofed with this flow's address and conn_id reached it")
+                continue
+            if p.ack < sb.snd_una:
+                self._stale += 1
+                if self._stale >= STALE_ACKS_FAULT and self.fault is None:
+                    self.fault = (f"{self._stale} ACKs in a row acknowledge only {p.ack} of the {sb.snd_una} bytes "
+                                  "acknowledged before: forged ACKs, or the receiver restarted")
+            else:
+                self._stale = 0
             self.stats["acks"] += 1
             echo = self._echo_time(p.tsecr, now)
             res = sb.on_ack(p.ack, p.sacks, echo, reo)
@@ -326,6 +350,8 @@ class FlowSender:
                 length = min(self.payload, self.app_end - sb.snd_nxt)
                 if sb.inflight_bytes + length > window and sb.inflight_bytes > 0:
                     break
+                if sb.snd_nxt + length - sb.snd_una > self.rcv_window:
+                    break        # past the receiver's window: it would refuse the segment
                 seq = sb.snd_nxt
                 # the first segment at or after the start of an iteration carries ITER_START
                 seg = Seg(seq, length, self.iteration, seq == self.iter_start_seq)
