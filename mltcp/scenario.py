@@ -6,6 +6,7 @@ See ``scenarios/*.toml`` and the README for the format.
 """
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -15,6 +16,19 @@ from typing import Any
 from .workload import PROFILES, Job, ring_allreduce_bytes
 
 ECN_MODES = ("none", "step", "red")
+
+# Range limits, checked before any work starts (docs/hardening-inputs.md has the table and why).
+MAX_JOBS = 100_000              # jobs in a scenario, after `count` expansion
+MAX_LINKS = 100_000             # links, after `count` expansion
+MAX_ITERATIONS = 1_000_000      # per job
+MAX_JOB_ITERATIONS = 20_000_000  # summed over jobs: one record each (~2 GB of records at the limit)
+MAX_BYTES_PER_ITER = 1e12       # 1 TB per job per iteration (GPT-2 XL on 1000 workers: 12.5 GB)
+MIN_RATE_BPS, MAX_RATE_BPS = 1e3, 1e14   # 1 kb/s .. 100 Tb/s
+MAX_DELAY_S = 10.0              # one-way link delay
+MAX_BUFFER_BYTES = 1e12
+MAX_TIME_S = 86_400.0           # compute time, start offsets, stagger, straggler delay: one day
+MAX_WORKERS = 1_000_000
+MAX_SIM_SLOTS = 1e8             # simulator time slots even at the ideal iteration time (~2 h of CPU)
 
 
 class ScenarioError(ValueError):
@@ -94,9 +108,13 @@ def load(name_or_path: str) -> Scenario:
     path = resolve(name_or_path)
     src = str(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     except FileNotFoundError:
         raise ScenarioError(src, "file", "not found") from None
+    except OSError as e:
+        raise ScenarioError(src, "file", f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(src, "file", f"not UTF-8 text (byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(src, "toml", str(e)) from None
     return from_dict(data, src)
@@ -121,15 +139,21 @@ class _Reader:
             return default
         v = self.t[key]
         if typ is float and isinstance(v, int) and not isinstance(v, bool):
+            if abs(v) > 1e300:
+                raise ScenarioError(self.src, self.name(key), f"must be a finite number, got {v!r}")
             v = float(v)
         if not isinstance(v, typ) or (typ in (int, float) and isinstance(v, bool)):
             raise ScenarioError(self.src, self.name(key), f"must be {getattr(typ, '__name__', typ)}, got {v!r}")
+        if typ is float and not math.isfinite(v):
+            raise ScenarioError(self.src, self.name(key), f"must be a finite number, got {v!r}")
         if check is not None and not check(v):
             raise ScenarioError(self.src, self.name(key), f"{why} (got {v!r})")
         return v
 
-    def one_of(self, keys: dict[str, float], required: bool = True, check=lambda v: v >= 0, why="must be >= 0"):
-        """Exactly one of several unit-suffixed spellings, e.g. rate_gbps / rate_mbps -> base unit."""
+    def one_of(self, keys: dict[str, float], required: bool = True, check=lambda v: v >= 0, why="must be >= 0",
+               lo: float | None = None, hi: float | None = None, unit: str = ""):
+        """Exactly one of several unit-suffixed spellings, e.g. rate_gbps / rate_mbps -> base unit;
+        ``lo``/``hi`` bound the value in the base unit (``unit`` names it in the message)."""
         present = [k for k in keys if k in self.t]
         if len(present) > 1:
             raise ScenarioError(self.src, self.name(present[1]), f"give only one of {', '.join(keys)}")
@@ -138,7 +162,12 @@ class _Reader:
                 raise ScenarioError(self.src, self.name(next(iter(keys))), f"is required (or one of {', '.join(keys)})")
             return None
         k = present[0]
-        return self.get(k, float, check=check, why=why) * keys[k]
+        raw = self.get(k, float, check=check, why=why)
+        v = raw * keys[k]
+        if (lo is not None and v < lo) or (hi is not None and v > hi) or not math.isfinite(v):
+            span = f"in [{_g(lo)}, {_g(hi)}]" if lo is not None else f"<= {_g(hi)}"
+            raise ScenarioError(self.src, self.name(k), f"must be {span} {unit} (got {raw!r} = {v:g} {unit})")
+        return v
 
     def finish(self) -> None:
         unknown = sorted(set(self.t) - self.used)
@@ -150,19 +179,32 @@ def _positive(v):
     return v > 0
 
 
-def _link(src: str, i: int, t: dict, mss: int) -> list[Link]:
+def _g(v) -> str:
+    return "none" if v is None else f"{v:g}"
+
+
+def _upto(lo: int, hi: int) -> dict:
+    """check/why for an integer field in [lo, hi]."""
+    return dict(check=lambda v: lo <= v <= hi, why=f"must be in [{lo}, {hi}]")
+
+
+def _link(src: str, i: int, t: dict, mss: int, room: int = MAX_LINKS) -> list[Link]:
     r = _Reader(src, f"links[{i}]", t)
-    name = r.get("name", str)
-    count = r.get("count", int, 1, lambda v: v >= 1, "must be >= 1")
-    rate = r.one_of({"rate_gbps": 1e9, "rate_mbps": 1e6}, check=_positive, why="must be > 0")
-    delay = r.one_of({"delay_us": 1e-6, "delay_ms": 1e-3})
+    name = r.get("name", str, check=bool, why="must not be empty")
+    count = r.get("count", int, 1, **_upto(1, room))
+    rate = r.one_of({"rate_gbps": 1e9, "rate_mbps": 1e6}, check=_positive, why="must be > 0",
+                    lo=MIN_RATE_BPS, hi=MAX_RATE_BPS, unit="b/s")
+    delay = r.one_of({"delay_us": 1e-6, "delay_ms": 1e-3}, hi=MAX_DELAY_S, unit="s")
     pkt = float(mss)
     bdp_rtt = 2 * delay  # BDP of this link over its own round trip, for buffer_bdp
-    buf = r.one_of({"buffer_pkts": pkt, "buffer_kb": 1e3, "buffer_bdp": rate / 8 * bdp_rtt}, check=_positive, why="must be > 0")
+    buf = r.one_of({"buffer_pkts": pkt, "buffer_kb": 1e3, "buffer_bdp": rate / 8 * bdp_rtt}, check=_positive,
+                   why="must be > 0", lo=pkt, hi=MAX_BUFFER_BYTES, unit="bytes (at least one mss-sized packet)")
     ecn = r.get("ecn", str, "none", lambda v: v in ECN_MODES, f"must be one of {ECN_MODES}")
-    k = r.one_of({"ecn_k_pkts": pkt, "ecn_k_kb": 1e3}, required=ecn == "step") or 0.0
-    kmin = r.one_of({"red_kmin_pkts": pkt, "red_kmin_kb": 1e3}, required=ecn == "red") or 0.0
-    kmax = r.one_of({"red_kmax_pkts": pkt, "red_kmax_kb": 1e3}, required=ecn == "red") or 0.0
+    k = r.one_of({"ecn_k_pkts": pkt, "ecn_k_kb": 1e3}, required=ecn == "step", hi=MAX_BUFFER_BYTES, unit="bytes") or 0.0
+    kmin = r.one_of({"red_kmin_pkts": pkt, "red_kmin_kb": 1e3}, required=ecn == "red", hi=MAX_BUFFER_BYTES,
+                    unit="bytes") or 0.0
+    kmax = r.one_of({"red_kmax_pkts": pkt, "red_kmax_kb": 1e3}, required=ecn == "red", hi=MAX_BUFFER_BYTES,
+                    unit="bytes") or 0.0
     pmax = r.get("red_pmax", float, 0.2, lambda v: 0 < v <= 1, "must be in (0, 1]")
     if ecn == "red" and kmax <= kmin:
         raise ScenarioError(src, r.name("red_kmax_pkts"), "must be greater than red_kmin")
@@ -173,28 +215,37 @@ def _link(src: str, i: int, t: dict, mss: int) -> list[Link]:
 
 def _jobs(src: str, i: int, t: dict, links: dict[str, Link], defaults: dict) -> list[Job]:
     r = _Reader(src, f"jobs[{i}]", t)
-    name = r.get("name", str)
-    count = r.get("count", int, 1, lambda v: v >= 1, "must be >= 1")
-    share = r.get("share", int, 1, lambda v: v >= 1, "must be >= 1")
+    name = r.get("name", str, check=bool, why="must not be empty")
+    count = r.get("count", int, 1, **_upto(1, defaults.get("room", MAX_JOBS)))
+    share = r.get("share", int, 1, **_upto(1, MAX_JOBS))
     model = r.get("model", str, None, lambda v: v in PROFILES, f"must be one of {', '.join(PROFILES)}")
-    workers = r.get("workers", int, 8, lambda v: v >= 2, "must be >= 2")
-    compute = r.one_of({"compute_ms": 1e-3, "compute_s": 1.0}, required=model is None)
+    workers = r.get("workers", int, 8, **_upto(2, MAX_WORKERS))
+    compute = r.one_of({"compute_ms": 1e-3, "compute_s": 1.0}, required=model is None, hi=MAX_TIME_S, unit="s")
     if compute is None:
         compute = PROFILES[model].compute_ms * 1e-3
-    nbytes = r.one_of({"bytes": 1.0, "comm_mb": 1e6}, required=model is None, check=_positive, why="must be > 0")
+    nbytes = r.one_of({"bytes": 1.0, "comm_mb": 1e6}, required=model is None, check=_positive, why="must be > 0",
+                      hi=MAX_BYTES_PER_ITER, unit="bytes per iteration")
     if nbytes is None:
         nbytes = ring_allreduce_bytes(PROFILES[model].model_bytes(), workers)
-    offset = r.one_of({"start_offset_ms": 1e-3, "start_offset_s": 1.0}, required=False) or 0.0
-    stagger = r.one_of({"stagger_ms": 1e-3}, required=False) or 0.0
-    path = r.get("path", list)
+    offset = r.one_of({"start_offset_ms": 1e-3, "start_offset_s": 1.0}, required=False, hi=MAX_TIME_S, unit="s") or 0.0
+    stagger = r.one_of({"stagger_ms": 1e-3}, required=False, hi=MAX_TIME_S, unit="s") or 0.0
+    if offset + (count - 1) * stagger > MAX_TIME_S:
+        raise ScenarioError(src, r.name("stagger_ms"), f"the last of {count} jobs would start after "
+                                                       f"{offset + (count - 1) * stagger:g} s (limit {MAX_TIME_S:g} s)")
+    path = r.get("path", list, check=lambda v: v and all(isinstance(x, str) for x in v),
+                 why="must be a non-empty list of link names")
     jitter = r.get("jitter", float, 0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")
     sp = r.get("straggler_prob", float, 0.0, lambda v: 0 <= v <= 1, "must be in [0, 1]")
-    sd = r.one_of({"straggler_delay_ms": 1e-3}, required=False) or 0.0
-    iters = r.get("iterations", int, defaults["iterations"], lambda v: v >= 1, "must be >= 1")
+    sd = r.one_of({"straggler_delay_ms": 1e-3}, required=False, hi=MAX_TIME_S, unit="s") or 0.0
+    iters = r.get("iterations", int, defaults["iterations"], **_upto(1, MAX_ITERATIONS))
     r.finish()
     jobs = []
     for j in range(count):
-        p = [str(x).format(g=j // share, i=j) for x in path]
+        try:
+            p = [str(x).format(g=j // share, i=j) for x in path]
+        except (KeyError, IndexError, ValueError, AttributeError) as e:
+            raise ScenarioError(src, f"jobs[{i}].path", f"bad link name pattern in {path!r} ({e!r}; "
+                                                       "only {g} and {i} are replaced)") from None
         for hop in p:
             if hop not in links:
                 raise ScenarioError(src, f"jobs[{i}].path", f"unknown link {hop!r} (links: {', '.join(list(links)[:6])}...)")
@@ -207,15 +258,17 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     r = _Reader(src, "", d)
     name = r.get("name", str)
     desc = " ".join(r.get("description", str, "").split())
-    seed = r.get("seed", int, 1)
-    iterations = r.get("iterations", int, 50, lambda v: v >= 1, "must be >= 1")
+    seed = r.get("seed", int, 1, **_upto(0, 2**63 - 1))
+    iterations = r.get("iterations", int, 50, **_upto(1, MAX_ITERATIONS))
     warmup = r.get("warmup_iterations", int, 10, lambda v: v >= 0, "must be >= 0")
     cc = r.get("cc", str, "reno", lambda v: v in ("reno", "cubic", "dcqcn"), "must be reno, cubic or dcqcn")
     net = _Reader(src, "network", r.get("network", dict, {}))
     mss = net.get("mss", int, 1448, lambda v: 64 <= v <= 9000, "must be in [64, 9000]")
-    step = net.one_of({"step_us": 1e-6}, required=False, check=_positive, why="must be > 0") or 20e-6
-    rto = net.one_of({"min_rto_ms": 1e-3}, required=False, check=_positive, why="must be > 0") or 0.2
-    host = net.one_of({"host_delay_us": 1e-6}, required=False) or 0.0
+    step = net.one_of({"step_us": 1e-6}, required=False, check=_positive, why="must be > 0",
+                      lo=1e-7, hi=1e-2, unit="s") or 20e-6
+    rto = net.one_of({"min_rto_ms": 1e-3}, required=False, check=_positive, why="must be > 0",
+                     hi=60.0, unit="s") or 0.2
+    host = net.one_of({"host_delay_us": 1e-6}, required=False, hi=1.0, unit="s") or 0.0
     ssai = net.get("slow_start_after_idle", bool, True)
     loss_model = net.get("loss_model", str, "packet", lambda v: v in ("fluid", "packet"), "must be fluid or packet")
     net.finish()
@@ -224,29 +277,66 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
         raise ScenarioError(src, "links", "needs at least one link")
     links: dict[str, Link] = {}
     for i, t in enumerate(raw_links):
-        for link in _link(src, i, t, mss):
+        for link in _link(src, i, t, mss, MAX_LINKS - len(links)):
             if link.name in links:
                 raise ScenarioError(src, f"links[{i}].name", f"duplicate link {link.name!r}")
             links[link.name] = link
     raw_jobs = r.get("jobs", list)
     if not raw_jobs:
         raise ScenarioError(src, "jobs", "needs at least one job")
-    jobs = [j for i, t in enumerate(raw_jobs) for j in _jobs(src, i, t, links, {"iterations": iterations})]
+    jobs, origin, names = [], [], set()
+    for i, t in enumerate(raw_jobs):
+        if len(jobs) >= MAX_JOBS:
+            raise ScenarioError(src, f"jobs[{i}]", f"more than {MAX_JOBS} jobs in all")
+        new = _jobs(src, i, t, links, {"iterations": iterations, "room": MAX_JOBS - len(jobs)})
+        for j in new:
+            if j.name in names:
+                raise ScenarioError(src, f"jobs[{i}].name", f"duplicate job name {j.name!r}")
+            names.add(j.name)
+        jobs += new
+        origin += [i] * len(new)
     if warmup >= min(j.iterations for j in jobs):
         raise ScenarioError(src, "warmup_iterations", "must be smaller than every job's iterations")
+    _check_size(src, jobs, origin, links, step)
     ccr = _Reader(src, "cc_params", r.get("cc_params", dict, {}))
     cc_params = {k: ccr.get(k, dict, {}) for k in ("reno", "cubic", "dcqcn")}
     ccr.finish()
     mr = _Reader(src, "mltcp", r.get("mltcp", dict, {}))
-    mltcp = {k: mr.get(k, float) for k in ("slope", "intercept", "idle_fraction") if k in mr.t}
+    mltcp = {k: mr.get(k, float, check=ok, why=why) for k, ok, why in (
+        ("slope", lambda v: 0 <= v <= 1000, "must be in [0, 1000]"),
+        ("intercept", lambda v: 0 < v <= 1000, "must be in (0, 1000]"),
+        ("idle_fraction", lambda v: 0 < v <= 1, "must be in (0, 1]")) if k in mr.t}
     if "min_idle_ms" in mr.t:
-        mltcp["min_idle"] = mr.get("min_idle_ms", float, check=_positive, why="must be > 0") * 1e-3
+        mltcp["min_idle"] = mr.get("min_idle_ms", float, check=lambda v: 0 < v <= 1e6,
+                                   why="must be in (0, 1e6] ms") * 1e-3
     if "scale_decrease" in mr.t:
         mltcp["scale_decrease"] = mr.get("scale_decrease", bool)
     mr.finish()
     r.finish()
     return Scenario(name, desc, links, jobs, mss, step, rto, host, ssai, loss_model, warmup, seed, cc, cc_params,
                     mltcp, src)
+
+
+def _check_size(src: str, jobs: list[Job], origin: list[int], links: dict[str, Link], step: float) -> None:
+    """Refuse scenarios too big to run before any work starts: records for every job-iteration,
+    and simulated slots even if every job ran alone at its ideal iteration time."""
+    total = sum(j.iterations for j in jobs)
+    if total > MAX_JOB_ITERATIONS:
+        raise ScenarioError(src, "iterations", f"{len(jobs)} jobs x their iterations = {total} job-iterations "
+                                               f"(limit {MAX_JOB_ITERATIONS}): fewer jobs or iterations")
+    worst, where = 0.0, 0
+    for k, j in enumerate(jobs):
+        alone = j.compute_s + j.bytes_per_iter / min(links[n].rate_Bps for n in j.path) + \
+            2.0 * sum(links[n].delay_s for n in j.path) + j.straggler_delay_s * j.straggler_prob
+        end = j.start_offset_s + j.iterations * alone
+        if end > worst:
+            worst, where = end, k
+    if worst / step > MAX_SIM_SLOTS:
+        j = jobs[where]
+        raise ScenarioError(src, f"jobs[{origin[where]}]", f"job {j.name!r} needs at least {worst:.4g} simulated s "
+                            f"({j.iterations} iterations) = {worst / step:.3g} slots of {step * 1e6:g} us, over the "
+                            f"limit of {MAX_SIM_SLOTS:.0e}: fewer iterations or bytes, a faster link, or a larger "
+                            "network.step_us")
 
 
 # ---- congestion-control parameters in scenario units -> constructor arguments -------------------
