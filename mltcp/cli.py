@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Optional
 
@@ -30,6 +32,41 @@ def _algorithms(sc, cc: Optional[str], do_compare: bool) -> list[str]:
     return [base, compare.mltcp_name(base)]
 
 
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) arrived: unwind, stop the workers, exit 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: the kernel sends SIGKILL to this process when its parent dies (even by
+    SIGKILL), so no simulation keeps running orphaned (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)      # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C and stops us
+    if os.getppid() != parent:                      # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _stop_children() -> None:
+    import multiprocessing as mp
+    for p in mp.active_children():
+        p.kill()
+    for p in mp.active_children():
+        p.join(5)
+
+
 def _simulate_worker(sc, algo, trace_interval, queue):
     from .sim.engine import simulate
     report = None if queue is None else (lambda t, frac: queue.put((algo, t, frac)))
@@ -41,23 +78,48 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
     rich progress bar per run on stderr unless ``quiet``."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing.managers import SyncManager
 
     ctx = mp.get_context("fork")
-    with ctx.Manager() as manager, ProcessPoolExecutor(max_workers=len(algos), mp_context=ctx) as pool:
-        queue = None if quiet else manager.Queue()
-        futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue) for a in algos}
-        if not quiet:
-            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                          TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err,
-                          transient=True) as prog:
-                tasks = {a: prog.add_task(f"{sc.name} · {a}", total=1.0, t=0.0) for a in algos}
-                while not all(f.done() for f in futures.values()):
-                    try:
-                        a, t, frac = queue.get(timeout=0.2)
-                        prog.update(tasks[a], completed=frac, t=t)
-                    except Exception:  # queue.Empty from the manager proxy
-                        pass
-        return {a: f.result() for a, f in futures.items()}
+    me = os.getpid()
+    old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    manager = pool = None
+    try:
+        manager = SyncManager(ctx=ctx)
+        manager.start(_die_with_parent, (me,))
+        pool = ProcessPoolExecutor(max_workers=len(algos), mp_context=ctx, initializer=_die_with_parent,
+                                   initargs=(me,))
+        results = _run_pool(sc, algos, quiet, trace_interval, manager, pool)
+    except BaseException:
+        # Ctrl-C, SIGTERM, a worker's error: kill the workers first (a pool's normal shutdown
+        # would wait for their simulations to end), so none outlives this call
+        _stop_children()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    pool.shutdown()
+    manager.shutdown()
+    return results
+
+
+def _run_pool(sc, algos, quiet, trace_interval, manager, pool):
+    queue = None if quiet else manager.Queue()
+    futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue) for a in algos}
+    if not quiet:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err,
+                      transient=True) as prog:
+            tasks = {a: prog.add_task(f"{sc.name} · {a}", total=1.0, t=0.0) for a in algos}
+            while not all(f.done() for f in futures.values()):
+                try:
+                    a, t, frac = queue.get(timeout=0.2)
+                    prog.update(tasks[a], completed=frac, t=t)
+                except Exception:  # queue.Empty from the manager proxy
+                    pass
+    return {a: f.result() for a, f in futures.items()}
 
 
 def build_report(sc, results) -> dict:
@@ -110,9 +172,7 @@ def write_outputs(sc, results, rep: dict, outdir: Path) -> list[Path]:
         p = outdir / f"records-{a}.csv"
         rec_io.write_csv(r.records, p)
         written.append(p)
-    tmp = outdir / "summary.json.tmp"
-    tmp.write_text(json.dumps(rep, indent=2) + "\n")
-    tmp.replace(outdir / "summary.json")
+    rec_io.write_text_atomic(outdir / "summary.json", json.dumps(rep, indent=2) + "\n")
     written.append(outdir / "summary.json")
     runs = [(a, r.trace_t, r.trace_rate, r.job_names) for a, r in results.items() if len(r.trace_t)]
     if runs:
@@ -138,12 +198,14 @@ def simulate(
     try:
         sc = load(scenario)
         algos = _algorithms(sc, cc, do_compare)
-        results = run_simulations(sc, algos, quiet=as_json, trace_interval=_trace_interval(sc) if outdir else None)
+        _check_outdir(outdir)
+        with _interruptible():
+            results = run_simulations(sc, algos, quiet=as_json, trace_interval=_trace_interval(sc) if outdir else None)
     except ScenarioError as e:
         fail(str(e))
     rep = build_report(sc, results)
     if outdir:
-        write_outputs(sc, results, rep, outdir)
+        _write_or_fail(sc, results, rep, outdir)
     if as_json:
         print(json.dumps(rep))
     else:
@@ -151,6 +213,36 @@ def simulate(
         out.print(summary_table(rep))
         if outdir:
             out.print(f"wrote {outdir}/ (records-*.csv, summary.json, throughput.png, iteration_cdf.png)")
+
+
+def _check_outdir(outdir: Optional[Path]) -> None:
+    """Fail (exit 2) before a run whose outputs could not be written at its end."""
+    if outdir is not None:
+        why = rec_io.output_problem(outdir, is_dir=True)
+        if why:
+            fail(f"--out: {why}")
+
+
+def _write_or_fail(sc, results, rep, outdir: Path) -> list[Path]:
+    try:
+        return write_outputs(sc, results, rep, outdir)
+    except OSError as e:
+        fail(f"--out {outdir}: {e.strerror or e}", 1)
+
+
+class _interruptible:
+    """Ctrl-C exits 130, SIGTERM/SIGHUP 128 + signal, with one line instead of a traceback (the
+    workers are already stopped by run_simulations)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if typ is KeyboardInterrupt:
+            fail("interrupted", 130)
+        if typ is Terminated:
+            fail(f"terminated by signal {signal.Signals(exc.signum).name}; workers stopped", 128 + exc.signum)
+        return False
 
 
 def _trace_interval(sc) -> float:
@@ -166,10 +258,12 @@ def demo(outdir: Path = typer.Option(Path("out/demo"), "--out", help="where the 
         sc = load(scenario)
     except ScenarioError as e:
         fail(str(e))
+    _check_outdir(outdir)
     out.print(f"[bold]{sc.name}[/]: {sc.description}")
-    results = run_simulations(sc, _algorithms(sc, None, True), quiet=False, trace_interval=_trace_interval(sc))
+    with _interruptible():
+        results = run_simulations(sc, _algorithms(sc, None, True), quiet=False, trace_interval=_trace_interval(sc))
     rep = build_report(sc, results)
-    files = write_outputs(sc, results, rep, outdir)
+    files = _write_or_fail(sc, results, rep, outdir)
     out.print(per_job_table(sc, results))
     out.print(summary_table(rep))
     for f in files:

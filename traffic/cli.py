@@ -21,11 +21,39 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 CCS = ("reno", "cubic", "dcqcn", "mltcp-reno", "mltcp-cubic", "mltcp-dcqcn")
 
 
-def _conv(fn, text, opt):
+def _conv(fn, text, opt, lo=None, hi=None, lo_open=False):
+    """Parse ``text`` with ``fn`` and check lo <= value <= hi (lo < value with ``lo_open``):
+    exit 2 naming ``opt`` otherwise."""
     try:
-        return fn(text)
+        v = fn(text)
     except ValueError as e:
         fail(f"{opt}: {e}")
+    _bounds(v, opt, lo, hi, lo_open, text)
+    return v
+
+
+def _bounds(v, opt, lo=None, hi=None, lo_open=False, text=None):
+    shown = text if text is not None else v
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        fail(f"{opt} must be {'>' if lo_open else '>='} {lo:g}, got {shown}")
+    if hi is not None and v > hi:
+        fail(f"{opt} must be <= {hi:g}, got {shown}")
+    return v
+
+
+def _check_output(path, opt):
+    from mltcp.records import output_problem
+    if path is not None:
+        why = output_problem(path)
+        if why:
+            fail(f"{opt}: {why}")
+
+
+# Limits of the command-line numbers (docs/hardening-inputs.md).
+MAX_BYTES = 1e12            # per flow per iteration
+MAX_SECONDS = 86_400.0      # compute, delays, timeouts, durations
+MAX_ITERATIONS = 1_000_000
+MAX_RATE = 1e14             # b/s
 
 
 @app.command()
@@ -67,11 +95,17 @@ def send(
 
     if cc not in CCS:
         fail(f"--cc: unknown congestion control {cc!r} (choose from {', '.join(CCS)})")
-    if iterations < 0:
-        fail("--iterations must be >= 0")
+    _bounds(iterations, "--iterations", 0, MAX_ITERATIONS)
+    _bounds(jitter, "--jitter", 0.0, 0.99)
+    _bounds(straggler_prob, "--straggler-prob", 0.0, 1.0)
+    for name, v in (("--slope", slope), ("--intercept", intercept)):
+        if v is not None:
+            _bounds(v, name, 0.0 if name == "--slope" else 0.0, 1000.0, lo_open=name == "--intercept")
+    _check_output(records_out, "--out")
+    _check_output(trace_out, "--trace-out")
     peers = [_conv(parse_hostport, p, "--to") for p in to]
-    size = _conv(parse_size, nbytes, "--bytes")
-    comp = _conv(parse_duration, compute, "--compute")
+    size = _conv(parse_size, nbytes, "--bytes", 0, MAX_BYTES)
+    comp = _conv(parse_duration, compute, "--compute", 0, MAX_SECONDS)
     if trace is not None:
         try:
             prof = load_profile(trace, _conv(parse_rate, trace_line_rate, "--trace-line-rate"))
@@ -84,14 +118,20 @@ def send(
     try:
         spec = JobSpec(job_id=job, compute_s=comp, bytes_per_iter=size, peers=peers, jitter=jitter,
                        straggler_prob=straggler_prob,
-                       straggler_delay_s=_conv(parse_duration, straggler_delay, "--straggler-delay"),
-                       start_offset_s=_conv(parse_duration, start_offset, "--start-offset"), seed=seed)
+                       straggler_delay_s=_conv(parse_duration, straggler_delay, "--straggler-delay", 0, MAX_SECONDS),
+                       start_offset_s=_conv(parse_duration, start_offset, "--start-offset", 0, MAX_SECONDS),
+                       seed=seed)
     except ValueError as e:
         fail(str(e))
     if detect_iterations not in ("explicit", "idle"):
         fail("--detect-iterations must be explicit or idle")
     if payload < 1 or payload > 65000:
         fail("--payload must be in 1..65000")
+    if seed is not None:
+        _bounds(seed, "--seed", 0, 2**63 - 1)
+    rate = _conv(parse_rate, line_rate, "--line-rate", 0, MAX_RATE, lo_open=True)
+    rto = _conv(parse_duration, min_rto, "--min-rto", 1e-6, 60.0)
+    limit = _conv(parse_duration, timeout, "--timeout", 0, MAX_SECONDS, lo_open=True)
 
     def emit(rec):
         if as_json:
@@ -99,9 +139,9 @@ def send(
 
     try:
         tr = UdpTransport(peers, cc=cc, job_id=job, cc_params=params,
-                          line_rate=_conv(parse_rate, line_rate, "--line-rate") / 8, payload=payload,
-                          min_rto=_conv(parse_duration, min_rto, "--min-rto"), ecn=not no_ecn,
-                          timeout=_conv(parse_duration, timeout, "--timeout"),
+                          line_rate=rate / 8, payload=payload,
+                          min_rto=rto, ecn=not no_ecn,
+                          timeout=limit,
                           explicit_iterations=detect_iterations == "explicit",
                           idle_restart=not no_idle_restart)
     except OSError as e:
@@ -152,23 +192,23 @@ def recv(
     from .transport import Receiver, parse_hostport
 
     host, port = _conv(lambda b: parse_hostport(b, allow_zero=True), bind, "--bind")
-    if ack_every < 1:
-        fail("--ack-every must be >= 1")
+    _bounds(ack_every, "--ack-every", 1, 10_000)
+    d = _conv(parse_duration, duration, "--duration", 0, MAX_SECONDS, lo_open=True) if duration else None
+    idle = _conv(parse_duration, idle_exit, "--idle-exit", 0, MAX_SECONDS, lo_open=True) if idle_exit else None
     try:
         rx = Receiver((host, port), ack_every=ack_every, verify=not no_verify)
     except OSError as e:
         fail(f"--bind {bind}: {e}")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    if duration:
-        d = _conv(parse_duration, duration, "--duration")
+    if d is not None:
         timer = threading.Timer(d, stop.set)
         timer.daemon = True
         timer.start()
     err.print(f"listening on {rx.addr[0]}:{rx.addr[1]}", highlight=False)
     t0, c0 = time.monotonic(), time.process_time()
     try:
-        rx.serve(stop, idle_exit=_conv(parse_duration, idle_exit, "--idle-exit") if idle_exit else None)
+        rx.serve(stop, idle_exit=idle)
     except KeyboardInterrupt:
         pass
     finally:
@@ -267,6 +307,8 @@ def pcap_write(
 ):
     """Synthetic MLTCP capture of iteration records (for replay or analysis tools)."""
     from mltcp.records import read_csv
+    _bounds(packets_per_iter, "--packets-per-iter", 1, 100_000)
+    _check_output(out_path, "OUT_PATH")
 
     from .pcap import write_records
     try:
@@ -288,8 +330,11 @@ def pcap_records(
     from mltcp.records import to_json, write_csv
 
     from .pcap import PcapError, read_records
+    for p in port:
+        _bounds(p, "--port", 1, 65535)
+    _check_output(records_out, "--out")
     try:
-        recs = read_records(path, idle_gap=_conv(parse_duration, idle_gap, "--idle-gap") if idle_gap else None,
+        recs = read_records(path, idle_gap=_conv(parse_duration, idle_gap, "--idle-gap", 0, MAX_SECONDS, lo_open=True) if idle_gap else None,
                             ports=port)
     except PcapError as e:
         fail(str(e))
@@ -317,6 +362,8 @@ def replay(
 ):
     """Send a capture's packets out of an interface (needs root), with their original timing."""
     from .pcap import replay as do_replay
+    if count is not None:
+        _bounds(count, "--count", 0)
     if not path.exists():
         fail(f"{path}: no such file")
     try:
