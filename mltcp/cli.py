@@ -204,15 +204,18 @@ def list_scenarios():
     out.print(t)
 
 
-# Sub-commands of the other parts, with the extra that brings their third-party dependencies.
-_PARTS = (("mltcp.controlplane.cli", "switch", "switch"), ("mltcp.traffic.cli", "traffic", None),
-          ("mltcp.traffic.kernel.cli", "kernel", "kernel"), ("mltcp.emulation.cli", "emulate", "emulate"))
+# Sub-commands of the other parts: module, name, the extra that brings their third-party
+# dependencies, and modules they need that only the system provides (with how to get them).
+_PARTS = (("mltcp.controlplane.cli", "switch", "switch", {}),
+          ("mltcp.traffic.cli", "traffic", None, {}),
+          ("mltcp.traffic.kernel.cli", "kernel", "kernel", {}),
+          ("mltcp.emulation.cli", "emulate", "emulate",
+           {"mininet": "Mininet comes from the system packages: sudo bash scripts/install-system.sh"}))
 
 
-def _mount_not_installed(name: str, extra: Optional[str], missing: str) -> None:
-    """A stand-in for a sub-command whose dependencies are not installed: it says which extra to
+def _mount_not_installed(name: str, missing: str, hint: str) -> None:
+    """A stand-in for a sub-command whose dependencies are not installed: it says what to
     install and exits 2, instead of `mltcp` itself failing to start."""
-    hint = f"pip install 'mltcp[{extra}]'" if extra else "reinstall mltcp"
 
     @app.command(name, help=escape(f"(not available: missing Python module {missing!r}; {hint})"),
                  context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
@@ -221,9 +224,18 @@ def _mount_not_installed(name: str, extra: Optional[str], missing: str) -> None:
         fail(f"`mltcp {name}` needs the Python module {missing!r}, which is not installed: {hint}")
 
 
+def _absent(find_spec, module: str) -> bool:
+    try:
+        return find_spec(module) is None
+    except ImportError:
+        return True
+
+
 def _mount_optional():
     from importlib import import_module
-    for mod, name, extra in _PARTS:
+    from importlib.util import find_spec
+    for mod, name, extra, system in _PARTS:
+        pip_hint = f"pip install 'mltcp[{extra}]'" if extra else "reinstall mltcp"
         try:
             m = import_module(mod)
         except ModuleNotFoundError as e:
@@ -231,7 +243,11 @@ def _mount_optional():
                 continue  # that part is not installed in this checkout
             if e.name and e.name.split(".")[0] == "mltcp":
                 raise  # a module of this package is missing: a real bug, not a missing extra
-            _mount_not_installed(name, extra, e.name or "?")
+            _mount_not_installed(name, e.name or "?", pip_hint)
+            continue
+        absent = [(m_, how) for m_, how in system.items() if _absent(find_spec, m_)]
+        if absent:
+            _mount_not_installed(name, absent[0][0], absent[0][1])
             continue
         app.add_typer(m.app, name=name)
 

@@ -203,3 +203,10 @@ def test_makefile_installs_every_extra_the_tests_need(extra):
     m = re.search(r"pip install -q -e '\.\[([a-z0-9,-]+)\]'", makefile)
     assert m, "the Makefile's editable install line"
     assert extra in m.group(1).split(",")
+
+
+def test_emulate_without_mininet_names_the_system_packages():
+    r = _run_without_extras("emulate", "two-jobs", "--json")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "mininet" in r.stderr and "scripts/install-system.sh" in r.stderr
+    assert "Traceback" not in r.stderr
