@@ -210,3 +210,45 @@ def test_emulate_without_mininet_names_the_system_packages():
     assert r.returncode == 2, r.stderr[-2000:]
     assert "mininet" in r.stderr and "scripts/install-system.sh" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    spans = re.findall(r"`(mltcp [^`]+)`", text)
+    blocks = re.findall(r"```\n(.*?)```", text, flags=re.S)
+    lines = [ln.split("#")[0].strip() for b in blocks for ln in b.splitlines()]
+    lines = [re.sub(r"^\S*/bin/", "", ln) for ln in lines]
+    return sorted({s for s in spans + lines if s.startswith("mltcp ")})
+
+
+def test_readme_commands_and_options_exist():
+    """Every `mltcp ...` the README shows resolves to a real command, and its --options exist."""
+    import typer
+
+    from mltcp import cli
+
+    cli._mount_optional()
+    root = typer.main.get_command(cli.app)
+    commands = _readme_commands()
+    assert len(commands) >= 10, commands
+    problems = []
+    for line in commands:
+        for i, alt in enumerate(line.split(" / ")):  # `mltcp switch push / install / set-ecn`
+            words = alt.split() if i == 0 else line.split()[:2] + alt.split()
+            cmd, path = root, ["mltcp"]
+            for w in words[1:]:
+                if not hasattr(cmd, "commands") or w.startswith("-") or w == "&&":
+                    break
+                sub = cmd.commands.get(w) or (cmd.commands.get("run") if not re.fullmatch(r"[a-z][a-z0-9-]*", w) else None)
+                if sub is None:
+                    problems.append(f"{alt!r}: no command {w!r} under {' '.join(path)}")
+                    break
+                cmd, path = sub, path + ([w] if sub.name == w else [])
+            if "not available" in (cmd.help or ""):
+                pytest.skip(f"{' '.join(path)} is not installed here: {cmd.help}")
+            opts = {o for p in cmd.params for o in getattr(p, "opts", []) + getattr(p, "secondary_opts", [])}
+            opts |= {o for p in root.params for o in p.opts}
+            for w in words:
+                if w.startswith("--") and w.split("=")[0] not in opts:
+                    problems.append(f"{alt!r}: {' '.join(path)} has no option {w}")
+    assert not problems, "\n".join(problems)
