@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..cc import BASE_OF, make_cc
+from ..cc import BASE_OF, TX_START, make_cc
 from ..records import IterationRecord
 from ..scenario import Scenario, cc_kwargs
 
@@ -63,19 +63,6 @@ def build_cc(sc: Scenario, cc_name: str):
     if cc_name != base:
         kw.update(sc.mltcp_params)
     return make_cc(cc_name, **kw)
-
-
-def _cwnd_restart(st, mask, idle, rto, mss) -> None:
-    """Linux tcp_cwnd_restart (RFC 2861, on by default as net.ipv4.tcp_slow_start_after_idle):
-    after an idle period longer than the RTO, halve cwnd once per RTO elapsed, down to the initial
-    window, remembering 3/4 of the old window in ssthresh."""
-    m = mask & (idle > rto)
-    if not m.any():
-        return
-    iw = np.minimum(10 * mss, st.cwnd)
-    halvings = np.floor(idle / rto)
-    st.ssthresh = np.where(m, np.maximum(st.ssthresh, 0.75 * st.cwnd), st.ssthresh)
-    st.cwnd = np.where(m, np.maximum(st.cwnd / 2.0 ** np.minimum(halvings, 60), iw), st.cwnd)
 
 
 def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
@@ -157,8 +144,8 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
                 start = (phase == 0) & (phase_end <= t)
                 rest = phase_end[(phase == 0) & ~start]
                 next_start = rest.min() if len(rest) else np.inf
-                if sc.slow_start_after_idle and window:
-                    _cwnd_restart(st, start, t - last_tx, np.maximum(sc.min_rto_s, srtt + 4 * rttvar), mss)
+                cc.cwnd_event(st, TX_START, t, idle=t - last_tx, rto=np.maximum(sc.min_rto_s, srtt + 4 * rttvar),
+                              restart=sc.slow_start_after_idle, mask=start)
                 phase[start] = 1
                 comm_start[start] = t
                 to_send[start] = nbytes[start]
@@ -180,12 +167,12 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
                 rttvar = np.where(got, 0.75 * rttvar + 0.25 * np.abs(err), rttvar)
                 srtt = np.where(got, srtt + 0.125 * err, srtt)
                 before = st.cwnd.copy()
-                cc.on_ack(st, a, np.where(got, rtt_s, srtt), t)
+                cc.pkts_acked(st, a, np.where(got, rtt_s, srtt), t)
                 in_rec = t < recovery_until
                 if window:
-                    # no growth in recovery, nor when the window was not what limited the sender
-                    # (Linux tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
-                    st.cwnd = np.where(in_rec | ~cwnd_limited, before, st.cwnd)
+                    # growth only outside recovery and when the window limited the sender (Linux
+                    # tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
+                    cc.cong_avoid(st, np.where(in_rec | ~cwnd_limited, 0.0, a), t)
                     loss, ecn = lo > 0, marked_event(mk)
                     react = (loss | ecn) & ~in_rec
                     if react.any():
