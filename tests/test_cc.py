@@ -198,3 +198,49 @@ def test_vectorised_flows_are_independent():
     assert st.cwnd[1] == 10 * MSS
     assert st.cwnd[0] == pytest.approx(10 * MSS + MSS * MSS / (10 * MSS))
     assert st.cwnd[2] == pytest.approx(11 * MSS)
+
+
+def test_params_are_declared_on_the_class_with_units_and_scenario_keys():
+    from mltcp.cc import Dcqcn, MLTCPCubic
+    assert Reno.params["beta"].default == 0.5
+    f = Dcqcn.scenario_fields()
+    assert f["rai_mbps"].name == "rai" and f["rai_mbps"].from_scenario(40) == pytest.approx(40e6 / 8)
+    assert "line_rate" not in {p.key for p in f.values()}          # set by the caller, not a file
+    assert set(Cubic.params) <= set(MLTCPCubic.params) and "slope" in MLTCPCubic.params
+    with pytest.raises(TypeError, match="unknown parameter"):
+        Reno(bogus=1)
+    with pytest.raises(ValueError, match="positive"):
+        f["timer_us"].from_scenario(-1)
+
+
+def test_state_is_typed_and_owned_by_the_algorithm():
+    st = Cubic().new_state(2, mss=1000)
+    assert type(st.ca).__name__ == "CubicState" and np.isnan(st.ca.epoch).all()
+    assert not hasattr(st, "w_max")
+    assert Reno().new_state(1).tracker is None and MLTCPReno().new_state(1).tracker is not None
+
+
+def test_cong_avoid_is_separate_from_pkts_acked():
+    cc = MLTCPReno()
+    st = cc.new_state(1, mss=1000)
+    cc.pkts_acked(st, np.array([5000.0]), RTT, 0.0)     # tracker counts it, the window does not grow
+    assert st.cwnd[0] == 10 * MSS and st.tracker.bytes_cur[0] == 5000
+    cc.cong_avoid(st, np.array([5000.0]), 0.0)
+    assert st.cwnd[0] == 15 * MSS
+
+
+def test_tx_start_restart_after_idle_and_cubic_epoch_shift():
+    from mltcp.cc import TX_START
+    cc = Cubic()
+    st = cc.new_state(1, mss=1000)
+    st.cwnd[:], st.ssthresh[:] = 80 * MSS, 10 * MSS
+    st.ca.epoch[:] = 1.0
+    done = cc.cwnd_event(st, TX_START, 3.0, idle=0.5, rto=0.2)    # 2.5 RTOs idle: halved twice
+    assert done[0] and st.cwnd[0] == 20 * MSS and st.ssthresh[0] == 60 * MSS
+    assert st.ca.epoch[0] == 1.5                                   # the idle time does not count
+    st.cwnd[:] = 80 * MSS
+    assert not cc.cwnd_event(st, TX_START, 3.0, idle=0.1, rto=0.2)[0] and st.cwnd[0] == 80 * MSS
+    assert not cc.cwnd_event(st, TX_START, 3.0, idle=1.0, rto=0.2, restart=False)[0]
+    st.cwnd[:] = 12 * MSS
+    cc.cwnd_event(st, TX_START, 9.0, idle=5.0, rto=0.2)            # never below the initial window
+    assert st.cwnd[0] == 10 * MSS
