@@ -285,6 +285,8 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
 
 PATTERNS = ("ring", "ps")
 MAX_FLOWS = 10_000                  # per job
+MAX_JOB_BYTES = 1e12                # per job per iteration, all flows (as for bytes)
+TRACE_RATES = (1e3, 1e14)           # trace line rate bounds, b/s
 _FABRIC_SHAPE = {"leaf-spine": ("leaves", "spines", "hosts_per_leaf"), "fat-tree": ("k",)}
 _TEMPLATE = re.compile(r"\{([^{}]*)\}")
 _ARITH = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Load, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
@@ -313,7 +315,7 @@ def _fabric(src: str, r: _Reader, mss: int, seed: int):
     except fabmod.FabricError as e:
         named = next((k for k in shape if str(e).startswith(k)), next(iter(shape)))
         raise ScenarioError(src, f.name(named), str(e)) from None
-    ecmp_seed = f.get("ecmp_seed", int, seed)
+    ecmp_seed = f.get("ecmp_seed", int, seed, lambda v: 0 <= v < 2 ** 63, "must be in [0, 2^63)")
     up = f.one_of({"uplink_rate_gbps": 1e9, "uplink_rate_mbps": 1e6}, required=False, check=_positive,
                   why="must be > 0")
     link_t = {k: v for k, v in t.items() if k not in set(shape) | {"kind", "ecmp_seed", "uplink_rate_gbps",
@@ -413,12 +415,21 @@ def _read_layout(r: _Reader, src: str, ctx: dict, model: str | None) -> _Layout:
     paths = r.get("paths", list, None, size, f"needs 1 to {MAX_FLOWS} paths")
     gradient = r.one_of({"gradient_bytes": 1.0, "gradient_mb": 1e6}, required=False, check=_positive,
                         why="must be > 0")
+    if gradient is not None and not gradient <= MAX_JOB_BYTES:
+        k = next(k for k in ("gradient_bytes", "gradient_mb") if k in r.t)
+        raise ScenarioError(src, r.name(k), f"must be at most {MAX_JOB_BYTES:g} bytes (got {gradient:g})")
     trace = r.get("trace", str, None)
     if "trace_line_rate" in r.t:
         raise ScenarioError(src, r.name("trace_line_rate"), "give it with its unit: trace_line_rate_gbps or "
                             "trace_line_rate_mbps")
     rate = r.one_of({"trace_line_rate_gbps": 1e9, "trace_line_rate_mbps": 1e6}, required=trace is not None,
                     check=lambda v: 0 < v < float("inf"), why="must be > 0")
+    if rate is not None and not TRACE_RATES[0] <= rate <= TRACE_RATES[1]:
+        k = next(k for k in ("trace_line_rate_gbps", "trace_line_rate_mbps") if k in r.t)
+        raise ScenarioError(src, r.name(k), f"must be in [{TRACE_RATES[0]:g}, {TRACE_RATES[1]:g}] b/s (got {rate:g})")
+    if rate is not None and trace is None:
+        k = next(k for k in ("trace_line_rate_gbps", "trace_line_rate_mbps") if k in r.t)
+        raise ScenarioError(src, r.name(k), "goes with trace (the rate the trace was measured at)")
     shared = r.get("trace_shared_link", bool, False)
     fab = ctx.get("fabric")
     names = ("i", "g", "H") if fab else ("i", "g")
@@ -484,8 +495,9 @@ def _load_trace(r: _Reader, src: str, ctx: dict, trace: str, rate: float, shared
                             "scenario's folder)") from None
     except TraceError as e:
         raise ScenarioError(src, r.name("trace"), str(e)) from None
-    if prof.bytes_per_iter <= 0:
-        raise ScenarioError(src, r.name("trace"), f"{p}: the iterations carry no bytes")
+    if not 0 < prof.bytes_per_iter <= MAX_JOB_BYTES:
+        raise ScenarioError(src, r.name("trace"), f"{p}: {prof.bytes_per_iter:g} bytes per iteration (must be > 0 "
+                            f"and at most {MAX_JOB_BYTES:g})")
     return prof
 
 
@@ -495,7 +507,11 @@ def _layout_bytes(r: _Reader, lay: _Layout, model: str | None) -> float:
         return float(lay.trace.bytes_per_iter)
     grad = lay.gradient if lay.gradient is not None else PROFILES[model].model_bytes()
     n = len(lay.hosts)
-    return n * ring_allreduce_bytes(grad, n) if lay.pattern == "ring" else ps_bytes(grad, n)
+    total = n * ring_allreduce_bytes(grad, n) if lay.pattern == "ring" else ps_bytes(grad, n)
+    if total > MAX_JOB_BYTES:
+        raise ScenarioError(r.src, r.name("hosts"), f"{lay.pattern} over {n} hosts moves {total:g} bytes per "
+                            f"iteration, more than {MAX_JOB_BYTES:g}")
+    return total
 
 
 def _place(r: _Reader, lay: _Layout, j: int, g: int, jname: str, links: dict, ctx: dict):

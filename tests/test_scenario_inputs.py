@@ -286,3 +286,19 @@ def test_cli_bad_fabric_exits_2(tmp_path):
     p = subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(f), "--json"], capture_output=True,
                        text=True)
     assert p.returncode == 2 and "fabric.k" in p.stderr and p.stdout == ""
+
+
+@pytest.mark.parametrize("extra,field", [
+    ({"pattern": "ring", "hosts": ["h0", "h1"], "gradient_mb": float("inf")}, "jobs[0].gradient_mb"),
+    ({"pattern": "ring", "hosts": ["h0", "h1"], "gradient_mb": 1e9}, "jobs[0].gradient_mb"),
+    ({"hosts": ["h0", "h1"], "bytes": 1, "trace_line_rate_gbps": 1}, "jobs[0].trace_line_rate_gbps"),
+])
+def test_new_numbers_are_range_checked(extra, field):
+    assert err_of([{"name": "a", "compute_ms": 1, **extra}], FABRIC).field == field
+    assert err_of([{"name": "a", "compute_ms": 1, "bytes": 1, "hosts": ["h0", "h1"]}],
+                  {**FABRIC, "ecmp_seed": -1}).field == "fabric.ecmp_seed"
+
+
+def test_trace_line_rate_bounds(tmp_path):
+    job = {"name": "a", "trace": str(_trace(tmp_path)), "path": ["l"], "trace_line_rate_gbps": 1e9}
+    assert err_of([job]).field == "jobs[0].trace_line_rate_gbps"

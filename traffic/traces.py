@@ -56,6 +56,15 @@ def iter_rows(lines: Iterable[str], source: str = "<trace>") -> Iterator[tuple[i
     seen_data = False
     inf = math.inf
     for lineno, row in enumerate(csv.reader(lines), start=1):
+        if len(row) == 3 and seen_data:     # fast path: a well-formed row (int/float ignore spaces)
+            try:
+                it, dur, fb = int(row[0]), float(row[1]), float(row[2])
+            except ValueError:
+                pass
+            else:
+                if it >= 0 and 0 < dur < inf and 0 <= fb < 2 ** 53 and fb.is_integer():
+                    yield lineno, it, dur, int(fb)
+                    continue
         if lineno == 1 and row and row[0].startswith(_BOM):
             row[0] = row[0][1:]
         cells = [c.strip() for c in row]
