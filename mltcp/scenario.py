@@ -379,6 +379,7 @@ class _Layout:
     trace: Any = None                # mltcp.traffic.traces.TraceProfile
     gradient: float | None = None    # bytes of one gradient (patterns)
     model: str | None = None
+    trace_skip: int = 0              # replay the trace's compute times from this iteration on
 
     @property
     def routed(self) -> bool:
@@ -402,7 +403,8 @@ class _Layout:
         if self.trace is None:
             return None
         c = self.trace.compute_times
-        return tuple(float(x) for x in c[:min(len(c), iterations)])
+        k = self.trace_skip
+        return tuple(float(c[(k + n) % len(c)]) for n in range(min(len(c), iterations)))
 
 
 def _read_layout(r: _Reader, src: str, ctx: dict, model: str | None) -> _Layout:
@@ -431,6 +433,9 @@ def _read_layout(r: _Reader, src: str, ctx: dict, model: str | None) -> _Layout:
         k = next(k for k in ("trace_line_rate_gbps", "trace_line_rate_mbps") if k in r.t)
         raise ScenarioError(src, r.name(k), "goes with trace (the rate the trace was measured at)")
     shared = r.get("trace_shared_link", bool, False)
+    lay.trace_skip = r.get("trace_skip", int, 0, lambda v: 0 <= v <= 10 ** 9, "must be in [0, 1e9]")
+    if "trace_skip" in r.t and trace is None:
+        raise ScenarioError(src, r.name("trace_skip"), "goes with trace")
     fab = ctx.get("fabric")
     names = ("i", "g", "H") if fab else ("i", "g")
     if hosts is not None:
@@ -472,6 +477,8 @@ def _read_layout(r: _Reader, src: str, ctx: dict, model: str | None) -> _Layout:
     lay.gradient = gradient
     if trace is not None:
         lay.trace = _load_trace(r, src, ctx, trace, rate, shared)
+        if lay.trace_skip >= lay.trace.iterations:
+            raise ScenarioError(src, r.name("trace_skip"), f"the trace has {lay.trace.iterations} iterations")
         want = lay.n_flows()
         if want is None:
             lay.flows = lay.trace.flows

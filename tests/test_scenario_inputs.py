@@ -222,6 +222,8 @@ def test_trace_path_is_taken_from_the_scenarios_folder(tmp_path):
     ({"trace_line_rate_mbps": 1}, "jobs[0].trace", "every iteration"),          # all clamped at 1 Mb/s
     ({"trace_line_rate_gbps": 1, "flows": 3}, "jobs[0].flows", "4 flows per iteration"),
     ({"trace_line_rate_gbps": 1, "trace": "missing.csv"}, "jobs[0].trace", "no such file"),
+    ({"trace_line_rate_gbps": 1, "trace_skip": 6}, "jobs[0].trace_skip", "6 iterations"),
+    ({"trace_line_rate_gbps": 1, "trace_skip": -1}, "jobs[0].trace_skip", "[0, 1e9]"),
 ])
 def test_bad_trace_fields_are_named(tmp_path, extra, field, match):
     job = {"name": "a", "trace": str(_trace(tmp_path)), "path": ["l"], **extra}
@@ -246,10 +248,12 @@ def test_resnet50_pair_comes_from_the_8_flow_trace():
     assert "SYNTHETIC" in traces.resnet50_trace().read_text().splitlines()[0]
     assert (prof.iterations, prof.flows) == (40, 8)
     assert len(sc.jobs) == 2
+    c = list(prof.compute_times)
+    assert sc.jobs[0].compute_series == pytest.approx(c[:30])
+    assert sc.jobs[1].compute_series == pytest.approx((c[20:] + c)[:30])         # trace_skip = 20
     for j in sc.jobs:
         assert j.flows == 8 and len(j.paths()) == 8
         assert j.bytes_per_iter == prof.bytes_per_iter and j.flow_bytes() == pytest.approx(179.2e6, rel=1e-4)
-        assert j.compute_series == pytest.approx(list(prof.compute_times[:30]))
         # alone on the fabric an iteration is what the trace measured (within the 100 us round trip)
         assert sc.ideal_iter_s(j) == pytest.approx(0.1697 + 179.2e6 * 8 / 10e9, abs=2e-3)
     # each host's NIC carries one flow of each job
