@@ -215,7 +215,7 @@ def _link(src: str, i: int, t: dict, mss: int, prefix: str | None = None, room: 
     pkt = float(mss)
     bdp_rtt = 2 * delay  # BDP of this link over its own round trip, for buffer_bdp
     buf = r.one_of({"buffer_pkts": pkt, "buffer_kb": 1e3, "buffer_bdp": rate / 8 * bdp_rtt}, check=_positive,
-                   why="must be > 0", lo=pkt, hi=MAX_BUFFER_BYTES, unit="bytes (at least one mss-sized packet)")
+                   why="must be > 0", lo=1.0, hi=MAX_BUFFER_BYTES, unit="bytes")
     ecn = r.get("ecn", str, "none", lambda v: v in ECN_MODES, f"must be one of {ECN_MODES}")
     k = r.one_of({"ecn_k_pkts": pkt, "ecn_k_kb": 1e3}, required=ecn == "step", hi=MAX_BUFFER_BYTES, unit="bytes") or 0.0
     kmin = r.one_of({"red_kmin_pkts": pkt, "red_kmin_kb": 1e3}, required=ecn == "red", hi=MAX_BUFFER_BYTES,

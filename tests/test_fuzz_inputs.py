@@ -139,7 +139,7 @@ def _check_scenario(sc):
     assert 1 <= len(sc.jobs) <= scn.MAX_JOBS and 1 <= len(sc.links) <= scn.MAX_LINKS
     for lk in sc.links.values():
         assert scn.MIN_RATE_BPS <= lk.rate_bps <= scn.MAX_RATE_BPS
-        assert 0 <= lk.delay_s <= scn.MAX_DELAY_S and sc.mss <= lk.buffer_bytes <= scn.MAX_BUFFER_BYTES
+        assert 0 <= lk.delay_s <= scn.MAX_DELAY_S and 1 <= lk.buffer_bytes <= scn.MAX_BUFFER_BYTES
     for j in sc.jobs:
         assert j.path and all(h in sc.links for h in j.path)
         assert 0 < j.bytes_per_iter <= scn.MAX_BYTES_PER_ITER and 0 <= j.compute_s <= scn.MAX_TIME_S

@@ -106,7 +106,7 @@ def test_a_directory_is_not_a_scenario(tmp_path):
     (variant(link={"delay_ms": 1e5}), "links[0].delay_ms"),
     (variant(link={"delay_us": -5}), "links[0].delay_us"),
     (variant(link={"buffer_pkts": 1e15}), "links[0].buffer_pkts"),
-    (variant(link={"buffer_pkts": None, "buffer_kb": 0.1}), "links[0].buffer_kb"),
+    (variant(link={"buffer_pkts": None, "buffer_kb": 1e-4}), "links[0].buffer_kb"),
     (variant(link={"buffer_pkts": None, "buffer_bdp": 4, "delay_us": 0}), "links[0].buffer_bdp"),
     (variant(link={"count": scn.MAX_LINKS + 1}), "links[0].count"),
     (variant(top={"seed": -1}), "seed"),
