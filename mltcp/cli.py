@@ -100,7 +100,9 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
 
     ctx = mp.get_context("fork")
     me = os.getpid()
-    old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    import threading
+    main = threading.current_thread() is threading.main_thread()   # signal handlers: main thread only
+    old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)} if main else {}
     manager = pool = None
     try:
         manager = SyncManager(ctx=ctx)
