@@ -99,21 +99,6 @@ mutation = st.tuples(st.sampled_from(sorted(SCENARIO_KEYS, key=str)), st.integer
                      st.one_of(st.none(), values))
 
 
-def _apply(doc, where, keys, k, v):
-    node = doc
-    for part in where:
-        node = node[part] if isinstance(node, dict) or isinstance(part, int) else node
-        if isinstance(node, list) and isinstance(part, int):
-            pass
-    key = keys[k % len(keys)]
-    if not isinstance(node, dict):
-        return
-    if v is None:
-        node.pop(key, None)
-    else:
-        node[key] = v
-
-
 def _mutated(base, table, muts):
     import copy
     doc = copy.deepcopy(base)
