@@ -137,8 +137,10 @@ class _Device:
 
     # ---------------------------------------------------------------- write
     def apply_update(self, u: p4runtime_pb2.Update) -> None:
-        if u.type == Update.UNSPECIFIED:
-            raise _err(grpc.StatusCode.INVALID_ARGUMENT, "update type UNSPECIFIED")
+        if u.type not in (Update.INSERT, Update.MODIFY, Update.DELETE):
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                       "update type UNSPECIFIED" if u.type == Update.UNSPECIFIED
+                       else f"unknown update type {u.type}")
         kind = u.entity.WhichOneof("entity")
         if kind == "table_entry":
             self._write_table(u.type, u.entity.table_entry)
