@@ -57,12 +57,11 @@ from typing import TypeVar
 import grpc
 import p4runtime_sh.shell as sh
 from google.protobuf import text_format
-from google.rpc import code_pb2
+from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import (
     P4RuntimeClient,
-    P4RuntimeErrorFormatException,
     P4RuntimeException,
     P4RuntimeWriteException,
     SSLOptions,
@@ -78,6 +77,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_GRPC = "127.0.0.1:9559"
+# what a restarted target answers a client it does not know: no pipeline, not the primary
+_RESTART_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
+                  grpc.StatusCode.NOT_FOUND)
 DEFAULT_ELECTION_ID = (1, 0)
 
 
@@ -183,6 +185,23 @@ def read_device_config(path: Path | str | None) -> bytes:
         raise PipelineFileError(f"{path}: device config file not found") from None
     except OSError as e:
         raise PipelineFileError(f"{path}: cannot read the device config: {e.strerror}") from None
+
+
+def _update_errors(e: grpc.RpcError, n: int) -> list[tuple[int, int, str]]:
+    """The failed updates of a Write answered UNKNOWN: (index, canonical code, message), from
+    the p4.v1.Error details (all n as UNKNOWN if the server sent none)."""
+    details = None
+    for key, value in e.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            details = status_pb2.Status.FromString(value).details
+    out = []
+    if details is not None and len(details) == n:
+        for i, d in enumerate(details):
+            err = p4runtime_pb2.Error()
+            if d.Unpack(err) and err.canonical_code != code_pb2.OK:
+                out.append((i, err.canonical_code, err.message))
+        return out
+    return [(i, code_pb2.UNKNOWN, e.details() or "write failed") for i in range(n)]
 
 
 def _port_open(addr: str, timeout: float = 0.5) -> bool:
@@ -405,6 +424,11 @@ class SwitchConnection:
                 code = grpc_code(e)
                 lost = (isinstance(e, ConnectionResetError) or not self.stream_alive
                         or code == grpc.StatusCode.UNAVAILABLE)
+                if not lost and code in _RESTART_CODES and self.client is not None:
+                    # a restarted target answers unary calls (the channel reconnects by itself)
+                    # before our dead stream's thread has noticed: give it a moment to end
+                    self.client.stream_recv_thread.join(1.0)
+                    lost = not self.stream_alive
                 waiting = self._stale and code == grpc.StatusCode.FAILED_PRECONDITION
                 if not (lost or waiting):
                     raise self._error(what, e) from e
@@ -495,20 +519,22 @@ class SwitchConnection:
     _BATCH = 256  # updates per WriteRequest
 
     def _write(self, utype: int, msgs: list) -> list[tuple[int, int, str]]:
-        """One WriteRequest of ``utype`` updates; the failed ones as (index, code, message)."""
-        req = p4runtime_pb2.WriteRequest()
+        """One WriteRequest of ``utype`` updates; the failed ones as (index, code, message).
+
+        Straight on the stub: p4runtime-shell 0.0.6's error iterator loops forever on a batch
+        whose status details mix OK and errors (it skips an OK without advancing)."""
+        req = p4runtime_pb2.WriteRequest(device_id=self.device_id)
+        req.election_id.high, req.election_id.low = self.election_id
         for m in msgs:
             u = req.updates.add(type=utype)
             u.entity.table_entry.CopyFrom(m)
         try:
-            self.client.write(req)
+            self.client.stub.Write(req)
             return []
-        except P4RuntimeWriteException as e:
-            return [(i, err.canonical_code, err.message) for i, err in e.errors]
-        except P4RuntimeErrorFormatException as e:  # UNKNOWN without per-update details
-            return [(i, code_pb2.UNKNOWN, f"server error without details: {e}")
-                    for i in range(len(msgs))]
-
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNKNOWN:
+                raise P4RuntimeException(e) from None
+            return _update_errors(e, len(msgs))
     def _upsert_all(self, tes: list) -> None:
         """Insert-or-modify every entry, in batches (repeating it is safe). Raises
         :class:`_WriteFailed` for updates refused for another reason than ALREADY_EXISTS."""
@@ -685,8 +711,8 @@ def install_topology(topo: Topology, push: bool = False, only: str | None = None
                 out.append(configure_switch(conn, spec, push, progress))
         except ControlPlaneError as e:
             left = [s.name for s in specs[k + 1:]]
-            partial = dict(progress, routes_total=len(spec.routes),
-                           ecn_thresholds_total=len(spec.ecn))
+            partial = dict({"pushed": False, "routes": 0, "ecn_thresholds": 0}, **progress,
+                           routes_total=len(spec.routes), ecn_thresholds_total=len(spec.ecn))
             held = (f"{'pipeline pushed, ' if partial.get('pushed') else ''}"
                     f"{partial.get('routes', 0)} of {len(spec.routes)} routes and "
                     f"{partial.get('ecn_thresholds', 0)} of {len(spec.ecn)} ECN thresholds "
