@@ -41,7 +41,9 @@ def load_p4info() -> p4info_pb2.P4Info:
 
 @pytest.fixture(scope="module")
 def server():
-    target = P4RuntimeTarget(pl.Pipeline(), device_id=0, max_streams=MAX_STREAMS)
+    # silent streams are never closed to make room here (see the eviction test below)
+    target = P4RuntimeTarget(pl.Pipeline(), device_id=0, max_streams=MAX_STREAMS,
+                             arbitration_grace_s=1e9)
     srv = serve(target, "127.0.0.1:0")
     ch = grpc.insecure_channel(f"127.0.0.1:{target.port}")
     stub = p4runtime_pb2_grpc.P4RuntimeStub(ch)
@@ -159,6 +161,38 @@ def test_idle_streams_never_starve_unary_calls_and_extra_streams_are_refused(ser
             code_pb2.ALREADY_EXISTS
     finally:
         s.close()
+
+
+def test_silent_streams_make_room_for_a_controller():
+    """All slots held by streams that never arbitrate: a controller still gets in (the oldest
+    silent stream is closed), becomes primary and writes."""
+    target = P4RuntimeTarget(pl.Pipeline(), device_id=0, max_streams=8, arbitration_grace_s=0.2)
+    srv = serve(target, "127.0.0.1:0")
+    addr = f"127.0.0.1:{target.port}"
+    idle = []
+    try:
+        while len(target.streams) < 8:
+            idle.append(IdleStream(addr))
+            threading.Event().wait(0.01)
+        threading.Event().wait(0.3)
+        ctl = IdleStream(addr, election=1)
+        idle.append(ctl)
+        got = ctl.first()
+        assert not isinstance(got, grpc.RpcError), got
+        assert got.arbitration.status.code == code_pb2.OK
+        assert len(target.streams) == 8
+        closed = idle[0].first(timeout=DEADLINE)
+        assert isinstance(closed, grpc.RpcError) and closed.code() == grpc.StatusCode.CANCELLED
+        stub = p4runtime_pb2_grpc.P4RuntimeStub(ctl.ch)
+        req = Cfg(device_id=0, action=Cfg.VERIFY_AND_COMMIT)
+        req.election_id.low = 1
+        req.config.p4info.CopyFrom(load_p4info())
+        stub.SetForwardingPipelineConfig(req, timeout=DEADLINE)
+        assert target.pipeline.active
+    finally:
+        for s in idle:
+            s.close()
+        srv.stop(0)
 
 
 METHODS = ["Write", "Read", "SetForwardingPipelineConfig", "GetForwardingPipelineConfig",

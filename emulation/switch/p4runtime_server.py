@@ -22,9 +22,12 @@ What follows P4Runtime 1.4 and how:
 * Tables hold at most their P4Info ``size`` entries (RESOURCE_EXHAUSTED beyond).
 
 Resources: each StreamChannel holds one worker thread of the gRPC pool (grpcio's sync server);
-the pool is sized ``max_streams`` + ``unary_workers``, and a stream beyond ``max_streams`` is
-refused with RESOURCE_EXHAUSTED, so idle streams can never starve unary calls. A stream whose
-client does not read its arbitration updates is closed once ``_STREAM_BACKLOG`` messages wait.
+the pool is sized ``max_streams`` + ``unary_workers``, so idle streams can never starve unary
+calls. When all ``max_streams`` slots are taken, the oldest stream that has not sent a
+MasterArbitrationUpdate within ``arbitration_grace_s`` is closed to make room (idle
+connections cannot lock a controller out); if every stream has arbitrated, the new one is
+refused with RESOURCE_EXHAUSTED. A stream whose client does not read its arbitration updates is
+closed once ``_STREAM_BACKLOG`` messages wait.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import importlib.metadata
 import logging
 import queue
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 
@@ -56,6 +60,7 @@ _GRPC_TO_CODE = {s: s.value[0] for s in grpc.StatusCode}
 
 DEFAULT_MAX_STREAMS = 32
 DEFAULT_UNARY_WORKERS = 8
+DEFAULT_ARBITRATION_GRACE_S = 2.0  # a stream silent this long may be closed to make room
 _STREAM_BACKLOG = 64  # queued messages a stream's client has not read yet
 
 
@@ -109,6 +114,7 @@ class _Stream:
     def __init__(self, context) -> None:
         self.out: queue.Queue = queue.Queue()
         self.context = context
+        self.opened = time.monotonic()
         self.arbitrated = False
         self.election: int | None = None
 
@@ -520,10 +526,12 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
     """The P4Runtime service of one device. ``pipeline.active`` is False until a config is set."""
 
     def __init__(self, pipeline: pl.Pipeline, device_id: int = 0,
-                 max_streams: int = DEFAULT_MAX_STREAMS) -> None:
+                 max_streams: int = DEFAULT_MAX_STREAMS,
+                 arbitration_grace_s: float = DEFAULT_ARBITRATION_GRACE_S) -> None:
         self.pipeline = pipeline
         self.device_id = device_id
         self.max_streams = max_streams
+        self.arbitration_grace_s = arbitration_grace_s
         self.port: int | None = None  # set by serve()
         self.lock = threading.RLock()
         self.config: p4runtime_pb2.ForwardingPipelineConfig | None = None
@@ -609,10 +617,19 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         s = _Stream(context)
         with self.lock:
             if len(self.streams) >= self.max_streams:
-                log.warning("refusing a StreamChannel: %d streams open (--max-streams)",
-                            len(self.streams))
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"too many StreamChannel streams ({self.max_streams} open)")
+                silent = [o for o in self.streams if not o.arbitrated
+                          and s.opened - o.opened >= self.arbitration_grace_s]
+                if not silent:
+                    log.warning("refusing a StreamChannel: %d streams open (--max-streams)",
+                                len(self.streams))
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  f"too many StreamChannel streams ({self.max_streams} open, "
+                                  "all arbitrated)")
+                oldest = min(silent, key=lambda o: o.opened)
+                log.warning("%d streams open: closing one that sent no arbitration for %.1f s",
+                            len(self.streams), s.opened - oldest.opened)
+                self.streams.remove(oldest)
+                oldest.context.cancel()
             self.streams.append(s)
         done = object()
 
