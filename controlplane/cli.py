@@ -35,6 +35,7 @@ from .client import (
     read_p4info,
     reader_election_id,
 )
+from .bmv2 import parse_thrift_addr, read_counters
 from .counters import CounterSnapshot, to_json, to_table
 from .topology import (
     SwitchSpec,
@@ -108,6 +109,8 @@ def _each(specs: list[SwitchSpec], fn, what: str) -> None:
             left = ", ".join(s.name for s in specs[k + 1:]) or "none"
             raise ControlPlaneError(f"{what} failed on switch {spec.name}: {e} | done: {done} | "
                                     f"not attempted: {left}") from e
+ThriftOpt = typer.Option(None, "--thrift", help="BMv2 only: the switch's thrift HOST:PORT, to read "
+                                                "registers that its P4Runtime server (PI) cannot")
 
 
 def _election(value: Optional[str]) -> Optional[tuple[int, int]]:
@@ -266,6 +269,16 @@ def set_ecn(
     _run(go)
 
 
+def _thrift(value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    try:
+        parse_thrift_addr(value)
+    except ValueError as e:
+        raise TopologyError("command line", "--thrift", str(e))
+    return value
+
+
 def _job_filter(jobs: Optional[list[int]]) -> Optional[set[int]]:
     if not jobs:
         return None
@@ -284,6 +297,7 @@ def counters(
     topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
     timeout: float = TimeoutOpt, tls_ca: Optional[Path] = TlsCaOpt,
     tls_cert: Optional[Path] = TlsCertOpt, tls_key: Optional[Path] = TlsKeyOpt,
+    thrift: Optional[str] = ThriftOpt,
 ):
     """Per-job counters: job_tx packets/bytes, job_ecn_marks, bytes_ratio; parse_errors."""
     def go():
@@ -294,7 +308,7 @@ def counters(
         for spec in _targets(grpc, device_id, topology, switch):
             with connect_switch(spec, timeout, election_id=eid, tls=tls) as conn:
                 conn.attach()
-                snaps.append(conn.read_counters())
+                snaps.append(read_counters(conn, _thrift(thrift)))
         if as_json:
             print(to_json(snaps, only))
         else:
@@ -316,7 +330,7 @@ def watch(
                                         help="keep reconnecting this long after the target "
                                              "goes away"),
     tls_ca: Optional[Path] = TlsCaOpt, tls_cert: Optional[Path] = TlsCertOpt,
-    tls_key: Optional[Path] = TlsKeyOpt,
+    tls_key: Optional[Path] = TlsKeyOpt, thrift: Optional[str] = ThriftOpt,
 ):
     """Poll the counters; reconnects with backoff when the target restarts."""
     def go():
@@ -338,7 +352,7 @@ def watch(
             conn.attach(wait=True)
 
             def poll() -> CounterSnapshot:
-                return conn.read_counters()
+                return read_counters(conn, _thrift(thrift))
 
             if as_json:
                 while True:
