@@ -109,6 +109,8 @@ def _each(specs: list[SwitchSpec], fn, what: str) -> None:
             left = ", ".join(s.name for s in specs[k + 1:]) or "none"
             raise ControlPlaneError(f"{what} failed on switch {spec.name}: {e} | done: {done} | "
                                     f"not attempted: {left}") from e
+
+
 ThriftOpt = typer.Option(None, "--thrift", help="BMv2 only: the switch's thrift HOST:PORT, to read "
                                                 "registers that its P4Runtime server (PI) cannot")
 
