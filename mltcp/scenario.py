@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .cc import ALGORITHMS
 from .workload import PROFILES, Job, ps_bytes, ring_allreduce_bytes
 
 ECN_MODES = ("none", "step", "red")
@@ -561,27 +562,18 @@ def _place(r: _Reader, lay: _Layout, j: int, g: int, jname: str, links: dict, ct
 
 # ---- congestion-control parameters in scenario units -> constructor arguments -------------------
 
-_CC_FIELDS = {
-    "reno": {"beta": ("beta", 1.0)},
-    "cubic": {"c": ("c", 1.0), "beta": ("beta", 1.0), "fast_convergence": ("fast_convergence", None)},
-    "dcqcn": {"g": ("g", 1.0), "rai_mbps": ("rai", 1e6 / 8), "rhai_mbps": ("rhai", 1e6 / 8),
-              "min_rate_mbps": ("min_rate", 1e6 / 8), "timer_us": ("timer", 1e-6),
-              "byte_counter_kb": ("byte_counter", 1e3), "fast_recovery_steps": ("fast_recovery_steps", None),
-              "alpha_interval_us": ("alpha_interval", 1e-6)},
-}
-
-
 def cc_kwargs(sc: Scenario, base: str) -> dict[str, Any]:
-    """The base algorithm's constructor arguments from ``[cc_params.<base>]`` (scenario units)."""
+    """The base algorithm's constructor arguments from ``[cc_params.<base>]`` (scenario units).
+
+    The accepted fields, their units and defaults are the :class:`mltcp.cc.Param` declarations on
+    the algorithm class (``ALGORITHMS[base].scenario_fields()``)."""
+    fields = ALGORITHMS[base].scenario_fields()
     out: dict[str, Any] = {}
     for k, v in sc.cc_params.get(base, {}).items():
-        if k not in _CC_FIELDS[base]:
-            raise ScenarioError(sc.source, f"cc_params.{base}.{k}", f"unknown field (known: {', '.join(_CC_FIELDS[base])})")
-        arg, scale = _CC_FIELDS[base][k]
-        if scale is None:
-            out[arg] = v
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-            out[arg] = float(v) * scale
-        else:
-            raise ScenarioError(sc.source, f"cc_params.{base}.{k}", f"must be a positive number (got {v!r})")
+        if k not in fields:
+            raise ScenarioError(sc.source, f"cc_params.{base}.{k}", f"unknown field (known: {', '.join(fields)})")
+        try:
+            out[fields[k].name] = fields[k].from_scenario(v)
+        except ValueError as e:
+            raise ScenarioError(sc.source, f"cc_params.{base}.{k}", str(e)) from None
     return out
