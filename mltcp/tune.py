@@ -26,11 +26,12 @@ from typing import Optional
 import optuna
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 
 from .console import err, error_exit, out
 from .scenario import ScenarioError
-from .tune_eval import (DIRECTIONS, OBJECTIVES, Case, aggregate, make_cases, pareto_front, pick, run_case,
+from .tune_eval import (DIRECTIONS, OBJECTIVES, Case, aggregate, check_space, make_cases, pareto_front, pick, run_case,
                         score)
 from .tune_space import BUILTIN, Space, SpaceError
 from .tune_space import from_dict as space_from_dict
@@ -43,6 +44,7 @@ SPEC_ATTR = "mltcp_tune_spec"
 BASELINE_ATTR = "baseline:"
 SAMPLERS = ("tpe", "nsga2", "random")
 DEFAULT_SPACE = "reno-ai"
+DEFAULT_SEEDS = [1, 2, 3]
 HEARTBEAT_S, GRACE_S = 20, 60     # a worker that vanished has its trial failed after GRACE_S
 
 
@@ -137,14 +139,38 @@ def _progress(quiet: bool) -> Progress:
                     TimeElapsedColumn(), console=err, transient=True, disable=quiet)
 
 
-def make_objective(space: Space, cases: list[Case], baselines: dict[str, dict], outdir: Path | None):
+class Stop:
+    """A stop request (Ctrl-C, SIGTERM, the parent's death) honoured at safe points only: between
+    trials and inside a simulation's progress callback, so Optuna always records the running
+    trial as failed instead of leaving it RUNNING in the storage."""
+
+    def __init__(self):
+        self.requested = False
+
+    def request(self, *_):
+        self.requested = True
+
+    def check(self, *_):
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def after_trial(self, study, _trial):
+        if self.requested:
+            study.stop()
+
+
+def make_objective(space: Space, cases: list[Case], baselines: dict[str, dict], outdir: Path | None,
+                   stop: Stop | None = None):
+    stop = stop or Stop()
+
     def objective(trial: optuna.Trial):
+        stop.check()
         config = space.suggest(trial)
         trial.set_user_attr("config", config)
         rows = []
         for case in cases:
             try:
-                ml = run_case(case, space.cc, config)
+                ml = run_case(case, space.cc, config, progress=stop.check)
             except RuntimeError as e:   # the simulation did not finish (a configuration that stalls)
                 trial.set_user_attr("error", f"{case.label}: {e}")
                 raise
@@ -185,25 +211,50 @@ def _set_parent_death_signal() -> None:
         pass
 
 
+def _optimize(study, objective, n_trials: int, stop: Stop, callbacks=()) -> bool:
+    """study.optimize until n_trials ran or a stop was requested; False if stopped."""
+    try:
+        study.optimize(objective, n_trials=n_trials, catch=(RuntimeError,), callbacks=[stop.after_trial, *callbacks])
+    except KeyboardInterrupt:
+        return False
+    return not stop.requested
+
+
 def _worker(url: str, study_name: str, n_trials: int, sampler: str, outdir: Optional[str], parent: int) -> None:
     """A study worker (spawned process): runs n_trials trials, then exits. SIGTERM (sent by the
     parent on Ctrl-C, or by the kernel if the parent dies) fails the running trial and stops."""
+    stop = Stop()
+    signal.signal(signal.SIGTERM, stop.request)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)         # Ctrl-C goes to the parent, which stops us
     _set_parent_death_signal()
-    if os.getppid() != parent:       # the parent died before the death signal was armed
+    if os.getppid() != parent:                           # the parent died before that was armed
         return
-
-    def _stop(*_):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, _stop)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        storage = open_storage(url)
-        study = optuna.load_study(study_name=study_name, storage=storage, sampler=make_sampler(sampler))
-        space, cases = load_spec(spec_of(study))
-        objective = make_objective(space, cases, baselines_of(study, space, cases), Path(outdir) if outdir else None)
-        study.optimize(objective, n_trials=n_trials, catch=(RuntimeError,))
-    except KeyboardInterrupt:
-        pass
+    storage = open_storage(url)
+    study = optuna.load_study(study_name=study_name, storage=storage, sampler=make_sampler(sampler))
+    space, cases = load_spec(spec_of(study))
+    objective = make_objective(space, cases, baselines_of(study, space, cases), Path(outdir) if outdir else None, stop)
+    _optimize(study, objective, n_trials, stop)
+
+
+class _CtrlC:
+    """While active, the first Ctrl-C requests a stop (finish cleanly); a second one interrupts."""
+
+    def __init__(self, stop: Stop):
+        self.stop = stop
+
+    def _handler(self, *_):
+        if self.stop.requested:
+            raise KeyboardInterrupt
+        self.stop.request()
+        err.print("stopping: the running trials are recorded as failed (Ctrl-C again to abort)", highlight=False)
+
+    def __enter__(self):
+        self.old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self.old)
 
 
 def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict, n_trials: int, workers: int,
@@ -212,51 +263,50 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
     if n_trials <= 0:
         return True
     start = len(study.get_trials(deepcopy=False))
+    stop = Stop()
     if workers == 1:
-        objective = make_objective(space, cases, baselines, outdir)
-        with _progress(quiet) as prog:
+        objective = make_objective(space, cases, baselines, outdir, stop)
+        with _CtrlC(stop), _progress(quiet) as prog:
             task = prog.add_task(f"trials ({space.name})", total=n_trials, note="")
 
             def cb(st, tr):
                 prog.update(task, completed=len(st.get_trials(deepcopy=False)) - start, note=_best_note(st))
-            try:
-                study.optimize(objective, n_trials=n_trials, catch=(RuntimeError,), callbacks=[cb])
-            except KeyboardInterrupt:
-                return False
-        return True
+            return _optimize(study, objective, n_trials, stop, [cb])
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     shares = [n_trials // workers + (i < n_trials % workers) for i in range(workers)]
     procs = [ctx.Process(target=_worker, args=(url, study.study_name, n, sampler, str(outdir), os.getpid()),
                          daemon=True) for n in shares if n > 0]
-    for p in procs:
-        p.start()
     try:
-        with _progress(quiet) as prog:
+        with _CtrlC(stop), _progress(quiet) as prog:
+            for p in procs:
+                p.start()
             task = prog.add_task(f"trials ({space.name}, {len(procs)} workers)", total=n_trials, note="")
-            while any(p.is_alive() for p in procs):
+            while any(p.is_alive() for p in procs) and not stop.requested:
                 time.sleep(0.5)
                 done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
                 prog.update(task, completed=min(n_trials, len(done) - _finished_before(start, study)),
                             note=_best_note(study))
-    except KeyboardInterrupt:
-        _stop_workers(procs)
-        return False
+            _stop_workers(procs)
     finally:
-        _stop_workers(procs)
-    return True
+        _stop_workers(procs, grace=0.0)
+    return not stop.requested
 
 
 def _finished_before(start: int, study) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False)[:start] if t.state.is_finished())
 
 
-def _stop_workers(procs) -> None:
+def _stop_workers(procs, grace: float = 60.0) -> None:
+    """SIGTERM each worker (it fails its running trial at the next safe point and exits), then
+    SIGKILL whatever is still there after ``grace`` seconds."""
     for p in procs:
-        if p.is_alive():
-            p.terminate()            # SIGTERM: the worker fails its running trial and exits
-    deadline = time.monotonic() + 10
+        if p.pid is not None and p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace
     for p in procs:
+        if p.pid is None:
+            continue
         p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
             p.kill()
@@ -304,22 +354,22 @@ def pareto_table(space: Space, trials, chosen, reference_number: int | None) -> 
                     f"(geometric means over the training cases; {signal_name(space)} x baseline)",
               title_justify="left")
     for c in ("trial", "avg", "p99", signal_name(space), "worst avg", "worst p99"):
-        t.add_column(c, justify="right")
+        t.add_column(c, justify="right", no_wrap=True)
     for k in space.knobs:
-        t.add_column(k.key.split(".", 1)[1], justify="right")
+        t.add_column(k.key.split(".")[-1], justify="right", no_wrap=True)
     for tr in front:
         agg = tr.user_attrs.get("aggregate", {})
         mark = " *" if chosen is not None and tr.number == chosen.number else ""
         mark += " ref" if tr.number == reference_number else ""
-        t.add_row(f"{tr.number}{mark}", f"{tr.values[0]:.3f}x", f"{tr.values[1]:.3f}x", f"x{tr.values[2]:.3f}",
-                  f"{agg.get('worst_speedup_avg', float('nan')):.3f}x", f"{agg.get('worst_speedup_p99', float('nan')):.3f}x",
+        t.add_row(f"{tr.number}{mark}", f"{tr.values[0]:.2f}x", f"{tr.values[1]:.2f}x", f"x{tr.values[2]:.2f}",
+                  f"{agg.get('worst_speedup_avg', float('nan')):.2f}x", f"{agg.get('worst_speedup_p99', float('nan')):.2f}x",
                   *[_fmt(tr.params.get(k.key)) for k in space.knobs])
     return t
 
 
 def _fmt(v) -> str:
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:.3g}"
     return str(v)
 
 
@@ -433,7 +483,8 @@ def run_cmd(
                                                     "omit to resume a study with its own training set"),
     space_name: Optional[str] = typer.Option(None, "--space", help=f"a built-in space ({', '.join(BUILTIN)}) or a TOML file; "
                                              "default reno-ai for a new study"),
-    seeds: str = typer.Option("1,2,3", help="seeds per training scenario, comma-separated"),
+    seeds: Optional[str] = typer.Option(None, help="seeds per scenario, comma-separated; default 1,2,3 for a new "
+                                        "study, the study's own when resuming (also used for --holdout)"),
     iterations: Optional[int] = typer.Option(None, help="cut every scenario to this many iterations (faster, noisier)"),
     trials: int = typer.Option(20, help="trials to add in this call (0: report only)"),
     workers: int = typer.Option(1, help="local processes sharing the study"),
@@ -476,10 +527,12 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         raise InputError(f"--sampler: must be one of {', '.join(SAMPLERS)} (got {sampler!r})")
     if iterations is not None and iterations < 2:
         raise InputError(f"--iterations: must be >= 2 (got {iterations})")
-    seeds = _parse_seeds(seeds_s)
+    seeds = _parse_seeds(seeds_s) if seeds_s is not None else None
     space = load_space(space_name) if space_name else None
-    new_cases = make_cases(scenarios, seeds, iterations) if scenarios else None
-    hold_cases = make_cases(holdout_names, seeds, iterations) if holdout_names else []
+    new_cases = make_cases(scenarios, seeds or DEFAULT_SEEDS, iterations) if scenarios else None
+    hold_names_ok = make_cases(holdout_names, seeds or DEFAULT_SEEDS, iterations) if holdout_names else []
+    if new_cases is not None:
+        check_space(space or load_space(DEFAULT_SPACE), new_cases + hold_names_ok)
     if outdir.exists() and not outdir.is_dir():
         raise InputError(f"--out: {outdir} exists and is not a folder")
     # 2. storage
@@ -513,7 +566,7 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         if space is None:
             space = load_space(DEFAULT_SPACE)
         spec = {"version": 1, "space": space.as_dict(), "space_source": space.source, "scenarios": list(scenarios),
-                "seeds": seeds, "iterations": iterations, "cases": [c.as_dict() for c in new_cases]}
+                "seeds": seeds or DEFAULT_SEEDS, "iterations": iterations, "cases": [c.as_dict() for c in new_cases]}
         if exists or len(study.trials):
             raise InputError(f"--study: {name!r} exists but was not made by mltcp tune")
         study.set_user_attr(SPEC_ATTR, spec)
@@ -525,7 +578,12 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
     if new_cases is not None and [c.as_dict() for c in new_cases] != spec["cases"]:
         raise InputError(f"SCENARIOS: the training set ({', '.join(c.label for c in new_cases)}) differs from the "
                          f"study's ({', '.join(c.label for c in cases)}); omit it to resume, or use another --study")
+    if new_cases is None and seeds is not None and seeds != spec["seeds"]:
+        raise InputError(f"--seeds: {seeds_s} differs from the study's {','.join(map(str, spec['seeds']))}")
     space = stored_space
+    hold_cases = (make_cases(holdout_names, seeds or spec["seeds"], iterations or spec["iterations"])
+                  if hold_names_ok else [])
+    check_space(space, hold_cases)
     trials_now = complete_trials(study)
     if pick_trial is not None:
         chosen_trial(trials_now, pick_trial)       # check now, before any work
@@ -547,11 +605,14 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
                 and t.state == optuna.trial.TrialState.COMPLETE), None)
     chosen = chosen_trial(done, pick_trial) if done else None
     outdir.mkdir(parents=True, exist_ok=True)
+    base_by_label = {c.label: baselines[c.key(space.base)] for c in cases}
     for tr in study.get_trials(deepcopy=False):
         if tr.state.is_finished():
+            attrs = dict(tr.user_attrs)
+            attrs["cases"] = [{**r, "baseline": base_by_label.get(r["case"])} for r in attrs.get("cases", [])]
             _write_json(outdir / "trials" / f"trial-{tr.number:05d}.json",
                         {"number": tr.number, "state": tr.state.name, "params": tr.params,
-                         "values": dict(zip(OBJECTIVES, tr.values)) if tr.values else None, **tr.user_attrs})
+                         "values": dict(zip(OBJECTIVES, tr.values)) if tr.values else None, **attrs})
     write_csv(outdir / "trials.csv", space, study)
     summary = {"study": name, "storage": storage_url, "space": space.as_dict(), "training": [c.label for c in cases],
                "trials": len(study.trials), "complete": len(done), "directions": dict(zip(OBJECTIVES, DIRECTIONS)),
@@ -596,12 +657,15 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
 @app.command("spaces")
 def spaces_cmd():
     """List the built-in configuration spaces (named configurations of the MLTCP hook)."""
-    t = Table("space", "variant", "fixed", "searched", "what", title="built-in spaces (--space NAME)", title_justify="left")
     for n in BUILTIN:
         s = load_space(n)
-        t.add_row(n, s.cc, ", ".join(f"{k}={v}" for k, v in s.fixed.items()),
-                  ", ".join(k.key for k in s.knobs), s.description)
-    out.print(t)
+        out.print(f"[bold]{n}[/] ({s.cc} vs {s.base}): {escape(s.description)}", soft_wrap=True)
+        for k, v in s.fixed.items():
+            out.print(f"    {k} = {v}", highlight=False)
+        for k in s.knobs:
+            rng = (f"one of {list(k.choices)}" if k.choices is not None else
+                   f"{k.low:g} .. {k.high:g}{' (log)' if k.log else ''}{' (integer)' if k.integer else ''}")
+            out.print(f"    {k.key}: {rng}, reference {k.default}", highlight=False)
 
 
 def main():  # pragma: no cover - `python -m mltcp.tune`

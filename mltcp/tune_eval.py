@@ -80,11 +80,28 @@ def make_cases(names: Sequence[str], seeds: Sequence[int], iterations: int | Non
     return out
 
 
-def run_case(case: Case, cc: str, config: dict[str, Any] | None = None) -> dict:
-    """Simulate one case with ``cc`` (config written into the scenario for MLTCP runs only)."""
+def check_space(space, cases: Sequence[Case]) -> None:
+    """Every configuration the space can produce (reference and each knob's ends) must be a valid
+    scenario for every case: else SpaceError naming the space and the key."""
+    from .tune_space import SpaceError
+    configs = [{**space.fixed, **space.reference()}]
+    for k in space.knobs:
+        for v in (k.choices if k.choices is not None else (k.low, k.high)):
+            configs.append({**space.fixed, **space.reference(), k.key: int(v) if k.integer else v})
+    for case in cases:
+        for cfg in configs:
+            try:
+                case.scenario(cfg)
+            except ScenarioError as e:
+                raise SpaceError(space.source, e.field, f"{case.label} refuses it: {e}") from None
+
+
+def run_case(case: Case, cc: str, config: dict[str, Any] | None = None, progress=None) -> dict:
+    """Simulate one case with ``cc`` (config written into the scenario for MLTCP runs only);
+    ``progress(sim_t, fraction)`` is called now and then (it may raise to abandon the run)."""
     from .sim.engine import simulate
     sc = case.scenario(config)
-    r = simulate(sc, cc)
+    r = simulate(sc, cc, progress=progress)
     s = compare.side(sc, cc, r.records, r.drops, r.ecn_marks)
     s["wall_s"] = round(r.wall_time, 3)
     s["ideal_iter_s"] = compare.ideal_iter_s(sc)
