@@ -134,6 +134,19 @@ def _parallel(jobs: list[tuple], workers: int, quiet: bool, what: str) -> list:
         return [f.result() for f in futs]
 
 
+class _Log:
+    """Progress as a plain line every ``every`` seconds when stderr is not a terminal (a log file)."""
+
+    def __init__(self, quiet: bool, what: str, every: float = 15.0):
+        self.on = not quiet and not err.is_terminal
+        self.what, self.every, self.last = what, every, time.monotonic()
+
+    def __call__(self, done: int, total: int, note: str = "") -> None:
+        if self.on and time.monotonic() - self.last >= self.every:
+            self.last = time.monotonic()
+            err.print(f"{time.strftime('%H:%M:%S')} {self.what}: {done}/{total} {note}", highlight=False, soft_wrap=True)
+
+
 def _progress(quiet: bool) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
                     TimeElapsedColumn(), console=err, transient=True, disable=quiet)
@@ -269,8 +282,12 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
         with _CtrlC(stop), _progress(quiet) as prog:
             task = prog.add_task(f"trials ({space.name})", total=n_trials, note="")
 
+            log = _Log(quiet, "trials")
+
             def cb(st, tr):
-                prog.update(task, completed=len(st.get_trials(deepcopy=False)) - start, note=_best_note(st))
+                n, note = len(st.get_trials(deepcopy=False)) - start, _best_note(st)
+                prog.update(task, completed=n, note=note)
+                log(n, n_trials, note)
             return _optimize(study, objective, n_trials, stop, [cb])
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
@@ -282,11 +299,13 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
             for p in procs:
                 p.start()
             task = prog.add_task(f"trials ({space.name}, {len(procs)} workers)", total=n_trials, note="")
+            log = _Log(quiet, f"trials ({len(procs)} workers)")
             while any(p.is_alive() for p in procs) and not stop.requested:
                 time.sleep(0.5)
                 done = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
-                prog.update(task, completed=min(n_trials, len(done) - _finished_before(start, study)),
-                            note=_best_note(study))
+                n, note = min(n_trials, len(done) - _finished_before(start, study)), _best_note(study)
+                prog.update(task, completed=n, note=note)
+                log(n, n_trials, note)
             _stop_workers(procs)
     finally:
         _stop_workers(procs, grace=0.0)
@@ -351,19 +370,18 @@ def signal_name(space: Space) -> str:
 def pareto_table(space: Space, trials, chosen, reference_number: int | None) -> Table:
     front = sorted(front_of(trials), key=lambda t: -t.values[0])
     t = Table(title=f"{space.name}: Pareto front, {len(front)} of {len(trials)} completed trials "
-                    f"(geometric means over the training cases; {signal_name(space)} x baseline)",
-              title_justify="left")
+                    f"(geometric means over the training cases; {signal_name(space)} x baseline; "
+                    f"* chosen, ref = the defaults)", title_justify="left")
     for c in ("trial", "avg", "p99", signal_name(space), "worst avg", "worst p99"):
         t.add_column(c, justify="right", no_wrap=True)
-    for k in space.knobs:
-        t.add_column(k.key.split(".")[-1], justify="right", no_wrap=True)
+    t.add_column("configuration", overflow="fold")
     for tr in front:
         agg = tr.user_attrs.get("aggregate", {})
-        mark = " *" if chosen is not None and tr.number == chosen.number else ""
+        mark = "*" if chosen is not None and tr.number == chosen.number else ""
         mark += " ref" if tr.number == reference_number else ""
         t.add_row(f"{tr.number}{mark}", f"{tr.values[0]:.2f}x", f"{tr.values[1]:.2f}x", f"x{tr.values[2]:.2f}",
                   f"{agg.get('worst_speedup_avg', float('nan')):.2f}x", f"{agg.get('worst_speedup_p99', float('nan')):.2f}x",
-                  *[_fmt(tr.params.get(k.key)) for k in space.knobs])
+                  " ".join(f"{k.key.split('.')[-1]}={_fmt(tr.params.get(k.key))}" for k in space.knobs))
     return t
 
 
