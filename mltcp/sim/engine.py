@@ -161,7 +161,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          to_send, unacked, inflight, credit, rcredit, recovery_until, paused_until, last_cnp, last_tx,
          cwnd_limited, srtt, rttvar, flow_done, act, act_pos,
          phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
-         ring, ring_v, ring_n, ring_pos, q, qk,
+         ring, ring_v, ring_n, last_slot, last_entry, q, qk,
          rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks,
          trace, trace_interval, fs, ks, skip):
     F, J, L, H = len(flow_job), len(iters), len(C), len(ring_n)
@@ -217,7 +217,6 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             n_ring -= cnt
             for x in range(cnt):
                 f = ring[s, x]
-                ring_pos[s, f] = 0
                 a, lo, mk, rtt_s = ring_v[s, x, 0], ring_v[s, x, 1], ring_v[s, x, 2], ring_v[s, x, 3]
                 inflight[f] -= a + lo
                 unacked[f] -= a
@@ -366,17 +365,31 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 deliv = snd - lost
                 mkd = deliv * (1.0 - clean)
                 rtt_now = base_rtt[f] + qdelay
-                sl = (k + max(1, int(math.ceil(rtt_now / dt - 1e-9)))) % H
-                e = ring_pos[sl, f] - 1          # this flow's entry in that slot, if any
-                if e < 0:
+                due = k + max(1, int(math.ceil(rtt_now / dt - 1e-9)))
+                sl = due % H
+                if last_slot[f] == due:          # adds to this flow's entry for that slot
+                    e = last_entry[f]
+                else:
+                    # a new entry (on a multi-hop path whose queues drain fast a flow can have two
+                    # in one slot: then it gets two feedback events there)
                     e = ring_n[sl]
-                    ring_n[sl] = e + 1
-                    ring_pos[sl, f] = e + 1
-                    ring[sl, e] = f
-                    ring_v[sl, e, 0] = 0.0
-                    ring_v[sl, e, 1] = 0.0
-                    ring_v[sl, e, 2] = 0.0
-                    n_ring += 1
+                    if e == ring.shape[1]:       # row full: add to an entry of this flow
+                        e = -1
+                        for y in range(ring_n[sl]):
+                            if ring[sl, y] == f:
+                                e = y
+                                break
+                        if e < 0:
+                            raise RuntimeError("feedback ring row overflow")
+                    else:
+                        ring_n[sl] = e + 1
+                        ring[sl, e] = f
+                        ring_v[sl, e, 0] = 0.0
+                        ring_v[sl, e, 1] = 0.0
+                        ring_v[sl, e, 2] = 0.0
+                        n_ring += 1
+                    last_slot[f] = due
+                    last_entry[f] = e
                 ring_v[sl, e, 0] += deliv
                 ring_v[sl, e, 1] += lost
                 ring_v[sl, e, 2] += mkd
@@ -525,11 +538,11 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     act, act_pos = np.zeros(F, dtype=np.int64), np.full(F, -1, dtype=np.int64)   # flows of communicating jobs
     srtt, rttvar = base_rtt.copy(), base_rtt / 2
     # feedback ring, slot s: entries ring[s, :ring_n[s]] (flow) with ring_v[s, e] = (acked, lost,
-    # marked bytes, RTT), contiguous per slot; ring_pos[s, f] = 1 + flow f's entry (0: none)
-    ring = np.zeros((H, F), dtype=np.int64)
-    ring_v = np.empty((H, F, 4))
+    # marked bytes, RTT), contiguous per slot; a flow's latest entry: its slot and index
+    ring = np.zeros((H, 2 * F), dtype=np.int64)
+    ring_v = np.empty((H, 2 * F, 4))
     ring_n = np.zeros(H, dtype=np.int64)
-    ring_pos = np.zeros((H, F), dtype=np.int32)
+    last_slot, last_entry = np.full(F, -1, dtype=np.int64), np.zeros(F, dtype=np.int64)
     q = np.zeros(L := len(links))
     qk = np.zeros(L, dtype=np.int64)
     R = int(iters.sum())
@@ -551,7 +564,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
             to_send, unacked, inflight, credit, rcredit, recovery_until, paused_until, last_cnp, last_tx,
             cwnd_limited, srtt, rttvar, flow_done, act, act_pos,
             phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
-            ring, ring_v, ring_n, ring_pos, q, qk,
+            ring, ring_v, ring_n, last_slot, last_entry, q, qk,
             rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks)
     # without progress reports: one call; with them, chunks of simulated time sized to ~0.2 s of wall time
     chunk = 0.05 if progress is not None else np.inf
