@@ -37,8 +37,14 @@ PORT_BITS = 9
 THRESHOLD_BITS = 19
 MAX_PORT = (1 << PORT_BITS) - 1
 MAX_THRESHOLD = (1 << THRESHOLD_BITS) - 1
+MAX_ROUTES = 1024      # MyIngress.ipv4_lpm size in p4src/mltcp.p4
+MAX_ECN = 512          # MyEgress.ecn_threshold size (one entry per port)
+MAX_SWITCHES = 1024
+MAX_NAME = 64
 MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,%d}$" % MAX_NAME)
+# host:port with an ASCII port; the host a DNS name, an IPv4 address or a bracketed IPv6 address
+GRPC_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]{1,253}):(?P<port>[0-9]{1,5})$")
 
 
 class TopologyError(ValueError):
@@ -136,9 +142,10 @@ def check_prefix(value, src: str, where: str) -> str:
 def check_grpc_addr(value, src: str, where: str) -> str:
     if not isinstance(value, str) or ":" not in value:
         raise TopologyError(src, where, f"expected host:port, got {value!r}")
-    host, _, port = value.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise TopologyError(src, where, f"expected host:port with port 1..65535, got {value!r}")
+    m = GRPC_RE.match(value)
+    if not m or not 0 < int(m.group("port")) < 65536:
+        raise TopologyError(src, where, f"expected host:port (a host name, an IPv4 address or [IPv6]) "
+                                        f"with port 1..65535, got {value!r}")
     return value
 
 
@@ -165,6 +172,9 @@ def _sub_tables(sw: dict, key: str, fields: tuple[str, ...], src: str, where: st
     tables = sw.get(key, [])
     if not isinstance(tables, list):
         raise TopologyError(src, f"{where}.{key}", f"expected [[switches.{key}]] tables")
+    limit = {"routes": MAX_ROUTES, "ecn": MAX_ECN}.get(key)
+    if limit is not None and len(tables) > limit:
+        raise TopologyError(src, f"{where}.{key}", f"{len(tables)} entries, the P4 table holds {limit}")
     for j, t in enumerate(tables):
         tw = f"{where}.{key}[{j}]"
         if not isinstance(t, dict):
@@ -177,7 +187,7 @@ def _sub_tables(sw: dict, key: str, fields: tuple[str, ...], src: str, where: st
 
 
 def _path(value, base: Path, src: str, where: str) -> Path:
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str) or not value or "\0" in value or len(value) > 4096:
         raise TopologyError(src, where, f"expected a file path, got {value!r}")
     p = Path(value)
     return p if p.is_absolute() else (base / p)
@@ -200,6 +210,8 @@ def parse_topology(data: dict, source: str = "<topology>", base: Path | None = N
     switches = data.get("switches")
     if not isinstance(switches, list) or not switches:
         raise TopologyError(source, "switches", "expected at least one [[switches]] table")
+    if len(switches) > MAX_SWITCHES:
+        raise TopologyError(source, "switches", f"{len(switches)} switches, at most {MAX_SWITCHES}")
 
     out, names, addrs = [], set(), set()
     for i, sw in enumerate(switches):
@@ -213,7 +225,7 @@ def parse_topology(data: dict, source: str = "<topology>", base: Path | None = N
                 raise TopologyError(source, f"{w}.{req}", "missing")
         name = sw["name"]
         if not isinstance(name, str) or not NAME_RE.match(name):
-            raise TopologyError(source, f"{w}.name", f"expected letters/digits/_.- , got {name!r}")
+            raise TopologyError(source, f"{w}.name", f"expected 1..{MAX_NAME} letters/digits/_.- , got {name!r}")
         if name in names:
             raise TopologyError(source, f"{w}.name", f"duplicate switch name {name!r}")
         names.add(name)
@@ -267,7 +279,7 @@ def load_topology(path: Path | str) -> Topology:
     except OSError as e:
         raise TopologyError(src, "", f"cannot read: {e.strerror}") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise TopologyError(src, "", "not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:

@@ -42,12 +42,50 @@ def _prereqs() -> None:
 
 
 def _write(doc: dict, out: Path | None) -> None:
+    from mltcp.records import write_text_atomic
     text = json.dumps(doc, indent=2, default=float)
     if out is not None:
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(out)
+        write_text_atomic(out, text + "\n")
     print(text)
+
+
+# Limits of the command-line numbers (docs/hardening-inputs.md).
+MAX_RATE_MBPS = 100_000.0       # 100 Gb/s: more than a veth pair carries
+MAX_DELAY_MS = 10_000.0
+MAX_BUFFER_KB = 1e9
+MAX_SECONDS = 86_400.0
+MAX_TOPO_JOBS = 64
+
+
+def _check_number(v, opt: str, lo: float, hi: float, lo_open: bool = False) -> None:
+    import math
+    if v is None:
+        return
+    if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
+        fail(f"{opt} must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v}")
+
+
+def _check_args(rate_mbps=None, delay_ms=None, iterations=None, buffer_kb=None, peer_seconds=None,
+                out=None, records=None, transport=None, topology=None, link_mode=None) -> None:
+    """Every option checked before a scenario is loaded or a namespace made (exit 2 naming it)."""
+    from mltcp.records import output_problem
+    from mltcp.scenario import MAX_ITERATIONS
+    _check_number(rate_mbps, "--rate-mbps", 0.0, MAX_RATE_MBPS, lo_open=True)
+    _check_number(delay_ms, "--delay-ms", 0.0, MAX_DELAY_MS)
+    _check_number(buffer_kb, "--buffer-kb", 0.0, MAX_BUFFER_KB, lo_open=True)
+    _check_number(peer_seconds, "--peer-seconds", 0.0, MAX_SECONDS, lo_open=True)
+    if iterations is not None and not 1 <= iterations <= MAX_ITERATIONS:
+        fail(f"--iterations must be in [1, {MAX_ITERATIONS}], got {iterations}")
+    if transport is not None and transport not in ("udp", "kernel"):
+        fail(f"--transport must be udp or kernel, got {transport!r}")
+    if topology is not None and topology not in ("auto", "dumbbell", "ring", "leafspine"):
+        fail(f"--topology must be auto, dumbbell, ring or leafspine, got {topology!r}")
+    if link_mode is not None and link_mode not in ("auto", "htb", "linux-tc", "switch"):
+        fail(f"--link-mode must be auto, htb, linux-tc or switch, got {link_mode!r}")
+    for opt, path, is_dir in (("--out", out, False), ("--records", records, True)):
+        why = output_problem(path, is_dir=is_dir) if path is not None else None
+        if why:
+            fail(f"{opt}: {why}")
 
 
 @app.command("run")
@@ -113,6 +151,8 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     from .runner import EmulationError, choose_topology, needs_ecn, plan_from_scenario, rescale
     from .topologies import TopologyError, features, resolve_link_mode
 
+    _check_args(rate_mbps, delay_ms, iterations, buffer_kb, peer_seconds if baseline_peer else None, out,
+                records, transport, topology, link_mode)
     try:
         sc = scn.load(scenario)
     except scn.ScenarioError as e:
@@ -223,6 +263,11 @@ def emulate_topo(
 
     from . import netns
     from .topologies import LinkParams, TopologyError, build_network, make_topology, resolve_link_mode
+    _check_args(rate_mbps=rate_mbps, link_mode=link_mode)
+    if not 1 <= jobs <= MAX_TOPO_JOBS:
+        fail(f"--jobs must be in [1, {MAX_TOPO_JOBS}], got {jobs}")
+    if kind not in ("dumbbell", "ring", "leafspine"):
+        fail(f"KIND must be dumbbell, ring or leafspine, got {kind!r}")
     _prereqs()
     setLogLevel("error")
     try:

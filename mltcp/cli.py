@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -19,6 +22,23 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 BASES = ("reno", "cubic", "dcqcn")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("mltcp")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            v = "unknown (not installed)"
+        print(f"mltcp {v}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(_version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                        help="print the version and exit")):
+    pass
+
+
 def _algorithms(sc, cc: Optional[str], do_compare: bool) -> list[str]:
     cc = cc or sc.cc
     valid = BASES + tuple(f"mltcp-{b}" for b in BASES)
@@ -28,6 +48,41 @@ def _algorithms(sc, cc: Optional[str], do_compare: bool) -> list[str]:
         return [cc]
     base = cc.removeprefix("mltcp-")
     return [base, compare.mltcp_name(base)]
+
+
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) arrived: unwind, stop the workers, exit 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: the kernel sends SIGKILL to this process when its parent dies (even by
+    SIGKILL), so no simulation keeps running orphaned (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)      # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles Ctrl-C and stops us
+    if os.getppid() != parent:                      # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _stop_children() -> None:
+    import multiprocessing as mp
+    for p in mp.active_children():
+        p.kill()
+    for p in mp.active_children():
+        p.join(5)
 
 
 def _simulate_worker(sc, algo, trace_interval, queue):
@@ -41,23 +96,50 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
     rich progress bar per run on stderr unless ``quiet``."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing.managers import SyncManager
 
     ctx = mp.get_context("fork")
-    with ctx.Manager() as manager, ProcessPoolExecutor(max_workers=len(algos), mp_context=ctx) as pool:
-        queue = None if quiet else manager.Queue()
-        futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue) for a in algos}
-        if not quiet:
-            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                          TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err,
-                          transient=True) as prog:
-                tasks = {a: prog.add_task(f"{sc.name} · {a}", total=1.0, t=0.0) for a in algos}
-                while not all(f.done() for f in futures.values()):
-                    try:
-                        a, t, frac = queue.get(timeout=0.2)
-                        prog.update(tasks[a], completed=frac, t=t)
-                    except Exception:  # queue.Empty from the manager proxy
-                        pass
-        return {a: f.result() for a, f in futures.items()}
+    me = os.getpid()
+    import threading
+    main = threading.current_thread() is threading.main_thread()   # signal handlers: main thread only
+    old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)} if main else {}
+    manager = pool = None
+    try:
+        manager = SyncManager(ctx=ctx)
+        manager.start(_die_with_parent, (me,))
+        pool = ProcessPoolExecutor(max_workers=len(algos), mp_context=ctx, initializer=_die_with_parent,
+                                   initargs=(me,))
+        results = _run_pool(sc, algos, quiet, trace_interval, manager, pool)
+    except BaseException:
+        # Ctrl-C, SIGTERM, a worker's error: kill the workers first (a pool's normal shutdown
+        # would wait for their simulations to end), so none outlives this call
+        _stop_children()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    pool.shutdown()
+    manager.shutdown()
+    return results
+
+
+def _run_pool(sc, algos, quiet, trace_interval, manager, pool):
+    queue = None if quiet else manager.Queue()
+    futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue) for a in algos}
+    if not quiet:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err,
+                      transient=True) as prog:
+            tasks = {a: prog.add_task(f"{sc.name} · {a}", total=1.0, t=0.0) for a in algos}
+            while not all(f.done() for f in futures.values()):
+                try:
+                    a, t, frac = queue.get(timeout=0.2)
+                    prog.update(tasks[a], completed=frac, t=t)
+                except Exception:  # queue.Empty from the manager proxy
+                    pass
+    return {a: f.result() for a, f in futures.items()}
 
 
 def build_report(sc, results) -> dict:
@@ -110,9 +192,7 @@ def write_outputs(sc, results, rep: dict, outdir: Path) -> list[Path]:
         p = outdir / f"records-{a}.csv"
         rec_io.write_csv(r.records, p)
         written.append(p)
-    tmp = outdir / "summary.json.tmp"
-    tmp.write_text(json.dumps(rep, indent=2) + "\n")
-    tmp.replace(outdir / "summary.json")
+    rec_io.write_text_atomic(outdir / "summary.json", json.dumps(rep, indent=2) + "\n")
     written.append(outdir / "summary.json")
     runs = [(a, r.trace_t, r.trace_rate, r.job_names) for a, r in results.items() if len(r.trace_t)]
     if runs:
@@ -138,12 +218,14 @@ def simulate(
     try:
         sc = load(scenario)
         algos = _algorithms(sc, cc, do_compare)
-        results = run_simulations(sc, algos, quiet=as_json, trace_interval=_trace_interval(sc) if outdir else None)
+        _check_outdir(outdir)
+        with _interruptible():
+            results = run_simulations(sc, algos, quiet=as_json, trace_interval=_trace_interval(sc) if outdir else None)
     except ScenarioError as e:
         fail(str(e))
     rep = build_report(sc, results)
     if outdir:
-        write_outputs(sc, results, rep, outdir)
+        _write_or_fail(sc, results, rep, outdir)
     if as_json:
         print(json.dumps(rep))
     else:
@@ -151,6 +233,36 @@ def simulate(
         out.print(summary_table(rep))
         if outdir:
             out.print(f"wrote {outdir}/ (records-*.csv, summary.json, throughput.png, iteration_cdf.png)")
+
+
+def _check_outdir(outdir: Optional[Path]) -> None:
+    """Fail (exit 2) before a run whose outputs could not be written at its end."""
+    if outdir is not None:
+        why = rec_io.output_problem(outdir, is_dir=True)
+        if why:
+            fail(f"--out: {why}")
+
+
+def _write_or_fail(sc, results, rep, outdir: Path) -> list[Path]:
+    try:
+        return write_outputs(sc, results, rep, outdir)
+    except OSError as e:
+        fail(f"--out {outdir}: {e.strerror or e}", 1)
+
+
+class _interruptible:
+    """Ctrl-C exits 130, SIGTERM/SIGHUP 128 + signal, with one line instead of a traceback (the
+    workers are already stopped by run_simulations)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if typ is KeyboardInterrupt:
+            fail("interrupted", 130)
+        if typ is Terminated:
+            fail(f"terminated by signal {signal.Signals(exc.signum).name}; workers stopped", 128 + exc.signum)
+        return False
 
 
 def _trace_interval(sc) -> float:
@@ -166,10 +278,12 @@ def demo(outdir: Path = typer.Option(Path("out/demo"), "--out", help="where the 
         sc = load(scenario)
     except ScenarioError as e:
         fail(str(e))
+    _check_outdir(outdir)
     out.print(f"[bold]{sc.name}[/]: {sc.description}")
-    results = run_simulations(sc, _algorithms(sc, None, True), quiet=False, trace_interval=_trace_interval(sc))
+    with _interruptible():
+        results = run_simulations(sc, _algorithms(sc, None, True), quiet=False, trace_interval=_trace_interval(sc))
     rep = build_report(sc, results)
-    files = write_outputs(sc, results, rep, outdir)
+    files = _write_or_fail(sc, results, rep, outdir)
     out.print(per_job_table(sc, results))
     out.print(summary_table(rep))
     for f in files:
@@ -186,17 +300,52 @@ def list_scenarios():
     out.print(t)
 
 
+# Sub-commands of the other parts: module, name, the extra that brings their third-party
+# dependencies, and modules they need that only the system provides (with how to get them).
+_PARTS = (("mltcp.controlplane.cli", "switch", "switch", {}),
+          ("mltcp.traffic.cli", "traffic", None, {}),
+          ("mltcp.tune", "tune", "tune", {}),
+          ("mltcp.traffic.kernel.cli", "kernel", "kernel", {}),
+          ("mltcp.emulation.cli", "emulate", "emulate",
+           {"mininet": "Mininet comes from the system packages: sudo bash scripts/install-system.sh"}))
+
+
+def _mount_not_installed(name: str, missing: str, hint: str) -> None:
+    """A stand-in for a sub-command whose dependencies are not installed: it says what to
+    install and exits 2, instead of `mltcp` itself failing to start."""
+
+    @app.command(name, help=escape(f"(not available: missing Python module {missing!r}; {hint})"),
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                   "help_option_names": []})
+    def _stub(ctx: typer.Context):
+        fail(f"`mltcp {name}` needs the Python module {missing!r}, which is not installed: {hint}")
+
+
+def _absent(find_spec, module: str) -> bool:
+    try:
+        return find_spec(module) is None
+    except ImportError:
+        return True
+
+
 def _mount_optional():
-    """Sub-commands of the other parts."""
     from importlib import import_module
-    for mod, name in (("mltcp.controlplane.cli", "switch"), ("mltcp.traffic.cli", "traffic"),
-                      ("mltcp.traffic.kernel.cli", "kernel"), ("mltcp.emulation.cli", "emulate")):
+    from importlib.util import find_spec
+    for mod, name, extra, system in _PARTS:
+        pip_hint = f"pip install 'mltcp[{extra}]'" if extra else "reinstall mltcp"
         try:
             m = import_module(mod)
         except ModuleNotFoundError as e:
             if e.name and mod.startswith(e.name):
                 continue  # that part is not installed in this checkout
-            raise
+            if e.name and e.name.split(".")[0] == "mltcp":
+                raise  # a module of this package is missing: a real bug, not a missing extra
+            _mount_not_installed(name, e.name or "?", pip_hint)
+            continue
+        absent = [(m_, how) for m_, how in system.items() if _absent(find_spec, m_)]
+        if absent:
+            _mount_not_installed(name, absent[0][0], absent[0][1])
+            continue
         app.add_typer(m.app, name=name)
 
 

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .records import IterationRecord  # noqa: E402
+from .records import IterationRecord, atomic_path  # noqa: E402
 
 
 def throughput(runs: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: Path,
@@ -54,7 +54,11 @@ def iteration_cdf(runs: list[tuple[str, list[IterationRecord]]], path: Path, ide
 
 
 def _save(fig, path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """Write the PNG atomically (temporary file, then rename): never a half-written plot."""
+    try:
+        fig.tight_layout()
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return Path(path)

@@ -21,11 +21,48 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 CCS = ("reno", "cubic", "dcqcn", "mltcp-reno", "mltcp-cubic", "mltcp-dcqcn")
 
 
-def _conv(fn, text, opt):
+def _conv(fn, text, opt, lo=None, hi=None, lo_open=False):
+    """Parse ``text`` with ``fn`` and check lo <= value <= hi (lo < value with ``lo_open``):
+    exit 2 naming ``opt`` otherwise."""
     try:
-        return fn(text)
+        v = fn(text)
     except ValueError as e:
         fail(f"{opt}: {e}")
+    _bounds(v, opt, lo, hi, lo_open, text)
+    return v
+
+
+def _bounds(v, opt, lo=None, hi=None, lo_open=False, text=None):
+    shown = text if text is not None else v
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        fail(f"{opt} must be {'>' if lo_open else '>='} {lo:g}, got {shown}")
+    if hi is not None and v > hi:
+        fail(f"{opt} must be <= {hi:g}, got {shown}")
+    return v
+
+
+def _check_output(path, opt):
+    from mltcp.records import output_problem
+    if path is not None:
+        why = output_problem(path)
+        if why:
+            fail(f"{opt}: {why}")
+
+
+# Limits of the command-line numbers (docs/hardening-inputs.md).
+MAX_BYTES = 1e12            # per flow per iteration
+MAX_SECONDS = 86_400.0      # compute, delays, timeouts, durations
+MAX_ITERATIONS = 1_000_000
+MAX_RATE = 1e14             # b/s
+
+
+def _line_rate(text, opt) -> float:
+    """A trace's line rate: parsed, and > 0 (a zero rate would divide the bytes by nothing)."""
+    import math
+    rate = _conv(parse_rate, text, opt)
+    if not 0 < rate < math.inf:
+        fail(f"{opt}: must be > 0, got {text!r}")
+    return rate
 
 
 @app.command()
@@ -41,7 +78,7 @@ def send(
     straggler_delay: str = typer.Option("0s", help="extra compute time of a straggling iteration"),
     start_offset: str = typer.Option("0s", help="wait this long before the first iteration"),
     trace: Optional[Path] = typer.Option(None, help="take --bytes/--compute/--jitter from a trace CSV"),
-    trace_line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at"),
+    trace_line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at (> 0)"),
     line_rate: str = typer.Option("100mbit", help="DCQCN line rate (start rate and rate scale)"),
     slope: Optional[float] = typer.Option(None, help="MLTCP slope (default 4.0)"),
     intercept: Optional[float] = typer.Option(None, help="MLTCP intercept (default 0.25)"),
@@ -63,35 +100,50 @@ def send(
 
     from .driver import JobSpec, run_job
     from .traces import TraceError, load_profile, rows_from_records, write_trace
-    from .transport import TransportTimeout, UdpTransport, parse_hostport
+    from .transport import TransportError, UdpTransport, parse_hostport
 
     if cc not in CCS:
         fail(f"--cc: unknown congestion control {cc!r} (choose from {', '.join(CCS)})")
-    if iterations < 0:
-        fail("--iterations must be >= 0")
+    _bounds(iterations, "--iterations", 0, MAX_ITERATIONS)
+    _bounds(jitter, "--jitter", 0.0, 0.99)
+    _bounds(straggler_prob, "--straggler-prob", 0.0, 1.0)
+    for name, v in (("--slope", slope), ("--intercept", intercept)):
+        if v is not None:
+            _bounds(v, name, 0.0 if name == "--slope" else 0.0, 1000.0, lo_open=name == "--intercept")
+    _check_output(records_out, "--out")
+    _check_output(trace_out, "--trace-out")
     peers = [_conv(parse_hostport, p, "--to") for p in to]
-    size = _conv(parse_size, nbytes, "--bytes")
-    comp = _conv(parse_duration, compute, "--compute")
+    size = _conv(parse_size, nbytes, "--bytes", 0, MAX_BYTES)
+    comp = _conv(parse_duration, compute, "--compute", 0, MAX_SECONDS)
     if trace is not None:
         try:
-            prof = load_profile(trace, _conv(parse_rate, trace_line_rate, "--trace-line-rate"))
+            prof = load_profile(trace, _line_rate(trace_line_rate, "--trace-line-rate"))
         except TraceError as e:
             fail(str(e))
-        size, comp, jitter = prof.bytes_per_iter, prof.compute_s, prof.jitter
+        size, comp, jitter = prof.bytes_per_flow, prof.compute_s, prof.jitter
+        if prof.flows != len(peers):
+            err.print(f"note: {trace} has {prof.flows} flows per iteration; each of the {len(peers)} --to "
+                      f"flow(s) sends one flow's {size:,} bytes", highlight=False)
     params = {k: v for k, v in (("slope", slope), ("intercept", intercept)) if v is not None}
     if params and not cc.startswith("mltcp-"):
         fail("--slope/--intercept apply to the mltcp-* algorithms only")
     try:
         spec = JobSpec(job_id=job, compute_s=comp, bytes_per_iter=size, peers=peers, jitter=jitter,
                        straggler_prob=straggler_prob,
-                       straggler_delay_s=_conv(parse_duration, straggler_delay, "--straggler-delay"),
-                       start_offset_s=_conv(parse_duration, start_offset, "--start-offset"), seed=seed)
+                       straggler_delay_s=_conv(parse_duration, straggler_delay, "--straggler-delay", 0, MAX_SECONDS),
+                       start_offset_s=_conv(parse_duration, start_offset, "--start-offset", 0, MAX_SECONDS),
+                       seed=seed)
     except ValueError as e:
         fail(str(e))
     if detect_iterations not in ("explicit", "idle"):
         fail("--detect-iterations must be explicit or idle")
     if payload < 1 or payload > 65000:
         fail("--payload must be in 1..65000")
+    if seed is not None:
+        _bounds(seed, "--seed", 0, 2**63 - 1)
+    rate = _conv(parse_rate, line_rate, "--line-rate", 0, MAX_RATE, lo_open=True)
+    rto = _conv(parse_duration, min_rto, "--min-rto", 1e-6, 60.0)
+    limit = _conv(parse_duration, timeout, "--timeout", 0, MAX_SECONDS, lo_open=True)
 
     def emit(rec):
         if as_json:
@@ -99,9 +151,9 @@ def send(
 
     try:
         tr = UdpTransport(peers, cc=cc, job_id=job, cc_params=params,
-                          line_rate=_conv(parse_rate, line_rate, "--line-rate") / 8, payload=payload,
-                          min_rto=_conv(parse_duration, min_rto, "--min-rto"), ecn=not no_ecn,
-                          timeout=_conv(parse_duration, timeout, "--timeout"),
+                          line_rate=rate / 8, payload=payload,
+                          min_rto=rto, ecn=not no_ecn,
+                          timeout=limit,
                           explicit_iterations=detect_iterations == "explicit",
                           idle_restart=not no_idle_restart)
     except OSError as e:
@@ -110,7 +162,7 @@ def send(
         c0, w0 = time.process_time(), time.monotonic()
         try:
             recs = run_job(spec, tr, iterations, on_record=emit)
-        except TransportTimeout as e:
+        except TransportError as e:   # timeout, or a fault (spoofed data/ACKs)
             fail(str(e), 1)
         except KeyboardInterrupt:
             fail("interrupted", 130)
@@ -152,23 +204,23 @@ def recv(
     from .transport import Receiver, parse_hostport
 
     host, port = _conv(lambda b: parse_hostport(b, allow_zero=True), bind, "--bind")
-    if ack_every < 1:
-        fail("--ack-every must be >= 1")
+    _bounds(ack_every, "--ack-every", 1, 10_000)
+    d = _conv(parse_duration, duration, "--duration", 0, MAX_SECONDS, lo_open=True) if duration else None
+    idle = _conv(parse_duration, idle_exit, "--idle-exit", 0, MAX_SECONDS, lo_open=True) if idle_exit else None
     try:
         rx = Receiver((host, port), ack_every=ack_every, verify=not no_verify)
     except OSError as e:
         fail(f"--bind {bind}: {e}")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    if duration:
-        d = _conv(parse_duration, duration, "--duration")
+    if d is not None:
         timer = threading.Timer(d, stop.set)
         timer.daemon = True
         timer.start()
     err.print(f"listening on {rx.addr[0]}:{rx.addr[1]}", highlight=False)
     t0, c0 = time.monotonic(), time.process_time()
     try:
-        rx.serve(stop, idle_exit=_conv(parse_duration, idle_exit, "--idle-exit") if idle_exit else None)
+        rx.serve(stop, idle_exit=idle)
     except KeyboardInterrupt:
         pass
     finally:
@@ -179,11 +231,13 @@ def recv(
     if as_json:   # one line per flow, then {"receiver": {...}}
         for f in flows:
             print(json.dumps(f), flush=True)
-        print(json.dumps({"receiver": dict(flows=len(flows), elapsed_s=elapsed, cpu_s=cpu, bad=rx.bad)}), flush=True)
+        print(json.dumps({"receiver": dict(flows=len(flows), elapsed_s=elapsed, cpu_s=cpu, bad=rx.bad,
+                                                 refused_flows=rx.refused_flows)}), flush=True)
         return
     for f in flows:
         out.print(f"{f['peer']} job {f['job']}: {f['bytes']} B in order ({f['iterations']} iterations), "
-                  f"{f['duplicates']} duplicates, {f['mismatched']} mismatched, CE {f['ce']}, CNP {f['cnps']}",
+                  f"{f['duplicates']} duplicates, {f['mismatched']} mismatched, "
+                  f"{f['refused']} refused, CE {f['ce']}, CNP {f['cnps']}",
                   highlight=False)
     out.print(f"{len(flows)} flow(s) in {elapsed:.1f} s", highlight=False)
 
@@ -218,23 +272,38 @@ def relay(
 @app.command("trace-import")
 def trace_import(
     path: Path = typer.Argument(..., help="CSV: iteration_number,iteration_duration_seconds,flow_size_bytes_in_iteration"),
-    line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at"),
+    line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at (> 0)"),
+    shared_link: bool = typer.Option(False, "--shared-link", help="the iteration's flows shared one link at the "
+                                     "line rate (default: each flow had its own, as in a ring all-reduce)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """Turn a measured per-iteration trace into a job profile (compute time, bytes per iteration)."""
+    """Turn a measured per-iteration trace into a job profile: iterations, flows per iteration,
+    compute time, bytes per flow and per iteration."""
     from .traces import TraceError, load_profile
+    rate = _line_rate(line_rate, "--line-rate")
+    status = None if as_json else err.status(f"reading {path}")
+
+    def progress(rows):
+        if status is not None:
+            status.update(f"reading {path}: {rows:,} rows")
     try:
-        p = load_profile(path, _conv(parse_rate, line_rate, "--line-rate"))
+        if status is not None:
+            status.start()
+        p = load_profile(path, rate, shared_link=shared_link, progress=progress)
     except TraceError as e:
         fail(str(e))
-    d = dict(name=p.name, compute_s=p.compute_s, bytes_per_iter=p.bytes_per_iter, jitter=p.jitter,
-             iterations=len(p.compute_times), clamped=p.clamped, line_rate_bps=p.line_rate_bps)
+    finally:
+        if status is not None:
+            status.stop()
     if as_json:
-        print(json.dumps(d))
-    else:
-        out.print(f"{p.name}: {len(p.compute_times)} iterations, compute {p.compute_s * 1e3:.1f} ms "
-                  f"(jitter {p.jitter:.3f}), {p.bytes_per_iter / 1e6:.2f} MB per flow per iteration"
-                  + (f", {p.clamped} rows shorter than their transfer time" if p.clamped else ""), highlight=False)
+        print(json.dumps(p.summary()))
+        return
+    flows = f"{p.flows}" if p.flows_min == p.flows_max else f"{p.flows} (most common; {p.flows_min}-{p.flows_max})"
+    out.print(f"{p.name}: {p.iterations} iterations ({p.rows} rows), {flows} flows per iteration, "
+              f"compute {p.compute_s * 1e3:.1f} ms (jitter {p.jitter:.3f}), {p.bytes_per_flow / 1e6:.2f} MB per flow, "
+              f"{p.bytes_per_iter / 1e6:.2f} MB per iteration"
+              + (f"; {p.clamped} iterations shorter than their transfer time at {rate:.4g} bit/s (compute 0)"
+                 if p.clamped else ""), highlight=False)
 
 
 @app.command("trace-export")
@@ -242,19 +311,35 @@ def trace_export(
     records: Path = typer.Argument(..., help="iteration records CSV (from `send --out` or the simulator)"),
     out_path: Path = typer.Argument(..., help="trace CSV to write"),
     job: Optional[str] = typer.Option(None, help="job to export when the records hold several"),
+    flows: int = typer.Option(1, help="rows per iteration: the iteration's bytes split over this many flows"),
 ):
     """Write iteration records as a trace in the public per-iteration shape."""
     from mltcp.records import read_csv
 
     from .traces import rows_from_records, write_trace
+    if flows < 1:
+        fail(f"--flows: must be >= 1, got {flows}")
+    if not out_path.parent.is_dir():
+        fail(f"{out_path}: folder {out_path.parent} does not exist")
     try:
-        rows = rows_from_records(read_csv(records), job)
-    except (ValueError, OSError) as e:
+        recs = read_csv(records)
+    except UnicodeDecodeError as e:
+        fail(f"{records}: not UTF-8 text (byte {e.start})")
+    except OSError as e:
+        fail(f"{records}: cannot read ({e.strerror})")
+    except ValueError as e:
         fail(str(e))
+    try:
+        rows = rows_from_records(recs, job, flows)
+    except ValueError as e:
+        fail(f"{records}: {e}")
     if not rows:
         fail(f"{records}: no records" + (f" for job {job!r}" if job else ""))
-    write_trace(rows, out_path)
-    out.print(f"{len(rows)} iterations -> {out_path}", highlight=False)
+    try:
+        write_trace(rows, out_path)
+    except (ValueError, OSError) as e:
+        fail(f"{out_path}: {e}")
+    out.print(f"{len(rows) // flows} iterations ({len(rows)} rows) -> {out_path}", highlight=False)
 
 
 @app.command("pcap-write")
@@ -265,6 +350,8 @@ def pcap_write(
 ):
     """Synthetic MLTCP capture of iteration records (for replay or analysis tools)."""
     from mltcp.records import read_csv
+    _bounds(packets_per_iter, "--packets-per-iter", 1, 100_000)
+    _check_output(out_path, "OUT_PATH")
 
     from .pcap import write_records
     try:
@@ -286,8 +373,11 @@ def pcap_records(
     from mltcp.records import to_json, write_csv
 
     from .pcap import PcapError, read_records
+    for p in port:
+        _bounds(p, "--port", 1, 65535)
+    _check_output(records_out, "--out")
     try:
-        recs = read_records(path, idle_gap=_conv(parse_duration, idle_gap, "--idle-gap") if idle_gap else None,
+        recs = read_records(path, idle_gap=_conv(parse_duration, idle_gap, "--idle-gap", 0, MAX_SECONDS, lo_open=True) if idle_gap else None,
                             ports=port)
     except PcapError as e:
         fail(str(e))
@@ -315,6 +405,8 @@ def replay(
 ):
     """Send a capture's packets out of an interface (needs root), with their original timing."""
     from .pcap import replay as do_replay
+    if count is not None:
+        _bounds(count, "--count", 0)
     if not path.exists():
         fail(f"{path}: no such file")
     try:

@@ -7,6 +7,12 @@ A CE mark sets ECE on the next ACK; a CE mark also makes the ACK a CNP, at most 
 ``cnp_interval`` (50 us) per flow, for the rate-based (DCQCN) senders. ACKs echo the job id,
 iteration and bytes_ratio of the latest data, so a switch's per-job state is the same whichever
 direction it sees.
+
+Defensive by construction (docs/hardening-inputs.md): every datagram is decoded strictly; data is
+checked against the sender's pattern *before* it is taken (a segment whose bytes are not the
+pattern at its offset is dropped and counted in ``mismatched``, so it can never be delivered);
+only data inside the receive window is taken; out-of-order bytes held are bounded per flow and for
+the whole receiver; the number of flows and of iterations tracked per flow are capped.
 """
 from __future__ import annotations
 
@@ -43,7 +49,8 @@ class FlowReceiver:
     datagrams: int = 0
     duplicates: int = 0
     out_of_order: int = 0
-    mismatched: int = 0
+    mismatched: int = 0          # bytes dropped because they were not the pattern at their offset
+    refused: int = 0             # datagrams outside the receive window / over the buffer budget
     ce: int = 0
     ce_since_ack: int = 0
     pending: int = 0
@@ -61,14 +68,27 @@ class FlowReceiver:
         return dict(peer=f"{self.peer[0]}:{self.peer[1]}", conn_id=self.conn_id, job=self.job_id,
                     bytes=self.delivered, crc32=self.crc, datagrams=self.datagrams,
                     duplicates=self.duplicates, out_of_order=self.out_of_order,
-                    mismatched=self.mismatched, ce=self.ce, cnps=self.cnps, acks=self.acks,
+                    mismatched=self.mismatched, refused=self.refused, ce=self.ce, cnps=self.cnps, acks=self.acks,
                     iterations=len(self.iterations))
+
+
+MAX_FLOWS = 16384                # flows one receiver keeps state for
+MAX_HELD = 256 << 20             # out-of-order bytes held over all flows
+MAX_ITERATIONS_TRACKED = 1 << 20  # per flow
 
 
 class Receiver:
     def __init__(self, bind: tuple[str, int] = ("0.0.0.0", wire.MLTCP_UDP_PORT), ack_every: int = 2,
                  cnp_interval: float = 50e-6, verify: bool = True, clock=time.monotonic,
-                 track_iterations: bool = True):
+                 track_iterations: bool = True, window: int = wire.RCV_WINDOW, max_flows: int = MAX_FLOWS,
+                 max_held: int = MAX_HELD):
+        if not 1 <= window < 1 << 32:
+            raise ValueError(f"window must be in 1..2^32-1 bytes (SACK offsets are 32-bit), got {window}")
+        if max_flows < 1 or max_held < 0:
+            raise ValueError(f"max_flows must be >= 1 and max_held >= 0, got {max_flows}, {max_held}")
+        self.window, self.max_flows, self.max_held = window, max_flows, max_held
+        self.held = 0                 # out-of-order bytes held over all flows
+        self.refused_flows = 0        # datagrams that would have opened a flow past max_flows
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sockbuf.grow(self.sock, rcv=8 << 20)
@@ -124,61 +144,88 @@ class Receiver:
             for lvl, typ, data in ancdata:
                 if lvl == socket.IPPROTO_IP and typ == socket.IP_TOS and data:
                     tos = data[0]
-            try:
-                p = wire.decode(view, nb)
-            except wire.WireError:
-                self.bad += 1
-                continue
-            if not p.tflags & wire.T_DATA:
-                self.bad += 1
-                continue
-            key = (peer, p.conn_id)
-            f = self.flows.get(key)
-            if f is None:
-                f = self.flows[key] = FlowReceiver(peer, p.conn_id, p.job_id, now)
-            touched[key] = f
-            f.datagrams += 1
-            f.last_rx = now
-            f.last_tsval = p.tsval
-            f.last_iteration = p.iteration
-            f.last_ratio = p.ratio_q16
-            immediate = False
-            if tos & 0x3 == CE:
-                f.ce += 1
-                f.ce_since_ack += 1
-                if now - f.last_cnp >= self.cnp_interval:
-                    f.cnp_due = True
-                    f.last_cnp = now
-                    immediate = True
-            before = f.ra.rcv_nxt
-            payload = view[p.payload_off:nb]
-            if p.seq != before:
-                immediate = True
-                if p.seq > before:
-                    f.out_of_order += 1
-            out, dup = f.ra.add(p.seq, payload)
-            if dup:
-                f.duplicates += 1
-            off = before
-            for chunk in out:
-                if self.verify and not pattern.matches(off, chunk):
-                    f.mismatched += len(chunk)
-                f.crc = zlib.crc32(chunk, f.crc)
-                off += len(chunk)
-            f.delivered = f.ra.rcv_nxt
-            if self.track and off > before:
-                it = f.iterations.get(p.iteration)
-                if it is None:
-                    it = f.iterations[p.iteration] = IterationSeen(p.iteration, now, now)
-                it.last = now
-                it.bytes += off - before
-            f.pending += 1
-            if immediate or f.pending >= self.ack_every:
-                self._ack(f, now)
+            self.handle(view, nb, peer, tos, now, touched)
         for f in touched.values():
             if f.pending:
                 self._ack(f, now)
         return n
+
+    def handle(self, buf, nb: int, peer: tuple, tos: int, now: float, touched: dict | None = None) -> None:
+        """One datagram (``nb`` bytes of ``buf``) from ``peer`` with IP TOS ``tos``. Never raises
+        on content: anything malformed counts in ``bad``. ``touched`` collects flows that owe an
+        ACK at the end of the batch (None: ACK them now)."""
+        batch = touched if touched is not None else {}
+        try:
+            p = wire.decode(buf, nb)
+        except wire.WireError:
+            self.bad += 1
+            return
+        if not p.tflags & wire.T_DATA or p.flags & wire.FLAG_ACK:
+            self.bad += 1
+            return
+        payload = buf[p.payload_off:nb]
+        key = (peer, p.conn_id)
+        f = self.flows.get(key)
+        if self.verify and not pattern.matches(p.seq, payload):
+            # not the sender's bytes at this offset: never taken (so never delivered), no flow
+            # opened, no ACK, no timestamp echoed and no CE mark counted for it
+            if f is not None:
+                f.mismatched += len(payload)
+            else:
+                self.bad += 1
+            return
+        if f is None:
+            if len(self.flows) >= self.max_flows:
+                self.refused_flows += 1
+                return
+            f = self.flows[key] = FlowReceiver(peer, p.conn_id, p.job_id, now,
+                                               Reassembly(window=self.window))
+        batch[key] = f
+        f.datagrams += 1
+        f.last_rx = now
+        f.last_tsval = p.tsval
+        immediate = False
+        if tos & 0x3 == CE:
+            f.ce += 1
+            f.ce_since_ack += 1
+            if now - f.last_cnp >= self.cnp_interval:
+                f.cnp_due = True
+                f.last_cnp = now
+                immediate = True
+        before = f.ra.rcv_nxt
+        f.last_iteration = p.iteration
+        f.last_ratio = p.ratio_q16
+        if p.seq != before:
+            immediate = True
+            if p.seq > before:
+                f.out_of_order += 1
+        ra = f.ra
+        held0, refused0 = ra.held_bytes, ra.refused
+        if p.seq > before and self.held + len(payload) > self.max_held:
+            ra.refused += 1                    # the receiver's whole buffer budget is used
+            out, dup = [], False
+        else:
+            out, dup = ra.add(p.seq, payload)
+        self.held += ra.held_bytes - held0
+        if ra.refused != refused0:
+            f.refused += 1
+        if dup:
+            f.duplicates += 1
+        off = before
+        for chunk in out:
+            f.crc = zlib.crc32(chunk, f.crc)
+            off += len(chunk)
+        f.delivered = ra.rcv_nxt
+        if self.track and off > before:
+            it = f.iterations.get(p.iteration)
+            if it is None and len(f.iterations) < MAX_ITERATIONS_TRACKED:
+                it = f.iterations[p.iteration] = IterationSeen(p.iteration, now, now)
+            if it is not None:
+                it.last = now
+                it.bytes += off - before
+        f.pending += 1
+        if immediate or f.pending >= self.ack_every or touched is None:
+            self._ack(f, now)
 
     # -- running -----------------------------------------------------------------------------
     def serve(self, stop: threading.Event | None = None, idle_exit: float | None = None) -> None:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import array
 import errno
-import os
 import selectors
 import socket
 import time
 
 import numpy as np
 
-from mltcp.cc import make_cc
+from mltcp.cc import TX_START, make_cc
 
 from . import pattern, sockbuf, wire
 from .rtt import RttEstimator
@@ -25,6 +24,10 @@ ECT0 = 0x02
 # Rates (DCQCN's st.rate, --line-rate) count whole IP datagrams, as a NIC's rate limiter does.
 WIRE_OVERHEAD = wire.IP_UDP_OVERHEAD + wire.FIXED_LEN
 RTT_SAMPLES_KEPT = 1 << 20   # 8 MB of samples per flow; at 100 Mb/s about 10 minutes of ACK batches
+# ACKs in a row whose cumulative ack is below what was acknowledged before: a receiver's ack never
+# goes back (ACKs of one flow take one path), so a run of them means forged ACKs moved snd_una, or
+# the receiver lost its state; the flow then fails (``fault``) instead of stalling silently.
+STALE_ACKS_FAULT = 64
 
 
 def build_cc(name: str, line_rate: float | None = None, explicit_iterations: bool = True, **params):
@@ -55,15 +58,23 @@ class FlowSender:
                  min_rto: float = 0.2, burst: int = 16, max_window: int = 16 << 20, ecn: bool = True,
                  clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None,
                  explicit_iterations: bool = True, min_pto: float = 0.01, idle_restart: bool = True,
-                 nic_rate: float | None = None, nic_burst: int = 12, nic_wake: int = 2):
+                 nic_rate: float | None = None, nic_burst: int = 12, nic_wake: int = 2,
+                 rcv_window: int = wire.RCV_WINDOW):
         if not 0 < payload <= 65000:
             raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
+        if not payload <= rcv_window < 1 << 32:
+            raise ValueError(f"rcv_window must be in payload..2^32-1 bytes, got {rcv_window}")
+        # never more than ``rcv_window`` bytes past snd_una: what the receiver takes (wire.RCV_WINDOW)
+        self.rcv_window = rcv_window
+        self.fault: str | None = None             # why the flow cannot go on (ACKs that cannot be true)
+        self._stale = 0                           # ACKs in a row with ack < snd_una
         self.dest, self.cc, self.job_id, self.payload = dest, cc, job_id, payload
         self.burst, self.max_window, self.clock = burst, max_window, clock
         self.reo_wnd = reo_wnd
         self.explicit_iterations = explicit_iterations
         self.idle_restart = idle_restart
         self.last_send = None                     # time of the last datagram sent
+        self._tx_start_mark = None                # last_send of the idle period TX_START was given for
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         if ecn:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
@@ -72,7 +83,7 @@ class FlowSender:
             self.sock.bind(bind)
         self.sock.connect(dest)
         self.sock.setblocking(False)
-        self.conn_id = int.from_bytes(os.urandom(4), "big")
+        self.conn_id = wire.new_conn_id()         # 48 random bits: what an off-path spoofer must guess
         now = clock()
         self.t0 = now
         self.st = cc.new_state(n=1, mss=payload, now=now)
@@ -168,6 +179,20 @@ class FlowSender:
             if not p.flags & wire.FLAG_ACK or p.conn_id != self.conn_id:
                 self.stats["bad"] += 1
                 continue
+            if p.ack > sb.snd_nxt:
+                # acknowledges bytes this flow never sent: someone else put data into the stream
+                self.stats["bad"] += 1
+                if self.fault is None:
+                    self.fault = (f"the receiver acknowledged byte {p.ack} but only {sb.snd_nxt} were sent: "
+                                  "datagrams spoofed with this flow's address and conn_id reached it")
+                continue
+            if p.ack < sb.snd_una:
+                self._stale += 1
+                if self._stale >= STALE_ACKS_FAULT and self.fault is None:
+                    self.fault = (f"{self._stale} ACKs in a row acknowledge only {p.ack} of the {sb.snd_una} bytes "
+                                  "acknowledged before: forged ACKs, or the receiver restarted")
+            else:
+                self._stale = 0
             self.stats["acks"] += 1
             echo = self._echo_time(p.tsecr, now)
             res = sb.on_ack(p.ack, p.sacks, echo, reo)
@@ -196,12 +221,11 @@ class FlowSender:
         if delivered:
             self._acked[0] = delivered
             self._rttv[0] = self.rtt.latest
-            before = float(st.cwnd[0])
-            cc.on_ack(st, self._acked, self._rttv, now)   # also feeds the MLTCP tracker
-            # As Linux (tcp_may_raise_cwnd, tcp_is_cwnd_limited / RFC 7661) and the simulator: no
-            # window growth in recovery/CWR, nor when the window was not what limited the sender.
-            if not self.rate_based and (sb.snd_una < self.recovery_end or not self.cwnd_limited):
-                st.cwnd[0] = before
+            cc.pkts_acked(st, self._acked, self._rttv, now)   # RTT, the MLTCP tracker: always
+            # As Linux (tcp_may_raise_cwnd, tcp_is_cwnd_limited / RFC 7661) and the simulator: the
+            # window grows only outside recovery/CWR and when the window limited the sender.
+            if self.cwnd_limited and sb.snd_una >= self.recovery_end:
+                cc.cong_avoid(st, self._acked, now)
         if lost or (ece and not self.rate_based):
             if sb.snd_una >= self.recovery_end:   # one reduction per round trip
                 kind = "loss" if lost else "ecn"
@@ -283,19 +307,16 @@ class FlowSender:
                     self.tlp_out = True
             elif self.rto_start is None or pto_at < self.rto_start + self.rtt.rto:
                 wake = min(wake, pto_at)
-        # Restart after idle (RFC 5681 4.1, Linux tcp_cwnd_restart): a window-based flow that sent
-        # nothing for longer than an RTO halves its window per RTO idle, down to the initial
-        # window, keeping ssthresh at >= 3/4 of the old window.
-        if (self.idle_restart and not self.rate_based and self.last_send is not None
+        # First send with nothing in flight (CA_EVENT_TX_START, once per idle period): the CC
+        # core's restart after idle (RFC 2861, Linux tcp_cwnd_restart: a window-based flow idle
+        # for longer than an RTO halves its window per RTO, down to the initial window), then the
+        # algorithm's own reaction (CUBIC moves its epoch by the idle time).
+        if (self.last_send is not None and self._tx_start_mark != self.last_send
                 and not sb.outstanding and sb.snd_nxt < self.app_end):
-            idle, rto = now - self.last_send, self.rtt.rto
-            if idle > rto:
-                cw = float(st.cwnd[0])
-                iw = 10.0 * self.payload
-                if cw > iw:
-                    st.ssthresh[0] = max(float(st.ssthresh[0]), 0.75 * cw)
-                    st.cwnd[0] = max(iw, cw / 2 ** int(idle / rto))
-                self.stats["idle_restarts"] += 1
+            self._tx_start_mark = self.last_send
+            restarted = self.cc.cwnd_event(st, TX_START, now, idle=now - self.last_send, rto=self.rtt.rto,
+                                           restart=self.idle_restart)
+            self.stats["idle_restarts"] += int(restarted[0])
         # How much may go out now.
         paced = self.rate_based or self.nic_rate is not None
         need = self.payload + WIRE_OVERHEAD
@@ -326,6 +347,8 @@ class FlowSender:
                 length = min(self.payload, self.app_end - sb.snd_nxt)
                 if sb.inflight_bytes + length > window and sb.inflight_bytes > 0:
                     break
+                if sb.snd_nxt + length - sb.snd_una > self.rcv_window:
+                    break        # past the receiver's window: it would refuse the segment
                 seq = sb.snd_nxt
                 # the first segment at or after the start of an iteration carries ITER_START
                 seg = Seg(seq, length, self.iteration, seq == self.iter_start_seq)

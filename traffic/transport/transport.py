@@ -19,8 +19,17 @@ class SendResult:
     marks: int = 0       # CE-marked datagrams (echoed by the receiver)
 
 
-class TransportTimeout(RuntimeError):
-    pass
+class TransportError(RuntimeError):
+    """A transfer that did not complete."""
+
+
+class TransportTimeout(TransportError):
+    """Not delivered in time (receiver down, path broken)."""
+
+
+class TransportFault(TransportError):
+    """The peer's answers cannot be true for this flow (spoofed data or ACKs, a restarted receiver):
+    the transfer stops loudly instead of reporting bytes as delivered."""
 
 
 def parse_hostport(s: str, default_port: int = wire.MLTCP_UDP_PORT, allow_zero: bool = False) -> tuple[str, int]:
@@ -73,8 +82,12 @@ class UdpTransport:
         to0 = sum(f.stats["timeouts"] for f in self.flows)
         m0 = sum(f.stats["ce_marks"] for f in self.flows)
         targets = [f.enqueue(int(nbytes), iteration) for f in self.flows]
-        ok = run_until(self.flows, lambda: all(f.sb.snd_una >= t for f, t in zip(self.flows, targets)),
+        ok = run_until(self.flows, lambda: any(f.fault for f in self.flows)
+                       or all(f.sb.snd_una >= t for f, t in zip(self.flows, targets)),
                        clock=self.clock, timeout=self.timeout)
+        faults = [f"flow {k} to {f.dest[0]}:{f.dest[1]}: {f.fault}" for k, f in enumerate(self.flows) if f.fault]
+        if faults:
+            raise TransportFault(f"iteration {iteration}: " + "; ".join(faults))
         if not ok:
             now = self.clock()
             state = "; ".join(

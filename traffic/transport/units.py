@@ -1,6 +1,7 @@
 """Parsing of human-friendly sizes, durations and rates for the traffic CLI."""
 from __future__ import annotations
 
+import math
 import re
 
 _SIZE = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3,
@@ -16,7 +17,10 @@ def _parse(text: str, table: dict, what: str) -> float:
     if not m or m.group(2).lower() not in table:
         units = ", ".join(k for k in table if k)
         raise ValueError(f"bad {what} {text!r} (a number with an optional unit: {units})")
-    return float(m.group(1)) * table[m.group(2).lower()]
+    v = float(m.group(1)) * table[m.group(2).lower()]
+    if not math.isfinite(v):
+        raise ValueError(f"bad {what} {text!r} (too large)")
+    return v
 
 
 def parse_size(text: str) -> int:

@@ -5,7 +5,7 @@ one in docs/CONTRACTS.md and :mod:`mltcp.traffic.header`; the transport header f
 
     0        8        16       24       32
     +--------+--------+--------+--------+
-    |             conn_id (u32)         |   random per sending flow
+    |          conn_id, low 32 bits     |   48-bit random id per sending flow
     +--------+--------+--------+--------+
     |                                   |
     +             seq (u64)             +   stream offset of the first payload byte
@@ -21,14 +21,21 @@ one in docs/CONTRACTS.md and :mod:`mltcp.traffic.header`; the transport header f
     +--------+--------+--------+--------+
     |   length (u16)  | tflags | nsack  |   payload bytes; DATA/RETX/FIN; SACK blocks that follow
     +--------+--------+--------+--------+
-    |  ce_count (u16) |  reserved (u16) |   CE-marked datagrams since the previous ACK
+    |  ce_count (u16) | conn_id high 16 |   CE-marked datagrams since the previous ACK
     +--------+--------+--------+--------+
-    | nsack x (start - ack u32, end - ack u32)   SACK blocks relative to ack
+    | nsack x (start - ack u32, end - ack u32)   SACK blocks relative to ack, start < end
     +--------+--------+--------+--------+
     | payload (length bytes)
+
+Sequence numbers are 64-bit stream offsets (they never wrap: 2^64 bytes is 16 EiB); SACK blocks are
+32-bit offsets from the cumulative ack, which the receive window (:data:`RCV_WINDOW`, far below
+2^32) keeps in range. The connection id's 48 random bits (the header's former reserved u16 holds
+the high 16) are what an off-path sender would have to guess, on top of the flow's address and
+ephemeral port; see docs/hardening-inputs.md.
 """
 from __future__ import annotations
 
+import secrets
 import struct
 from typing import NamedTuple
 
@@ -54,6 +61,20 @@ DEFAULT_PAYLOAD = 1500 - IP_UDP_OVERHEAD - FIXED_LEN
 
 Q16_ONE = 0xFFFF
 U32 = 0xFFFFFFFF
+U64 = (1 << 64) - 1
+CONN_BITS = 48
+# Receive window: how far past the cumulative ack a receiver accepts data (and buffers it out of
+# order), and how far past snd_una a sender sends. Twice the sender's largest congestion window
+# (16 MiB), so a window-limited flow never hits it; far below 2^32 so SACK offsets always fit.
+RCV_WINDOW = 32 << 20
+
+
+def new_conn_id() -> int:
+    """A fresh connection id: 48 bits from the OS's CSPRNG, never 0."""
+    while True:
+        c = secrets.randbits(CONN_BITS)
+        if c:
+            return c
 
 
 class WireError(ValueError):
@@ -91,11 +112,16 @@ def encode(flags: int, job_id: int, iteration: int, ratio: int, conn_id: int, se
     n = len(sacks)
     if n > MAX_SACK:
         raise WireError(f"at most {MAX_SACK} SACK blocks, got {n}")
+    if not (0 <= seq <= U64 and 0 <= ack <= U64):
+        raise WireError(f"seq {seq} / ack {ack} outside the 64-bit sequence space")
     head = SHIM_HDR.pack((MLTCP_VERSION << 4) | (flags & 0xF), 0, job_id & 0xFFFF, iteration & U32,
                          ratio, 0, conn_id & U32, seq, ack, tsval & U32, tsecr & U32, length,
-                         tflags, n, min(ce_count, 0xFFFF), 0)
+                         tflags, n, min(ce_count, 0xFFFF), (conn_id >> 32) & 0xFFFF)
     if not n:
         return head
+    for s, e in sacks:
+        if not 0 <= s - ack < e - ack <= U32:
+            raise WireError(f"SACK block [{s}, {e}) does not fit 32 bits above ack {ack}")
     return head + b"".join(SACK.pack(s - ack, e - ack) for s, e in sacks)
 
 
@@ -106,7 +132,7 @@ def decode(buf, nbytes: int | None = None) -> Packet:
     if nbytes < FIXED_LEN:
         raise WireError(f"datagram of {nbytes} bytes is shorter than the {FIXED_LEN}-byte headers")
     (vf, _r, job, it, ratio, _r2, conn, seq, ack, tsval, tsecr, length, tflags, nsack, ce,
-     _r3) = SHIM_HDR.unpack_from(buf, 0)
+     conn_hi) = SHIM_HDR.unpack_from(buf, 0)
     if vf >> 4 != MLTCP_VERSION:
         raise WireError(f"MLTCP version {vf >> 4}, expected {MLTCP_VERSION}")
     off = FIXED_LEN + nsack * SACK.size
@@ -115,5 +141,8 @@ def decode(buf, nbytes: int | None = None) -> Packet:
     sacks = ()
     if nsack:
         sacks = tuple((ack + s, ack + e) for s, e in SACK.iter_unpack(bytes(buf[FIXED_LEN:off])))
-    return Packet(vf & 0xF, job, it, ratio, conn, seq, ack, tsval, tsecr, length, tflags, ce,
-                  sacks, off)
+        for s, e in sacks:
+            if not s < e:
+                raise WireError(f"empty or reversed SACK block [{s}, {e})")
+    return Packet(vf & 0xF, job, it, ratio, (conn_hi << 32) | conn, seq, ack, tsval, tsecr, length,
+                  tflags, ce, sacks, off)
