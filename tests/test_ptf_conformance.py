@@ -102,7 +102,7 @@ def run_ptf(ns: str, test: str, params: dict, tmp: Path, timeout: float = 240) -
     return out
 
 
-EXTRA = {"EcnOnset": dict(ecn_thresholds="5,10,20"), "JobCounters": dict(counter_packets=2000),
+EXTRA = {"EcnOnset": dict(ecn_thresholds="5,10,20"), "JobCounters": dict(counter_packets=1000),
          "MalformedHeaders": dict(fuzz_count=400)}
 
 
