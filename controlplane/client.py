@@ -717,9 +717,10 @@ def install_topology(topo: Topology, push: bool = False, only: str | None = None
                     f"{partial.get('routes', 0)} of {len(spec.routes)} routes and "
                     f"{partial.get('ecn_thresholds', 0)} of {len(spec.ecn)} ECN thresholds "
                     "installed")
-            msg = (f"switch {spec.name} failed: {e} | on {spec.name}: {held} | configured: "
-                   f"{', '.join(_summary(r) for r in out) or 'none'} | not attempted: "
-                   f"{', '.join(left) or 'none'}")
+            msg = f"switch {spec.name} failed: {e} | on {spec.name}: {held}"
+            if len(specs) > 1:
+                msg += (f" | configured: {', '.join(_summary(r) for r in out) or 'none'} | "
+                        f"not attempted: {', '.join(left) or 'none'}")
             raise InstallError(msg, out, spec.name, partial, left) from e
         if on_switch is not None:
             on_switch(out[-1])
