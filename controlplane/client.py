@@ -516,7 +516,10 @@ class SwitchConnection:
 
     # --- tables -----------------------------------------------------------------------------
 
-    _BATCH = 256  # updates per WriteRequest
+    # updates per WriteRequest: a batch that fails comes back with one p4.v1.Error per update
+    # in the trailing metadata, which gRPC caps at 8 KiB (soft) / 16 KiB (hard); 256 updates
+    # answered ALREADY_EXISTS took 26 KB and the answer was lost (RESOURCE_EXHAUSTED)
+    _BATCH = 32
 
     def _write(self, utype: int, msgs: list) -> list[tuple[int, int, str]]:
         """One WriteRequest of ``utype`` updates; the failed ones as (index, code, message).
