@@ -12,7 +12,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system:
 	$(SUDO) bash scripts/install-system.sh
 
-$(STAMP): pyproject.toml scripts/install-system.sh
+# a new prebuilt p4tools tarball beside the checkout re-runs the install (install-system.sh)
+P4TOOLS_TARBALL := $(wildcard ../shared/tools/p4tools-debian12-amd64.tar.gz)
+
+$(STAMP): pyproject.toml scripts/install-system.sh $(P4TOOLS_TARBALL)
 	$(MAKE) system
 	$(PYTHON_SYS) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -34,4 +37,4 @@ bench: $(STAMP)
 	$(PY) bench/bench_sim.py
 
 clean:
-	rm -rf out build *.egg-info .pytest_cache
+	rm -rf out build *.egg-info .pytest_cache   # .tools (unpacked p4c/BMv2) stays: make system

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Throughput of the software switch (mltcp-switch) between two namespaces.
+"""Throughput of the two targets of mltcp.p4 between two namespaces: the software switch
+(mltcp-switch) and BMv2 simple_switch_grpc (p4c-compiled, fast/bin/ build unless --bmv2-debug).
 
 Topology: h1 (netns) --veth-- [switch port 1 | switch port 2] --veth-- h2 (netns); the switch
-runs as a subprocess in the root namespace, programmed over P4Runtime with p4runtime-shell.
+runs as a subprocess in the root namespace, programmed over P4Runtime by mltcp.controlplane.
 iperf3 measures UDP with 1500-byte IP packets (1514-byte frames) at a few offered loads and one
-TCP flow. Prints pps, Mb/s (IP-level goodput reported by the iperf3 receiver) and the ratio to
-100 Mb/s. Needs root.
+TCP flow, through each target in turn on the same veths. Prints received Mb/s and pps, the
+switch's CPU time per packet and (both targets) the BMv2 / mltcp-switch ratio of one run.
+Needs root.
 
-    sudo .venv/bin/python bench/bench_switch.py [--seconds 5] [--rate unlimited] [--loads 100,150,200]
+    sudo .venv/bin/python bench/bench_switch.py [--target both|mltcp-switch|bmv2] [--seconds 5]
+                                                [--loads 100,150,200,400] [--rate unlimited]
 
 ``--conformance`` instead runs the ptf conformance tests (tests/ptf) as measurements: ECN onset
 for K = 5, 10, 20, 40 (queue depth at the first CE mark), per-job counters vs sent for
@@ -50,12 +53,81 @@ def iperf(tb, client_ns, server_ip, args: list[str], seconds: float) -> dict:
     return json.loads(r.stdout)
 
 
+def _start_target(target: str, s1: str, s2: str, rate: str, tmp: str, debug: bool):
+    """(process, stop function) of a programmed switch on ports 1 = s1, 2 = s2."""
+    if target == "bmv2":
+        from mltcp.emulation import bmv2
+        proc, gport, _ = bmv2.start_in_netns(None, {1: s1, 2: s2}, log_path=Path(tmp) / "bmv2.log",
+                                             debug=debug)
+        return proc, f"127.0.0.1:{gport}", lambda: bmv2.stop(proc)
+    from mltcp.emulation.switch.runtime import spawn_switch, stop_switch
+    log = open(Path(tmp) / "switch.log", "w+")
+    proc, port = spawn_switch({1: s1, 2: s2}, grpc_host="127.0.0.1", rate=rate, stderr=log)
+    return proc, f"127.0.0.1:{port}", lambda: stop_switch(proc, 10)
+
+
+def _program(target: str, grpc_addr: str, routes: list) -> None:
+    """mltcp.p4 and two routes, with the project's control plane (a child process)."""
+    if target == "bmv2":
+        from mltcp.emulation import bmv2
+        bmv2.program(grpc_addr, 0, bmv2.compiled_program(), routes, [])
+        return
+    spec = json.dumps({"grpc": grpc_addr, "device_id": 0, "routes": routes, "ecn": []})
+    subprocess.run([sys.executable, "-m", "mltcp.emulation.softswitch", spec], check=True,
+                   capture_output=True, timeout=120)
+
+
+def measure(target: str, a, tb, h1, h2, s1, e1, s2, e2) -> list[dict]:
+    """The iperf3 runs through one target; one row per run."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, grpc_addr, stop = _start_target(target, s1, s2, a.rate, tmp, a.bmv2_debug)
+        try:
+            _program(target, grpc_addr, [["10.0.2.2/32", 2, mac_of(h2, e2)], ["10.0.1.1/32", 1, mac_of(h1, e1)]])
+            srv = subprocess.Popen(["ip", "netns", "exec", h2, "iperf3", "-s"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            try:
+                r = tb.run(h1, "ping", "-c", "3", "-i", "0.2", "10.0.2.2")
+                if r.returncode != 0:
+                    raise RuntimeError(f"no ping through {target}: {r.stdout[-400:]}")
+                for load in (float(x) for x in a.loads.split(",")):
+                    c0 = cpu_seconds(proc.pid)
+                    j = iperf(tb, h1, "10.0.2.2", ["-u", "-b", f"{load}M", "-l", "1472"], a.seconds)
+                    cpu = cpu_seconds(proc.pid) - c0
+                    s = j["end"]["sum"]
+                    recv_bps = s["bits_per_second"] * (1 - s["lost_percent"] / 100)
+                    rows.append(dict(target=target, test=f"udp {load:g}M", mbps=recv_bps / 1e6,
+                                     pps=(s["packets"] - s["lost_packets"]) / s["seconds"],
+                                     loss=f"{s['lost_percent']:.2f} %",
+                                     us_per_pkt=cpu / max(1, s["packets"]) * 1e6))
+                if a.tcp:
+                    c0 = cpu_seconds(proc.pid)
+                    j = iperf(tb, h1, "10.0.2.2", ["-M", "1448"], a.seconds)
+                    cpu = cpu_seconds(proc.pid) - c0
+                    bps = j["end"]["sum_received"]["bits_per_second"]
+                    pkts = bps / 8 / 1500 * a.seconds * 1.5  # data segments + about one ACK per two
+                    rows.append(dict(target=target, test="tcp 1 flow", mbps=bps / 1e6, pps=bps / 8 / 1500,
+                                     loss=f"retr {j['end']['sum_sent'].get('retransmits', 0)}",
+                                     us_per_pkt=cpu / pkts * 1e6))
+            finally:
+                srv.terminate()
+                srv.wait(5)
+        finally:
+            stop()
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--rate", default="unlimited", help="switch egress rate (default unlimited)")
+    ap.add_argument("--rate", default="unlimited", help="mltcp-switch egress rate (default unlimited)")
     ap.add_argument("--loads", default="100,150,200", help="UDP offered loads in Mb/s")
     ap.add_argument("--tcp", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--target", choices=("both", "mltcp-switch", "bmv2"), default="both",
+                    help="which switch(es) to measure; both: the same runs through each, one after "
+                         "the other, and their ratio")
+    ap.add_argument("--bmv2-debug", action="store_true", help="BMv2's bin/ build (logging) instead of fast/bin/")
     ap.add_argument("--conformance", action="store_true", help="run the ptf measurements instead")
     ap.add_argument("--ecn-thresholds", default="5,10,20,40")
     ap.add_argument("--counter-packets", type=int, default=10000)
@@ -64,15 +136,24 @@ def main() -> int:
     if a.conformance:
         return conformance(a)
 
-    from mltcp.emulation.switch.runtime import spawn_switch, stop_switch
+    from mltcp import tools
     from mltcp.emulation.switch.testbed import Testbed, have_root_netns
 
     why = have_root_netns()
     if why:
         print(f"bench_switch: skipped: {why}")
         return 0
+    targets = ["mltcp-switch", "bmv2"] if a.target == "both" else [a.target]
+    if "bmv2" in targets:
+        why = tools.why_missing("p4c-bm2-ss", "simple_switch_grpc")
+        if why:
+            print(f"bench_switch: BMv2 skipped: {why}")
+            targets.remove("bmv2")
+        else:
+            exe = tools.bmv2_switch(fast=not a.bmv2_debug)
+            print(f"BMv2: {exe}")
     pid = os.getpid() % 100000
-    with Testbed("bsw") as tb, tempfile.TemporaryDirectory() as tmp:
+    with Testbed("bsw") as tb:
         h1, h2 = tb.netns("h1"), tb.netns("h2")
         s1, e1 = tb.veth(f"bs{pid}a", f"bh{pid}a")
         s2, e2 = tb.veth(f"bs{pid}b", f"bh{pid}b")
@@ -85,60 +166,23 @@ def main() -> int:
                         ["route", "add", peer_net, "dev", dev],
                         ["neigh", "add", peer_ip, "lladdr", "02:00:00:00:00:fe", "dev", dev]):
                 subprocess.run(["ip", "-n", ns] + cmd, check=True)
-        log = open(Path(tmp) / "switch.log", "w+")
-        proc, port = spawn_switch({1: s1, 2: s2}, grpc_host="127.0.0.1", rate=a.rate, stderr=log)
-        try:
-            import p4runtime_sh.shell as sh
-
-            dev = Path(tmp) / "dev.bin"
-            dev.write_bytes(b"")
-            sh.setup(device_id=0, grpc_addr=f"127.0.0.1:{port}", election_id=(0, 1),
-                     config=sh.FwdPipeConfig(str(P4INFO), str(dev)), verbose=False)
-            for prefix, mac, p in (("10.0.2.2/32", mac_of(h2, e2), 2), ("10.0.1.1/32", mac_of(h1, e1), 1)):
-                te = sh.TableEntry("MyIngress.ipv4_lpm")(action="MyIngress.ipv4_forward")
-                te.match["hdr.ipv4.dstAddr"] = prefix
-                te.action["dstAddr"] = mac
-                te.action["port"] = str(p)
-                te.insert()
-            sh.teardown()
-            srv = subprocess.Popen(["ip", "netns", "exec", h2, "iperf3", "-s"], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
-            time.sleep(0.5)
-            try:
-                r = tb.run(h1, "ping", "-c", "3", "-i", "0.2", "10.0.2.2")
-                print(f"ping through the switch: {'ok' if r.returncode == 0 else 'FAILED'}")
-                print(f"switch rate {a.rate}; {os.cpu_count()} cores; {a.seconds:g} s per run")
-                print(f"{'test':<22}{'offered':>10}{'recv Mb/s':>11}{'recv pps':>10}{'loss %':>8}"
-                      f"{'ratio/100M':>12}{'switch us/pkt':>15}")
-                for load in (float(x) for x in a.loads.split(",")):
-                    c0 = cpu_seconds(proc.pid)
-                    j = iperf(tb, h1, "10.0.2.2", ["-u", "-b", f"{load}M", "-l", "1472"], a.seconds)
-                    cpu = cpu_seconds(proc.pid) - c0
-                    s = j["end"]["sum"]
-                    recv_bps = s["bits_per_second"] * (1 - s["lost_percent"] / 100)
-                    pps = (s["packets"] - s["lost_packets"]) / s["seconds"]
-                    us = cpu / max(1, s["packets"]) * 1e6
-                    print(f"{'udp 1500B':<22}{load:>9.0f}M{recv_bps / 1e6:>11.1f}{pps:>10.0f}"
-                          f"{s['lost_percent']:>8.2f}{recv_bps / 100e6:>12.2f}{us:>15.1f}")
-                if a.tcp:
-                    c0 = cpu_seconds(proc.pid)
-                    j = iperf(tb, h1, "10.0.2.2", ["-M", "1448"], a.seconds)
-                    cpu = cpu_seconds(proc.pid) - c0
-                    bps = j["end"]["sum_received"]["bits_per_second"]
-                    retr = j["end"]["sum_sent"].get("retransmits", 0)
-                    pkts = bps / 8 / 1500 * a.seconds * 1.5  # data segments + about one ACK per two
-                    print(f"{'tcp 1 flow':<22}{'-':>10}{bps / 1e6:>11.1f}{bps / 8 / 1500:>10.0f}"
-                          f"{'retr ' + str(retr):>8}{bps / 100e6:>12.2f}{cpu / pkts * 1e6:>15.1f}")
-                print(f"(machine load average: {os.getloadavg()[0]:.2f})")
-            finally:
-                srv.terminate()
-                srv.wait(5)
-        finally:
-            stop_switch(proc, 10)
-            log.seek(0)
-            stats = [ln for ln in log.read().splitlines() if "port stats" in ln]
-            if stats:
-                print("switch:", stats[-1].split("switch stopped; ", 1)[-1])
+        print(f"mltcp-switch rate {a.rate}; {os.cpu_count()} cores; {a.seconds:g} s per run; "
+              f"load average before: {os.getloadavg()[0]:.2f}")
+        rows = []
+        for t in targets:
+            rows += measure(t, a, tb, h1, h2, s1, e1, s2, e2)
+        print(f"{'target':<14}{'test':<14}{'recv Mb/s':>11}{'recv pps':>10}{'loss':>13}{'switch us/pkt':>15}")
+        for r in rows:
+            print(f"{r['target']:<14}{r['test']:<14}{r['mbps']:>11.1f}{r['pps']:>10.0f}{r['loss']:>13}"
+                  f"{r['us_per_pkt']:>15.1f}")
+        if len(targets) == 2:
+            print("BMv2 / mltcp-switch received Mb/s, same run:")
+            by = {(r["target"], r["test"]): r for r in rows}
+            for test in dict.fromkeys(r["test"] for r in rows):
+                a_, b_ = by.get(("mltcp-switch", test)), by.get(("bmv2", test))
+                if a_ and b_ and a_["mbps"] > 0:
+                    print(f"  {test:<14}{b_['mbps'] / a_['mbps']:>6.2f}x")
+        print(f"(load average after: {os.getloadavg()[0]:.2f})")
     return 0
 
 

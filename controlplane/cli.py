@@ -2,7 +2,10 @@
 
 Targets: either one switch (``--grpc host:port --device-id N``) or the switches of a topology
 file (``--topology FILE [--switch NAME]``). Exit codes: 0 ok, 1 P4Runtime/connection failure,
-2 bad input (topology file or option value; the message names the file and field).
+2 bad input (topology, P4Info or TLS file, or option value; the message names the file and
+field). With several switches a failure names the switch, what it holds and which switches were
+done or not attempted. TLS: ``--tls-ca`` (and ``--tls-cert/--tls-key`` for a server that wants
+client certificates), or the MLTCP_TLS_CA / MLTCP_TLS_CERT / MLTCP_TLS_KEY variables.
 """
 
 from __future__ import annotations
@@ -24,10 +27,15 @@ from . import entries as E
 from .client import (
     DEFAULT_GRPC,
     ControlPlaneError,
-    configure_switch,
+    InstallError,
+    PipelineFileError,
+    TlsOptions,
     connect_switch,
+    install_topology,
+    read_p4info,
     reader_election_id,
 )
+from .bmv2 import parse_thrift_addr, read_counters
 from .counters import CounterSnapshot, to_json, to_table
 from .topology import (
     SwitchSpec,
@@ -68,7 +76,43 @@ ElectionOpt = typer.Option(None, "--election-id", help="HIGH,LOW (default 1,0 fo
                                                        "0,<pid> for readers)")
 TopoOpt = typer.Option(None, "--topology", "-t", help="topology TOML file", exists=False)
 SwitchOpt = typer.Option(None, "--switch", "-s", help="only this switch of the topology")
-TimeoutOpt = typer.Option(10.0, "--timeout", help="seconds to wait for the server")
+TimeoutOpt = typer.Option(10.0, "--timeout", min=0.0, help="seconds to wait for the server")
+TlsCaOpt = typer.Option(None, "--tls-ca", envvar="MLTCP_TLS_CA",
+                        help="PEM CA of the switch's TLS certificate (turns TLS on)")
+TlsCertOpt = typer.Option(None, "--tls-cert", envvar="MLTCP_TLS_CERT",
+                          help="PEM client certificate (for a switch that requires one)")
+TlsKeyOpt = typer.Option(None, "--tls-key", envvar="MLTCP_TLS_KEY",
+                         help="PEM private key of --tls-cert")
+
+
+def _tls(ca: Optional[Path], cert: Optional[Path], key: Optional[Path]) -> Optional[TlsOptions]:
+    if ca is None and cert is None and key is None:
+        return None
+    if (cert is None) != (key is None):
+        raise TopologyError("command line", "--tls-cert" if cert is None else "--tls-key",
+                            "give both --tls-cert and --tls-key")
+    for path, opt in ((ca, "--tls-ca"), (cert, "--tls-cert"), (key, "--tls-key")):
+        if path is not None and not path.is_file():
+            raise TopologyError(str(path), opt, "file not found")
+    return TlsOptions(ca, cert, key)
+
+
+def _each(specs: list[SwitchSpec], fn, what: str) -> None:
+    """Run fn(spec) for each switch; a failure names the switch and the ones done / left."""
+    for k, spec in enumerate(specs):
+        try:
+            fn(spec)
+        except ControlPlaneError as e:
+            if len(specs) == 1 or isinstance(e, PipelineFileError):
+                raise
+            done = ", ".join(s.name for s in specs[:k]) or "none"
+            left = ", ".join(s.name for s in specs[k + 1:]) or "none"
+            raise ControlPlaneError(f"{what} failed on switch {spec.name}: {e} | done: {done} | "
+                                    f"not attempted: {left}") from e
+
+
+ThriftOpt = typer.Option(None, "--thrift", help="BMv2 only: the switch's thrift HOST:PORT, to read "
+                                                "registers that its P4Runtime server (PI) cannot")
 
 
 def _election(value: Optional[str]) -> Optional[tuple[int, int]]:
@@ -100,6 +144,8 @@ def _run(fn):
         return fn()
     except TopologyError as e:
         raise error_exit(code=2, msg=str(e))
+    except PipelineFileError as e:
+        raise error_exit(code=2, msg=str(e))
     except ControlPlaneError as e:
         raise error_exit(code=1, msg=str(e))
 
@@ -113,19 +159,26 @@ def push(
     grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
     election_id: Optional[str] = ElectionOpt,
     topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
-    timeout: float = TimeoutOpt,
+    timeout: float = TimeoutOpt, tls_ca: Optional[Path] = TlsCaOpt,
+    tls_cert: Optional[Path] = TlsCertOpt, tls_key: Optional[Path] = TlsKeyOpt,
 ):
     """Push the pipeline (P4Info + device config) to the switch(es)."""
     def go():
         for path, opt in ((p4info, "--p4info"), (config, "--config")):
             if path is not None and not path.is_file():
                 raise TopologyError(str(path), opt, "file not found")
+        tls = _tls(tls_ca, tls_cert, tls_key)
         eid = _election(election_id)
-        for spec in _targets(grpc, device_id, topology, switch):
-            with connect_switch(spec, timeout, election_id=eid) as conn:
+        specs = _targets(grpc, device_id, topology, switch)
+        for spec in specs:  # every P4Info is checked before the first switch is touched
+            read_p4info(spec.p4info or p4info)
+
+        def one(spec: SwitchSpec) -> None:
+            with connect_switch(spec, timeout, election_id=eid, tls=tls) as conn:
                 # a topology's own p4info/config wins over the defaults
                 conn.push_pipeline(spec.p4info or p4info, spec.config or config)
             out.print(f"pushed pipeline to {spec.name} ({spec.grpc}, device {spec.device_id})")
+        _each(specs, one, "push")
     _run(go)
 
 
@@ -137,7 +190,8 @@ def install(
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="print the entries without connecting"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable summary"),
-    timeout: float = TimeoutOpt,
+    timeout: float = TimeoutOpt, tls_ca: Optional[Path] = TlsCaOpt,
+    tls_cert: Optional[Path] = TlsCertOpt, tls_key: Optional[Path] = TlsKeyOpt,
 ):
     """Install routes (MyIngress.ipv4_lpm) and ECN thresholds (MyEgress.ecn_threshold)."""
     def go():
@@ -159,14 +213,23 @@ def install(
             if as_json:
                 print(json.dumps({"dry_run": True, "switches": summary}, sort_keys=True))
             return
-        results = []
-        for spec in specs:
-            with connect_switch(spec, timeout) as conn:
-                results.append(configure_switch(conn, spec, push=do_push))
+        if do_push:
+            for spec in specs:
+                read_p4info(spec.p4info or P4INFO_PATH)
+
+        def done(r: dict) -> None:
             if not as_json:
-                r = results[-1]
-                out.print(f"{spec.name}: {r['routes']} routes, {r['ecn_thresholds']} ECN "
+                out.print(f"{r['switch']}: {r['routes']} routes, {r['ecn_thresholds']} ECN "
                           f"thresholds{' (pipeline pushed)' if do_push else ''}")
+        try:
+            results = install_topology(topo, push=do_push, only=switch, timeout=timeout,
+                                       tls=_tls(tls_ca, tls_cert, tls_key), on_switch=done)
+        except InstallError as e:
+            if as_json:
+                print(json.dumps({"dry_run": False, "switches": e.done,
+                                  "failed": dict(e.partial, switch=e.failed),
+                                  "not_attempted": e.left}, sort_keys=True))
+            raise
         if as_json:
             print(json.dumps({"dry_run": False, "switches": results}, sort_keys=True))
     _run(go)
@@ -181,7 +244,8 @@ def set_ecn(
     grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
     election_id: Optional[str] = ElectionOpt,
     topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
-    timeout: float = TimeoutOpt,
+    timeout: float = TimeoutOpt, tls_ca: Optional[Path] = TlsCaOpt,
+    tls_cert: Optional[Path] = TlsCertOpt, tls_key: Optional[Path] = TlsKeyOpt,
 ):
     """Set (or with --off remove) the ECN marking threshold of one egress port."""
     def go():
@@ -191,8 +255,10 @@ def set_ecn(
         if threshold is not None:
             check_threshold(threshold, "command line", "--threshold")
         eid = _election(election_id)
-        for spec in _targets(grpc, device_id, topology, switch):
-            with connect_switch(spec, timeout, election_id=eid) as conn:
+        tls = _tls(tls_ca, tls_cert, tls_key)
+
+        def one(spec: SwitchSpec) -> None:
+            with connect_switch(spec, timeout, election_id=eid, tls=tls) as conn:
                 conn.attach()
                 if off:
                     had = conn.clear_ecn_threshold(port)
@@ -201,7 +267,18 @@ def set_ecn(
                 else:
                     conn.set_ecn_threshold(port, threshold)
                     out.print(f"{spec.name}: port {port}: ECN threshold {threshold}")
+        _each(_targets(grpc, device_id, topology, switch), one, "set-ecn")
     _run(go)
+
+
+def _thrift(value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    try:
+        parse_thrift_addr(value)
+    except ValueError as e:
+        raise TopologyError("command line", "--thrift", str(e))
+    return value
 
 
 def _job_filter(jobs: Optional[list[int]]) -> Optional[set[int]]:
@@ -220,17 +297,20 @@ def counters(
     grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
     election_id: Optional[str] = ElectionOpt,
     topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
-    timeout: float = TimeoutOpt,
+    timeout: float = TimeoutOpt, tls_ca: Optional[Path] = TlsCaOpt,
+    tls_cert: Optional[Path] = TlsCertOpt, tls_key: Optional[Path] = TlsKeyOpt,
+    thrift: Optional[str] = ThriftOpt,
 ):
     """Per-job counters: job_tx packets/bytes, job_ecn_marks, bytes_ratio; parse_errors."""
     def go():
         only = _job_filter(job)
         eid = _election(election_id) or reader_election_id()
+        tls = _tls(tls_ca, tls_cert, tls_key)
         snaps = []
         for spec in _targets(grpc, device_id, topology, switch):
-            with connect_switch(spec, timeout, election_id=eid) as conn:
+            with connect_switch(spec, timeout, election_id=eid, tls=tls) as conn:
                 conn.attach()
-                snaps.append(conn.read_counters())
+                snaps.append(read_counters(conn, _thrift(thrift)))
         if as_json:
             print(to_json(snaps, only))
         else:
@@ -251,6 +331,8 @@ def watch(
     retry_timeout: float = typer.Option(60.0, "--retry-timeout",
                                         help="keep reconnecting this long after the target "
                                              "goes away"),
+    tls_ca: Optional[Path] = TlsCaOpt, tls_cert: Optional[Path] = TlsCertOpt,
+    tls_key: Optional[Path] = TlsKeyOpt, thrift: Optional[str] = ThriftOpt,
 ):
     """Poll the counters; reconnects with backoff when the target restarts."""
     def go():
@@ -265,13 +347,14 @@ def watch(
             raise TopologyError(str(topology), "--switch",
                                 "watch follows one switch: pick one with --switch")
         spec = specs[0]
-        conn = connect_switch(spec, timeout, retry_timeout, election_id=eid)
+        conn = connect_switch(spec, timeout, retry_timeout, election_id=eid,
+                              tls=_tls(tls_ca, tls_cert, tls_key))
         n = 0
         try:
             conn.attach(wait=True)
 
             def poll() -> CounterSnapshot:
-                return conn.read_counters()
+                return read_counters(conn, _thrift(thrift))
 
             if as_json:
                 while True:

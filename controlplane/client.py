@@ -17,8 +17,15 @@ Usage::
 
 Every operation survives a target restart: if the server is UNAVAILABLE, or the arbitration
 stream died, the connection is re-opened with exponential backoff (up to ``retry_timeout``
-seconds), the pipeline re-pushed if this connection pushed one, and the operation repeated
-(table writes are insert-or-modify, so repeating them is safe).
+seconds), the pipeline re-pushed if this connection pushed one and the device lost it, every
+route and ECN threshold this connection installed is written again (a journal kept by the
+connection), and the operation repeated (table writes are insert-or-modify, so repeating them
+is safe). If the entries cannot be restored, the operation raises :class:`ControlPlaneError`
+saying how many were; it never reports success over an emptied table.
+:meth:`SwitchConnection.verify` reads the tables back and lists what is missing.
+
+TLS: ``connect(..., tls=TlsOptions(ca="ca.pem"))`` (server certificate checked against ``ca``;
+``cert``/``key`` add a client certificate for servers that require one).
 
 p4runtime-shell keeps one client in a module global, so one SwitchConnection is open per
 process at a time; :func:`install_topology` handles switches one after another.
@@ -40,18 +47,24 @@ import contextlib
 import io
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import grpc
 import p4runtime_sh.shell as sh
-from google.rpc import code_pb2
+from google.protobuf import text_format
+from google.rpc import code_pb2, status_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import (
     P4RuntimeClient,
     P4RuntimeException,
     P4RuntimeWriteException,
+    SSLOptions,
 )
 
 from mltcp.p4src import P4INFO_PATH
@@ -64,11 +77,140 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_GRPC = "127.0.0.1:9559"
+# what a restarted target answers a client it does not know: no pipeline, not the primary
+_RESTART_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
+                  grpc.StatusCode.NOT_FOUND)
 DEFAULT_ELECTION_ID = (1, 0)
 
 
 class ControlPlaneError(RuntimeError):
     """A P4Runtime operation failed (message says which switch and what)."""
+
+
+class PipelineFileError(ControlPlaneError, ValueError):
+    """A P4Info or device config file is missing, unreadable or not what it should be (bad
+    input: the CLI exits 2). The message names the file."""
+
+
+class InstallError(ControlPlaneError):
+    """A multi-switch install stopped at one switch. ``done``: summaries of the switches that
+    were configured; ``failed``: the switch's name; ``partial``: what was installed on it
+    before the error; ``left``: names of the switches not attempted."""
+
+    def __init__(self, message: str, done: list[dict], failed: str, partial: dict,
+                 left: list[str]):
+        super().__init__(message)
+        self.done, self.failed, self.partial, self.left = done, failed, partial, left
+
+
+class _WriteFailed(Exception):
+    """Some updates of a batch failed (not a connection problem): [(index, code name, msg)]."""
+
+    def __init__(self, failed: list[tuple[int, str, str]], total: int):
+        super().__init__(f"{len(failed)} of {total} updates failed")
+        self.failed, self.total = failed, total
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """Client side of TLS: ``ca`` = PEM root(s) the server certificate must chain to (None: the
+    system roots); ``cert`` + ``key`` = client certificate for mutual TLS."""
+
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+
+    def check(self) -> "TlsOptions":
+        if (self.cert is None) != (self.key is None):
+            raise PipelineFileError("TLS: give both a client certificate and its key")
+        for p in (self.ca, self.cert, self.key):
+            if p is not None and not Path(p).is_file():
+                raise PipelineFileError(f"{p}: TLS file not found")
+            if p is not None:
+                try:
+                    Path(p).read_bytes()
+                except OSError as e:
+                    raise PipelineFileError(f"{p}: cannot read TLS file: {e.strerror}") from None
+        return self
+
+    def _read(self, p: Path | None) -> bytes | None:
+        return Path(p).read_bytes() if p is not None else None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(self._read(self.ca), self._read(self.key),
+                                            self._read(self.cert))
+
+    def shell_options(self) -> SSLOptions:
+        return SSLOptions(False, *(str(p) if p is not None else None
+                                   for p in (self.ca, self.cert, self.key)))
+
+
+def read_p4info(path: Path | str) -> p4info_pb2.P4Info:
+    """Parse a text-format P4Info file; :class:`PipelineFileError` (one line, naming the file)
+    if it cannot be read, does not parse, or lacks mltcp.p4's tables."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PipelineFileError(f"{path}: P4Info file not found") from None
+    except IsADirectoryError:
+        raise PipelineFileError(f"{path}: is a directory, not a P4Info file") from None
+    except UnicodeDecodeError as e:
+        raise PipelineFileError(f"{path}: not a P4Info text file (not UTF-8 text: byte "
+                                f"{e.start})") from None
+    except OSError as e:
+        raise PipelineFileError(f"{path}: cannot read the P4Info file: {e.strerror}") from None
+    info = p4info_pb2.P4Info()
+    try:
+        # unknown fields are skipped (P4Info from a newer p4c); the table check catches the rest
+        text_format.Merge(text, info, allow_unknown_field=True)
+    except text_format.ParseError as e:
+        raise PipelineFileError(f"{path}: not a P4Info text file ({str(e).splitlines()[0]})") \
+            from None
+    have = {t.preamble.name for t in info.tables}
+    lack = [t for t in (E.T_IPV4_LPM, E.T_ECN_THRESHOLD) if t not in have]
+    if lack:
+        raise PipelineFileError(f"{path}: not a P4Info of mltcp.p4 (no table "
+                                f"{', '.join(lack)}; {len(info.tables)} tables in the file)")
+    return info
+
+
+def read_device_config(path: Path | str | None) -> bytes:
+    if path is None:
+        return b""
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise PipelineFileError(f"{path}: device config file not found") from None
+    except OSError as e:
+        raise PipelineFileError(f"{path}: cannot read the device config: {e.strerror}") from None
+
+
+def _update_errors(e: grpc.RpcError, n: int) -> list[tuple[int, int, str]]:
+    """The failed updates of a Write answered UNKNOWN: (index, canonical code, message), from
+    the p4.v1.Error details (all n as UNKNOWN if the server sent none)."""
+    details = None
+    for key, value in e.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            details = status_pb2.Status.FromString(value).details
+    out = []
+    if details is not None and len(details) == n:
+        for i, d in enumerate(details):
+            err = p4runtime_pb2.Error()
+            if d.Unpack(err) and err.canonical_code != code_pb2.OK:
+                out.append((i, err.canonical_code, err.message))
+        return out
+    return [(i, code_pb2.UNKNOWN, e.details() or "write failed") for i in range(n)]
+
+
+def _port_open(addr: str, timeout: float = 0.5) -> bool:
+    host, _, port = addr.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def reader_election_id() -> tuple[int, int]:
@@ -113,16 +255,28 @@ class SwitchConnection:
 
     def __init__(self, grpc_addr: str = DEFAULT_GRPC, device_id: int = 0,
                  election_id: tuple[int, int] = DEFAULT_ELECTION_ID, name: str | None = None,
-                 retry_timeout: float = 30.0):
+                 retry_timeout: float = 30.0, tls: TlsOptions | None = None):
         self.grpc_addr = grpc_addr
         self.device_id = device_id
         self.election_id = tuple(election_id)
         self.name = name or grpc_addr
         self.retry_timeout = retry_timeout
+        self.tls = tls.check() if tls is not None else None
         self.client: P4RuntimeClient | None = None
-        self._pipeline: tuple[Path, Path | None] | None = None  # pushed by us: re-push on restart
+        # pushed by us (P4Info message, device config, file name): re-pushed if the device
+        # comes back without it
+        self._pipeline: tuple[p4info_pb2.P4Info, bytes, str] | None = None
         self._stale = False  # reconnected; pipeline/P4Info not yet restored
         self.reconnects = 0
+        # the journal: what this connection installed (replayed after a restart)
+        self._routes: dict[str, Route] = {}
+        self._ecn: dict[int, int] = {}
+        self.restored = 0  # entries re-installed after reconnects (all reconnects together)
+
+    def _channel(self) -> grpc.Channel:
+        if self.tls is None:
+            return grpc.insecure_channel(self.grpc_addr)
+        return grpc.secure_channel(self.grpc_addr, self.tls.credentials())
 
     # --- session ------------------------------------------------------------------------
 
@@ -132,13 +286,18 @@ class SwitchConnection:
         backoff = Backoff(deadline)
         last = "no answer"
         while True:
-            probe = grpc.insecure_channel(self.grpc_addr)
+            probe = self._channel()
             try:
                 grpc.channel_ready_future(probe).result(
                     timeout=max(0.05, deadline - time.monotonic()))
                 ready = True
             except grpc.FutureTimeoutError:
                 ready, last = False, "server not reachable"
+                if _port_open(self.grpc_addr):
+                    last = ("the port accepts connections but no gRPC session comes up "
+                            + ("(a TLS server? give the CA with --tls-ca)" if self.tls is None
+                               else "(TLS handshake failed: wrong CA, server name or client "
+                                    "certificate?)"))
             finally:
                 probe.close()
             if ready:
@@ -147,8 +306,9 @@ class SwitchConnection:
                     # p4runtime-shell calls sys.exit() when the handshake fails, and prints
                     # to stdout when it is not the primary client (keep --json output clean)
                     with contextlib.redirect_stdout(out):
-                        self.client = P4RuntimeClient(self.device_id, self.grpc_addr,
-                                                      self.election_id)
+                        self.client = P4RuntimeClient(
+                            self.device_id, self.grpc_addr, self.election_id,
+                            ssl_options=self.tls.shell_options() if self.tls else None)
                     if out.getvalue():
                         log.info("%s: %s", self.name, out.getvalue().strip())
                     sh.client = self.client
@@ -183,12 +343,64 @@ class SwitchConnection:
         return c is not None and c.stream_recv_thread.is_alive()
 
     def _restore(self) -> None:
-        """After a reconnect: re-push our pipeline, or re-read the device's P4Info."""
-        if self._pipeline is not None:
+        """After a reconnect: re-push our pipeline if the device lost it (else re-read the
+        device's P4Info), then write every entry of the journal again."""
+        if self._pipeline is not None and not self._device_has(self._pipeline[0]):
             self._push(*self._pipeline)
         else:
             self._attach()
+        self._replay()
         self._stale = False
+
+    def _device_has(self, p4info: p4info_pb2.P4Info) -> bool:
+        try:
+            return self.client.get_p4info() == p4info
+        except P4RuntimeException as e:
+            if grpc_code(e) == grpc.StatusCode.FAILED_PRECONDITION:
+                return False  # restarted without a pipeline
+            raise
+
+    def journal(self) -> list:
+        """The entries this connection installed (p4runtime-shell TableEntry objects)."""
+        return ([E.route_entry(r) for r in self._routes.values()]
+                + [E.ecn_entry(p, k) for p, k in self._ecn.items()])
+
+    def _replay(self) -> None:
+        tes = self.journal()
+        if not tes:
+            return
+        try:
+            self._upsert_all(tes)
+        except _WriteFailed as e:
+            first = "; ".join(f"{_describe(tes[i])}: {code} {msg}" for i, code, msg in e.failed[:3])
+            raise ControlPlaneError(
+                f"{self.name} ({self.grpc_addr}): the switch came back without the {len(tes)} "
+                f"entries this connection installed; restoring them failed for {len(e.failed)} "
+                f"({e.total - len(e.failed)} of {len(tes)} restored): {first}") from None
+        self.restored += len(tes)
+        log.warning("%s: reconnected; re-installed %d routes and %d ECN thresholds", self.name,
+                    len(self._routes), len(self._ecn))
+
+    def verify(self) -> list[str]:
+        """Read the tables back; one line per journal entry the device lacks or holds with
+        other action parameters ([] = everything this connection installed is there)."""
+        def check() -> list[str]:
+            with E.silent():
+                have = {}
+                for table in (E.T_IPV4_LPM, E.T_ECN_THRESHOLD):
+                    for m in self._read_raw(_table_read_entity(table)):
+                        te = m.table_entry
+                        have[(te.table_id, _match_bytes(te))] = te.action.SerializeToString()
+                out = []
+                for te in self.journal():
+                    msg = te.msg()
+                    got = have.get((msg.table_id, _match_bytes(msg)))
+                    if got is None:
+                        out.append(f"{_describe(te)}: missing")
+                    elif got != msg.action.SerializeToString():
+                        out.append(f"{_describe(te)}: other action parameters")
+                return out
+        return self.call(check, "verifying the installed entries")
 
     def call(self, fn: Callable[[], T], what: str = "operation") -> T:
         """Run `fn` (which uses p4runtime-shell), reconnecting and repeating it while the
@@ -212,6 +424,11 @@ class SwitchConnection:
                 code = grpc_code(e)
                 lost = (isinstance(e, ConnectionResetError) or not self.stream_alive
                         or code == grpc.StatusCode.UNAVAILABLE)
+                if not lost and code in _RESTART_CODES and self.client is not None:
+                    # a restarted target answers unary calls (the channel reconnects by itself)
+                    # before our dead stream's thread has noticed: give it a moment to end
+                    self.client.stream_recv_thread.join(1.0)
+                    lost = not self.stream_alive
                 waiting = self._stale and code == grpc.StatusCode.FAILED_PRECONDITION
                 if not (lost or waiting):
                     raise self._error(what, e) from e
@@ -252,9 +469,17 @@ class SwitchConnection:
 
     # --- pipeline -------------------------------------------------------------------------
 
-    def _push(self, p4info_path: Path, config_path: Path | None) -> None:
-        self.client.set_fwd_pipe_config(str(p4info_path),
-                                        str(config_path) if config_path else os.devnull)
+    def _push(self, p4info: p4info_pb2.P4Info, device_config: bytes, _source: str = "") -> None:
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            device_id=self.device_id,
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+        req.election_id.high, req.election_id.low = self.election_id
+        req.config.p4info.CopyFrom(p4info)
+        req.config.p4_device_config = device_config
+        try:
+            self.client.stub.SetForwardingPipelineConfig(req)
+        except grpc.RpcError as e:
+            raise P4RuntimeException(e) from None
         self._attach()
 
     def _attach(self) -> None:
@@ -264,18 +489,19 @@ class SwitchConnection:
                       config_path: Path | str | None = None) -> None:
         """SetForwardingPipelineConfig(VERIFY_AND_COMMIT) with the P4Info text file and the
         device config (BMv2 JSON for BMv2; None sends an empty config, which the software
-        switch accepts). Then loads the P4Info back from the device."""
-        p4info_path = Path(p4info_path)
-        config_path = Path(config_path) if config_path else None
-        for p, what in ((p4info_path, "P4Info"), (config_path, "device config")):
-            if p is not None and not p.is_file():
-                raise ControlPlaneError(f"{p}: {what} file not found")
-        previous, self._pipeline = self._pipeline, (p4info_path, config_path)
+        switch accepts). Then loads the P4Info back from the device. Both files are read and
+        checked first (:class:`PipelineFileError` names the file). The push resets the device,
+        so the journal of installed entries starts empty again."""
+        p4info = read_p4info(p4info_path)
+        device_config = read_device_config(config_path)
+        previous, self._pipeline = self._pipeline, (p4info, device_config, str(p4info_path))
         try:
-            self.call(lambda: self._push(p4info_path, config_path), "pipeline push")
+            self.call(lambda: self._push(p4info, device_config), "pipeline push")
         except BaseException:
             self._pipeline = previous
             raise
+        self._routes.clear()
+        self._ecn.clear()
 
     def attach(self, wait: bool = False) -> None:
         """Use the pipeline already on the device (GetForwardingPipelineConfig).
@@ -290,29 +516,78 @@ class SwitchConnection:
 
     # --- tables -----------------------------------------------------------------------------
 
-    @staticmethod
-    def _upsert(te) -> None:
+    _BATCH = 256  # updates per WriteRequest
+
+    def _write(self, utype: int, msgs: list) -> list[tuple[int, int, str]]:
+        """One WriteRequest of ``utype`` updates; the failed ones as (index, code, message).
+
+        Straight on the stub: p4runtime-shell 0.0.6's error iterator loops forever on a batch
+        whose status details mix OK and errors (it skips an OK without advancing)."""
+        req = p4runtime_pb2.WriteRequest(device_id=self.device_id)
+        req.election_id.high, req.election_id.low = self.election_id
+        for m in msgs:
+            u = req.updates.add(type=utype)
+            u.entity.table_entry.CopyFrom(m)
         try:
-            te.insert()
-        except P4RuntimeWriteException as e:
-            if _write_codes(e) == {code_pb2.ALREADY_EXISTS}:
-                te.modify()
-            else:
-                raise
+            self.client.stub.Write(req)
+            return []
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNKNOWN:
+                raise P4RuntimeException(e) from None
+            return _update_errors(e, len(msgs))
+    def _upsert_all(self, tes: list) -> None:
+        """Insert-or-modify every entry, in batches (repeating it is safe). Raises
+        :class:`_WriteFailed` for updates refused for another reason than ALREADY_EXISTS."""
+        msgs = [te.msg() for te in tes]
+        failed: list[tuple[int, str, str]] = []
+        for at in range(0, len(msgs), self._BATCH):
+            chunk = msgs[at:at + self._BATCH]
+            errs = self._write(p4runtime_pb2.Update.INSERT, chunk)
+            exists = [i for i, code, _ in errs if code == code_pb2.ALREADY_EXISTS]
+            failed += [(at + i, code_pb2.Code.Name(code), msg) for i, code, msg in errs
+                       if code != code_pb2.ALREADY_EXISTS]
+            if exists:
+                errs = self._write(p4runtime_pb2.Update.MODIFY, [chunk[i] for i in exists])
+                failed += [(at + exists[i], code_pb2.Code.Name(code), msg)
+                           for i, code, msg in errs]
+        if failed:
+            raise _WriteFailed(sorted(failed), len(msgs))
+
+    def _install(self, tes: list, what: str, record: Callable[[int], None]) -> None:
+        """Upsert ``tes`` through :meth:`call`; ``record(i)`` for each one that succeeded."""
+        try:
+            self.call(lambda: self._upsert_all(tes), what)
+        except _WriteFailed as e:
+            bad = {i for i, _, _ in e.failed}
+            for i in range(len(tes)):
+                if i not in bad:
+                    record(i)
+            lines = "; ".join(f"{_describe(tes[i])}: {code} {msg}" for i, code, msg in e.failed[:5])
+            more = f" (and {len(e.failed) - 5} more)" if len(e.failed) > 5 else ""
+            err = ControlPlaneError(f"{self.name} ({self.grpc_addr}): {what}: {len(e.failed)} of "
+                                    f"{len(tes)} refused: {lines}{more}")
+            err.installed = len(tes) - len(e.failed)
+            raise err from None
+        for i in range(len(tes)):
+            record(i)
 
     def install_routes(self, routes: Iterable[Route]) -> int:
-        """Insert (or modify) one MyIngress.ipv4_lpm entry per route. Returns the count."""
+        """Insert (or modify) one MyIngress.ipv4_lpm entry per route. Returns the count.
+        On refusal the error says which routes; the others are installed (and journaled)."""
         routes = list(routes)
-        for r in routes:
-            self.call(lambda r=r: self._upsert(E.route_entry(r)), f"route {r.prefix}")
+        if not routes:
+            return 0
+        tes = [E.route_entry(r) for r in routes]
+        self._install(tes, f"{len(routes)} routes",
+                      lambda i: self._routes.__setitem__(routes[i].prefix, routes[i]))
         return len(routes)
 
     def set_ecn_threshold(self, port: int, threshold: int) -> None:
         """MyEgress.ecn_threshold[port] = set_ecn_threshold(threshold) (insert or modify)."""
         check_port(port, "command line", "port")
         check_threshold(threshold, "command line", "threshold")
-        self.call(lambda: self._upsert(E.ecn_entry(port, threshold)),
-                  f"ECN threshold on port {port}")
+        self._install([E.ecn_entry(port, threshold)], f"ECN threshold on port {port}",
+                      lambda i: self._ecn.__setitem__(port, threshold))
 
     def clear_ecn_threshold(self, port: int) -> bool:
         """Delete the port's ECN entry (no marking). False if there was none."""
@@ -327,7 +602,9 @@ class SwitchConnection:
                     return False
                 raise
 
-        return self.call(delete, f"clearing ECN threshold on port {port}")
+        had = self.call(delete, f"clearing ECN threshold on port {port}")
+        self._ecn.pop(port, None)
+        return had
 
     def read_table(self, table: str) -> list:
         """All entries of a table as p4runtime_pb2.TableEntry messages."""
@@ -374,46 +651,106 @@ class SwitchConnection:
 
 def connect(grpc_addr: str = DEFAULT_GRPC, device_id: int = 0,
             election_id: tuple[int, int] = DEFAULT_ELECTION_ID, name: str | None = None,
-            timeout: float = 10.0, retry_timeout: float = 30.0) -> SwitchConnection:
+            timeout: float = 10.0, retry_timeout: float = 30.0,
+            tls: TlsOptions | None = None) -> SwitchConnection:
     """Open a session (waiting up to `timeout` s for the server). Close it, or use `with`."""
-    conn = SwitchConnection(grpc_addr, device_id, election_id, name, retry_timeout)
+    conn = SwitchConnection(grpc_addr, device_id, election_id, name, retry_timeout, tls)
     conn.open(timeout)
     atexit.register(conn.close)  # p4runtime-shell's stream thread would block interpreter exit
     return conn
 
 
 def connect_switch(spec: SwitchSpec, timeout: float = 10.0, retry_timeout: float = 30.0,
-                   election_id: tuple[int, int] | None = None) -> SwitchConnection:
+                   election_id: tuple[int, int] | None = None,
+                   tls: TlsOptions | None = None) -> SwitchConnection:
     return connect(spec.grpc, spec.device_id, election_id or spec.election_id, spec.name,
-                   timeout, retry_timeout)
+                   timeout, retry_timeout, tls)
 
 
-def configure_switch(conn: SwitchConnection, spec: SwitchSpec, push: bool = False) -> dict:
-    """Push (optional) and install one switch's routes and ECN thresholds."""
+def configure_switch(conn: SwitchConnection, spec: SwitchSpec, push: bool = False,
+                     progress: dict | None = None) -> dict:
+    """Push (optional) and install one switch's routes and ECN thresholds. ``progress`` (if
+    given) is filled in as it goes, so a caller can tell what a failure left behind."""
+    progress = {} if progress is None else progress
+    progress.update(pushed=False, routes=0, ecn_thresholds=0)
     if push:
         conn.push_pipeline(spec.p4info or P4INFO_PATH, spec.config)
+        progress["pushed"] = True
     else:
         conn.attach()
-    n_routes = conn.install_routes(spec.routes)
+    try:
+        progress["routes"] = conn.install_routes(spec.routes)
+    except ControlPlaneError as e:
+        progress["routes"] = getattr(e, "installed", 0)
+        raise
     for e in spec.ecn:
         conn.set_ecn_threshold(e.port, e.threshold)
-    return {"switch": spec.name, "grpc": spec.grpc, "pushed": push, "routes": n_routes,
+        progress["ecn_thresholds"] += 1
+    return {"switch": spec.name, "grpc": spec.grpc, "pushed": push, "routes": progress["routes"],
             "ecn_thresholds": len(spec.ecn)}
 
 
+def _summary(r: dict) -> str:
+    return f"{r['switch']} ({r['routes']} routes, {r['ecn_thresholds']} ECN thresholds)"
+
+
 def install_topology(topo: Topology, push: bool = False, only: str | None = None,
-                     timeout: float = 10.0) -> list[dict]:
-    """Configure every switch of `topo` (or only the one named `only`), one at a time."""
+                     timeout: float = 10.0, tls: TlsOptions | None = None,
+                     on_switch: Callable[[dict], None] | None = None) -> list[dict]:
+    """Configure every switch of `topo` (or only the one named `only`), one at a time.
+
+    ``on_switch(summary)`` is called after each switch. If one fails, :class:`InstallError`
+    says which switch, what it already holds, which switches were configured and which were
+    not attempted (the configured ones keep their entries: nothing is rolled back)."""
     specs = [topo.switch(only)] if only else list(topo.switches)
-    out = []
-    for spec in specs:
-        with connect_switch(spec, timeout) as conn:
-            out.append(configure_switch(conn, spec, push))
+    out: list[dict] = []
+    for k, spec in enumerate(specs):
+        progress: dict = {}
+        try:
+            with connect_switch(spec, timeout, tls=tls) as conn:
+                out.append(configure_switch(conn, spec, push, progress))
+        except ControlPlaneError as e:
+            left = [s.name for s in specs[k + 1:]]
+            partial = dict({"pushed": False, "routes": 0, "ecn_thresholds": 0}, **progress,
+                           routes_total=len(spec.routes), ecn_thresholds_total=len(spec.ecn))
+            held = (f"{'pipeline pushed, ' if partial.get('pushed') else ''}"
+                    f"{partial.get('routes', 0)} of {len(spec.routes)} routes and "
+                    f"{partial.get('ecn_thresholds', 0)} of {len(spec.ecn)} ECN thresholds "
+                    "installed")
+            msg = (f"switch {spec.name} failed: {e} | on {spec.name}: {held} | configured: "
+                   f"{', '.join(_summary(r) for r in out) or 'none'} | not attempted: "
+                   f"{', '.join(left) or 'none'}")
+            raise InstallError(msg, out, spec.name, partial, left) from e
+        if on_switch is not None:
+            on_switch(out[-1])
     return out
 
 
+def _describe(te) -> str:
+    """'route 10.0.0.0/24' / 'ECN threshold on port 2' for an entry of the journal."""
+    m = te.msg()
+    name = sh.context.get_name_from_id(m.table_id) if m.table_id else "?"
+    if name == E.T_IPV4_LPM and m.match:
+        v = int.from_bytes(m.match[0].lpm.value, "big")
+        return (f"route {v >> 24 & 255}.{v >> 16 & 255}.{v >> 8 & 255}.{v & 255}/"
+                f"{m.match[0].lpm.prefix_len}")
+    if name == E.T_ECN_THRESHOLD and m.match:
+        return f"ECN threshold on port {int.from_bytes(m.match[0].exact.value, 'big')}"
+    return f"{name} entry"
+
+
+def _match_bytes(te) -> bytes:
+    return b"".join(sorted(m.SerializeToString() for m in te.match))
+
+
+def _table_read_entity(table: str) -> p4runtime_pb2.Entity:
+    ent = p4runtime_pb2.Entity()
+    ent.table_entry.table_id = sh.context.get_table_id(table)
+    return ent
+
+
 __all__ = [
-    "Backoff", "ControlPlaneError", "EcnThreshold", "Route", "SwitchConnection",
-    "configure_switch", "connect", "connect_switch", "grpc_code", "install_topology",
-    "reader_election_id",
+    "Backoff", "ControlPlaneError", "EcnThreshold", "InstallError", "PipelineFileError", "Route",
+    "SwitchConnection", "TlsOptions", "configure_switch", "connect", "connect_switch",
+    "grpc_code", "install_topology", "read_p4info", "reader_election_id",
 ]

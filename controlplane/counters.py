@@ -10,6 +10,19 @@ from rich.table import Table
 Q16_ONE = 0xFFFF
 
 
+def bitstring_to_int(raw: bytes, bitwidth: int) -> int:
+    """A P4Runtime bitstring as an unsigned int. Both encodings are accepted: the padded one
+    (ceil(bitwidth/8) bytes, what mltcp-switch sends) and the canonical minimal-width one (no
+    leading zero bytes, b"" for 0: what BMv2's PI sends). Too long or too wide is an error."""
+    raw = bytes(raw)
+    if len(raw) > (bitwidth + 7) // 8:
+        raise ValueError(f"bitstring of {len(raw)} bytes for a bit<{bitwidth}> value")
+    v = int.from_bytes(raw, "big") if raw else 0
+    if v >> bitwidth:
+        raise ValueError(f"value {v:#x} does not fit bit<{bitwidth}>")
+    return v
+
+
 @dataclass
 class JobStats:
     job_id: int

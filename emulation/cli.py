@@ -94,7 +94,7 @@ def emulate(
     cc: str = typer.Option("", help="base congestion control: reno | cubic | dcqcn (default: the scenario's)"),
     compare: bool = typer.Option(False, "--compare", help="also run the MLTCP variant and report speedups"),
     transport: str = typer.Option("kernel", help="udp (userspace MLTCP transport) | kernel (Linux TCP)"),
-    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch (see the README section 'Emulation')"),
+    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch | bmv2 (see the README section 'Emulation')"),
     topology: str = typer.Option("auto", help="auto | dumbbell | ring | leafspine"),
     rate_mbps: float = typer.Option(None, help="run every link at this rate; job bytes scale with it"),
     delay_ms: float = typer.Option(None, help="one-way delay per link (needs link mode linux-tc or switch)"),
@@ -111,10 +111,17 @@ def emulate(
     rtt_calibration: bool = typer.Option(True, "--rtt-calibration/--no-rtt-calibration",
                                          help="measure the RTT the hosts add (udp transport) and take it "
                                               "off the links' delay, so the base RTT is the scenario's"),
+    switch_logs: Path = typer.Option(None, help="link mode bmv2: keep each switch's log in DIR/<arm>/"),
+    pcap: bool = typer.Option(False, "--pcap", help="link mode bmv2, with --switch-logs: per-port pcaps too"),
 ):
     """Build SCENARIO's topology in Mininet, run its jobs, print the same keys as `mltcp simulate`."""
+    if (switch_logs is not None or pcap) and link_mode != "bmv2":
+        fail("--switch-logs and --pcap need --link-mode bmv2")
+    if pcap and switch_logs is None:
+        fail("--pcap needs --switch-logs DIR (the folder the pcaps are kept in)")
     _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, no_sim, False, 10.0, as_json, out, records, payload_rate, rtt_calibration)
+             dilate, no_sim, False, 10.0, as_json, out, records, payload_rate, rtt_calibration,
+             switch_logs, pcap)
 
 
 @app.command("baseline-peer")
@@ -138,7 +145,7 @@ def baseline_peer_cmd(
 
 def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
              dilate, no_sim, baseline_peer, peer_seconds, as_json, out, records=None, payload_rate=True,
-             rtt_calibration=True):
+             rtt_calibration=True, switch_logs=None, pcap=False):
     from mltcp import scenario as scn
 
     from .runner import EmulationError, choose_topology, needs_ecn, plan_from_scenario, rescale
@@ -163,7 +170,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
                   "their propagation delay")
     if ecn and not features(mode)["ecn"]:
         err.print(f"[yellow]note:[/yellow] link mode {mode} cannot mark ECN on this kernel: the links only drop "
-                  "(--link-mode switch marks)")
+                  "(--link-mode switch or bmv2 marks)")
     from mininet.log import setLogLevel
     setLogLevel("error")
     from . import netns
@@ -180,7 +187,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
                 _write(doc, out)
                 return
             doc = _run_with_progress(sc, cc or sc.cc, compare, transport, mode, topology, not no_sim, as_json,
-                                     records, payload_rate, rtt_calibration)
+                                     records, payload_rate, rtt_calibration, switch_logs, pcap)
     except KeyboardInterrupt:
         fail("interrupted; network and processes removed", 130)
     except (EmulationError, TopologyError) as e:
@@ -191,11 +198,13 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
 
 
 def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, quiet, records=None,
-                       payload_rate=True, rtt_calibration=True) -> dict:
+                       payload_rate=True, rtt_calibration=True, switch_logs=None, pcap=False) -> dict:
     from rich.progress import Progress
 
     from .runner import run_experiment
     kw = dict(with_sim=with_sim, records_dir=records, payload_rate=payload_rate, rtt_calibration=rtt_calibration)
+    if switch_logs is not None:
+        kw.update(switch_logs=switch_logs, pcap=pcap)
     if quiet:
         return run_experiment(sc, cc, compare, transport, mode, topology, **kw)
     total = sum(j.iterations for j in sc.jobs)

@@ -431,10 +431,13 @@ def expected_duration(plan: Plan, rate_mbps: float | None) -> float:
 
 def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False, link_mode: str = "auto",
             on_record: Callable[[IterationRecord], None] | None = None,
-            fail_after_records: int | None = None, timeout_s: float | None = None) -> ArmResult:
+            fail_after_records: int | None = None, timeout_s: float | None = None,
+            switch_logs=None, pcap: bool = False) -> ArmResult:
     """Build the network, run all jobs once with one congestion control, tear everything down.
 
-    ``fail_after_records`` raises after that many records (tests use it to check cleanup)."""
+    ``fail_after_records`` raises after that many records (tests use it to check cleanup).
+    ``switch_logs`` (link mode bmv2): keep the switches' logs, and with ``pcap`` their per-port
+    pcaps, in that folder."""
     mode = resolve_link_mode(link_mode, plan.topology)
     if transport == "kernel":
         wire_cc = kernel_cc_name(cc, mltcp)
@@ -445,9 +448,16 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
     with netns.Cleanup(prefix) as cl:
         cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
         from .topologies import software_switch_class
+        switch_cls = software_switch_class() if mode == "switch" else None
+        if mode == "bmv2":
+            from . import bmv2
+            switch_cls = bmv2.switch_class(switch_logs, pcap)
         topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
-                             switch_cls=software_switch_class() if mode == "switch" else None)
+                             switch_cls=switch_cls)
         assign_endpoints(plan, topo)
+        if mode == "bmv2":
+            from .bmv2 import use_shim_port
+            use_shim_port(plan.jobs)
         net = build_network(topo, mode, cl)
         if transport == "kernel":   # the scenario's RTO (stretched by --dilate), as the model's
             set_kernel_min_rto(net, min(j.min_rto_s for j in plan.jobs))
@@ -506,12 +516,18 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
                                          f"{' | '.join(receivers[name].err[-3:])}")
         if mode == "switch":
             sw_logs, bn_ports = switch_stat_sources(net, topo)
+        elif mode == "bmv2":
+            bm_switches = [sw for sw in net.switches if hasattr(sw, "thrift_port")]
         else:
             drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))
             marks = None if mode == "htb" else 0
     if mode == "switch":  # the switches log their port statistics when they stop
         from .softswitch import collect_stats
         drops, marks = collect_stats(sw_logs, bn_ports)
+    elif mode == "bmv2":  # the switches read their ECN-mark counters when they stop
+        from .bmv2 import collect_stats, estimated_drops
+        marks = collect_stats(bm_switches)
+        drops = estimated_drops(records, peer_stats)   # BMv2 has no readable queue-drop counter
     return ArmResult(wire_cc, sorted(records, key=lambda r: (r.job, r.iteration)), drops, marks, retrans,
                      mode, time.monotonic() - wall0, peer_stats)
 
@@ -636,7 +652,7 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
                    link_mode: str = "auto", topology: str = "auto",
                    on_record: Callable[[str, IterationRecord], None] | None = None,
                    with_sim: bool = True, records_dir=None, payload_rate: bool = True,
-                   rtt_calibration: bool = True) -> dict:
+                   rtt_calibration: bool = True, switch_logs=None, pcap: bool = False) -> dict:
     """Baseline (and with ``compare_mltcp`` the MLTCP) arm of scenario ``sc``: the JSON document of
     ``mltcp simulate`` (mltcp.compare.report) plus ``sim_vs_emu`` and an ``emulation`` section.
     With ``records_dir`` each arm's per-iteration records go to ``<dir>/<arm>.csv``. With
@@ -662,10 +678,14 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
         raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport)")
     calibration = calibrate_rtt(plan, transport, mode) if rtt_calibration else None
     cb = (lambda arm: (lambda r: on_record(arm, r))) if on_record else (lambda arm: None)
-    base = run_arm(plan, cc, transport, mltcp=False, link_mode=mode, on_record=cb("baseline"))
+    from pathlib import Path
+    logs = (lambda arm: None) if switch_logs is None else (lambda arm: Path(switch_logs) / arm)
+    base = run_arm(plan, cc, transport, mltcp=False, link_mode=mode, on_record=cb("baseline"),
+                   switch_logs=logs("baseline"), pcap=pcap)
     ml = None
     if compare_mltcp:
-        ml = run_arm(plan, cc, transport, mltcp=True, link_mode=mode, on_record=cb("mltcp"))
+        ml = run_arm(plan, cc, transport, mltcp=True, link_mode=mode, on_record=cb("mltcp"),
+                     switch_logs=logs("mltcp"), pcap=pcap)
     if records_dir is not None:
         from pathlib import Path
 

@@ -23,6 +23,8 @@ Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
   Mininet's TCLink. Needs sch_netem and sch_red (absent here: a clear error says so).
 * ``switch`` – the project's userspace P4 switch (``mltcp-switch``) applies rate, delay, buffer
   and queue-depth ECN on its ports (see :func:`software_switch_class`).
+* ``bmv2`` – BMv2 ``simple_switch_grpc`` running p4c-compiled mltcp.p4 in place of mltcp-switch
+  (mltcp.emulation.bmv2): rate and depth of each egress queue, queue-depth ECN; no delay.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from mininet.node import Switch
 from mininet.nodelib import LinuxBridge
 from mininet.topo import Topo
 
-LINK_MODES = ("auto", "htb", "linux-tc", "switch")
+LINK_MODES = ("auto", "htb", "linux-tc", "switch", "bmv2")
 
 
 class TopologyError(ValueError):
@@ -342,6 +344,7 @@ def features(mode: str) -> dict[str, bool]:
         "htb": {"rate": True, "buffer": True, "delay": False, "ecn": False},
         "linux-tc": {"rate": True, "buffer": True, "delay": True, "ecn": True},
         "switch": {"rate": True, "buffer": True, "delay": True, "ecn": True},
+        "bmv2": {"rate": True, "buffer": True, "delay": False, "ecn": True},
     }[mode]
 
 
@@ -397,6 +400,11 @@ def resolve_link_mode(mode: str, topology: str | None = None, ecn: bool = False)
     if mode == "switch" and (software_switch_class() is None or not _controlplane_available()):
         raise TopologyError("link mode 'switch' needs the software switch (mltcp.emulation.switch) "
                             "and the control plane (mltcp.controlplane), which are not importable")
+    if mode == "bmv2":
+        from mltcp import tools
+        why = tools.why_missing("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
+        if why or not _controlplane_available():
+            raise TopologyError(f"link mode 'bmv2' needs p4c and BMv2: {why or 'mltcp.controlplane not importable'}")
     if mode == "linux-tc":
         missing = [k for k in ("netem", "red") if not qdisc_available(k)]
         if missing:
@@ -478,11 +486,15 @@ def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
     if mode == "switch":
         from . import softswitch
         softswitch.configure_ports(net, topo)
+    if mode == "bmv2":     # queues and tables, applied by each switch's start()
+        from . import bmv2, softswitch
+        bmv2.configure(net, topo)
     net.start()
     disable_offloads(net)
-    if mode == "switch":   # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
+    if mode in ("switch", "bmv2"):   # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
         softswitch.set_host_arp(net, topo)
-        softswitch.program(net, topo)
+        if mode == "switch":         # (BMv2 switches programmed themselves in start())
+            softswitch.program(net, topo)
         return net
     configure_routing(net, topo)
     apply_link_params(net, topo, mode)

@@ -304,6 +304,7 @@ def list_scenarios():
 # dependencies, and modules they need that only the system provides (with how to get them).
 _PARTS = (("mltcp.controlplane.cli", "switch", "switch", {}),
           ("mltcp.traffic.cli", "traffic", None, {}),
+          ("mltcp.tune", "tune", "tune", {}),
           ("mltcp.traffic.kernel.cli", "kernel", "kernel", {}),
           ("mltcp.emulation.cli", "emulate", "emulate",
            {"mininet": "Mininet comes from the system packages: sudo bash scripts/install-system.sh"}))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-MAX_LINKS = 2_000_000     # a bigger fabric would take minutes to build and GBs to simulate
+MAX_LINKS = 100_000       # as for a scenario's links in all (k = 40 is the largest fat-tree: 96,000)
 
 
 class FabricError(ValueError):

@@ -11,7 +11,7 @@ import math
 import re
 import tomllib
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -397,7 +397,9 @@ def _fabric(src: str, r: _Reader, mss: int, seed: int):
         (up_proto,) = _link(src, 0, {"name": "fabric", "rate_mbps": up / 1e6, **up_t}, mss, prefix="fabric")
     f.used.update(link_t)
     f.finish()
-    links = {name: replace(host_proto if tier == "host" else up_proto, name=name) for name, tier in fab.links()}
+    rest = {tier: [getattr(proto, fl.name) for fl in fields(Link)][1:]
+            for tier, proto in (("host", host_proto), ("fabric", up_proto))}
+    links = {name: Link(name, *rest[tier]) for name, tier in fab.links()}
     return (fab, ecmp_seed), links
 
 

@@ -6,6 +6,7 @@
  *    (docs/CONTRACTS.md). A shim with version != 1 is a parser error (MLTCPBadVersion);
  *    a packet cut short inside a header is PacketTooShort.
  *  - Ingress: packets with any parser error are counted in parse_errors and dropped;
+ *    IPv4 packets with TTL 0 or 1 are dropped (RFC 1812: a router does not forward them);
  *    IPv4 longest-prefix-match forwarding (ipv4_lpm); for every valid MLTCP packet the per-job
  *    counter job_tx is incremented and the job's last bytes_ratio is written to the register
  *    job_bytes_ratio (index job_id; job_ids >= MLTCP_MAX_JOBS are forwarded but not recorded).
@@ -232,7 +233,13 @@ control MyIngress(inout headers hdr,
                 job_tx.count((bit<32>)hdr.mltcp.job_id);
                 job_bytes_ratio.write((bit<32>)hdr.mltcp.job_id, hdr.mltcp.bytes_ratio);
             }
-            ipv4_lpm.apply();
+            if (hdr.ipv4.ttl <= 1) {
+                /* RFC 1812 5.3.1: a router does not forward a packet whose TTL would
+                 * reach 0 (nor one that arrives with 0); no ICMP Time Exceeded here. */
+                drop();
+            } else {
+                ipv4_lpm.apply();
+            }
         } else {
             drop();
         }

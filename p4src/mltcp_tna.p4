@@ -244,7 +244,13 @@ control MyIngress(inout headers hdr,
                 job_tx.count((job_index_t)hdr.mltcp.job_id);
                 write_bytes_ratio.execute((job_index_t)hdr.mltcp.job_id);
             }
-            ipv4_lpm.apply();
+            if (hdr.ipv4.ttl <= 1) {
+                /* RFC 1812 5.3.1: a router does not forward a packet whose TTL would
+                 * reach 0 (nor one that arrives with 0); no ICMP Time Exceeded here. */
+                drop();
+            } else {
+                ipv4_lpm.apply();
+            }
         } else {
             drop();
         }

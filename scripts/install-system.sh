@@ -6,7 +6,16 @@
 #                     are reachable, e.g. the Vagrant VM); off by default.
 #   MLTCP_OS_RELEASE, MLTCP_APT_ETC   where to read the distribution and write apt sources
 #                     (default /etc/os-release, /etc/apt; tests point them elsewhere).
+#   MLTCP_P4TOOLS_TARBALL  prebuilt p4c + BMv2 for Debian 12 (default: ../shared/tools/
+#                     p4tools-debian12-amd64.tar.gz beside the checkout). When it exists, the
+#                     Debian runtime packages its p4tools/README.md lists are installed and it is
+#                     unpacked into MLTCP_TOOLS_DIR (default .tools in the checkout, git-ignored),
+#                     where mltcp.tools finds it; again only when the tarball changed.
 set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+P4TOOLS_TARBALL="${MLTCP_P4TOOLS_TARBALL:-$ROOT/../shared/tools/p4tools-debian12-amd64.tar.gz}"
+TOOLS_DIR="${MLTCP_TOOLS_DIR:-$ROOT/.tools}"
 
 OS_RELEASE="${MLTCP_OS_RELEASE:-/etc/os-release}"
 APT_ETC="${MLTCP_APT_ETC:-/etc/apt}"
@@ -28,6 +37,28 @@ if [ "$OS_ID" = ubuntu ] && dpkg --compare-versions "$OS_VERSION_ID" lt 23.04; t
   PKGS=("${PKGS[@]/bpftool/linux-tools-common}" "linux-tools-$(uname -r)" python3.11 python3.11-venv python3.11-dev)
 fi
 
+# The Debian packages the prebuilt p4tools need: the `apt-get install ...` command (with its
+# backslash continuations) under "## Debian 12 runtime packages" in the tarball's README.
+p4tools_packages() {
+  tar -xzOf "$1" p4tools/README.md | awk '
+    /^## Debian 12 runtime packages/ { sec = 1; next }
+    sec && /^## / { exit }
+    sec && /apt-get install/ { cmd = 1 }
+    cmd { line = $0; more = (line ~ /\\[[:space:]]*$/); sub(/\\[[:space:]]*$/, "", line)
+          n = split(line, w, /[[:space:]]+/)
+          for (i = 1; i <= n; i++) if (w[i] != "" && w[i] != "apt-get" && w[i] != "install" && w[i] !~ /^-/) print w[i]
+          if (!more) exit }'
+}
+
+if [ -f "$P4TOOLS_TARBALL" ]; then
+  mapfile -t P4PKGS < <(p4tools_packages "$P4TOOLS_TARBALL")
+  if [ "${#P4PKGS[@]}" -eq 0 ]; then
+    echo "install-system.sh: $P4TOOLS_TARBALL: p4tools/README.md lists no Debian packages" >&2
+    exit 2
+  fi
+  PKGS+=("${P4PKGS[@]}")
+fi
+
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -41,6 +72,27 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "install-system.sh: system packages already present"
+fi
+
+if [ -f "$P4TOOLS_TARBALL" ]; then
+  # Unpack into a scratch folder beside the target and move it into place, so an interrupted
+  # run leaves no half-written tree; the tarball's checksum says whether it is up to date.
+  sum=$(sha256sum "$P4TOOLS_TARBALL" | cut -d' ' -f1)
+  if [ -x "$TOOLS_DIR/p4tools/bin/p4c" ] && [ "$(cat "$TOOLS_DIR/p4tools.sha256" 2>/dev/null)" = "$sum" ]; then
+    echo "install-system.sh: p4tools already unpacked in $TOOLS_DIR/p4tools"
+  else
+    mkdir -p "$TOOLS_DIR"
+    tmp=$(mktemp -d "$TOOLS_DIR/.unpack.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    tar -C "$tmp" -xzf "$P4TOOLS_TARBALL"
+    "$tmp/p4tools/bin/p4c-bm2-ss" --version >/dev/null 2>&1
+    rm -rf "$TOOLS_DIR/p4tools" "$TOOLS_DIR/p4tools.sha256"
+    mv "$tmp/p4tools" "$TOOLS_DIR/p4tools"
+    echo "$sum" > "$TOOLS_DIR/p4tools.sha256"
+    rm -rf "$tmp"
+    trap - EXIT
+    echo "install-system.sh: p4c and BMv2 unpacked into $TOOLS_DIR/p4tools"
+  fi
 fi
 
 if [ "${MLTCP_WITH_P4:-0}" = "1" ]; then

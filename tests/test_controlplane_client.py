@@ -471,3 +471,171 @@ def test_attach_wait_polls_until_pushed(server):
         assert reader.read_counters().parse_errors == 0
     finally:
         reader.close()
+
+
+# --- restarts: the journal is replayed -----------------------------------------------------
+
+def test_held_connection_restores_its_entries_after_a_restart(server, conn):
+    """The old client re-pushed the pipeline, reported success and left the tables empty."""
+    conn.push_pipeline()
+    routes = [Route(f"10.1.{i}.0/24", 1 + i % 3, f"00:00:00:00:01:{i:02x}") for i in range(40)]
+    conn.install_routes(routes)
+    conn.set_ecn_threshold(2, 10)
+    conn.set_ecn_threshold(3, 20)
+    conn.clear_ecn_threshold(3)
+    server.stop()
+    server.start()                            # a new, empty target on the same port
+    snap = conn.read_counters()               # any operation: reconnect, re-push, replay
+    assert snap.parse_errors == 0 and conn.reconnects >= 1
+    assert server.target.pushes == 1
+    assert len(server.target.entries(E.T_IPV4_LPM)) == 40
+    (e,) = server.target.entries(E.T_ECN_THRESHOLD)
+    assert int.from_bytes(e.action.action.params[0].value, "big") == 10
+    assert conn.verify() == []
+
+
+def test_reconnect_without_restart_does_not_wipe_the_switch(server, conn):
+    """A dropped stream to a switch that kept its state: no re-push (it would erase entries
+    others installed), the journal is written again as insert-or-modify."""
+    conn.push_pipeline()
+    conn.install_routes([Route("10.2.0.0/24", 1, "00:00:00:00:00:01")])
+    with connect(server.addr, election_id=(0, 3), timeout=5) as other:  # a reader
+        other.attach()
+    server.target.tables[(server.target.obj_id(E.T_IPV4_LPM), b"someone else's")] = \
+        p4runtime_pb2.TableEntry(table_id=server.target.obj_id(E.T_IPV4_LPM))
+    conn.client.stream_out_q.put(None)        # end our stream; the server keeps its state
+    conn.client.stream_recv_thread.join(5)
+    assert conn.read_table(E.T_IPV4_LPM)
+    assert conn.reconnects == 1 and server.target.pushes == 1
+    assert len(server.target.entries(E.T_IPV4_LPM)) == 2
+
+
+class RefusingTarget(FakeTarget):
+    """A restarted target that accepts the pipeline but refuses route entries."""
+
+    def Write(self, request, context):
+        if any(u.entity.table_entry.match and u.entity.table_entry.match[0].HasField("lpm")
+               for u in request.updates):
+            st = status_pb2.Status(code=code_pb2.UNKNOWN, message="refused")
+            for u in request.updates:
+                a = any_pb2.Any()
+                lpm = u.entity.table_entry.match[0].HasField("lpm")
+                a.Pack(p4runtime_pb2.Error(
+                    canonical_code=code_pb2.RESOURCE_EXHAUSTED if lpm else code_pb2.OK,
+                    message="table full" if lpm else ""))
+                st.details.append(a)
+            context.set_trailing_metadata((("grpc-status-details-bin", st.SerializeToString()),))
+            context.abort(grpc.StatusCode.UNKNOWN, "refused")
+        return super().Write(request, context)
+
+
+def test_restart_whose_entries_cannot_be_restored_raises(server, conn):
+    conn.push_pipeline()
+    conn.install_routes([Route("10.3.0.0/24", 1, "00:00:00:00:00:01"),
+                         Route("10.3.1.0/24", 2, "00:00:00:00:00:02")])
+    conn.set_ecn_threshold(1, 5)
+    server.stop()
+    server.target = RefusingTarget()
+    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(server.target, srv)
+    assert srv.add_insecure_port(server.addr)
+    srv.start()
+    server.server = srv
+    with pytest.raises(ControlPlaneError) as e:
+        conn.read_counters()
+    msg = str(e.value)
+    assert "came back without the 3 entries" in msg and "1 of 3 restored" in msg
+    assert "route 10.3.0.0/24" in msg and "RESOURCE_EXHAUSTED" in msg
+
+
+def test_refused_routes_are_named_and_the_rest_installed(server, conn):
+    conn.push_pipeline()
+    t = server.target
+    plain = t.Write
+
+    def picky(request, context):
+        """/16 routes are refused (INVALID_ARGUMENT); the rest of the batch goes through."""
+        codes = []
+        for u in request.updates:
+            te = u.entity.table_entry
+            if te.match and te.match[0].lpm.prefix_len == 16:
+                codes.append(code_pb2.INVALID_ARGUMENT)
+                continue
+            one = p4runtime_pb2.WriteRequest(device_id=0, election_id=request.election_id)
+            one.updates.add().CopyFrom(u)
+            plain(one, context)
+            codes.append(code_pb2.OK)
+        if any(codes):
+            st = status_pb2.Status(code=code_pb2.UNKNOWN, message="write failed")
+            for c in codes:
+                a = any_pb2.Any()
+                a.Pack(p4runtime_pb2.Error(canonical_code=c, message="no /16 here" if c else ""))
+                st.details.append(a)
+            context.set_trailing_metadata((("grpc-status-details-bin", st.SerializeToString()),))
+            context.abort(grpc.StatusCode.UNKNOWN, "write failed")
+        return p4runtime_pb2.WriteResponse()
+
+    t.Write = picky
+    server.stop()  # re-register the servicer with the patched method
+    server.target = t
+    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(t, srv)
+    assert srv.add_insecure_port(server.addr)
+    srv.start()
+    server.server = srv
+    routes = [Route("10.4.0.0/24", 1, "00:00:00:00:00:01"),
+              Route("10.5.0.0/16", 1, "00:00:00:00:00:01"),
+              Route("10.6.0.0/24", 2, "00:00:00:00:00:02")]
+    with pytest.raises(ControlPlaneError) as e:
+        conn.install_routes(routes)
+    assert "1 of 3 refused" in str(e.value) and "route 10.5.0.0/16" in str(e.value)
+    assert "INVALID_ARGUMENT" in str(e.value) and e.value.installed == 2
+    assert len(t.entries(E.T_IPV4_LPM)) == 2
+    assert conn.verify() == []  # the journal holds the two that went in
+
+
+def test_multi_switch_install_says_which_switch_failed_and_what_was_left(tmp_path):
+    a, c = Server().start(), Server().start()
+    dead = Server().start()
+    dead_addr = dead.addr
+    dead.stop()
+    try:
+        topo = parse_topology({"switches": [
+            {"name": "s1", "grpc": a.addr,
+             "routes": [{"prefix": "10.0.1.0/24", "port": 1, "mac": "00:00:00:00:00:01"}]},
+            {"name": "s2", "grpc": dead_addr,
+             "routes": [{"prefix": "10.0.2.0/24", "port": 2, "mac": "00:00:00:00:00:02"}]},
+            {"name": "s3", "grpc": c.addr,
+             "routes": [{"prefix": "10.0.3.0/24", "port": 3, "mac": "00:00:00:00:00:03"}]},
+        ]}, "inline.toml")
+        from mltcp.controlplane.client import InstallError
+
+        with pytest.raises(InstallError) as e:
+            install_topology(topo, push=True, timeout=0.5)
+        err = e.value
+        assert err.failed == "s2" and err.left == ["s3"]
+        assert [d["switch"] for d in err.done] == ["s1"]
+        assert err.partial["routes"] == 0 and err.partial["routes_total"] == 1
+        assert "switch s2 failed" in str(err) and "configured: s1" in str(err)
+        assert "not attempted: s3" in str(err)
+        assert len(a.target.entries(E.T_IPV4_LPM)) == 1 and c.target.p4info is None
+        # the CLI says the same, on one line, exit 1; --json names the parts too
+        f = tmp_path / "t.toml"
+        f.write_text("\n".join(
+            f'[[switches]]\nname = "{n}"\ngrpc = "{g}"\n' for n, g in
+            (("s1", a.addr), ("s2", dead_addr), ("s3", c.addr))))
+        res = runner.invoke(app, ["install", str(f), "--push", "--timeout", "0.5"])
+        assert res.exit_code == 1
+        assert "s1: 0 routes" in res.output and "switch s2 failed" in res.output
+        assert "not attempted: s3" in res.output
+        res = runner.invoke(app, ["install", str(f), "--push", "--timeout", "0.5", "--json"])
+        assert res.exit_code == 1
+        doc = json.loads(next(x for x in res.output.splitlines() if x.startswith("{")))
+        assert doc["failed"]["switch"] == "s2" and doc["not_attempted"] == ["s3"]
+        assert [s["switch"] for s in doc["switches"]] == ["s1"]
+        res = runner.invoke(app, ["push", "--topology", str(f), "--timeout", "0.5"])
+        assert res.exit_code == 1 and "push failed on switch s2" in res.output
+        assert "done: s1" in res.output and "not attempted: s3" in res.output
+    finally:
+        a.stop()
+        c.stop()

@@ -41,6 +41,7 @@ def testbed(tmp_path):
     sw_if = {1: f"{tag}s1", 2: f"{tag}s2"}
     host_if = {1: f"{tag}h1", 2: f"{tag}h2"}
     proc = None
+    state: dict = {}
     try:
         for p in (1, 2):
             _run("ip", "netns", "add", ns[p])
@@ -69,9 +70,22 @@ def testbed(tmp_path):
               port = 2
               threshold = 0
         """))
-        yield {"ns": ns, "host_if": host_if, "addr": f"127.0.0.1:{port}", "topo": topo}
+        state["proc"] = proc
+
+        def crash_and_restart() -> None:
+            """kill -9 the switch, start a fresh one on the same port and interfaces."""
+            state["proc"].kill()
+            state["proc"].wait()
+            state["proc"], _ = spawn_switch({1: sw_if[1], 2: sw_if[2]}, grpc_port=port,
+                                            grpc_host="127.0.0.1", log_level="warning",
+                                            stderr=subprocess.DEVNULL)
+
+        yield {"ns": ns, "host_if": host_if, "addr": f"127.0.0.1:{port}", "topo": topo,
+               "crash_and_restart": crash_and_restart}
     finally:
-        if proc is not None:
+        if state.get("proc") is not None:
+            stop_switch(state["proc"], 5)
+        elif proc is not None:
             stop_switch(proc, 5)
         for p in (1, 2):
             subprocess.run(["ip", "netns", "del", ns[p]], capture_output=True)
@@ -123,3 +137,32 @@ def test_cli_against_software_switch(testbed):
     # ECN threshold 0 on port 2: every ECT(1) packet towards h2 is marked
     assert got == want
     assert sw["parse_errors"] == 2   # bad version + truncated shim, both dropped
+
+
+def test_held_connection_restores_routes_after_kill_9(testbed):
+    """Issue 12: after kill -9 and a restart, the held connection re-pushed the pipeline,
+    reported success, and the table was empty. Now the routes and thresholds come back and
+    packets are forwarded again."""
+    from mltcp.controlplane.client import connect
+    from mltcp.controlplane.topology import Route
+
+    with connect(testbed["addr"], timeout=20, retry_timeout=30) as sw:
+        sw.push_pipeline()
+        sw.install_routes([Route("10.77.0.1/32", 1, "02:00:00:00:77:01"),
+                           Route("10.77.0.2/32", 2, "02:00:00:00:77:02")])
+        sw.set_ecn_threshold(2, 0)
+        testbed["crash_and_restart"]()
+        before = sw.read_counters()           # reconnects, re-pushes, replays
+        assert sw.reconnects >= 1 and before.jobs[5].tx_packets == 0
+        assert sw.verify() == []
+        assert len(sw.read_table("MyIngress.ipv4_lpm")) == 2
+        subprocess.run(["ip", "netns", "exec", testbed["ns"][1], PY, "-c", SENDER,
+                        testbed["host_if"][1]], check=True, capture_output=True, timeout=60)
+        deadline = time.monotonic() + 20
+        while True:
+            snap = sw.read_counters()
+            if snap.jobs[5].ecn_marks == 20 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        # forwarded towards h2 (port 2) and marked there: the restored routes and threshold
+        assert snap.jobs[5].tx_packets == 20 and snap.jobs[5].ecn_marks == 20

@@ -112,3 +112,114 @@ def test_p4_branch_refuses_non_ubuntu(tmp_path):
         pytest.skip("p4c and BMv2 installed")
     r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 3 and "needs Ubuntu" in r.stderr
+
+
+# ------------------------------------------------------------------ the prebuilt p4tools tarball
+
+P4_README = """# p4tools
+## Layout
+- bin/
+## Debian 12 runtime packages
+    apt-get install --no-install-recommends gcc python3-thrift \\
+      libfoo1.74.0 libbar5 \\
+      libbaz++1.51
+- `gcc`: needed
+## Smoke test
+    apt-get install not-this-one
+"""
+
+
+def _fake_tarball(tmp_path: Path, readme: str = P4_README, tag: str = "1") -> Path:
+    import tarfile
+    src = tmp_path / f"src{tag}" / "p4tools"
+    (src / "bin").mkdir(parents=True)
+    (src / "README.md").write_text(readme)
+    for tool in ("p4c", "p4c-bm2-ss", "simple_switch_grpc"):
+        f = src / "bin" / tool
+        f.write_text(f"#!/bin/sh\necho {tool} {tag}\n")
+        f.chmod(0o755)
+    tgz = tmp_path / f"p4tools{tag}.tar.gz"
+    with tarfile.open(tgz, "w:gz") as t:
+        t.add(src, arcname="p4tools")
+    return tgz
+
+
+def _p4tools_env(tmp_path, tgz, nothing_installed=True):
+    env, log = stub_bin(tmp_path, ["apt-get"], nothing_installed=nothing_installed)
+    env["MLTCP_P4TOOLS_TARBALL"] = str(tgz)
+    env["MLTCP_TOOLS_DIR"] = str(tmp_path / "tools")
+    env["MLTCP_OS_RELEASE"] = _fake_os(tmp_path, "debian", "12")
+    return env, log
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("dpkg") is None, reason="needs root and dpkg")
+def test_p4tools_tarball_packages_installed_and_unpacked_once(tmp_path):
+    tgz = _fake_tarball(tmp_path)
+    env, log = _p4tools_env(tmp_path, tgz)
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    pkgs = [l for l in log.read_text().splitlines() if " install " in l][0].split()
+    # exactly the README's apt-get command, continuation lines included, nothing from elsewhere
+    assert {"gcc", "python3-thrift", "libfoo1.74.0", "libbar5", "libbaz++1.51"} <= set(pkgs)
+    assert "not-this-one" not in pkgs and "--no-install-recommends" in pkgs
+    tools = tmp_path / "tools" / "p4tools"
+    assert (tools / "bin" / "p4c").is_file() and (tools / "README.md").is_file()
+    assert "unpacked into" in r.stdout
+    assert not [p for p in (tmp_path / "tools").iterdir() if p.name.startswith(".unpack")]
+    # again: nothing to unpack
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "already unpacked" in r.stdout, r.stdout + r.stderr
+    # a different tarball replaces the tree
+    env["MLTCP_P4TOOLS_TARBALL"] = str(_fake_tarball(tmp_path, tag="2"))
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "unpacked into" in r.stdout
+    assert "p4c 2" in (tools / "bin" / "p4c").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("dpkg") is None, reason="needs root and dpkg")
+def test_p4tools_tarball_without_package_list_is_refused(tmp_path):
+    tgz = _fake_tarball(tmp_path, readme="# p4tools\nno package section\n")
+    env, log = _p4tools_env(tmp_path, tgz)
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "lists no Debian packages" in r.stderr
+    assert not (tmp_path / "tools").exists() and not log.exists()
+
+
+def test_no_tarball_no_p4tools(tmp_path):
+    """Elsewhere (no ../shared/tools) p4c/BMv2 come from PATH: nothing is unpacked."""
+    env, log = stub_bin(tmp_path, ["apt-get"])
+    env["MLTCP_P4TOOLS_TARBALL"] = str(tmp_path / "absent.tar.gz")
+    env["MLTCP_TOOLS_DIR"] = str(tmp_path / "tools")
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "tools").exists()
+
+
+def test_the_checkout_ignores_the_tools_folder():
+    root = SCRIPT.parents[1]
+    r = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", ".tools/p4tools/bin/p4c"])
+    assert r.returncode == 0
+
+
+def test_resolver_order(tmp_path, monkeypatch):
+    """mltcp.tools: MLTCP_P4TOOLS, then the checkout's .tools/p4tools, then PATH."""
+    from mltcp import tools
+    d = tmp_path / "p4t"
+    for sub in ("bin", "fast/bin"):
+        (d / sub).mkdir(parents=True)
+        f = d / sub / "simple_switch_grpc"
+        f.write_text("#!/bin/sh\n")
+        f.chmod(0o755)
+    monkeypatch.setenv("MLTCP_P4TOOLS", str(d))
+    assert tools.find("simple_switch_grpc") == str(d / "bin" / "simple_switch_grpc")
+    assert tools.find("simple_switch_grpc", fast=True) == str(d / "fast" / "bin" / "simple_switch_grpc")
+    assert tools.find("p4c") is None            # an explicit folder without it: no fallback
+    assert "MLTCP_P4TOOLS" in tools.why_missing("p4c")
+    monkeypatch.delenv("MLTCP_P4TOOLS")
+    monkeypatch.setattr(tools, "DEFAULT_DIR", tmp_path / "nothing")
+    pathbin = tmp_path / "path"
+    pathbin.mkdir()
+    (pathbin / "p4test").write_text("#!/bin/sh\n")
+    (pathbin / "p4test").chmod(0o755)
+    monkeypatch.setenv("PATH", str(pathbin))
+    assert tools.find("p4test") == str(pathbin / "p4test")

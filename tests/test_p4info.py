@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from p4.config.v1 import p4info_pb2
 
 from mltcp.p4src import P4_PATH, P4INFO_PATH, TNA_PATH, load_p4info
 from mltcp.p4src import gen_p4info
+from mltcp import tools
 
 # ------------------------------------------------------------------------------------------
 # A small regex reader for the declarations in our own P4 sources (not a general P4 parser).
@@ -240,14 +240,73 @@ def _canonical(info: p4info_pb2.P4Info) -> dict:
     return {"arch": info.pkg_info.arch, "objs": objs, "ids": ids}
 
 
+def _p4c_or_skip(*names):
+    why = tools.why_missing(*names)
+    if why:
+        print(f"skipped: {why}")
+        pytest.skip(why)
+
+
 def test_matches_p4c_output(tmp_path, committed):
-    p4c = shutil.which("p4c")
-    if p4c is None:
-        pytest.skip("p4c not on PATH (not installable here; run in the p4lang VM)")
+    """The p4c driver on mltcp.p4: no warning, and its P4Info is the committed one: the same
+    objects and ids (checked field by field) and, with this p4c, the same bytes."""
+    _p4c_or_skip("p4c")
     out = tmp_path / "mltcp.p4info.txtpb"
-    subprocess.run([p4c, "--target", "bmv2", "--arch", "v1model", "-o", str(tmp_path),
-                    "--p4runtime-files", str(out), str(P4_PATH)], check=True, timeout=300)
+    r = subprocess.run([tools.require("p4c"), "--target", "bmv2", "--arch", "v1model", "-o",
+                        str(tmp_path), "--p4runtime-files", str(out), str(P4_PATH)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in (r.stdout + r.stderr).lower(), r.stderr
+    assert (tmp_path / "mltcp.json").is_file()
     generated = p4info_pb2.P4Info()
     # newer p4c may emit fields that the installed P4Runtime 1.4.1 protos do not know
     text_format.Parse(out.read_text(), generated, allow_unknown_field=True)
     assert _canonical(generated) == _canonical(committed)
+    assert out.read_text() == P4INFO_PATH.read_text()
+
+
+def test_p4c_bm2_ss_writes_identical_p4info(tmp_path):
+    _p4c_or_skip("p4c-bm2-ss")
+    info = tmp_path / "p.txtpb"
+    js = tools.compile_v1model(P4_PATH, tmp_path, p4info=info)
+    assert info.read_bytes() == P4INFO_PATH.read_bytes()
+    import json
+    prog = json.loads(js.read_text())
+    assert {t["name"] for p in prog["pipelines"] for t in p["tables"]} >= {
+        "MyIngress.ipv4_lpm", "MyEgress.ecn_threshold"}
+
+
+def test_p4c_rejects_a_broken_program(tmp_path):
+    """The compile check can fail: a type error in a copy of mltcp.p4 is reported with its line."""
+    _p4c_or_skip("p4c-bm2-ss")
+    bad = tmp_path / "bad.p4"
+    bad.write_text(P4_PATH.read_text().replace("hdr.ipv4.ttl = hdr.ipv4.ttl - 1;",
+                                               "hdr.ipv4.ttl = hdr.ipv4.dstAddr;"))
+    with pytest.raises(RuntimeError, match="bad.p4"):
+        tools.compile_v1model(bad, tmp_path / "o")
+
+
+@pytest.mark.parametrize("tofino", [1, 2])
+def test_tna_program_passes_p4test(tofino, tmp_path):
+    """p4test (the P4_16 front and mid end) on mltcp_tna.p4 against tna.p4 / t2na.p4."""
+    _p4c_or_skip("p4test")
+    inc = tools.tna_include()
+    if inc is None:
+        pytest.skip(f"tna.p4 not found ({tools.where()})")
+    r = subprocess.run([tools.require("p4test"), f"-D__TARGET_TOFINO__={tofino}", "-I", inc,
+                        str(TNA_PATH)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "error" not in r.stderr.lower(), r.stderr
+
+
+def test_p4test_catches_a_tna_error(tmp_path):
+    _p4c_or_skip("p4test")
+    inc = tools.tna_include()
+    if inc is None:
+        pytest.skip(f"tna.p4 not found ({tools.where()})")
+    bad = tmp_path / "bad_tna.p4"
+    bad.write_text(TNA_PATH.read_text().replace("hdr.ipv4.ttl = hdr.ipv4.ttl - 1;",
+                                                "hdr.ipv4.ttl = hdr.ipv4.ttl - true;"))
+    r = subprocess.run([tools.require("p4test"), "-D__TARGET_TOFINO__=1", "-I", inc, str(bad)],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode != 0 and "bad_tna.p4" in r.stderr

@@ -7,6 +7,7 @@ namespace (unique names) with its gRPC server on a free port of 127.0.0.1.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import socket
@@ -334,3 +335,127 @@ with connect({target[0]!r}, device_id=0) as sw:
     got = json.loads(r.stdout.strip().splitlines()[-1])
     # the push reset the target: only what this client installed is there
     assert got == {"routes": 2, "ecn": 1, "parse_errors": 0, "jobs": 0}
+
+
+# ------------------------------------------------------------------ the same control plane on BMv2
+# simple_switch_grpc (p4c-compiled mltcp.p4) on two root-namespace veth pairs; `mltcp switch`
+# pushes, installs from a topology file, sets ECN and reads counters and the register.
+
+from mltcp import tools  # noqa: E402
+
+_bm_why = tools.why_missing("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
+
+
+@pytest.fixture(scope="module")
+def bmv2_target(tmp_path_factory):
+    """(grpc address, thrift address, BMv2 JSON, host side of port 1, of port 2)."""
+    if _bm_why:
+        print(f"BMv2 target skipped: {_bm_why}")
+        pytest.skip(_bm_why)
+    from mltcp.emulation import bmv2
+
+    tmp = tmp_path_factory.mktemp("bmv2")
+    js = tools.compile_v1model(ROOT / "p4src" / "mltcp.p4", tmp)
+    pid = os.getpid() % 100000
+    tb = Testbed("p4bm")
+    proc = None
+    try:
+        sa, ha = tb.veth(f"b4s{pid}a", f"b4h{pid}a")
+        sb, hb = tb.veth(f"b4s{pid}b", f"b4h{pid}b")
+        proc, gport, tport = bmv2.start_in_netns(None, {1: sa, 2: sb}, log_path=tmp / "bmv2.log")
+        yield f"127.0.0.1:{gport}", f"127.0.0.1:{tport}", js, ha, hb
+    finally:
+        if proc is not None:
+            bmv2.stop(proc)
+        tb.close()
+
+
+def _mltcp(*args, timeout=120):
+    r = subprocess.run([sys.executable, "-m", "mltcp.cli", "switch", *args], capture_output=True,
+                       text=True, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_mltcp_switch_cli_programs_bmv2_and_reads_counters_and_register(bmv2_target, tmp_path):
+    grpc_addr, thrift, js, h1, h2 = bmv2_target
+    topo = tmp_path / "one.toml"
+    topo.write_text(f"""[[switches]]
+name = "bm"
+grpc = "{grpc_addr}"
+config = "{js}"
+  [[switches.routes]]
+  prefix = "10.0.2.0/24"
+  port = 2
+  mac = "00:00:00:00:02:02"
+  [[switches.routes]]
+  prefix = "10.0.1.0/24"
+  port = 1
+  mac = "00:00:00:00:01:01"
+  [[switches.ecn]]
+  port = 2
+  threshold = 20
+""")
+    rc, out, err = _mltcp("install", str(topo), "--push", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["switches"][0] == {"switch": "bm", "grpc": grpc_addr, "pushed": True,
+                                               "routes": 2, "ecn_thresholds": 1}
+    rc, out, err = _mltcp("set-ecn", "--grpc", grpc_addr, "--port", "1", "--threshold", "7")
+    assert rc == 0 and "ECN threshold 7" in out, err
+
+    tx, rx = _raw(h1), _raw(h2)
+    try:
+        pkt = bytes(Ether(dst="00:00:00:00:00:01", src="00:00:00:00:01:01")
+                    / IP(src="10.0.1.1", dst="10.0.2.2") / UDP(sport=1234, dport=9199)
+                    / MLTCP(job_id=7, bytes_ratio=4321) / (b"z" * 200))
+        for _ in range(25):
+            tx.send(pkt)
+        got = [g for g in _recv_all(rx, 25) if Ether(g).haslayer(MLTCP)]
+    finally:
+        tx.close()
+        rx.close()
+    assert len(got) == 25
+    assert Ether(got[0]).dst == "00:00:00:00:02:02" and Ether(got[0])[IP].ttl == 63
+
+    rc, out, err = _mltcp("counters", "--grpc", grpc_addr, "--thrift", thrift, "--json")
+    assert rc == 0, err
+    (sw,) = json.loads(out)["switches"]
+    (job,) = sw["jobs"]
+    assert (job["job_id"], job["tx_packets"], job["tx_bytes"]) == (7, 25, 25 * len(pkt))
+    assert job["bytes_ratio"] == pytest.approx(4321 / 0xFFFF, abs=1e-6)  # the register, over thrift
+    assert sw["parse_errors"] == 0
+    # PI reads no registers: without the thrift address the command says what to give
+    rc, out, err = _mltcp("counters", "--grpc", grpc_addr)
+    assert rc == 1 and "--thrift" in err
+    rc, out, err = _mltcp("counters", "--grpc", grpc_addr, "--thrift", "nonsense")
+    assert rc == 2 and "--thrift" in err
+
+
+def test_controlplane_library_reads_bmv2_tables(bmv2_target):
+    """Table reads from PI come back with minimal-width byte strings; the library reads them."""
+    grpc_addr, thrift, js, _, _ = bmv2_target
+    script = f"""
+import json
+from mltcp.controlplane.client import connect
+from mltcp.controlplane.bmv2 import read_counters
+from mltcp.controlplane.counters import bitstring_to_int
+from mltcp.controlplane.topology import Route
+with connect({grpc_addr!r}, device_id=0) as sw:
+    sw.push_pipeline(config_path={str(js)!r})
+    sw.install_routes([Route("10.0.2.0/24", 2, "00:00:00:00:02:02"),
+                       Route("10.0.1.0/24", 1, "00:00:00:00:01:01")])
+    sw.set_ecn_threshold(port=2, threshold=20)
+    lpm = sw.read_table("MyIngress.ipv4_lpm")
+    ecn = sw.read_table("MyEgress.ecn_threshold")
+    ports = sorted(bitstring_to_int(p.value, 9) for t in lpm for p in t.action.action.params
+                   if p.param_id == 2)
+    widths = sorted(len(p.value) for t in lpm for p in t.action.action.params if p.param_id == 2)
+    snap = read_counters(sw, {thrift!r})
+    print(json.dumps(dict(routes=len(lpm), ecn=len(ecn), ports=ports, widths=widths,
+                          k=bitstring_to_int(ecn[0].action.action.params[0].value, 19),
+                          parse_errors=snap.parse_errors, jobs=len(snap.active_jobs()))))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"routes": 2, "ecn": 1, "ports": [1, 2], "widths": [1, 1], "k": 20,
+                   "parse_errors": 0, "jobs": 0}

@@ -1,6 +1,5 @@
 """Scenario inputs: multi-flow jobs, collectives (ring, parameter server), fabrics with ECMP and
 traces as job input (mltcp.scenario's new fields; the engine's side is tested in test_sim)."""
-import json
 import subprocess
 import sys
 from collections import Counter
@@ -74,7 +73,8 @@ def test_leaf_spine_links_carry_the_fabric_parameters():
     assert len(sc.links) == 2 * (8 + 4) and sc.fabric.kind == "leaf-spine"
     host, up = sc.links["h0>l0"], sc.links["l0>s1"]
     assert host.rate_bps == 1e9 and up.rate_bps == 4e9 and host.delay_s == pytest.approx(10e-6)
-    assert host.buffer_bytes == pytest.approx(2 * 1e9 / 8 * 20e-6) and up.buffer_bytes == pytest.approx(4 * host.buffer_bytes)
+    assert host.buffer_bytes == pytest.approx(2 * 1e9 / 8 * 20e-6)
+    assert up.buffer_bytes == pytest.approx(4 * host.buffer_bytes)
     assert host.ecn == up.ecn == "step" and up.ecn_k_bytes == 5 * 1448
     j = sc.jobs[0]
     assert len(j.path) == 4 and _chain(j.path, "h0", "h7") and j.flows == 1

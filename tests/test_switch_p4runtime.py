@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf import text_format
+from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2 as pb
 from p4.v1 import p4runtime_pb2_grpc
@@ -55,6 +56,11 @@ class Client:
         self.election = election
         self.q: queue.Queue = queue.Queue()
         self.stream = self.stub.StreamChannel(iter(self.q.get, None))
+        self.arbitrate(election)
+
+    def arbitrate(self, election: int) -> None:
+        """(Re-)send a MasterArbitrationUpdate; later requests carry this election id."""
+        self.election = election
         m = pb.StreamMessageRequest()
         m.arbitration.device_id = 0
         m.arbitration.election_id.low = election
@@ -195,9 +201,61 @@ def test_primary_hand_over(server):
         a.set_config(p4info)
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     b.set_config(p4info)
+
+
+def test_backup_stays_backup_after_primary_disconnects(server):
+    """P4Runtime 1.1+: nobody is promoted when the primary goes; election_id_past stays."""
+    target, client = server
+    p4info = load_p4info()
+    a = client(5)
+    assert a.next_arbitration().status.code == 0
+    b = client(9)
+    assert b.next_arbitration().status.code == 0
+    a.next_arbitration()  # demoted
+    b.set_config(p4info)
     b.close()
-    assert a.next_arbitration().status.code == 0  # primary again once b is gone
+    told = a.next_arbitration()  # the backups hear that the primary is gone...
+    assert told.status.code == code_pb2.NOT_FOUND and told.election_id.low == 9
+    for write in (lambda: a.set_config(p4info),  # ...and still may not write
+                  lambda: a.write(route_update(ids(p4info), pb.Update.INSERT,
+                                               bytes([10, 0, 2, 0]), 24, 2))):
+        with pytest.raises(grpc.RpcError) as e:
+            write()
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    a.arbitrate(5)  # below election_id_past: still a backup
+    assert a.next_arbitration().status.code == code_pb2.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as e:
+        a.set_config(p4info)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    a.arbitrate(9)  # >= election_id_past: primary
+    got = a.next_arbitration()
+    assert got.status.code == code_pb2.OK and got.election_id.low == 9
     a.set_config(p4info)
+
+
+def test_duplicate_election_id_and_no_election_id(server):
+    target, client = server
+    a = client(5)
+    assert a.next_arbitration().status.code == 0
+    b = client(5)
+    with pytest.raises(grpc.RpcError) as e:
+        b.next_arbitration()
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # a stream without an election id is a backup, even with no primary around
+    c = Client.__new__(Client)
+    c.ch = grpc.insecure_channel(f"127.0.0.1:{target.port}")
+    c.stub = p4runtime_pb2_grpc.P4RuntimeStub(c.ch)
+    c.q = queue.Queue()
+    c.stream = c.stub.StreamChannel(iter(c.q.get, None))
+    m = pb.StreamMessageRequest()
+    m.arbitration.device_id = 0
+    c.q.put(m)
+    try:
+        assert c.next_arbitration().status.code == code_pb2.ALREADY_EXISTS
+        a.close()
+        assert c.next_arbitration().status.code == code_pb2.NOT_FOUND
+    finally:
+        c.close()
 
 
 def test_counter_register_writes_and_default_entries(server):
@@ -277,7 +335,7 @@ def test_write_validation(server):
     assert code_of(route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 0, 2)) == grpc.StatusCode.INVALID_ARGUMENT
     too_wide = route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2)
     too_wide.entity.table_entry.action.action.params[1].value = b"\x02\x00"  # 512 > bit<9>
-    assert code_of(too_wide) == grpc.StatusCode.INVALID_ARGUMENT
+    assert code_of(too_wide) == grpc.StatusCode.OUT_OF_RANGE
     wrong_action = route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2)
     wrong_action.entity.table_entry.action.action.action_id = i["MyEgress.set_ecn_threshold"]
     assert code_of(wrong_action) == grpc.StatusCode.INVALID_ARGUMENT
@@ -287,8 +345,8 @@ def test_write_validation(server):
     prio = route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2)
     prio.entity.table_entry.priority = 10
     assert code_of(prio) == grpc.StatusCode.INVALID_ARGUMENT
-    longer = route_update(i, pb.Update.INSERT, b"\x00" + bytes([10, 0, 2, 0]), 24, 2)
-    assert code_of(longer) == grpc.StatusCode.INVALID_ARGUMENT  # 5 bytes for bit<32>
+    empty = route_update(i, pb.Update.INSERT, b"", 24, 2)
+    assert code_of(empty) == grpc.StatusCode.INVALID_ARGUMENT
 
     # canonical (short) and padded bytestrings address the same entry
     def ecn(value: bytes, k: int):
@@ -303,3 +361,148 @@ def test_write_validation(server):
     c.write(ecn(b"\x02", 10))
     assert code_of(ecn(b"\x00\x02", 20)) == grpc.StatusCode.ALREADY_EXISTS
     assert target.pipeline.ecn_thresholds == {2: 10}
+
+
+def write_error(c: Client, *updates) -> tuple[grpc.StatusCode, str]:
+    """The canonical code and message of the first failed update of a Write."""
+    from google.rpc import status_pb2
+
+    with pytest.raises(grpc.RpcError) as e:
+        c.write(*updates)
+    assert e.value.code() == grpc.StatusCode.UNKNOWN
+    (md,) = [v for k, v in e.value.trailing_metadata() if k == "grpc-status-details-bin"]
+    st = status_pb2.Status.FromString(md)
+    for d in st.details:
+        err = pb.Error()
+        d.Unpack(err)
+        if err.canonical_code != code_pb2.OK:
+            return next(s for s in grpc.StatusCode if s.value[0] == err.canonical_code), err.message
+    raise AssertionError("no failed update")
+
+
+def test_bytestrings_with_leading_zeros_are_accepted_and_read_back_canonical(server):
+    target, client = server
+    p4info = load_p4info()
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    # 6 bytes for bit<32>, 8 for bit<48>, 3 for bit<9>: values fit, so they are valid
+    u = route_update(i, pb.Update.INSERT, b"\x00\x00" + bytes([10, 0, 2, 0]), 24, 2,
+                     mac=b"\x00\x00" + b"\x00\x00\x00\x00\x00\x07")
+    u.entity.table_entry.action.action.params[1].value = b"\x00\x00\x03"
+    c.write(u)
+    fwd = target.pipeline.lpm.lookup(0x0A000209)
+    assert fwd.port == 3 and fwd.dst_mac == b"\x00\x00\x00\x00\x00\x07"
+    (e,) = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=i["MyIngress.ipv4_lpm"])))
+    assert e.table_entry.match[0].lpm.value == bytes([10, 0, 2, 0])
+    assert [p.value for p in e.table_entry.action.action.params] == [b"\x07", b"\x03"]
+    # a padded key finds the same entry; a value that does not fit is OUT_OF_RANGE
+    dup = route_update(i, pb.Update.INSERT, b"\x00" + bytes([10, 0, 2, 0]), 24, 2)
+    assert write_error(c, dup)[0] == grpc.StatusCode.ALREADY_EXISTS
+    big = route_update(i, pb.Update.INSERT, b"\x01" + bytes([10, 0, 2, 0]), 24, 2)
+    assert write_error(c, big)[0] == grpc.StatusCode.OUT_OF_RANGE
+
+
+def test_is_const_in_a_write_is_refused(server):
+    target, client = server
+    p4info = load_p4info()
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    u = route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2)
+    u.entity.table_entry.is_const = True
+    code, msg = write_error(c, u)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "is_const" in msg
+    assert len(target.pipeline.lpm) == 0
+
+
+def test_table_size_is_enforced(server):
+    target, client = server
+    p4info = load_p4info()
+    for t in p4info.tables:
+        if t.preamble.name == "MyIngress.ipv4_lpm":
+            t.size = 2
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 1, 0]), 24, 1),
+            route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2))
+    full = route_update(i, pb.Update.INSERT, bytes([10, 0, 3, 0]), 24, 3)
+    assert write_error(c, full)[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    c.write(route_update(i, pb.Update.MODIFY, bytes([10, 0, 2, 0]), 24, 4))  # modify still fine
+
+
+def _without_noaction(p4info) -> p4info_pb2.P4Info:
+    out = p4info_pb2.P4Info()
+    out.CopyFrom(p4info)
+    noaction = next(a.preamble.id for a in out.actions if a.preamble.name == "NoAction")
+    keep = [a for a in out.actions if a.preamble.id != noaction]
+    del out.actions[:]
+    out.actions.extend(keep)
+    for t in out.tables:
+        refs = [r for r in t.action_refs if r.id != noaction]
+        del t.action_refs[:]
+        t.action_refs.extend(refs)
+    return out
+
+
+def test_reconcile_that_cannot_keep_state_fails_and_changes_nothing(server):
+    target, client = server
+    p4info = load_p4info()
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2))
+    d = pb.Update(type=pb.Update.MODIFY)  # ecn_threshold default = NoAction
+    d.entity.table_entry.table_id = i["MyEgress.ecn_threshold"]
+    d.entity.table_entry.is_default_action = True
+    d.entity.table_entry.action.action.action_id = i["NoAction"]
+    c.write(d)
+    before = c.read(pb.Entity(table_entry=pb.TableEntry()))
+    new = shifted(_without_noaction(p4info))
+    assert missing_objects(new) == []  # a valid mltcp.p4 P4Info, just without NoAction
+    with pytest.raises(grpc.RpcError) as e:
+        c.set_config(new, Cfg.RECONCILE_AND_COMMIT)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "NoAction" in e.value.details() and "nothing was changed" in e.value.details()
+    # state unchanged: still the old P4Info, ids and entries
+    got = c.stub.GetForwardingPipelineConfig(pb.GetForwardingPipelineConfigRequest(device_id=0))
+    assert ids(got.config.p4info) == i
+    assert c.read(pb.Entity(table_entry=pb.TableEntry())) == before
+    assert c.read(pb.Entity(table_entry=pb.TableEntry(table_id=i["MyEgress.ecn_threshold"],
+                                                      is_default_action=True)))[0] \
+        .table_entry.action.action.action_id == i["NoAction"]
+    assert target.pipeline.lpm.lookup(0x0A000201).port == 2
+
+
+def test_save_then_writes_then_commit_keeps_the_writes(server):
+    target, client = server
+    p4info = load_p4info()
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 1, 0]), 24, 1))  # old config's
+    new = shifted(p4info)
+    j = ids(new)
+    c.set_config(new, Cfg.VERIFY_AND_SAVE)
+    # until COMMIT the old forwarding state keeps running...
+    assert target.pipeline.lpm.lookup(0x0A000101).port == 1
+    # ...while reads and writes refer to the saved P4Info
+    c.write(route_update(j, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2))
+    assert target.pipeline.lpm.lookup(0x0A000201) is None
+    (e,) = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=j["MyIngress.ipv4_lpm"])))
+    assert e.table_entry.match[0].lpm.value == bytes([10, 0, 2, 0])
+    with pytest.raises(grpc.RpcError):  # the old ids are gone for the client already
+        c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 3, 0]), 24, 3))
+    c.set_config(None, Cfg.COMMIT)
+    assert target.pipeline.lpm.lookup(0x0A000201).port == 2  # the write since the save
+    assert target.pipeline.lpm.lookup(0x0A000101) is None    # the old state is gone
+    (e,) = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=j["MyIngress.ipv4_lpm"])))
+    assert e.table_entry.table_id == j["MyIngress.ipv4_lpm"]
+    got = c.stub.GetForwardingPipelineConfig(pb.GetForwardingPipelineConfigRequest(device_id=0))
+    assert ids(got.config.p4info) == j

@@ -66,6 +66,19 @@ def test_forward_rewrites_macs_ttl_and_checksum():
     assert bytes(out[UDP].payload) == bytes(Ether(raw)[UDP].payload)
 
 
+@pytest.mark.parametrize("ttl,forwarded", [(0, False), (1, False), (2, True)])
+def test_ttl_0_and_1_are_dropped_after_the_job_counters(ttl, forwarded):
+    """RFC 1812 5.3.1, as mltcp.p4: no forwarding with TTL 0 or 1 (TTL 0 used to leave as 255)."""
+    p = forwarding_pipeline()
+    raw = bytearray(mltcp_pkt(job=4, dst="10.0.2.5"))
+    raw[14 + 8] = ttl
+    res = p.ingress(bytes(raw), 1)
+    assert (res is not None) == forwarded
+    if forwarded:
+        assert Ether(bytes(res.buf))[IP].ttl == ttl - 1
+    assert p.counters[pl.C_JOB_TX].packets[4] == 1
+
+
 def test_checksum_with_ipv4_options():
     p = forwarding_pipeline()
     raw = bytes(Ether() / IP(dst="10.0.2.5", options=b"\x01\x01\x01\x00") / UDP(dport=5) / b"hi")

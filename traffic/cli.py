@@ -121,6 +121,9 @@ def send(
         except TraceError as e:
             fail(str(e))
         size, comp, jitter = prof.bytes_per_flow, prof.compute_s, prof.jitter
+        if prof.flows != len(peers):
+            err.print(f"note: {trace} has {prof.flows} flows per iteration; each of the {len(peers)} --to "
+                      f"flow(s) sends one flow's {size:,} bytes", highlight=False)
     params = {k: v for k, v in (("slope", slope), ("intercept", intercept)) if v is not None}
     if params and not cc.startswith("mltcp-"):
         fail("--slope/--intercept apply to the mltcp-* algorithms only")

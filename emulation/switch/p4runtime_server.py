@@ -4,6 +4,30 @@ Object ids come from the P4Info the controller pushes (looked up by name); the m
 knows names. Anything the target cannot honour gets a gRPC status, never silence: the Write RPC
 reports per-update errors the P4Runtime way (status UNKNOWN with one ``p4.v1.Error`` per update
 in ``grpc-status-details-bin``), the other RPCs use the canonical code directly.
+
+What follows P4Runtime 1.4 and how:
+
+* Arbitration: the server remembers the highest election id it has seen (``election_id_past``);
+  a client becomes primary only with an id >= that. When the primary disconnects nobody is
+  promoted: the backups are told (NOT_FOUND, election_id = election_id_past) and stay backups
+  (no writes) until one re-arbitrates with an id >= election_id_past. A stream without an
+  election id is a backup for good; two live streams may not share an id.
+* Pipeline actions validate everything before changing anything: RECONCILE_AND_COMMIT first
+  re-keys every stored entry against the new P4Info on a scratch copy (an entry the new P4Info
+  cannot express -> FAILED_PRECONDITION, nothing changed); after VERIFY_AND_SAVE, reads and
+  writes refer to the saved P4Info and are staged, COMMIT installs exactly the staged state.
+* Bytestrings: any length is accepted as long as the value fits the bitwidth (leading zero
+  bytes allowed); empty -> INVALID_ARGUMENT, too large -> OUT_OF_RANGE; entries are stored and
+  read back in canonical form (shortest string). ``is_const`` in a write is refused.
+* Tables hold at most their P4Info ``size`` entries (RESOURCE_EXHAUSTED beyond).
+
+Resources: each StreamChannel holds one worker thread of the gRPC pool (grpcio's sync server);
+the pool is sized ``max_streams`` + ``unary_workers``, so idle streams can never starve unary
+calls. When all ``max_streams`` slots are taken, the oldest stream that has not sent a
+MasterArbitrationUpdate within ``arbitration_grace_s`` is closed to make room (idle
+connections cannot lock a controller out); if every stream has arbitrated, the new one is
+refused with RESOURCE_EXHAUSTED. A stream whose client does not read its arbitration updates is
+closed once ``_STREAM_BACKLOG`` messages wait.
 """
 
 from __future__ import annotations
@@ -12,7 +36,9 @@ import importlib.metadata
 import logging
 import queue
 import threading
+import time
 from concurrent import futures
+from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf import any_pb2
@@ -32,6 +58,11 @@ Unit = p4info_pb2.CounterSpec.Unit
 
 _GRPC_TO_CODE = {s: s.value[0] for s in grpc.StatusCode}
 
+DEFAULT_MAX_STREAMS = 32
+DEFAULT_UNARY_WORKERS = 8
+DEFAULT_ARBITRATION_GRACE_S = 2.0  # a stream silent this long may be closed to make room
+_STREAM_BACKLOG = 64  # queued messages a stream's client has not read yet
+
 
 class P4RTError(Exception):
     """An error with a canonical gRPC code."""
@@ -47,16 +78,20 @@ def _err(code: grpc.StatusCode, message: str) -> P4RTError:
 
 
 def _to_int(value: bytes, bitwidth: int, what: str) -> int:
-    v = int.from_bytes(value, "big")
+    """P4Runtime bytestring -> int: any length, the value must fit in ``bitwidth`` bits."""
     if not value:
         raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{what}: empty bytestring")
-    if len(value) > (bitwidth + 7) // 8:
-        raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                   f"{what}: {len(value)}-byte string for a bit<{bitwidth}> field")
+    v = int.from_bytes(value, "big")
     if v >> bitwidth:
-        raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+        raise _err(grpc.StatusCode.OUT_OF_RANGE,
                    f"{what}: value {v:#x} does not fit in bit<{bitwidth}>")
     return v
+
+
+def canonical(value: bytes) -> bytes:
+    """The shortest bytestring for the same value (one zero byte for 0)."""
+    v = int.from_bytes(value, "big")
+    return v.to_bytes(max(1, (v.bit_length() + 7) // 8), "big")
 
 
 def _election(e: p4runtime_pb2.Uint128) -> int:
@@ -71,278 +106,47 @@ def api_version() -> str:
 
 
 class _Stream:
-    """One StreamChannel: its outgoing queue and its election id (None before arbitration)."""
+    """One StreamChannel: its outgoing queue and its election id.
 
-    def __init__(self) -> None:
+    ``arbitrated`` becomes True with the first MasterArbitrationUpdate; ``election`` stays None
+    for a client that sent none (a backup for good)."""
+
+    def __init__(self, context) -> None:
         self.out: queue.Queue = queue.Queue()
+        self.context = context
+        self.opened = time.monotonic()
+        self.arbitrated = False
         self.election: int | None = None
 
-
-class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
-    """The P4Runtime service of one device. ``pipeline.active`` is False until a config is set."""
-
-    def __init__(self, pipeline: pl.Pipeline, device_id: int = 0) -> None:
-        self.pipeline = pipeline
-        self.device_id = device_id
-        self.lock = threading.RLock()
-        self.config: p4runtime_pb2.ForwardingPipelineConfig | None = None
-        self.saved: p4runtime_pb2.ForwardingPipelineConfig | None = None
-        self.index: P4InfoIndex | None = None
-        # table name -> canonical key -> TableEntry as written (for Read)
-        self.entries: dict[str, dict[tuple, p4runtime_pb2.TableEntry]] = {
-            pl.T_IPV4_LPM: {}, pl.T_ECN_THRESHOLD: {}}
-        self.defaults: dict[str, p4runtime_pb2.TableEntry | None] = {
-            pl.T_IPV4_LPM: None, pl.T_ECN_THRESHOLD: None}
-        self.streams: list[_Stream] = []
-        self.primary: int | None = None
-        pipeline.active = False
-
-    # ---------------------------------------------------------------- arbitration
-    def _recompute_primary(self) -> None:
-        ids = [s.election for s in self.streams if s.election is not None]
-        new = max(ids) if ids else None
-        if new != self.primary:
-            self.primary = new
-            for s in self.streams:
-                if s.election is not None:
-                    s.out.put(self._arbitration_msg(s))
-
-    def _arbitration_msg(self, s: _Stream) -> p4runtime_pb2.StreamMessageResponse:
-        m = p4runtime_pb2.StreamMessageResponse()
-        a = m.arbitration
-        a.device_id = self.device_id
-        if self.primary is not None:
-            a.election_id.high = self.primary >> 64
-            a.election_id.low = self.primary & (2**64 - 1)
-        if s.election is not None and s.election == self.primary:
-            a.status.code = code_pb2.OK
-            a.status.message = "primary"
-        else:
-            a.status.code = code_pb2.ALREADY_EXISTS if self.primary is not None else code_pb2.NOT_FOUND
-            a.status.message = "backup"
-        return m
-
-    def _handle_stream_msg(self, s: _Stream, req: p4runtime_pb2.StreamMessageRequest) -> None:
-        kind = req.WhichOneof("update")
-        if kind == "arbitration":
-            a = req.arbitration
-            if a.device_id != self.device_id:
-                raise _err(grpc.StatusCode.NOT_FOUND, f"unknown device_id {a.device_id} "
-                           f"(this target is device {self.device_id})")
-            if a.HasField("role") and (a.role.name or a.role.id):
-                raise _err(grpc.StatusCode.UNIMPLEMENTED, "roles are not supported (default role only)")
-            eid = _election(a.election_id)
-            with self.lock:
-                if any(o is not s and o.election == eid for o in self.streams):
-                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"election_id {eid} is already used by another client")
-                s.election = eid
-                old = self.primary
-                self._recompute_primary()
-                if self.primary == old:  # nobody else was notified; answer this client
-                    s.out.put(self._arbitration_msg(s))
-            log.info("arbitration: election_id %d, primary %s", eid, self.primary)
+    def send(self, item) -> None:
+        if self.out.qsize() >= _STREAM_BACKLOG:
+            log.warning("stream client reads nothing (%d messages queued): closing it",
+                        self.out.qsize())
+            self.context.cancel()
             return
-        m = p4runtime_pb2.StreamMessageResponse()
-        m.error.canonical_code = code_pb2.UNIMPLEMENTED
-        if kind == "packet":
-            m.error.message = "PacketOut is not supported (mltcp.p4 has no CPU port)"
-            m.error.packet_out.packet_out.CopyFrom(req.packet)
-        else:
-            m.error.message = f"stream message '{kind}' is not supported"
-        s.out.put(m)
+        self.out.put(item)
 
-    def StreamChannel(self, request_iterator, context):
-        s = _Stream()
-        with self.lock:
-            self.streams.append(s)
-        done = object()
 
-        def reader() -> None:
-            try:
-                for req in request_iterator:
-                    try:
-                        self._handle_stream_msg(s, req)
-                    except P4RTError as e:
-                        s.out.put(e)
-                        return
-            except grpc.RpcError:
-                pass
-            except Exception:  # pragma: no cover - logged, stream closed
-                log.exception("stream reader failed")
-            finally:
-                s.out.put(done)
+@dataclass
+class _Device:
+    """The forwarding state of one P4Info: P4Runtime-level entries (as read back) and the
+    pipeline model they drive. The live device drives the switch's pipeline; staged and
+    scratch devices drive a private Pipeline()."""
 
-        context.add_callback(lambda: s.out.put(done))
-        threading.Thread(target=reader, name="p4rt-stream", daemon=True).start()
-        try:
-            while True:
-                item = s.out.get()
-                if item is done:
-                    return
-                if isinstance(item, P4RTError):
-                    context.abort(item.code, item.message)
-                yield item
-        finally:
-            with self.lock:
-                if s in self.streams:
-                    self.streams.remove(s)
-                self._recompute_primary()
-
-    # ---------------------------------------------------------------- checks
-    def _check_device(self, device_id: int) -> None:
-        if device_id != self.device_id:
-            raise _err(grpc.StatusCode.NOT_FOUND,
-                       f"unknown device_id {device_id} (this target is device {self.device_id})")
-
-    def _check_primary(self, election_id: p4runtime_pb2.Uint128, role: str = "") -> None:
-        if role:
-            raise _err(grpc.StatusCode.UNIMPLEMENTED, "roles are not supported (default role only)")
-        eid = _election(election_id)
-        if self.primary is None or eid != self.primary:
-            raise _err(grpc.StatusCode.PERMISSION_DENIED,
-                       f"election_id {eid} is not the primary ({self.primary}); open a "
-                       "StreamChannel and send MasterArbitrationUpdate first")
-
-    @staticmethod
-    def _abort(context, e: P4RTError):
-        log.info("%s: %s", e.code.name, e.message)
-        context.abort(e.code, e.message)
-
-    # ---------------------------------------------------------------- pipeline config
-    def SetForwardingPipelineConfig(self, request, context):
-        try:
-            with self.lock:
-                self._check_device(request.device_id)
-                self._check_primary(request.election_id, request.role)
-                act = request.action
-                if act == SetAction.UNSPECIFIED:
-                    raise _err(grpc.StatusCode.INVALID_ARGUMENT, "action is UNSPECIFIED")
-                if act == SetAction.COMMIT:
-                    if self.saved is None:
-                        raise _err(grpc.StatusCode.FAILED_PRECONDITION,
-                                   "COMMIT without a config saved by VERIFY_AND_SAVE")
-                    self._activate(self.saved, reconcile=False)
-                    self.saved = None
-                    return p4runtime_pb2.SetForwardingPipelineConfigResponse()
-                if not request.HasField("config") or not request.config.HasField("p4info"):
-                    raise _err(grpc.StatusCode.INVALID_ARGUMENT, "request carries no config.p4info")
-                missing = missing_objects(request.config.p4info)
-                if missing:
-                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                               "P4Info is not mltcp.p4: missing " + "; ".join(missing))
-                if act == SetAction.VERIFY_AND_SAVE:
-                    self.saved = p4runtime_pb2.ForwardingPipelineConfig()
-                    self.saved.CopyFrom(request.config)
-                elif act in (SetAction.VERIFY_AND_COMMIT, SetAction.RECONCILE_AND_COMMIT):
-                    self._activate(request.config, reconcile=act == SetAction.RECONCILE_AND_COMMIT)
-                return p4runtime_pb2.SetForwardingPipelineConfigResponse()
-        except P4RTError as e:
-            self._abort(context, e)
-
-    def _activate(self, config, reconcile: bool) -> None:
-        cfg = p4runtime_pb2.ForwardingPipelineConfig()
-        cfg.CopyFrom(config)
-        new_index = P4InfoIndex.build(cfg.p4info)
-        if reconcile and self.index is not None:
-            # Forwarding state is kept by name: re-key stored entries to the new ids.
-            for table, entries in self.entries.items():
-                for e in list(entries.values()) + [self.defaults[table]]:
-                    if e is None:
-                        continue
-                    old_t = self.index.tables[e.table_id]
-                    e.table_id = new_index.id("table", table)
-                    new_t = new_index.tables[e.table_id]
-                    fid = {m.name: m.id for m in new_t.match_fields}
-                    oname = {m.id: m.name for m in old_t.match_fields}
-                    for fm in e.match:
-                        fm.field_id = fid[oname[fm.field_id]]
-                    if e.action.HasField("action"):
-                        old_a = self.index.actions[e.action.action.action_id]
-                        e.action.action.action_id = new_index.id("action", old_a.preamble.name)
-                        new_a = new_index.actions[e.action.action.action_id]
-                        pid = {p.name: p.id for p in new_a.params}
-                        pname = {p.id: p.name for p in old_a.params}
-                        for prm in e.action.action.params:
-                            prm.param_id = pid[pname[prm.param_id]]
-        else:
-            self.pipeline.reset_state()
-            for t in self.entries.values():
-                t.clear()
-            for t in self.defaults:
-                self.defaults[t] = None
-        self.config = cfg
-        self.index = new_index
-        self.pipeline.active = True
-        log.info("pipeline config %s (%d tables, %d counters, %d registers, device config %d bytes)",
-                 "reconciled" if reconcile else "committed", len(cfg.p4info.tables),
-                 len(cfg.p4info.counters), len(cfg.p4info.registers), len(cfg.p4_device_config))
-
-    def GetForwardingPipelineConfig(self, request, context):
-        try:
-            self._check_device(request.device_id)
-            with self.lock:
-                if self.config is None:
-                    raise _err(grpc.StatusCode.FAILED_PRECONDITION,
-                               "no forwarding pipeline config has been set")
-                rep = p4runtime_pb2.GetForwardingPipelineConfigResponse()
-                rt = request.response_type
-                if self.config.HasField("cookie"):
-                    rep.config.cookie.CopyFrom(self.config.cookie)
-                if rt in (GetType.ALL, GetType.P4INFO_AND_COOKIE):
-                    rep.config.p4info.CopyFrom(self.config.p4info)
-                if rt in (GetType.ALL, GetType.DEVICE_CONFIG_AND_COOKIE):
-                    rep.config.p4_device_config = self.config.p4_device_config
-                return rep
-        except P4RTError as e:
-            self._abort(context, e)
-
-    def Capabilities(self, request, context):
-        return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=api_version())
+    index: P4InfoIndex
+    pipeline: pl.Pipeline
+    # table name -> canonical key -> TableEntry as stored (canonical bytestrings)
+    entries: dict[str, dict[tuple, p4runtime_pb2.TableEntry]] = field(
+        default_factory=lambda: {pl.T_IPV4_LPM: {}, pl.T_ECN_THRESHOLD: {}})
+    defaults: dict[str, p4runtime_pb2.TableEntry | None] = field(
+        default_factory=lambda: {pl.T_IPV4_LPM: None, pl.T_ECN_THRESHOLD: None})
 
     # ---------------------------------------------------------------- write
-    def Write(self, request, context):
-        try:
-            with self.lock:
-                self._check_device(request.device_id)
-                self._check_primary(request.election_id, request.role)
-                if self.index is None:
-                    raise _err(grpc.StatusCode.FAILED_PRECONDITION,
-                               "no forwarding pipeline config has been set")
-                if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
-                    raise _err(grpc.StatusCode.UNIMPLEMENTED,
-                               "only atomicity CONTINUE_ON_ERROR is supported")
-                errors: list[P4RTError | None] = []
-                for u in request.updates:
-                    try:
-                        self._apply_update(u)
-                        errors.append(None)
-                    except P4RTError as e:
-                        log.info("write update failed: %s: %s", e.code.name, e.message)
-                        errors.append(e)
-        except P4RTError as e:
-            self._abort(context, e)
-        if any(errors):
-            st = status_pb2.Status(code=code_pb2.UNKNOWN,
-                                   message=f"{sum(e is not None for e in errors)} of "
-                                           f"{len(errors)} updates failed")
-            for e in errors:
-                perr = p4runtime_pb2.Error()
-                if e is None:
-                    perr.canonical_code = code_pb2.OK
-                else:
-                    perr.canonical_code = _GRPC_TO_CODE[e.code]
-                    perr.message = e.message
-                any_msg = any_pb2.Any()
-                any_msg.Pack(perr)
-                st.details.append(any_msg)
-            context.set_trailing_metadata((("grpc-status-details-bin", st.SerializeToString()),))
-            context.abort(grpc.StatusCode.UNKNOWN, st.message)
-        return p4runtime_pb2.WriteResponse()
-
-    def _apply_update(self, u: p4runtime_pb2.Update) -> None:
-        if u.type == Update.UNSPECIFIED:
-            raise _err(grpc.StatusCode.INVALID_ARGUMENT, "update type UNSPECIFIED")
+    def apply_update(self, u: p4runtime_pb2.Update) -> None:
+        if u.type not in (Update.INSERT, Update.MODIFY, Update.DELETE):
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                       "update type UNSPECIFIED" if u.type == Update.UNSPECIFIED
+                       else f"unknown update type {u.type}")
         kind = u.entity.WhichOneof("entity")
         if kind == "table_entry":
             self._write_table(u.type, u.entity.table_entry)
@@ -365,7 +169,7 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def _match_key(self, tname: str, t: p4info_pb2.Table, e: p4runtime_pb2.TableEntry) -> tuple:
         fields = {m.id: m for m in t.match_fields}
-        seen: dict[str, p4runtime_pb2.FieldMatch] = {}
+        seen: dict[str, tuple] = {}
         for fm in e.match:
             mf = fields.get(fm.field_id)
             if mf is None:
@@ -439,13 +243,36 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
                 return None
         raise _err(grpc.StatusCode.UNIMPLEMENTED, f"action {aname} is not implemented by this target")
 
+    @staticmethod
+    def _stored(e: p4runtime_pb2.TableEntry) -> p4runtime_pb2.TableEntry:
+        """A copy of ``e`` with canonical bytestrings (what Read returns)."""
+        out = p4runtime_pb2.TableEntry()
+        out.CopyFrom(e)
+        for fm in out.match:
+            kind = fm.WhichOneof("field_match_type")
+            if kind == "exact":
+                fm.exact.value = canonical(fm.exact.value)
+            elif kind == "lpm":
+                fm.lpm.value = canonical(fm.lpm.value)
+        if out.action.HasField("action"):
+            for prm in out.action.action.params:
+                prm.value = canonical(prm.value)
+        return out
+
     def _write_table(self, utype: int, e: p4runtime_pb2.TableEntry) -> None:
         tname, t = self._table(e.table_id)
         for fld in ("meter_config", "counter_data", "meter_counter_data"):
             if e.HasField(fld):
                 raise _err(grpc.StatusCode.UNIMPLEMENTED, f"table {tname}: {fld} is not supported")
+        if e.is_const:
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                       f"table {tname}: is_const is read-only (const entries come from the P4 "
+                       "program, a controller cannot write them)")
         if e.idle_timeout_ns:
             raise _err(grpc.StatusCode.UNIMPLEMENTED, f"table {tname}: idle timeout is not supported")
+        if e.HasField("time_since_last_hit"):
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                       f"table {tname}: time_since_last_hit is read-only")
         if e.priority:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT,
                        f"table {tname}: priority must be 0 (no ternary/range fields)")
@@ -461,9 +288,7 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
                 self.defaults[tname] = None
             else:
                 value = self._action(tname, t, e)
-                stored = p4runtime_pb2.TableEntry()
-                stored.CopyFrom(e)
-                self.defaults[tname] = stored
+                self.defaults[tname] = self._stored(e)
             if tname == pl.T_IPV4_LPM:
                 self.pipeline.lpm.default = value
             else:
@@ -483,9 +308,10 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
                 self.pipeline.ecn_thresholds.pop(key[0], None)
             return
         value = self._action(tname, t, e)
-        stored = p4runtime_pb2.TableEntry()
-        stored.CopyFrom(e)
-        store[key] = stored
+        if utype == Update.INSERT and t.size and len(store) >= t.size:
+            raise _err(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                       f"table {tname} is full ({t.size} entries)")
+        store[key] = self._stored(e)
         if tname == pl.T_IPV4_LPM:
             self.pipeline.lpm.set(key[0], key[1], value)
         else:
@@ -539,29 +365,7 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         reg[i] = _to_int(re_.data.bitstring, pl.REGISTER_BITWIDTHS[name], name)
 
     # ---------------------------------------------------------------- read
-    def Read(self, request, context):
-        try:
-            self._check_device(request.device_id)
-            if request.role:
-                raise _err(grpc.StatusCode.UNIMPLEMENTED, "roles are not supported (default role only)")
-            with self.lock:
-                if self.index is None:
-                    raise _err(grpc.StatusCode.FAILED_PRECONDITION,
-                               "no forwarding pipeline config has been set")
-                out: list[p4runtime_pb2.Entity] = []
-                for ent in request.entities:
-                    out.extend(self._read_entity(ent))
-        except P4RTError as e:
-            self._abort(context, e)
-            return
-        for i in range(0, len(out), 512):
-            rep = p4runtime_pb2.ReadResponse()
-            rep.entities.extend(out[i:i + 512])
-            yield rep
-        if not out:
-            yield p4runtime_pb2.ReadResponse()
-
-    def _read_entity(self, ent: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
+    def read_entity(self, ent: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
         kind = ent.WhichOneof("entity")
         if kind == "table_entry":
             return self._read_tables(ent.table_entry)
@@ -634,28 +438,454 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         for name, r in items:
             reg = self.pipeline.registers[name]
             idxs = [self._index(name, len(reg), q)] if q.HasField("index") else range(len(reg))
-            nbytes = (pl.REGISTER_BITWIDTHS[name] + 7) // 8
             for i in idxs:
                 e = p4runtime_pb2.Entity()
                 e.register_entry.register_id = r.preamble.id
                 e.register_entry.index.index = i
-                e.register_entry.data.bitstring = reg[i].to_bytes(nbytes, "big")
+                e.register_entry.data.bitstring = canonical(reg[i].to_bytes(8, "big"))
                 res.append(e)
         return res
 
+    # ---------------------------------------------------------------- pipeline changes
+    def rekeyed(self, new_index: P4InfoIndex) -> "_Device":
+        """This device's entries expressed in ``new_index``'s ids, validated on a scratch
+        pipeline. Raises FAILED_PRECONDITION naming the first entry the new P4Info cannot
+        hold; changes nothing here."""
+        scratch = _Device(new_index, pl.Pipeline())
+        for table, entries in self.entries.items():
+            for e in list(entries.values()) + [self.defaults[table]]:
+                if e is None:
+                    continue
+                what = f"table {table} {'default entry' if e.is_default_action else 'entry'}"
+                try:
+                    moved = self._translate(e, new_index, what)
+                    scratch._write_table(Update.MODIFY if e.is_default_action else Update.INSERT,
+                                         moved)
+                except P4RTError as ex:
+                    raise _err(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"RECONCILE_AND_COMMIT cannot keep the forwarding state: {what}: "
+                               f"{ex.message}; nothing was changed") from None
+        return scratch
 
-def serve(target: P4RuntimeTarget, address: str = "0.0.0.0:9559", workers: int = 16) -> grpc.Server:
-    """Start a gRPC server for ``target`` on ``address``; returns the started server."""
+    def _translate(self, e: p4runtime_pb2.TableEntry, new: P4InfoIndex,
+                   what: str) -> p4runtime_pb2.TableEntry:
+        """``e`` with its ids looked up by name in ``new`` (P4RTError if a name is missing)."""
+        def missing(kind: str, name: str) -> P4RTError:
+            return _err(grpc.StatusCode.NOT_FOUND, f"{kind} {name} is not in the new P4Info")
+
+        out = p4runtime_pb2.TableEntry()
+        out.CopyFrom(e)
+        old_t = self.index.tables[e.table_id]
+        tname = old_t.preamble.name
+        if f"table:{tname}" not in new.ids:
+            raise missing("table", tname)
+        out.table_id = new.id("table", tname)
+        new_t = new.tables[out.table_id]
+        fid = {m.name: m.id for m in new_t.match_fields}
+        oname = {m.id: m.name for m in old_t.match_fields}
+        for fm in out.match:
+            name = oname[fm.field_id]
+            if name not in fid:
+                raise missing(f"match field of {tname}:", name)
+            fm.field_id = fid[name]
+        if out.action.HasField("action"):
+            old_a = self.index.actions[e.action.action.action_id]
+            aname = old_a.preamble.name
+            if f"action:{aname}" not in new.ids:
+                raise missing("action", aname)
+            out.action.action.action_id = new.id("action", aname)
+            new_a = new.actions[out.action.action.action_id]
+            pid = {p.name: p.id for p in new_a.params}
+            pname = {p.id: p.name for p in old_a.params}
+            for prm in out.action.action.params:
+                name = pname[prm.param_id]
+                if name not in pid:
+                    raise missing(f"param of action {aname}:", name)
+                prm.param_id = pid[name]
+        return out
+
+    def copy_into(self, target: "_Device") -> None:
+        """Install this (staged) device's whole state into ``target`` (same P4Info), which
+        starts empty. Only called with state already validated by this device."""
+        for table, entries in self.entries.items():
+            for e in entries.values():
+                target._write_table(Update.INSERT, e)
+            d = self.defaults[table]
+            if d is not None:
+                target._write_table(Update.MODIFY, d)
+        for name, arr in self.pipeline.counters.items():
+            dst = target.pipeline.counters[name]
+            for i in range(arr.size):
+                if arr.packets[i] or arr.bytes[i]:
+                    dst.set(i, arr.packets[i], arr.bytes[i])
+        for name, reg in self.pipeline.registers.items():
+            target.pipeline.registers[name][:] = reg
+
+
+class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
+    """The P4Runtime service of one device. ``pipeline.active`` is False until a config is set."""
+
+    def __init__(self, pipeline: pl.Pipeline, device_id: int = 0,
+                 max_streams: int = DEFAULT_MAX_STREAMS,
+                 arbitration_grace_s: float = DEFAULT_ARBITRATION_GRACE_S) -> None:
+        self.pipeline = pipeline
+        self.device_id = device_id
+        self.max_streams = max_streams
+        self.arbitration_grace_s = arbitration_grace_s
+        self.port: int | None = None  # set by serve()
+        self.lock = threading.RLock()
+        self.config: p4runtime_pb2.ForwardingPipelineConfig | None = None
+        self.dev: _Device | None = None          # the committed state (drives self.pipeline)
+        self.saved: p4runtime_pb2.ForwardingPipelineConfig | None = None  # VERIFY_AND_SAVE
+        self.staged: _Device | None = None       # writes since the save (private pipeline)
+        self.streams: list[_Stream] = []
+        self.primary: _Stream | None = None
+        self.election_id_past: int | None = None
+        pipeline.active = False
+
+    @property
+    def index(self) -> P4InfoIndex | None:
+        return self.dev.index if self.dev else None
+
+    # ---------------------------------------------------------------- arbitration
+    def _status_msg(self, s: _Stream) -> p4runtime_pb2.StreamMessageResponse:
+        m = p4runtime_pb2.StreamMessageResponse()
+        a = m.arbitration
+        a.device_id = self.device_id
+        if self.election_id_past is not None:
+            a.election_id.high = self.election_id_past >> 64
+            a.election_id.low = self.election_id_past & (2**64 - 1)
+        if s is self.primary:
+            a.status.code = code_pb2.OK
+            a.status.message = "primary"
+        elif self.primary is not None:
+            a.status.code = code_pb2.ALREADY_EXISTS
+            a.status.message = "backup (another client is primary)"
+        else:
+            a.status.code = code_pb2.NOT_FOUND
+            a.status.message = ("backup (no primary: re-arbitrate with an election_id >= "
+                                f"{self.election_id_past})" if self.election_id_past is not None
+                                else "backup (no election_id given)")
+        return m
+
+    def _notify_all(self) -> None:
+        for o in self.streams:
+            if o.arbitrated:
+                o.send(self._status_msg(o))
+
+    def _arbitrate(self, s: _Stream, a: p4runtime_pb2.MasterArbitrationUpdate) -> None:
+        if a.device_id != self.device_id:
+            raise _err(grpc.StatusCode.NOT_FOUND, f"unknown device_id {a.device_id} "
+                       f"(this target is device {self.device_id})")
+        if a.HasField("role") and (a.role.name or a.role.id):
+            raise _err(grpc.StatusCode.UNIMPLEMENTED, "roles are not supported (default role only)")
+        eid = _election(a.election_id) if a.HasField("election_id") else None
+        with self.lock:
+            if eid is not None and any(o is not s and o.election == eid for o in self.streams):
+                raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"election_id {eid} is already used by another client")
+            s.arbitrated = True
+            s.election = eid
+            was_primary = s is self.primary
+            if eid is not None and (self.election_id_past is None or eid >= self.election_id_past):
+                self.election_id_past = eid
+                self.primary = s
+                self._notify_all()  # the spec asks for a notification even if nothing changed
+            elif was_primary:  # the primary re-arbitrated below its own id: it steps down
+                self.primary = None
+                self._notify_all()
+            else:
+                s.send(self._status_msg(s))
+        log.info("arbitration: election_id %s, primary %s, election_id_past %s", eid,
+                 self.primary.election if self.primary else None, self.election_id_past)
+
+    def _handle_stream_msg(self, s: _Stream, req: p4runtime_pb2.StreamMessageRequest) -> None:
+        kind = req.WhichOneof("update")
+        if kind == "arbitration":
+            self._arbitrate(s, req.arbitration)
+            return
+        m = p4runtime_pb2.StreamMessageResponse()
+        m.error.canonical_code = code_pb2.UNIMPLEMENTED
+        if kind == "packet":
+            m.error.message = "PacketOut is not supported (mltcp.p4 has no CPU port)"
+            m.error.packet_out.packet_out.CopyFrom(req.packet)
+        else:
+            m.error.message = f"stream message '{kind}' is not supported"
+        s.send(m)
+
+    def StreamChannel(self, request_iterator, context):
+        s = _Stream(context)
+        with self.lock:
+            if len(self.streams) >= self.max_streams:
+                silent = [o for o in self.streams if not o.arbitrated
+                          and s.opened - o.opened >= self.arbitration_grace_s]
+                if not silent:
+                    log.warning("refusing a StreamChannel: %d streams open (--max-streams)",
+                                len(self.streams))
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  f"too many StreamChannel streams ({self.max_streams} open, "
+                                  "all arbitrated)")
+                oldest = min(silent, key=lambda o: o.opened)
+                log.warning("%d streams open: closing one that sent no arbitration for %.1f s",
+                            len(self.streams), s.opened - oldest.opened)
+                self.streams.remove(oldest)
+                oldest.context.cancel()
+            self.streams.append(s)
+        done = object()
+
+        def reader() -> None:
+            try:
+                for req in request_iterator:
+                    try:
+                        self._handle_stream_msg(s, req)
+                    except P4RTError as e:
+                        s.out.put(e)
+                        return
+            except grpc.RpcError:
+                pass
+            except Exception:  # pragma: no cover - logged, stream closed
+                log.exception("stream reader failed")
+            finally:
+                s.out.put(done)
+
+        context.add_callback(lambda: s.out.put(done))
+        try:
+            threading.Thread(target=reader, name="p4rt-stream", daemon=True).start()
+            while True:
+                item = s.out.get()
+                if item is done:
+                    return
+                if isinstance(item, P4RTError):
+                    context.abort(item.code, item.message)
+                yield item
+        finally:
+            with self.lock:
+                if s in self.streams:
+                    self.streams.remove(s)
+                if s is self.primary:  # nobody is promoted: the backups are told, stay backups
+                    self.primary = None
+                    log.info("primary (election_id %s) disconnected; no primary until a client "
+                             "re-arbitrates with election_id >= %s", s.election,
+                             self.election_id_past)
+                    self._notify_all()
+
+    # ---------------------------------------------------------------- checks
+    def _check_device(self, device_id: int) -> None:
+        if device_id != self.device_id:
+            raise _err(grpc.StatusCode.NOT_FOUND,
+                       f"unknown device_id {device_id} (this target is device {self.device_id})")
+
+    def _check_primary(self, request, role: str = "") -> None:
+        if role:
+            raise _err(grpc.StatusCode.UNIMPLEMENTED, "roles are not supported (default role only)")
+        if not request.HasField("election_id"):
+            raise _err(grpc.StatusCode.PERMISSION_DENIED, "request has no election_id")
+        eid = _election(request.election_id)
+        if self.primary is None:
+            raise _err(grpc.StatusCode.PERMISSION_DENIED,
+                       f"election_id {eid}: there is no primary client; open a StreamChannel "
+                       "and send a MasterArbitrationUpdate with election_id >= "
+                       f"{self.election_id_past or 0} first")
+        if eid != self.primary.election:
+            raise _err(grpc.StatusCode.PERMISSION_DENIED,
+                       f"election_id {eid} is not the primary's ({self.primary.election})")
+
+    @staticmethod
+    def _abort(context, e: P4RTError):
+        log.info("%s: %s", e.code.name, e.message)
+        context.abort(e.code, e.message)
+
+    def _current(self) -> _Device:
+        """The device reads and writes refer to: the staged one after VERIFY_AND_SAVE."""
+        dev = self.staged or self.dev
+        if dev is None:
+            raise _err(grpc.StatusCode.FAILED_PRECONDITION,
+                       "no forwarding pipeline config has been set")
+        return dev
+
+    # ---------------------------------------------------------------- pipeline config
+    def SetForwardingPipelineConfig(self, request, context):
+        try:
+            with self.lock:
+                self._check_device(request.device_id)
+                self._check_primary(request, request.role)
+                self._set_config(request)
+                return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+        except P4RTError as e:
+            self._abort(context, e)
+
+    def _set_config(self, request) -> None:
+        act = request.action
+        if act == SetAction.UNSPECIFIED:
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT, "action is UNSPECIFIED")
+        if act not in (SetAction.VERIFY, SetAction.VERIFY_AND_SAVE, SetAction.VERIFY_AND_COMMIT,
+                       SetAction.COMMIT, SetAction.RECONCILE_AND_COMMIT):
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"unknown action {act}")
+        if act == SetAction.COMMIT:
+            if self.saved is None:
+                raise _err(grpc.StatusCode.FAILED_PRECONDITION,
+                           "COMMIT without a config saved by VERIFY_AND_SAVE")
+            live = _Device(self.staged.index, self.pipeline)
+            self.pipeline.reset_state()
+            self.staged.copy_into(live)  # the writes made since the save
+            self._install(self.saved, live, "committed (saved config)")
+            return
+        if not request.HasField("config") or not request.config.HasField("p4info"):
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT, "request carries no config.p4info")
+        missing = missing_objects(request.config.p4info)
+        if missing:
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                       "P4Info is not mltcp.p4: missing " + "; ".join(missing))
+        cfg = p4runtime_pb2.ForwardingPipelineConfig()
+        cfg.CopyFrom(request.config)
+        new_index = P4InfoIndex.build(cfg.p4info)
+        if act == SetAction.VERIFY:
+            return
+        if act == SetAction.VERIFY_AND_SAVE:
+            self.saved = cfg
+            self.staged = _Device(new_index, pl.Pipeline())
+            log.info("pipeline config saved; reads and writes now refer to it until COMMIT")
+            return
+        if act == SetAction.RECONCILE_AND_COMMIT and self.dev is not None:
+            scratch = self.dev.rekeyed(new_index)  # raises before anything changes
+            live = _Device(new_index, self.pipeline, scratch.entries, scratch.defaults)
+            self._install(cfg, live, "reconciled")
+            return
+        self.pipeline.reset_state()
+        self._install(cfg, _Device(new_index, self.pipeline), "committed")
+
+    def _install(self, cfg, dev: _Device, how: str) -> None:
+        self.config = cfg
+        self.dev = dev
+        self.saved = None
+        self.staged = None
+        self.pipeline.active = True
+        log.info("pipeline config %s (%d tables, %d counters, %d registers, device config %d bytes)",
+                 how, len(cfg.p4info.tables), len(cfg.p4info.counters),
+                 len(cfg.p4info.registers), len(cfg.p4_device_config))
+
+    def GetForwardingPipelineConfig(self, request, context):
+        try:
+            self._check_device(request.device_id)
+            with self.lock:
+                config = self.saved or self.config
+                if config is None:
+                    raise _err(grpc.StatusCode.FAILED_PRECONDITION,
+                               "no forwarding pipeline config has been set")
+                rep = p4runtime_pb2.GetForwardingPipelineConfigResponse()
+                rt = request.response_type
+                if config.HasField("cookie"):
+                    rep.config.cookie.CopyFrom(config.cookie)
+                if rt in (GetType.ALL, GetType.P4INFO_AND_COOKIE):
+                    rep.config.p4info.CopyFrom(config.p4info)
+                if rt in (GetType.ALL, GetType.DEVICE_CONFIG_AND_COOKIE):
+                    rep.config.p4_device_config = config.p4_device_config
+                return rep
+        except P4RTError as e:
+            self._abort(context, e)
+
+    def Capabilities(self, request, context):
+        return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=api_version())
+
+    # ---------------------------------------------------------------- write
+    def Write(self, request, context):
+        errors: list[P4RTError | None] = []
+        try:
+            with self.lock:
+                self._check_device(request.device_id)
+                self._check_primary(request, request.role)
+                dev = self._current()
+                if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
+                    raise _err(grpc.StatusCode.UNIMPLEMENTED,
+                               "only atomicity CONTINUE_ON_ERROR is supported")
+                for u in request.updates:
+                    try:
+                        dev.apply_update(u)
+                        errors.append(None)
+                    except P4RTError as e:
+                        log.info("write update failed: %s: %s", e.code.name, e.message)
+                        errors.append(e)
+        except P4RTError as e:
+            self._abort(context, e)
+        if any(errors):
+            st = status_pb2.Status(code=code_pb2.UNKNOWN,
+                                   message=f"{sum(e is not None for e in errors)} of "
+                                           f"{len(errors)} updates failed")
+            for e in errors:
+                perr = p4runtime_pb2.Error()
+                if e is None:
+                    perr.canonical_code = code_pb2.OK
+                else:
+                    perr.canonical_code = _GRPC_TO_CODE[e.code]
+                    perr.message = e.message
+                any_msg = any_pb2.Any()
+                any_msg.Pack(perr)
+                st.details.append(any_msg)
+            context.set_trailing_metadata((("grpc-status-details-bin", st.SerializeToString()),))
+            context.abort(grpc.StatusCode.UNKNOWN, st.message)
+        return p4runtime_pb2.WriteResponse()
+
+    # ---------------------------------------------------------------- read
+    def Read(self, request, context):
+        try:
+            self._check_device(request.device_id)
+            if request.role:
+                raise _err(grpc.StatusCode.UNIMPLEMENTED, "roles are not supported (default role only)")
+            with self.lock:
+                dev = self._current()
+                out: list[p4runtime_pb2.Entity] = []
+                for ent in request.entities:
+                    out.extend(dev.read_entity(ent))
+        except P4RTError as e:
+            self._abort(context, e)
+            return
+        for i in range(0, len(out), 512):
+            rep = p4runtime_pb2.ReadResponse()
+            rep.entities.extend(out[i:i + 512])
+            yield rep
+        if not out:
+            yield p4runtime_pb2.ReadResponse()
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """Server credentials: PEM bytes of the certificate chain and key; with ``client_ca``,
+    clients must present a certificate signed by it (mutual TLS)."""
+
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None = None
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials([(self.key, self.cert)],
+                                           root_certificates=self.client_ca,
+                                           require_client_auth=self.client_ca is not None)
+
+
+def serve(target: P4RuntimeTarget, address: str = "127.0.0.1:9559",
+          unary_workers: int = DEFAULT_UNARY_WORKERS, tls: TlsConfig | None = None) -> grpc.Server:
+    """Start a gRPC server for ``target`` on ``address``; returns the started server.
+
+    The pool has one thread per allowed stream (``target.max_streams``) plus ``unary_workers``
+    for the unary RPCs; ``tls`` switches the port to TLS (see :class:`TlsConfig`)."""
+    workers = target.max_streams + unary_workers
     # no SO_REUSEPORT: a second switch on a used port must fail, not share connections
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
-                         options=[("grpc.so_reuseport", 0)])
+                         options=[("grpc.so_reuseport", 0)],
+                         maximum_concurrent_rpcs=4 * workers)
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(target, server)
     try:
-        port = server.add_insecure_port(address)
+        if tls is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, tls.credentials())
     except RuntimeError as e:  # grpcio >= 1.5x raises instead of returning 0
         raise OSError(f"cannot listen for P4Runtime on {address}: {e}") from None
     if port == 0:
         raise OSError(f"cannot listen for P4Runtime on {address}")
     server.start()
-    log.info("P4Runtime server on %s (device %d)", address, target.device_id)
+    target.port = port  # the bound port (what port 0 became)
+    log.info("P4Runtime server on %s (port %d, device %d, %s, at most %d streams)", address, port,
+             target.device_id, "TLS" + (" with client certificates" if tls and tls.client_ca
+                                        else "") if tls else "plaintext", target.max_streams)
     return server

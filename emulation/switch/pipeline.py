@@ -15,7 +15,8 @@ only; UDP with source or destination port
 an IPv4 IHL below 5 or a shim version other than 1 is a parser error: ``parse_errors`` +1 and
 the packet is dropped. Non-IPv4 frames parse fine but are dropped (no route).
 ``ipv4_forward`` sets the source MAC to the old destination MAC, the destination MAC to its
-parameter and decrements TTL; the IPv4 checksum is recomputed for every forwarded packet.
+parameter and decrements TTL; a packet that arrives with TTL 0 or 1 is dropped before the
+LPM lookup (RFC 1812 5.3.1; after the job counters, as in mltcp.p4); the IPv4 checksum is recomputed for every forwarded packet.
 
 Byte counts are frame lengths as received (like v1model's ``standard_metadata.packet_length``).
 """
@@ -274,6 +275,8 @@ class Pipeline:
         if p.ip_off < 0:
             return None
         off = p.ip_off
+        if data[off + 8] <= 1:   # TTL 0 or 1: a router drops it (RFC 1812 5.3.1), as mltcp.p4
+            return None
         dst = int.from_bytes(data[off + 16:off + 20], "big")
         action = self.lpm.lookup(dst)
         if action is None:

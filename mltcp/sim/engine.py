@@ -49,8 +49,8 @@ from .. import tracker as trk
 CNP_INTERVAL = 50e-6   # at most one CNP per flow per 50 us (DCQCN notification point)
 
 # index of each scalar in the run's float / int state vectors (kept between chunks)
-F_NEXT_START, F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T = range(6)
-I_K, I_STEPS, I_NREC, I_SEEDED, I_STATUS = range(5)
+F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T = range(5)
+I_K, I_STEPS, I_NREC, I_SEEDED, I_STATUS, I_HEAP, I_ACT, I_RING, I_COMM, I_DONE = range(10)
 RUNNING, DONE, PAUSED, OVER_HORIZON = 0, 1, 2, 3
 
 
@@ -113,24 +113,64 @@ def _dscale(mltcp, mp, tr, f):
 
 
 @njit(cache=True)
+def _before(ta, ja, tb, jb):
+    return ta < tb or (ta == tb and ja < jb)
+
+
+@njit(cache=True)
+def _heap_push(ht, hj, n, t, j):
+    """Min-heap of (compute end, job) on arrays; returns the new size."""
+    i = n
+    ht[i], hj[i] = t, j
+    while i > 0:
+        up = (i - 1) // 2
+        if not _before(ht[i], hj[i], ht[up], hj[up]):
+            break
+        ht[i], ht[up] = ht[up], ht[i]
+        hj[i], hj[up] = hj[up], hj[i]
+        i = up
+    return n + 1
+
+
+@njit(cache=True)
+def _heap_pop(ht, hj, n):
+    """Remove the root; returns the new size."""
+    n -= 1
+    ht[0], hj[0] = ht[n], hj[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _before(ht[c + 1], hj[c + 1], ht[c], hj[c]):
+            c += 1
+        if not _before(ht[c], hj[c], ht[i], hj[i]):
+            break
+        ht[i], ht[c] = ht[c], ht[i]
+        hj[i], hj[c] = hj[c], hj[i]
+        i = c
+    return n
+
+
+@njit(cache=True)
 def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          kind, p, mltcp, mp, tcp, ca, tr,
          flow_job, path_ptr, path_link, base_rtt, access, flow_bytes,
-         job_ptr, iters, comp, nbytes,
+         job_ptr, iters, comp,
          C, B, mode, K, kmin, kmax, pmax,
          to_send, unacked, inflight, credit, rcredit, recovery_until, paused_until, last_cnp, last_tx,
-         cwnd_limited, srtt, rttvar, flow_done,
-         phase, phase_end, it_idx, it_start, comm_start, it_drops, it_marks, flows_left,
-         ack_r, lost_r, mark_r, rtt_r, pending, q, qk,
+         cwnd_limited, srtt, rttvar, flow_done, act, act_pos,
+         phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
+         ring, ring_v, ring_n, last_slot, last_entry, q, qk,
          rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks,
          trace, trace_interval, fs, ks, skip):
-    F, J, L, H = len(flow_job), len(iters), len(C), len(pending)
+    F, J, L, H = len(flow_job), len(iters), len(C), len(ring_n)
     window = kind != dispatch.DCQCN
     if ks[I_SEEDED] == 0:
         np.random.seed(seed)
         ks[I_SEEDED] = 1
     k = ks[I_K]
-    next_start = fs[F_NEXT_START]
+    n_heap, n_act, n_ring, n_comm, n_done = ks[I_HEAP], ks[I_ACT], ks[I_RING], ks[I_COMM], ks[I_DONE]
     send = np.zeros(F)
     sending = np.empty(F, dtype=np.int64)
     arrive = np.zeros(L)
@@ -138,6 +178,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
     is_touched = np.zeros(L, dtype=np.bool_)
     pdrop = np.zeros(L)
     pmark = np.zeros(L)
+    credit_zero = False
     status = RUNNING
     t = k * dt
     while True:
@@ -149,49 +190,45 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             status = OVER_HORIZON
             break
         # 1. compute phases that ended start communicating
-        if t >= next_start:
-            ns = np.inf
-            for j in range(J):
-                if phase[j] != 0:
-                    continue
-                if phase_end[j] > t:
-                    ns = min(ns, phase_end[j])
-                    continue
-                phase[j] = 1
-                comm_start[j] = t
-                it_drops[j] = 0.0
-                it_marks[j] = 0.0
-                flows_left[j] = job_ptr[j + 1] - job_ptr[j]
-                for f in range(job_ptr[j], job_ptr[j + 1]):
-                    rto = max(min_rto, srtt[f] + 4.0 * rttvar[f])
-                    dispatch.tx_start(kind, p, tcp, ca, f, t, t - last_tx[f], rto, mss, ssai)
-                    to_send[f] = flow_bytes[f]
-                    unacked[f] = flow_bytes[f]
-                    flow_done[f] = False
-            next_start = ns
+        while n_heap > 0 and heap_t[0] <= t:
+            j = heap_j[0]
+            n_heap = _heap_pop(heap_t, heap_j, n_heap)
+            phase[j] = 1
+            n_comm += 1
+            credit_zero = False
+            comm_start[j] = t
+            it_drops[j] = 0.0
+            it_marks[j] = 0.0
+            flows_left[j] = job_ptr[j + 1] - job_ptr[j]
+            for f in range(job_ptr[j], job_ptr[j + 1]):
+                rto = max(min_rto, srtt[f] + 4.0 * rttvar[f])
+                dispatch.tx_start(kind, p, tcp, ca, f, t, t - last_tx[f], rto, mss, ssai)
+                to_send[f] = flow_bytes[f]
+                unacked[f] = flow_bytes[f]
+                flow_done[f] = False
+                act[n_act] = f
+                act_pos[f] = n_act
+                n_act += 1
         # 2. feedback from one round trip ago
         s = k % H
-        if pending[s]:
-            pending[s] = False
-            for f in range(F):
-                a, lo = ack_r[s, f], lost_r[s, f]
-                if a == 0.0 and lo == 0.0:
-                    continue
-                mk = mark_r[s, f]
-                ack_r[s, f] = 0.0
-                lost_r[s, f] = 0.0
-                mark_r[s, f] = 0.0
+        if ring_n[s] > 0:
+            cnt = ring_n[s]
+            ring_n[s] = 0
+            n_ring -= cnt
+            for x in range(cnt):
+                f = ring[s, x]
+                a, lo, mk, rtt_s = ring_v[s, x, 0], ring_v[s, x, 1], ring_v[s, x, 2], ring_v[s, x, 3]
                 inflight[f] -= a + lo
                 unacked[f] -= a
                 fs[F_TOT_ACKED] += a
                 to_send[f] += lo
                 if a > 0.0:
-                    err = rtt_r[s, f] - srtt[f]
+                    err = rtt_s - srtt[f]
                     rttvar[f] = 0.75 * rttvar[f] + 0.25 * abs(err)
                     srtt[f] += 0.125 * err
                     if mltcp:
                         trk.on_ack(tr, f, a, t, mp[3], mp[4])
-                    dispatch.pkts_acked(kind, p, tcp, ca, f, a, rtt_r[s, f], t)
+                    dispatch.pkts_acked(kind, p, tcp, ca, f, a, rtt_s, t)
                 in_rec = t < recovery_until[f]
                 # ECN echo / CNP: the Poisson chance of at least one marked packet among mk bytes
                 marked = mk > 0.0 and np.random.random() < -math.expm1(-mk / mss)
@@ -226,22 +263,23 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                         rec_drops[r], rec_marks[r] = it_drops[j] / mss, it_marks[j] / mss
                         ks[I_NREC] = r + 1
                         it_idx[j] += 1
+                        n_comm -= 1
                         for g in range(job_ptr[j], job_ptr[j + 1]):
                             to_send[g] = 0.0
                             unacked[g] = 0.0
+                            last = act[n_act - 1]          # swap-remove from the active flows
+                            act[act_pos[g]] = last
+                            act_pos[last] = act_pos[g]
+                            act_pos[g] = -1
+                            n_act -= 1
                         if it_idx[j] >= iters[j]:
                             phase[j] = 2
+                            n_done += 1
                         else:
                             phase[j] = 0
-                            phase_end[j] = t + comp[j, it_idx[j]]
                             it_start[j] = t
-                            next_start = min(next_start, phase_end[j])
-            finished = True
-            for j in range(J):
-                if phase[j] != 2:
-                    finished = False
-                    break
-            if finished:
+                            n_heap = _heap_push(heap_t, heap_j, n_heap, t + comp[j, it_idx[j]], j)
+            if n_done == J:
                 status = DONE
                 break
         if not window:
@@ -249,8 +287,9 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 dispatch.on_timer(kind, p, tcp, ca, f, t, _gain(mltcp, mp, tr, f))
         # 3. senders
         ns_ = 0
-        for f in range(F):
-            if phase[flow_job[f]] != 1 or to_send[f] <= 0.0 or t < paused_until[f]:
+        for x in range(n_act):
+            f = act[x]
+            if to_send[f] <= 0.0 or t < paused_until[f]:
                 continue
             nic = access[f] * dt
             credit[f] = min(credit[f] + nic, nic + 2.0 * mss)
@@ -326,12 +365,35 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 deliv = snd - lost
                 mkd = deliv * (1.0 - clean)
                 rtt_now = base_rtt[f] + qdelay
-                sl = (k + max(1, int(math.ceil(rtt_now / dt - 1e-9)))) % H
-                pending[sl] = True
-                ack_r[sl, f] += deliv
-                lost_r[sl, f] += lost
-                mark_r[sl, f] += mkd
-                rtt_r[sl, f] = rtt_now
+                due = k + max(1, int(math.ceil(rtt_now / dt - 1e-9)))
+                sl = due % H
+                if last_slot[f] == due:          # adds to this flow's entry for that slot
+                    e = last_entry[f]
+                else:
+                    # a new entry (on a multi-hop path whose queues drain fast a flow can have two
+                    # in one slot: then it gets two feedback events there)
+                    e = ring_n[sl]
+                    if e == ring.shape[1]:       # row full: add to an entry of this flow
+                        e = -1
+                        for y in range(ring_n[sl]):
+                            if ring[sl, y] == f:
+                                e = y
+                                break
+                        if e < 0:
+                            raise RuntimeError("feedback ring row overflow")
+                    else:
+                        ring_n[sl] = e + 1
+                        ring[sl, e] = f
+                        ring_v[sl, e, 0] = 0.0
+                        ring_v[sl, e, 1] = 0.0
+                        ring_v[sl, e, 2] = 0.0
+                        n_ring += 1
+                    last_slot[f] = due
+                    last_entry[f] = e
+                ring_v[sl, e, 0] += deliv
+                ring_v[sl, e, 1] += lost
+                ring_v[sl, e, 2] += mkd
+                ring_v[sl, e, 3] = rtt_now
                 j = flow_job[f]
                 it_drops[j] += lost
                 it_marks[j] += mkd
@@ -353,27 +415,27 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
         ks[I_STEPS] += 1
         # 5. the next slot in which something can happen
         k += 1
-        kn = _slot_at(next_start, dt) if next_start < np.inf else 1 << 62
+        kn = _slot_at(heap_t[0], dt) if n_heap > 0 else 1 << 62
         if kn <= k:
             continue
-        for d in range(H):                       # feedback due
-            if pending[(k + d) % H]:
-                kn = min(kn, k + d)
-                break
-        if kn <= k:
-            continue
-        communicating = False
-        for j in range(J):
-            if phase[j] == 1:
-                communicating = True
-                break
-        busy = communicating
-        for f in range(F):
-            if inflight[f] > 0.5:
-                busy = True
-            if not window and communicating:       # DCQCN timers (collapsed while every job computes)
+        if n_ring > 0:
+            for d in range(H):                   # feedback due
+                if ring_n[(k + d) % H] > 0:
+                    kn = min(kn, k + d)
+                    break
+            if kn <= k:
+                continue
+        busy = n_comm > 0 or n_ring > 0
+        if not busy:
+            if not credit_zero:              # every job computing (or done), nothing in flight:
+                credit[:] = 0.0              # NIC budgets do not carry over the compute phase
+                credit_zero = True
+        elif not window and n_comm > 0:      # DCQCN timers (collapsed while every job computes)
+            for f in range(F):
                 kn = min(kn, _slot_at(ca[f, NEXT_TIMER], dt))
-            if not communicating or phase[flow_job[f]] != 1 or to_send[f] <= 0.0:
+        for x in range(n_act):
+            f = act[x]
+            if to_send[f] <= 0.0:
                 continue
             if k * dt < paused_until[f]:
                 kn = min(kn, _slot_at(paused_until[f], dt))
@@ -388,28 +450,28 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 rd = tcp[f, RATE] * dt
                 m = max(math.ceil((mss - credit[f]) / nic), math.ceil((mss - rcredit[f]) / max(rd, 1e-300)))
             kn = min(kn, k + max(int(m) - 2, 0))   # one slot early: safe against rounding
-        if not busy:
-            # every job computing (or done) and nothing in flight: NIC budgets do not carry over
-            credit[:] = 0.0
+            if kn <= k:
+                break
         if kn <= k or not skip:
             continue
         if t_stop < np.inf:
             kn = min(kn, _slot_at(t_stop, dt))
         kn = min(kn, _slot_at(horizon, dt) + 1)
-        if kn > k and busy:
+        if kn > k:
             n = kn - k
-            for f in range(F):                   # budgets of the slots skipped, in closed form
-                if phase[flow_job[f]] != 1 or to_send[f] <= 0.0 or k * dt < paused_until[f]:
+            for x in range(n_act):               # budgets of the slots skipped, in closed form
+                f = act[x]
+                if to_send[f] <= 0.0 or k * dt < paused_until[f]:
                     continue
                 nic = access[f] * dt
                 credit[f] = min(credit[f] + n * nic, nic + 2.0 * mss)
                 if not window:
                     rd = tcp[f, RATE] * dt
                     rcredit[f] = min(rcredit[f] + n * rd, rd + 2.0 * mss)
-        k = max(k, kn)
+            k = kn
     ks[I_K] = k
     ks[I_STATUS] = status
-    fs[F_NEXT_START] = next_start
+    ks[I_HEAP], ks[I_ACT], ks[I_RING], ks[I_COMM], ks[I_DONE] = n_heap, n_act, n_ring, n_comm, n_done
     fs[F_T] = t
     return trace
 
@@ -460,7 +522,10 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     nbytes = np.array([j.bytes_per_iter for j in jobs], dtype=float)
 
     phase = np.zeros(J, dtype=np.int8)               # 0 compute, 1 communicate, 2 finished
-    phase_end = np.array([j.start_offset_s + comp[i, 0] for i, j in enumerate(jobs)])
+    heap_t, heap_j = np.zeros(J), np.zeros(J, dtype=np.int64)   # jobs computing, by compute end
+    n_heap = 0
+    for i, j in enumerate(jobs):
+        n_heap = _heap_push(heap_t, heap_j, n_heap, j.start_offset_s + comp[i, 0], i)
     it_idx = np.zeros(J, dtype=np.int64)
     it_start = np.array([j.start_offset_s for j in jobs], dtype=float)
     comm_start, it_drops, it_marks = np.zeros(J), np.zeros(J), np.zeros(J)
@@ -470,9 +535,14 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     last_tx = np.zeros(F)
     cwnd_limited = np.zeros(F, dtype=np.bool_)
     flow_done = np.zeros(F, dtype=np.bool_)
+    act, act_pos = np.zeros(F, dtype=np.int64), np.full(F, -1, dtype=np.int64)   # flows of communicating jobs
     srtt, rttvar = base_rtt.copy(), base_rtt / 2
-    ack_r, lost_r, mark_r, rtt_r = (np.zeros((H, F)) for _ in range(4))
-    pending = np.zeros(H, dtype=np.bool_)
+    # feedback ring, slot s: entries ring[s, :ring_n[s]] (flow) with ring_v[s, e] = (acked, lost,
+    # marked bytes, RTT), contiguous per slot; a flow's latest entry: its slot and index
+    ring = np.zeros((H, 2 * F), dtype=np.int64)
+    ring_v = np.empty((H, 2 * F, 4))
+    ring_n = np.zeros(H, dtype=np.int64)
+    last_slot, last_entry = np.full(F, -1, dtype=np.int64), np.zeros(F, dtype=np.int64)
     q = np.zeros(L := len(links))
     qk = np.zeros(L, dtype=np.int64)
     R = int(iters.sum())
@@ -480,21 +550,21 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     rec_start, rec_comm, rec_end, rec_drops, rec_marks = (np.zeros(R) for _ in range(5))
     trace_interval = float(trace_interval or 0.0)
     trace = np.zeros((1024 if trace_interval else 0, J))
-    fs = np.zeros(6)
-    fs[F_NEXT_START] = phase_end.min()
-    ks = np.zeros(5, dtype=np.int64)
+    fs = np.zeros(5)
+    ks = np.zeros(10, dtype=np.int64)
+    ks[I_HEAP] = n_heap
 
     horizon = max_sim_time or float(sum(j.start_offset_s for j in jobs) + 50 * max(
         j.iterations * sc.ideal_iter_s(j) for j in jobs) + 10)
     args = (dt, mss, float(sc.min_rto_s), bool(sc.slow_start_after_idle), sc.loss_model == "packet", int(sc.seed),
             int(cc.kind), cc.p, mltcp, mp, st.tcp, st.ca.a, tr,
             flow_job, path_ptr, path_link, base_rtt, access, flow_bytes,
-            job_ptr, iters, comp, nbytes,
+            job_ptr, iters, comp,
             C, B, mode, K, kmin, kmax, pmax,
             to_send, unacked, inflight, credit, rcredit, recovery_until, paused_until, last_cnp, last_tx,
-            cwnd_limited, srtt, rttvar, flow_done,
-            phase, phase_end, it_idx, it_start, comm_start, it_drops, it_marks, flows_left,
-            ack_r, lost_r, mark_r, rtt_r, pending, q, qk,
+            cwnd_limited, srtt, rttvar, flow_done, act, act_pos,
+            phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
+            ring, ring_v, ring_n, last_slot, last_entry, q, qk,
             rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks)
     # without progress reports: one call; with them, chunks of simulated time sized to ~0.2 s of wall time
     chunk = 0.05 if progress is not None else np.inf
