@@ -80,8 +80,9 @@ def _check_args(rate_mbps=None, delay_ms=None, iterations=None, buffer_kb=None, 
         fail(f"--transport must be udp or kernel, got {transport!r}")
     if topology is not None and topology not in ("auto", "dumbbell", "ring", "leafspine"):
         fail(f"--topology must be auto, dumbbell, ring or leafspine, got {topology!r}")
-    if link_mode is not None and link_mode not in ("auto", "htb", "linux-tc", "switch"):
-        fail(f"--link-mode must be auto, htb, linux-tc or switch, got {link_mode!r}")
+    from .topologies import LINK_MODES
+    if link_mode is not None and link_mode not in LINK_MODES:
+        fail(f"--link-mode: unknown link mode {link_mode!r} (choose from {', '.join(LINK_MODES)})")
     for opt, path, is_dir in (("--out", out, False), ("--records", records, True)):
         why = output_problem(path, is_dir=is_dir) if path is not None else None
         if why:
