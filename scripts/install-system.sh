@@ -10,7 +10,8 @@
 #                     p4tools-debian12-amd64.tar.gz beside the checkout). When it exists, the
 #                     Debian runtime packages its p4tools/README.md lists are installed and it is
 #                     unpacked into MLTCP_TOOLS_DIR (default .tools in the checkout, git-ignored),
-#                     where mltcp.tools finds it; again only when the tarball changed.
+#                     where mltcp.tools finds it; again only when the tarball changed. Only on
+#                     Debian 12, which the tarball is built for.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,7 +51,13 @@ p4tools_packages() {
           if (!more) exit }'
 }
 
-if [ -f "$P4TOOLS_TARBALL" ]; then
+# The tarball is built for Debian 12 (its library versions); elsewhere p4c/BMv2 come from PATH.
+if [ -f "$P4TOOLS_TARBALL" ] && ! { [ "$OS_ID" = debian ] && [ "${OS_VERSION_ID%%.*}" = 12 ]; }; then
+  echo "install-system.sh: $P4TOOLS_TARBALL is for Debian 12, this is ${OS_ID:-unknown} ${OS_VERSION_ID}: not used"
+  P4TOOLS_TARBALL=""
+fi
+
+if [ -n "$P4TOOLS_TARBALL" ] && [ -f "$P4TOOLS_TARBALL" ]; then
   mapfile -t P4PKGS < <(p4tools_packages "$P4TOOLS_TARBALL")
   if [ "${#P4PKGS[@]}" -eq 0 ]; then
     echo "install-system.sh: $P4TOOLS_TARBALL: p4tools/README.md lists no Debian packages" >&2
@@ -74,7 +81,7 @@ else
   echo "install-system.sh: system packages already present"
 fi
 
-if [ -f "$P4TOOLS_TARBALL" ]; then
+if [ -n "$P4TOOLS_TARBALL" ] && [ -f "$P4TOOLS_TARBALL" ]; then
   # Unpack into a scratch folder beside the target and move it into place, so an interrupted
   # run leaves no half-written tree; the tarball's checksum says whether it is up to date.
   sum=$(sha256sum "$P4TOOLS_TARBALL" | cut -d' ' -f1)

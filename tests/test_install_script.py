@@ -185,6 +185,17 @@ def test_p4tools_tarball_without_package_list_is_refused(tmp_path):
     assert not (tmp_path / "tools").exists() and not log.exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("dpkg") is None, reason="needs root and dpkg")
+def test_p4tools_tarball_only_on_debian_12(tmp_path):
+    tgz = _fake_tarball(tmp_path)
+    env, log = _p4tools_env(tmp_path, tgz)
+    env["MLTCP_OS_RELEASE"] = _fake_os(tmp_path, "ubuntu", "24.04")
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "is for Debian 12" in r.stdout and not (tmp_path / "tools").exists()
+    assert "libbar5" not in log.read_text()
+
+
 def test_no_tarball_no_p4tools(tmp_path):
     """Elsewhere (no ../shared/tools) p4c/BMv2 come from PATH: nothing is unpacked."""
     env, log = stub_bin(tmp_path, ["apt-get"])
