@@ -82,7 +82,7 @@ def _check_args(rate_mbps=None, delay_ms=None, iterations=None, buffer_kb=None, 
         fail(f"--topology must be auto, dumbbell, ring or leafspine, got {topology!r}")
     from .topologies import LINK_MODES
     if link_mode is not None and link_mode not in LINK_MODES:
-        fail(f"--link-mode: unknown link mode {link_mode!r} (choose from {', '.join(LINK_MODES)})")
+        fail(f"--link-mode: unknown link mode {link_mode!r}; choose from {', '.join(LINK_MODES)}")
     for opt, path, is_dir in (("--out", out, False), ("--records", records, True)):
         why = output_problem(path, is_dir=is_dir) if path is not None else None
         if why:
@@ -120,6 +120,8 @@ def emulate(
         fail("--switch-logs and --pcap need --link-mode bmv2")
     if pcap and switch_logs is None:
         fail("--pcap needs --switch-logs DIR (the folder the pcaps are kept in)")
+    if switch_logs is not None and (switch_logs.exists() and not switch_logs.is_dir()):
+        fail(f"--switch-logs: {switch_logs} exists and is not a folder")
     _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
              dilate, no_sim, False, 10.0, as_json, out, records, payload_rate, rtt_calibration,
              switch_logs, pcap)
@@ -140,6 +142,8 @@ def baseline_peer_cmd(
 ):
     """Kernel TCP (reno, cubic) vs the userspace Reno: 2 long-lived flows (per-flow Mb/s, Jain's
     index, retransmissions), then the scenario's jobs with kernel CC (does it interleave?)."""
+    if link_mode == "bmv2":
+        fail("baseline-peer runs on htb, linux-tc or switch links; --link-mode bmv2 is for `emulate SCENARIO`")
     _emulate(scenario, "", False, "kernel", link_mode, "dumbbell", rate_mbps, delay_ms, iterations, buffer_kb,
              dilate, True, True, peer_seconds, as_json, out, None)
 
@@ -256,7 +260,7 @@ def emulate_topo(
     kind: str = typer.Argument(..., help="dumbbell | ring | leafspine"),
     jobs: int = typer.Option(2, help="job endpoints (hosts per side / per leaf)"),
     rate_mbps: float = typer.Option(100.0, help="bottleneck rate"),
-    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch"),
+    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch | bmv2"),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Build a topology, ping each job's receiver from its sender (hop count from the TTL), tear down."""
@@ -274,9 +278,9 @@ def emulate_topo(
     try:
         mode = resolve_link_mode(link_mode, kind)
         with netns.signals_raise(), netns.Cleanup(netns.run_prefix()) as cl:
-            from .topologies import software_switch_class
+            from .topologies import switch_class_for
             topo = make_topology(kind, cl.prefix, LinkParams(rate_mbps=rate_mbps), n_jobs=jobs,
-                                 switch_cls=software_switch_class() if mode == "switch" else None)
+                                 switch_cls=switch_class_for(mode))
             net = build_network(topo, mode, cl)
             rows = [ping_pair(net, topo, s, r) for s, r in topo.job_pairs]
     except TopologyError as e:

@@ -447,13 +447,9 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
     wall0 = time.monotonic()
     with netns.Cleanup(prefix) as cl:
         cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
-        from .topologies import software_switch_class
-        switch_cls = software_switch_class() if mode == "switch" else None
-        if mode == "bmv2":
-            from . import bmv2
-            switch_cls = bmv2.switch_class(switch_logs, pcap)
+        from .topologies import switch_class_for
         topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
-                             switch_cls=switch_cls)
+                             switch_cls=switch_class_for(mode, switch_logs, pcap))
         assign_endpoints(plan, topo)
         if mode == "bmv2":
             from .bmv2 import use_shim_port

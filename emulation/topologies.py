@@ -376,6 +376,17 @@ def software_switch_class():
     return switch_class()
 
 
+def switch_class_for(mode: str, log_dir=None, pcap: bool = False):
+    """The Mininet switch class of a link mode: mltcp-switch (``switch``), BMv2 (``bmv2``, with
+    its log folder), else None (the topology's kernel bridges or routers)."""
+    if mode == "switch":
+        return software_switch_class()
+    if mode == "bmv2":
+        from . import bmv2
+        return bmv2.switch_class(log_dir, pcap)
+    return None
+
+
 def _controlplane_available() -> bool:
     try:
         import mltcp.controlplane.client  # noqa: F401
