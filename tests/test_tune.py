@@ -113,6 +113,7 @@ def test_storage_url_is_shared_and_the_training_set_is_checked(tiny, tmp_path):
     (["{tiny}", "--seeds", "1,x"], "--seeds"),
     (["{tiny}", "--space", "no-such-space"], "--space"),
     (["{tiny}", "--sampler", "grid"], "--sampler"),
+    (["{tiny}", "--drops-objective", "mean"], "--drops-objective"),
     (["{tiny}", "--pick", "3"], "--pick"),
     (["{tiny}", "--holdout", "nope.toml"], "nope.toml"),
 ])
