@@ -31,9 +31,10 @@ U64 = struct.Struct("<Q")
 FLAG_SCALE_DECREASE = 1
 FLAG_TRACE_ALL = 2
 EV_GROW, EV_FRIENDLY, EV_SSTHRESH, EV_STATE = 1, 2, 3, 4
+STAT_NAMES = ("ssthresh_repairs", "repairs_not_ours", "cwnd_repairs", "ssthresh_calls", "state_calls")
 STAT_SSTHRESH_REPAIRS, STAT_REPAIRS_NOT_OURS = 0, 1
-EV_REPAIR = 5
-TRACE_SLOTS = 8192
+EV_REPAIR, EV_ACK = 5, 6
+TRACE_SLOTS = 65536
 
 
 class MapsError(RuntimeError):
@@ -216,7 +217,7 @@ class VariantMaps:
         """Counters kept by the BPF programs (see mltcp_guard in mltcp_cc.bpf.h)."""
         def get(i):
             return U64.unpack(bpfsys.map_lookup(self.fds["stats"], U32.pack(i), U64.size))[0]
-        return {"ssthresh_repairs": get(STAT_SSTHRESH_REPAIRS), "repairs_not_ours": get(STAT_REPAIRS_NOT_OURS)}
+        return {name: get(i) for i, name in enumerate(STAT_NAMES)}
 
     def reset_trace(self) -> None:
         bpfsys.map_update(self.fds["tcount"], U32.pack(0), U64.pack(0))
