@@ -128,6 +128,8 @@ def experiment(
     warmup: int = typer.Option(10, help="iterations left out of avg/p99"),
     offset_ms: float = typer.Option(5.0, help="job B starts this much after job A"),
     mark_iterations: bool = typer.Option(False, "--mark", help="explicit iteration marks instead of idle detection"),
+    pacing: bool = typer.Option(True, "--pacing/--no-pacing",
+                                help="senders paced at the bottleneck rate, as NICs of that rate (SO_MAX_PACING_RATE)"),
     slope: float = typer.Option(4.0), intercept: float = typer.Option(0.25),
     idle_fraction: float = typer.Option(0.9), min_idle_ms: float = typer.Option(1.0),
     scale_decrease: bool = typer.Option(False),
@@ -142,7 +144,8 @@ def experiment(
     try:
         case = Case(rate_mbit=rate_mbit, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
                     compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,
-                    warmup=warmup, offset_s=offset_ms / 1e3, variant=variant, mark=mark_iterations, config=cfg)
+                    warmup=warmup, offset_s=offset_ms / 1e3, variant=variant, mark=mark_iterations, pacing=pacing,
+                    config=cfg)
     except ValueError as e:
         fail(str(e))
     if out_path is not None and out_path.is_dir():
