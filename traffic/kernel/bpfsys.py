@@ -14,6 +14,7 @@ _NR_BPF = {"x86_64": 321, "aarch64": 280}
 
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
+BPF_MAP_GET_NEXT_KEY = 4
 BPF_MAP_GET_NEXT_ID = 12
 BPF_MAP_GET_FD_BY_ID = 14
 BPF_OBJ_GET_INFO_BY_FD = 15
@@ -102,3 +103,24 @@ def map_update(fd: int, key: bytes, value: bytes, flags: int = BPF_ANY) -> None:
     k = ctypes.create_string_buffer(key, len(key))
     v = ctypes.create_string_buffer(value, len(value))
     _bpf(BPF_MAP_UPDATE_ELEM, _elem_attr(fd, k, v, flags))
+
+
+def map_keys(fd: int, key_size: int) -> list[bytes]:
+    """Every key of a hash or array map (BPF_MAP_GET_NEXT_KEY from no key)."""
+    out: list[bytes] = []
+    cur = None
+    while True:
+        nxt = ctypes.create_string_buffer(key_size)
+        attr = ctypes.create_string_buffer(128)
+        ctypes.c_uint32.from_buffer(attr, 0).value = fd
+        if cur is not None:
+            ctypes.c_uint64.from_buffer(attr, 8).value = ctypes.addressof(cur)
+        ctypes.c_uint64.from_buffer(attr, 16).value = ctypes.addressof(nxt)
+        try:
+            _bpf(BPF_MAP_GET_NEXT_KEY, attr)
+        except BpfError as e:
+            if e.errno == 2:  # ENOENT: the last key
+                return out
+            raise
+        out.append(nxt.raw)
+        cur = nxt

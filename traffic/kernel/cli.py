@@ -106,15 +106,26 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")):
 
 
 @app.command()
-def mark(port: int = typer.Argument(..., help="local TCP port of the sending socket")):
+def mark(port: int = typer.Argument(..., help="local TCP port of the sending socket"),
+         repeat: int = typer.Option(1, help="mark this many times and print the mean cost of one mark")):
     """Tell the kernel MLTCP that the flow on PORT starts a training iteration now."""
+    import time
+    if repeat < 1:
+        fail(f"--repeat must be >= 1, got {repeat}")
     try:
+        t0 = time.perf_counter()
         n = mark_iteration_start(port)
+        first = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        for _ in range(repeat - 1):
+            mark_iteration_start(port)
+        rest = time.perf_counter() - t1
     except (ValueError, MapsError, OSError) as e:
         fail(str(e))
     if n == 0:
         fail("no MLTCP algorithm is registered")
-    out.print(f"marked port {port} in {n} variant(s)")
+    out.print(f"marked port {port} in {n} variant(s), {repeat} time(s); first mark (finds the maps) "
+              f"{first * 1e3:.2f} ms" + (f", then {rest / (repeat - 1) * 1e6:.1f} us per mark" if repeat > 1 else ""))
 
 
 @app.command()

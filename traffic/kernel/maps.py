@@ -224,6 +224,15 @@ class VariantMaps:
         bpfsys.map_update(self.fds["mark"], key, U32.pack(gen))
         return gen
 
+    def marks(self) -> dict[int, int]:
+        """The mark map: local port -> iteration generation (how many marks that port got)."""
+        out = {}
+        for k in bpfsys.map_keys(self.fds["mark"], U32.size):
+            raw = bpfsys.map_lookup(self.fds["mark"], k, U32.size)
+            if raw is not None:
+                out[U32.unpack(k)[0]] = U32.unpack(raw)[0]
+        return out
+
     def socket_state(self, sock: socket.socket) -> SocketState | None:
         raw = bpfsys.map_lookup(self.fds["state"], struct.pack("<i", sock.fileno()), SK.size)
         return SocketState.unpack(raw) if raw else None
