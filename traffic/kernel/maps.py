@@ -290,16 +290,26 @@ def _cached(variant: str) -> VariantMaps:
 
 def close_cached() -> None:
     """Close the map fds :func:`mark_iteration_start` keeps open (they hold an unloaded variant's maps)."""
+    global _names
+    _names = (-1e9, [])
     for vm, _ in _open_maps.values():
         vm.close()
     _open_maps.clear()
 
 
-def registered_names() -> list[str]:
-    """Our variants in tcp_available_congestion_control (a file read, no bpftool)."""
-    with open(AVAILABLE) as f:
-        avail = set(f.read().split())
-    return [v for v in VARIANTS if v in avail]
+_names: tuple[float, list[str]] = (-1e9, [])
+
+
+def registered_names(max_age: float = 0.0) -> list[str]:
+    """Our variants in tcp_available_congestion_control (a file read, no bpftool); with
+    ``max_age`` the answer may be that many seconds old."""
+    global _names
+    now = time.monotonic()
+    if now - _names[0] > max_age:
+        with open(AVAILABLE) as f:
+            avail = set(f.read().split())
+        _names = (now, [v for v in VARIANTS if v in avail])
+    return _names[1]
 
 
 def mark_iteration_start(port: int, variants: list[str] | None = None) -> int:
@@ -311,7 +321,7 @@ def mark_iteration_start(port: int, variants: list[str] | None = None) -> int:
     if not (0 < port < 65536):
         raise ValueError(f"port must be 1..65535, got {port}")
     n = 0
-    for v in variants or registered_names():
+    for v in variants or registered_names(REVALIDATE_S):
         _cached(v).mark(port)
         n += 1
     return n
