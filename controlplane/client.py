@@ -516,7 +516,10 @@ class SwitchConnection:
 
     # --- tables -----------------------------------------------------------------------------
 
-    _BATCH = 256  # updates per WriteRequest
+    # updates per WriteRequest: a batch that fails comes back with one p4.v1.Error per update
+    # in the trailing metadata, which gRPC caps at 8 KiB (soft) / 16 KiB (hard); 256 updates
+    # answered ALREADY_EXISTS took 26 KB and the answer was lost (RESOURCE_EXHAUSTED)
+    _BATCH = 32
 
     def _write(self, utype: int, msgs: list) -> list[tuple[int, int, str]]:
         """One WriteRequest of ``utype`` updates; the failed ones as (index, code, message).
@@ -717,9 +720,10 @@ def install_topology(topo: Topology, push: bool = False, only: str | None = None
                     f"{partial.get('routes', 0)} of {len(spec.routes)} routes and "
                     f"{partial.get('ecn_thresholds', 0)} of {len(spec.ecn)} ECN thresholds "
                     "installed")
-            msg = (f"switch {spec.name} failed: {e} | on {spec.name}: {held} | configured: "
-                   f"{', '.join(_summary(r) for r in out) or 'none'} | not attempted: "
-                   f"{', '.join(left) or 'none'}")
+            msg = f"switch {spec.name} failed: {e} | on {spec.name}: {held}"
+            if len(specs) > 1:
+                msg += (f" | configured: {', '.join(_summary(r) for r in out) or 'none'} | "
+                        f"not attempted: {', '.join(left) or 'none'}")
             raise InstallError(msg, out, spec.name, partial, left) from e
         if on_switch is not None:
             on_switch(out[-1])

@@ -47,12 +47,16 @@ def _recv_exact(conn: socket.socket, n: int, buf: bytearray) -> int:
 
 class IterationSocket:
     """One iteration = a 12-byte header, the bytes, and the receiver's answer, on one connection
-    (the ``send_iteration`` interface of :func:`mltcp.traffic.driver.run_job`)."""
+    (the ``send_iteration`` interface of :func:`mltcp.traffic.driver.run_job`). With ``marks`` (an
+    open :class:`mltcp.traffic.kernel.maps.VariantMaps`) each iteration first tells the kernel MLTCP
+    that it starts (a map write keyed by the local port: microseconds)."""
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, marks=None):
         self.sock = sock
         self.payload = memoryview(bytes(CHUNK))
         self.ack = bytearray(ACK.size)
+        self.marks = marks
+        self.port = sock.getsockname()[1]
 
     @property
     def retransmits(self) -> int:   # run_job takes the per-iteration difference
@@ -60,6 +64,8 @@ class IterationSocket:
 
     def send_iteration(self, nbytes: int, it: int) -> None:
         s = self.sock
+        if self.marks is not None:
+            self.marks.mark(self.port)
         s.sendall(HDR.pack(it, nbytes))
         left = nbytes
         while left > 0:
@@ -112,7 +118,7 @@ def recv(port: int = typer.Option(..., help="TCP port to listen on"),
     conn.close()
 
 
-def _connect(host: str, port: int, cc: str, timeout_s: float) -> socket.socket:
+def _connect(host: str, port: int, cc: str, timeout_s: float, pacing_mbit: float = 0.0) -> socket.socket:
     deadline = time.monotonic() + timeout_s
     while True:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -121,6 +127,9 @@ def _connect(host: str, port: int, cc: str, timeout_s: float) -> socket.socket:
         except OSError as e:
             s.close()
             raise SystemExit(f"kernel_peer send: TCP_CONGESTION {cc!r} refused: {e}") from None
+        if pacing_mbit > 0:
+            from mltcp.traffic.kernel.transport import set_pacing
+            set_pacing(s, pacing_mbit)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             s.connect((host, port))
@@ -144,6 +153,10 @@ def send(host: str = typer.Option(..., help="receiver address"),
                                                  "after printing a ready line)"),
          start_offset_s: float = typer.Option(0.0, help="first iteration starts at t0 + this"),
          bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
+         nic_rate_mbps: float = typer.Option(0.0, help="the sender's NIC rate in frame Mbit/s: TCP paces its "
+                                                      "payload at rate x 1448/1514 (SO_MAX_PACING_RATE); 0: unpaced"),
+         mark: bool = typer.Option(False, "--mark", help="MLTCP congestion control: mark each iteration's start "
+                                                         "in the BPF program's map (default: its idle-gap detection)"),
          jitter: float = JITTER,
          straggler_prob: float = STRAGGLER_PROB,
          straggler_delay_s: float = STRAGGLER_DELAY_S,
@@ -151,8 +164,22 @@ def send(host: str = typer.Option(..., help="receiver address"),
          run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
     """Connect to the receiver and run the job's iterations (or a bulk transfer)."""
     check_send_mode("kernel_peer", iterations, nbytes, bulk_s)
-    s = _connect(host, port, cc, timeout_s=10.0)
-    conn = IterationSocket(s)
+    if nic_rate_mbps < 0:
+        raise SystemExit(f"kernel_peer send: --nic-rate-mbps must be >= 0, got {nic_rate_mbps}")
+    marks = None
+    if mark:
+        from mltcp.traffic.kernel.maps import VARIANTS, MapsError, VariantMaps
+        variant = cc.removeprefix("bpf_")
+        if variant not in VARIANTS:
+            raise SystemExit(f"kernel_peer send: --mark needs an MLTCP congestion control, not {cc!r}")
+        try:
+            marks = VariantMaps(variant)
+        except (MapsError, OSError) as e:
+            raise SystemExit(f"kernel_peer send: --mark: cannot open the maps of {variant}: {e}") from None
+    from mltcp.traffic.kernel.transport import pacing_rate_for_link
+    s = _connect(host, port, cc, timeout_s=10.0,
+                 pacing_mbit=pacing_rate_for_link(nic_rate_mbps) if nic_rate_mbps > 0 else 0.0)
+    conn = IterationSocket(s, marks)
     t0 = start_at(t0, start_offset_s)
     if bulk_s > 0:
         end_at = time.time() + bulk_s

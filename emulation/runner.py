@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import queue
 import shutil
 import subprocess
@@ -264,6 +265,9 @@ def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "
                 "--job", job.name, "--cc", cc, "--iterations", str(job.iterations), "--bytes", str(job.bytes),
                 "--compute-s", repr(job.compute_s), "--t0", repr(t0),
                 "--start-offset-s", repr(job.start_offset_s), *compute_args(job)]
+        if job.line_rate_mbps > 0 and os.environ.get("MLTCP_KERNEL_PACING", "1") != "0":
+            # paced like a NIC of the link's rate, as the udp sender and the model (docs/kernel.md)
+            send += ["--nic-rate-mbps", repr(job.line_rate_mbps)]
         return recv, send
     if transport == "udp":
         if not udp_available():

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from .console import err, error_exit, out
 from .scenario import ScenarioError
-from .tune_eval import (DIRECTIONS, OBJECTIVES, Case, aggregate, check_space, make_cases, pareto_front, pick, run_case,
+from .tune_eval import (DIRECTIONS, OBJECTIVES, SIGNAL_AGGREGATES, Case, aggregate, check_space, make_cases, pareto_front, pick, run_case,
                         score)
 from .tune_space import BUILTIN, Space, SpaceError
 from .tune_space import from_dict as space_from_dict
@@ -173,7 +173,7 @@ class Stop:
 
 
 def make_objective(space: Space, cases: list[Case], baselines: dict[str, dict], outdir: Path | None,
-                   stop: Stop | None = None):
+                   stop: Stop | None = None, signal_aggregate: str = "worst"):
     stop = stop or Stop()
 
     def objective(trial: optuna.Trial):
@@ -189,7 +189,7 @@ def make_objective(space: Space, cases: list[Case], baselines: dict[str, dict], 
                 raise
             base = baselines[case.key(space.base)]
             rows.append({"case": case.label, "mltcp": ml, **score(base, ml, space.signal)})
-        agg = aggregate(rows)
+        agg = aggregate(rows, signal_aggregate)
         trial.set_user_attr("cases", rows)
         trial.set_user_attr("aggregate", agg)
         values = [agg[k] for k in OBJECTIVES]
@@ -245,8 +245,10 @@ def _worker(url: str, study_name: str, n_trials: int, sampler: str, outdir: Opti
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(url)
     study = optuna.load_study(study_name=study_name, storage=storage, sampler=make_sampler(sampler))
-    space, cases = load_spec(spec_of(study))
-    objective = make_objective(space, cases, baselines_of(study, space, cases), Path(outdir) if outdir else None, stop)
+    spec = spec_of(study)
+    space, cases = load_spec(spec)
+    objective = make_objective(space, cases, baselines_of(study, space, cases), Path(outdir) if outdir else None, stop,
+                               spec.get("signal_aggregate", "gmean"))
     _optimize(study, objective, n_trials, stop)
 
 
@@ -271,14 +273,14 @@ class _CtrlC:
 
 
 def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict, n_trials: int, workers: int,
-               sampler: str, outdir: Path, quiet: bool) -> bool:
+               sampler: str, outdir: Path, quiet: bool, signal_aggregate: str = "worst") -> bool:
     """Add ``n_trials`` trials to the study with ``workers`` processes. False if interrupted."""
     if n_trials <= 0:
         return True
     start = len(study.get_trials(deepcopy=False))
     stop = Stop()
     if workers == 1:
-        objective = make_objective(space, cases, baselines, outdir, stop)
+        objective = make_objective(space, cases, baselines, outdir, stop, signal_aggregate)
         with _CtrlC(stop), _progress(quiet) as prog:
             task = prog.add_task(f"trials ({space.name})", total=n_trials, note="")
 
@@ -367,10 +369,11 @@ def signal_name(space: Space) -> str:
     return "ECN marks" if space.signal == "ecn_marks" else "drops"
 
 
-def pareto_table(space: Space, trials, chosen, reference_number: int | None) -> Table:
+def pareto_table(space: Space, trials, chosen, reference_number: int | None, sig_agg: str = "worst") -> Table:
     front = sorted(front_of(trials), key=lambda t: -t.values[0])
     t = Table(title=f"{space.name}: Pareto front, {len(front)} of {len(trials)} completed trials "
-                    f"(geometric means over the training cases; {signal_name(space)} x baseline; "
+                    f"(speedups: geometric means over the training cases; {signal_name(space)}: "
+                    f"{'worst case' if sig_agg == 'worst' else 'geometric mean'} x baseline; "
                     f"* chosen, ref = the defaults)", title_justify="left")
     for c in ("trial", "avg", "p99", signal_name(space), "worst avg", "worst p99"):
         t.add_column(c, justify="right", no_wrap=True)
@@ -447,7 +450,8 @@ def _holdout_job(case_json: dict, cc: str, config: dict | None) -> dict:
     return run_case(Case.from_json(case_json), cc, config)
 
 
-def holdout(space: Space, cases: list[Case], configs: dict[str, dict], workers: int, quiet: bool) -> dict:
+def holdout(space: Space, cases: list[Case], configs: dict[str, dict], workers: int, quiet: bool,
+            signal_aggregate: str = "worst") -> dict:
     """Run the baseline and each named configuration on every hold-out case."""
     jobs = []
     for c in cases:
@@ -464,7 +468,7 @@ def holdout(space: Space, cases: list[Case], configs: dict[str, dict], workers: 
             row[name] = {"mltcp": ml, **score(base, ml, space.signal)}
         rows.append(row)
     return {"configs": configs, "cases": rows,
-            "aggregate": {n: aggregate([r[n] for r in rows]) for n in configs}}
+            "aggregate": {n: aggregate([r[n] for r in rows], signal_aggregate) for n in configs}}
 
 
 def holdout_table(space: Space, rep: dict) -> Table:
@@ -478,8 +482,10 @@ def holdout_table(space: Space, rep: dict) -> Table:
             t.add_row(r["case"], n, f"{s['speedup_avg']:.3f}x", f"{s['speedup_p99']:.3f}x",
                       f"{r['baseline'][sig]:.0f} -> {s['mltcp'][sig]:.0f}", str(s["mltcp"]["converged_at_iteration"]))
     for n, a in rep["aggregate"].items():
-        t.add_row("[b]geometric mean[/]", n, f"{a['speedup_avg']:.3f}x", f"{a['speedup_p99']:.3f}x",
-                  f"x{a['signal_ratio']:.3f}", "")
+        t.add_row("geometric mean", n, f"{a['speedup_avg']:.3f}x", f"{a['speedup_p99']:.3f}x",
+                  f"x{a['gmean_signal_ratio']:.3f}", "")
+        t.add_row("worst case", n, f"{a['worst_speedup_avg']:.3f}x", f"{a['worst_speedup_p99']:.3f}x",
+                  f"x{a['worst_signal_ratio']:.3f}", "")
     return t
 
 
@@ -511,6 +517,9 @@ def run_cmd(
                                           "postgresql://user@host/db; default sqlite:///OUT/study.db"),
     study_name: Optional[str] = typer.Option(None, "--study", help="study name; default: the space's name"),
     sampler: str = typer.Option("tpe", help=f"Optuna sampler: {', '.join(SAMPLERS)}"),
+    signal_aggregate: Optional[str] = typer.Option(None, "--drops-objective", help="the drops (ECN marks) objective "
+                                                   "of a new study: worst (the worst case's ratio to its baseline; "
+                                                   "default) or gmean (the geometric mean over cases)"),
     holdout_names: Optional[list[str]] = typer.Option(None, "--holdout", help="hold-out scenario (repeatable): "
                                                       "report the chosen configuration there"),
     pick_trial: Optional[int] = typer.Option(None, "--pick", help="trial number to report on the hold-out set; "
@@ -521,7 +530,7 @@ def run_cmd(
     created: list[Path] = []
     try:
         code = _run(scenarios or [], space_name, seeds, iterations, trials, workers, outdir, storage, study_name,
-                    sampler, holdout_names or [], pick_trial, as_json, created)
+                    sampler, holdout_names or [], pick_trial, as_json, created, signal_aggregate)
     except (InputError, ScenarioError, SpaceError) as e:
         for p in reversed(created):   # nothing half-written: remove what this call created
             if p.is_dir():
@@ -535,7 +544,7 @@ def run_cmd(
 
 
 def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, storage_url, study_name, sampler,
-         holdout_names, pick_trial, as_json, created) -> int:
+         holdout_names, pick_trial, as_json, created, signal_aggregate=None) -> int:
     # 1. everything that can be checked without touching storage
     if workers < 1:
         raise InputError(f"--workers: must be >= 1 (got {workers})")
@@ -543,6 +552,8 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         raise InputError(f"--trials: must be >= 0 (got {trials})")
     if sampler not in SAMPLERS:
         raise InputError(f"--sampler: must be one of {', '.join(SAMPLERS)} (got {sampler!r})")
+    if signal_aggregate is not None and signal_aggregate not in SIGNAL_AGGREGATES:
+        raise InputError(f"--drops-objective: must be one of {', '.join(SIGNAL_AGGREGATES)} (got {signal_aggregate!r})")
     if iterations is not None and iterations < 2:
         raise InputError(f"--iterations: must be >= 2 (got {iterations})")
     seeds = _parse_seeds(seeds_s) if seeds_s is not None else None
@@ -584,7 +595,8 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         if space is None:
             space = load_space(DEFAULT_SPACE)
         spec = {"version": 1, "space": space.as_dict(), "space_source": space.source, "scenarios": list(scenarios),
-                "seeds": seeds or DEFAULT_SEEDS, "iterations": iterations, "cases": [c.as_dict() for c in new_cases]}
+                "seeds": seeds or DEFAULT_SEEDS, "iterations": iterations,
+                "signal_aggregate": signal_aggregate or "worst", "cases": [c.as_dict() for c in new_cases]}
         if exists or len(study.trials):
             raise InputError(f"--study: {name!r} exists but was not made by mltcp tune")
         study.set_user_attr(SPEC_ATTR, spec)
@@ -596,6 +608,9 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
     if new_cases is not None and [c.as_dict() for c in new_cases] != spec["cases"]:
         raise InputError(f"SCENARIOS: the training set ({', '.join(c.label for c in new_cases)}) differs from the "
                          f"study's ({', '.join(c.label for c in cases)}); omit it to resume, or use another --study")
+    sig_agg = spec.get("signal_aggregate", "gmean")     # studies made before the option: gmean
+    if signal_aggregate is not None and signal_aggregate != sig_agg:
+        raise InputError(f"--drops-objective: {signal_aggregate} differs from the study's {sig_agg}")
     if new_cases is None and seeds is not None and seeds != spec["seeds"]:
         raise InputError(f"--seeds: {seeds_s} differs from the study's {','.join(map(str, spec['seeds']))}")
     space = stored_space
@@ -616,7 +631,8 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         baselines = compute_baselines(study, space, cases, workers, quiet)
     except RuntimeError as e:
         raise error_exit(f"baseline: {e}", 1)
-    finished = run_trials(study, storage_url, space, cases, baselines, trials, workers, sampler, outdir, quiet)
+    finished = run_trials(study, storage_url, space, cases, baselines, trials, workers, sampler, outdir, quiet,
+                          sig_agg)
     # 4. reports (also after Ctrl-C: what finished is kept)
     done = complete_trials(study)
     ref = next((t.number for t in study.get_trials(deepcopy=False) if t.params == space.reference()
@@ -633,6 +649,7 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
                          "values": dict(zip(OBJECTIVES, tr.values)) if tr.values else None, **attrs})
     write_csv(outdir / "trials.csv", space, study)
     summary = {"study": name, "storage": storage_url, "space": space.as_dict(), "training": [c.label for c in cases],
+               "drops_objective": sig_agg,
                "trials": len(study.trials), "complete": len(done), "directions": dict(zip(OBJECTIVES, DIRECTIONS)),
                "pareto": [{"number": t.number, "values": dict(zip(OBJECTIVES, t.values)), "params": t.params,
                            "aggregate": t.user_attrs.get("aggregate")} for t in front_of(done)],
@@ -647,7 +664,7 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         ref_cfg = {**space.fixed, **space.reference()}
         if chosen.user_attrs["config"] != ref_cfg:
             configs["reference"] = ref_cfg
-        summary["holdout"] = holdout(space, hold_cases, configs, workers, quiet)
+        summary["holdout"] = holdout(space, hold_cases, configs, workers, quiet, sig_agg)
         _write_json(outdir / "holdout.json", summary["holdout"])
         files.append(outdir / "holdout.json")
     _write_json(outdir / "summary.json", summary)
@@ -656,7 +673,7 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         print(json.dumps(summary, default=_json_default))
     else:
         if done:
-            out.print(pareto_table(space, done, chosen, ref))
+            out.print(pareto_table(space, done, chosen, ref, sig_agg))
             if chosen is not None:
                 out.print(f"chosen (*): trial {chosen.number}: {json.dumps(chosen.user_attrs.get('config'))}",
                           highlight=False, soft_wrap=True)

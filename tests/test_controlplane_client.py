@@ -639,3 +639,26 @@ def test_multi_switch_install_says_which_switch_failed_and_what_was_left(tmp_pat
     finally:
         a.stop()
         c.stop()
+
+
+def test_reinstalling_hundreds_of_routes_on_the_software_target():
+    """Every update of a repeated install is answered ALREADY_EXISTS first: with large batches
+    that answer (one p4.v1.Error per update) outgrew gRPC's 16 KiB metadata limit."""
+    from mltcp.emulation.switch import pipeline as pl
+    from mltcp.emulation.switch.p4runtime_server import P4RuntimeTarget, serve
+
+    target = P4RuntimeTarget(pl.Pipeline())
+    srv = serve(target, "127.0.0.1:0")
+    routes = [Route(f"10.{i // 256}.{i % 256}.0/24", 1 + i % 4, "00:00:00:00:00:01")
+              for i in range(600)]
+    try:
+        with connect(f"127.0.0.1:{target.port}", timeout=5) as sw:
+            sw.push_pipeline()
+            assert sw.install_routes(routes) == 600
+            moved = [Route(r.prefix, 5, r.mac) for r in routes]
+            assert sw.install_routes(moved) == 600          # all modified
+            assert sw.verify() == []
+        assert len(target.pipeline.lpm) == 600
+        assert target.pipeline.lpm.lookup(0x0A010203).port == 5
+    finally:
+        srv.stop(0)

@@ -113,6 +113,7 @@ def test_storage_url_is_shared_and_the_training_set_is_checked(tiny, tmp_path):
     (["{tiny}", "--seeds", "1,x"], "--seeds"),
     (["{tiny}", "--space", "no-such-space"], "--space"),
     (["{tiny}", "--sampler", "grid"], "--sampler"),
+    (["{tiny}", "--drops-objective", "mean"], "--drops-objective"),
     (["{tiny}", "--pick", "3"], "--pick"),
     (["{tiny}", "--holdout", "nope.toml"], "nope.toml"),
 ])
@@ -256,3 +257,13 @@ def test_workers_die_with_their_parent(tiny, tmp_path):
             except ProcessLookupError:
                 pass
     assert "RUNNING" not in _states(out)                   # each failed its running trial on the way out
+
+
+def test_aggregate_drops_worst_case_or_geometric_mean():
+    from mltcp.tune_eval import aggregate
+    rows = [{"speedup_avg": 2.0, "speedup_p99": 1.0, "signal_ratio": 0.25},
+            {"speedup_avg": 0.5, "speedup_p99": 4.0, "signal_ratio": 4.0}]
+    w, g = aggregate(rows, "worst"), aggregate(rows, "gmean")
+    assert w["speedup_avg"] == pytest.approx(1.0) and w["speedup_p99"] == pytest.approx(2.0)
+    assert w["signal_ratio"] == 4.0 and g["signal_ratio"] == pytest.approx(1.0)
+    assert w["worst_speedup_avg"] == 0.5 and w["worst_speedup_p99"] == 1.0

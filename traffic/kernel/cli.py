@@ -106,15 +106,26 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")):
 
 
 @app.command()
-def mark(port: int = typer.Argument(..., help="local TCP port of the sending socket")):
+def mark(port: int = typer.Argument(..., help="local TCP port of the sending socket"),
+         repeat: int = typer.Option(1, help="mark this many times and print the mean cost of one mark")):
     """Tell the kernel MLTCP that the flow on PORT starts a training iteration now."""
+    import time
+    if repeat < 1:
+        fail(f"--repeat must be >= 1, got {repeat}")
     try:
+        t0 = time.perf_counter()
         n = mark_iteration_start(port)
+        first = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        for _ in range(repeat - 1):
+            mark_iteration_start(port)
+        rest = time.perf_counter() - t1
     except (ValueError, MapsError, OSError) as e:
         fail(str(e))
     if n == 0:
         fail("no MLTCP algorithm is registered")
-    out.print(f"marked port {port} in {n} variant(s)")
+    out.print(f"marked port {port} in {n} variant(s), {repeat} time(s); first mark (finds the maps) "
+              f"{first * 1e3:.2f} ms" + (f", then {rest / (repeat - 1) * 1e6:.1f} us per mark" if repeat > 1 else ""))
 
 
 @app.command()
@@ -128,6 +139,8 @@ def experiment(
     warmup: int = typer.Option(10, help="iterations left out of avg/p99"),
     offset_ms: float = typer.Option(5.0, help="job B starts this much after job A"),
     mark_iterations: bool = typer.Option(False, "--mark", help="explicit iteration marks instead of idle detection"),
+    pacing: bool = typer.Option(True, "--pacing/--no-pacing",
+                                help="senders paced at the bottleneck rate, as NICs of that rate (SO_MAX_PACING_RATE)"),
     slope: float = typer.Option(4.0), intercept: float = typer.Option(0.25),
     idle_fraction: float = typer.Option(0.9), min_idle_ms: float = typer.Option(1.0),
     scale_decrease: bool = typer.Option(False),
@@ -142,7 +155,8 @@ def experiment(
     try:
         case = Case(rate_mbit=rate_mbit, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
                     compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,
-                    warmup=warmup, offset_s=offset_ms / 1e3, variant=variant, mark=mark_iterations, config=cfg)
+                    warmup=warmup, offset_s=offset_ms / 1e3, variant=variant, mark=mark_iterations, pacing=pacing,
+                    config=cfg)
     except ValueError as e:
         fail(str(e))
     if out_path is not None and out_path.is_dir():

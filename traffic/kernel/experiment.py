@@ -20,7 +20,7 @@ from mltcp.traffic.driver import JobSpec, run_job
 from . import loader
 from .maps import Config, VariantMaps
 from .netns import Dumbbell
-from .transport import KernelTransport, Receiver, tcp_info
+from .transport import KernelTransport, Receiver, pacing_rate_for_link, tcp_info
 
 BASELINES = {"mltcp_reno": "reno", "mltcp_cubic": "cubic"}
 
@@ -36,6 +36,7 @@ class Case:
     offset_s: float = 0.005             # job B starts this much after job A
     variant: str = "mltcp_reno"
     mark: bool = False                  # MLTCP runs: explicit iteration marks instead of idle detection
+    pacing: bool = True                 # senders paced at the bottleneck's rate (a NIC of that rate)
     config: Config = field(default_factory=Config)
 
     def __post_init__(self):
@@ -62,7 +63,8 @@ def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
     try:
         for i in range(2):
             transports.append(KernelTransport(d.receiver_ip, rx.port, cc=cc, ns=d.senders[i],
-                                              mark=case.mark and cc.startswith("mltcp_")))
+                                              mark=case.mark and cc.startswith("mltcp_"),
+                                              pacing_mbit=pacing_rate_for_link(case.rate_mbit) if case.pacing else None))
         jobs = [JobSpec(job_id=i, compute_s=case.compute, bytes_per_iter=case.nbytes,
                         start_offset_s=case.offset_s * i, name="AB"[i]) for i in range(2)]
         epoch = time.monotonic()

@@ -15,7 +15,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from .maps import VARIANTS, Config, MapsError, VariantMaps, _bpftool_json, find_maps
+from .maps import VARIANTS, Config, MapsError, VariantMaps, _bpftool_json, close_cached, find_maps
 
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
@@ -159,6 +159,7 @@ def load(variants=tuple(VARIANTS), config: Config = Config(), clang: str = "clan
     require_tools("bpftool")
     require_struct_ops()
     objs = build(variants, clang=clang)
+    close_cached()      # mark_iteration_start's open maps would belong to the old copies
     done: list[str] = []
     try:
         for v in variants:
@@ -193,6 +194,7 @@ def unload(variants=tuple(VARIANTS), wait: float = 3.0) -> tuple[list[str], list
     variants = check_variants(variants)
     require_root("unloading BPF congestion control")
     require_tools("bpftool")
+    close_cached()      # open map fds (mark_iteration_start's) would keep the maps alive
     removed = []
     for v in variants:
         if v in registered():

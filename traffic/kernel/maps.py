@@ -10,6 +10,7 @@ import os
 import socket
 import struct
 import subprocess
+import time
 from dataclasses import dataclass
 
 from . import bpfsys
@@ -31,9 +32,10 @@ U64 = struct.Struct("<Q")
 FLAG_SCALE_DECREASE = 1
 FLAG_TRACE_ALL = 2
 EV_GROW, EV_FRIENDLY, EV_SSTHRESH, EV_STATE = 1, 2, 3, 4
+STAT_NAMES = ("ssthresh_repairs", "repairs_not_ours", "cwnd_repairs", "ssthresh_calls", "state_calls")
 STAT_SSTHRESH_REPAIRS, STAT_REPAIRS_NOT_OURS = 0, 1
-EV_REPAIR = 5
-TRACE_SLOTS = 8192
+EV_REPAIR, EV_ACK = 5, 6
+TRACE_SLOTS = 65536
 
 
 class MapsError(RuntimeError):
@@ -141,11 +143,21 @@ def _bpftool_json(*args: str) -> object:
 
 
 def find_maps(variant: str) -> dict[str, dict]:
-    """The newest map of each name of a loaded variant: short name ("cfg", "mark", ...) -> info."""
+    """The newest map of each name of a loaded variant: short name ("cfg", "mark", ...) -> info.
+
+    Walks the kernel's map ids with bpf(2) (no bpftool): about a millisecond."""
     prefix = VARIANTS[variant][1]
     found: dict[str, dict] = {}
-    for m in _bpftool_json("map", "show"):
-        name = m.get("name", "")
+    for mid in bpfsys.map_ids():
+        try:
+            fd = bpfsys.map_fd_by_id(mid)
+        except bpfsys.BpfError:
+            continue            # freed meanwhile
+        try:
+            m = bpfsys.map_info(fd)
+        finally:
+            os.close(fd)
+        name = m["name"]
         if name.startswith(prefix):
             short = name[len(prefix):]
             if short not in found or m["id"] > found[short]["id"]:
@@ -176,6 +188,13 @@ class VariantMaps:
         self.ids = {k: v["id"] for k, v in info.items()}
         self.fds = {k: bpfsys.map_fd_by_id(i) for k, i in self.ids.items()}
 
+    def current(self) -> bool:
+        """Whether these are still the variant's newest maps (not those of an unloaded copy)."""
+        try:
+            return find_maps(self.variant).get("cfg", {}).get("id") == self.ids["cfg"]
+        except bpfsys.BpfError:
+            return False
+
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
@@ -205,6 +224,15 @@ class VariantMaps:
         bpfsys.map_update(self.fds["mark"], key, U32.pack(gen))
         return gen
 
+    def marks(self) -> dict[int, int]:
+        """The mark map: local port -> iteration generation (how many marks that port got)."""
+        out = {}
+        for k in bpfsys.map_keys(self.fds["mark"], U32.size):
+            raw = bpfsys.map_lookup(self.fds["mark"], k, U32.size)
+            if raw is not None:
+                out[U32.unpack(k)[0]] = U32.unpack(raw)[0]
+        return out
+
     def socket_state(self, sock: socket.socket) -> SocketState | None:
         raw = bpfsys.map_lookup(self.fds["state"], struct.pack("<i", sock.fileno()), SK.size)
         return SocketState.unpack(raw) if raw else None
@@ -216,7 +244,7 @@ class VariantMaps:
         """Counters kept by the BPF programs (see mltcp_guard in mltcp_cc.bpf.h)."""
         def get(i):
             return U64.unpack(bpfsys.map_lookup(self.fds["stats"], U32.pack(i), U64.size))[0]
-        return {"ssthresh_repairs": get(STAT_SSTHRESH_REPAIRS), "repairs_not_ours": get(STAT_REPAIRS_NOT_OURS)}
+        return {name: get(i) for i, name in enumerate(STAT_NAMES)}
 
     def reset_trace(self) -> None:
         bpfsys.map_update(self.fds["tcount"], U32.pack(0), U64.pack(0))
@@ -237,17 +265,63 @@ def loaded_variants() -> list[str]:
     return [v for v in VARIANTS if v in names]
 
 
+REVALIDATE_S = 1.0
+AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+_open_maps: dict[str, tuple[VariantMaps, float]] = {}
+
+
+def _cached(variant: str) -> VariantMaps:
+    """Open maps of ``variant``, kept between calls; checked against the registered copy at most
+    once every REVALIDATE_S seconds (a reload gives new maps)."""
+    now = time.monotonic()
+    ent = _open_maps.get(variant)
+    if ent is not None:
+        vm, checked = ent
+        if now - checked < REVALIDATE_S:
+            return vm
+        if vm.current():
+            _open_maps[variant] = (vm, now)
+            return vm
+        vm.close()
+    vm = VariantMaps(variant)
+    _open_maps[variant] = (vm, now)
+    return vm
+
+
+def close_cached() -> None:
+    """Close the map fds :func:`mark_iteration_start` keeps open (they hold an unloaded variant's maps)."""
+    global _names
+    _names = (-1e9, [])
+    for vm, _ in _open_maps.values():
+        vm.close()
+    _open_maps.clear()
+
+
+_names: tuple[float, list[str]] = (-1e9, [])
+
+
+def registered_names(max_age: float = 0.0) -> list[str]:
+    """Our variants in tcp_available_congestion_control (a file read, no bpftool); with
+    ``max_age`` the answer may be that many seconds old."""
+    global _names
+    now = time.monotonic()
+    if now - _names[0] > max_age:
+        with open(AVAILABLE) as f:
+            avail = set(f.read().split())
+        _names = (now, [v for v in VARIANTS if v in avail])
+    return _names[1]
+
+
 def mark_iteration_start(port: int, variants: list[str] | None = None) -> int:
     """Tell the kernel MLTCP that the socket bound to local ``port`` starts an iteration now.
 
-    Written into every loaded variant (a socket uses one of them). Returns how many were marked.
-    For a per-iteration call in a hot loop keep a :class:`VariantMaps` open and call ``mark``.
-    """
+    Written into every registered variant (a socket uses one of them), or into ``variants``.
+    Returns how many were marked. The variants' maps are found once (a bpf(2) walk over the map
+    ids) and kept open, so a mark is two map syscalls: microseconds."""
     if not (0 < port < 65536):
         raise ValueError(f"port must be 1..65535, got {port}")
     n = 0
-    for v in variants or loaded_variants():
-        with VariantMaps(v) as vm:
-            vm.mark(port)
-            n += 1
+    for v in variants or registered_names(REVALIDATE_S):
+        _cached(v).mark(port)
+        n += 1
     return n

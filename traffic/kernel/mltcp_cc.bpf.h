@@ -46,12 +46,13 @@
 
 #define MLTCP_FLAG_SCALE_DECREASE 1U
 #define MLTCP_FLAG_TRACE_ALL 2U          /* global cfg only: trace every socket */
-#define MLTCP_TRACE_SLOTS 8192
+#define MLTCP_TRACE_SLOTS 65536
 #define MLTCP_EV_GROW 1      /* tcp_cong_avoid_ai(tp, w, inc) step */
 #define MLTCP_EV_FRIENDLY 2  /* CUBIC Reno-friendly region: cwnd set to W_est (aux = W_est) */
 #define MLTCP_EV_SSTHRESH 3  /* decrease: w = fraction kept (Q16), aux = new ssthresh */
 #define MLTCP_EV_STATE 4     /* set_state: w = ssthresh, aux = new icsk_ca_state */
 #define MLTCP_EV_REPAIR 5    /* mltcp_guard: w = bad ssthresh, inc = our last ssthresh(), aux = new */
+#define MLTCP_EV_ACK 6       /* in_ack_event: w = ssthresh, inc = prior_cwnd, aux = ca_state | flags << 8 */
 
 /* Layouts below are mirrored in traffic/kernel/maps.py (struct formats): keep them in step. */
 struct mltcp_cfg {
@@ -151,13 +152,24 @@ struct {
 /* Counters: MLTCP_STAT_* (read by `mltcp kernel status`). */
 #define MLTCP_STAT_SSTHRESH_REPAIRS 0
 #define MLTCP_STAT_REPAIRS_NOT_OURS 1   /* repaired value differs from what ssthresh() returned */
-#define MLTCP_STATS 4
+#define MLTCP_STAT_CWND_REPAIRS 2       /* cwnd blown up by a corrupt ssthresh, cut back */
+#define MLTCP_STAT_SSTHRESH_CALLS 3     /* our ssthresh() ran */
+#define MLTCP_STAT_STATE_CALLS 4        /* our set_state() ran */
+#define MLTCP_STATS 8
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MLTCP_STATS);
 	__type(key, __u32);
 	__type(value, __u64);
 } MLTCP_MAP(stats) SEC(".maps");
+
+static __always_inline void mltcp_stat(__u32 i)
+{
+	__u64 *n = bpf_map_lookup_elem(&MLTCP_MAP(stats), &i);
+
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
 
 /* kfuncs exported to BPF congestion control by the kernel (net/ipv4/tcp_cong.c). */
 extern __u32 tcp_slow_start(struct tcp_sock *tp, __u32 acked) __ksym;
@@ -412,6 +424,7 @@ static __always_inline __u32 mltcp_ssthresh(struct sock *sk, __u32 keep_q16)
 	struct mltcp_trace_ev *ev;
 	__u32 w;
 
+	mltcp_stat(MLTCP_STAT_SSTHRESH_CALLS);
 	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE))
 		keep_q16 = mltcp_keep_q16(m, keep_q16);
 	w = (__u32)(((__u64)tp->snd_cwnd * keep_q16) >> 16);
@@ -432,26 +445,49 @@ static __always_inline void mltcp_on_state(struct sock *sk, __u8 new_state)
 						     0, 0, new_state);
 
 	mltcp_trace_close(tp, ev);
+	mltcp_stat(MLTCP_STAT_STATE_CALLS);
+}
+
+/* in_ack_event: one trace event per ACK of a traced socket (ssthresh, prior_cwnd, state, flags). */
+static __always_inline void mltcp_trace_ack(struct sock *sk, __u32 flags)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
+	__u32 state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state);
+	struct mltcp_trace_ev *ev = mltcp_trace_open(tp, mltcp_get(sk), MLTCP_EV_ACK, tp->snd_ssthresh,
+						     0, tp->prior_cwnd, state | (flags << 8));
+
+	mltcp_trace_close(tp, ev);
 }
 
 /*
- * Guard against a corrupt ssthresh. Measured on this project's kernel (6.18): under heavy loss
- * with two MLTCP flows, a cwnd reduction now and then starts with snd_ssthresh holding a value
- * that is not the one our ssthresh() returns (tens of millions of segments; seen even with a
- * two-line ssthresh), and at the end of recovery cwnd = ssthresh blows the window up. During a
- * reduction (CWR, Recovery, Loss) ssthresh can never legitimately exceed the window the
- * reduction started from (prior_cwnd), so on the next ACK it is recomputed from prior_cwnd.
+ * Guard against a corrupt ssthresh (measured on this project's kernel, 6.18, x86-64 with the SRSO
+ * return thunk; see docs/kernel.md). Now and then a window reduction (entry into Recovery or
+ * Loss, tcp_init_cwnd_reduction/tcp_enter_loss) stores into snd_ssthresh a value our ssthresh()
+ * never returned: 0x822704e5 in every traced case, the low half of srso_return_thunk+5, i.e. a
+ * stale stack word that the struct_ops call handed back without our program running (neither our
+ * ssthresh() nor our set_state() left its trace event or counter for that reduction, while
+ * prior_cwnd shows the kernel did start it). Being above TCP_INFINITE_SSTHRESH it makes the PRR
+ * arithmetic of tcp_cwnd_reduction() (int delta = ssthresh - in_flight < 0) set cwnd to
+ * ssthresh * delivered / prior_cwnd: hundreds of millions of segments, and at the end of recovery
+ * cwnd = ssthresh keeps it there: every later iteration leaves as one burst of the whole socket
+ * buffer into the bottleneck (the retransmission storm).
+ *
+ * During a reduction (CWR, Recovery, Loss) ssthresh can never legitimately exceed the window the
+ * reduction started from (prior_cwnd), except TCP_INFINITE_SSTHRESH itself, which an undo
+ * restores; anything else is recomputed from prior_cwnd on the next ACK, and a cwnd the corrupt
+ * value blew up is cut back to what PRR would allow (at most the larger of the repaired ssthresh
+ * and the packets in flight).
  */
 static __always_inline void mltcp_guard(struct sock *sk, __u32 base_keep_q16)
 {
 	struct tcp_sock *tp = tcp_sk(sk);
 	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
-	__u32 state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state), keep = base_keep_q16, w, zero = 0, one = 1;
+	__u32 state = BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state), keep = base_keep_q16, w, cap, in_flight;
 	struct mltcp_trace_ev *ev;
 	struct mltcp_sk *m;
-	__u64 *n;
 
-	if (state < TCP_CA_CWR || tp->snd_ssthresh <= tp->prior_cwnd || tp->snd_ssthresh >= 0x7fffffff)
+	if (state < TCP_CA_CWR || tp->snd_ssthresh <= tp->prior_cwnd || tp->snd_ssthresh == 0x7fffffff)
 		return;
 	m = mltcp_get(sk);
 	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE))
@@ -460,16 +496,20 @@ static __always_inline void mltcp_guard(struct sock *sk, __u32 base_keep_q16)
 	if (w < 2)
 		w = 2;
 	ev = mltcp_trace_open(tp, m, MLTCP_EV_REPAIR, tp->snd_ssthresh, 0, m ? m->last_ssthresh : 0, w);
-	if (m && m->last_ssthresh != tp->snd_ssthresh) {
-		n = bpf_map_lookup_elem(&MLTCP_MAP(stats), &one);
-		if (n)
-			__sync_fetch_and_add(n, 1);
-	}
+	if (m && m->last_ssthresh != tp->snd_ssthresh)
+		mltcp_stat(MLTCP_STAT_REPAIRS_NOT_OURS);
 	tp->snd_ssthresh = w;
+	/* packets in flight = packets_out - (sacked_out + lost_out) + retrans_out (tcp_packets_in_flight) */
+	in_flight = tp->packets_out - (tp->sacked_out + tp->lost_out) + tp->retrans_out;
+	cap = in_flight > w ? in_flight : w;
+	if (cap > tp->prior_cwnd)
+		cap = tp->prior_cwnd;
+	if (tp->snd_cwnd > cap) {
+		tp->snd_cwnd = cap;
+		mltcp_stat(MLTCP_STAT_CWND_REPAIRS);
+	}
 	mltcp_trace_close(tp, ev);
-	n = bpf_map_lookup_elem(&MLTCP_MAP(stats), &zero);
-	if (n)
-		__sync_fetch_and_add(n, 1);
+	mltcp_stat(MLTCP_STAT_SSTHRESH_REPAIRS);
 }
 
 #endif /* MLTCP_CC_BPF_H */

@@ -180,6 +180,7 @@ void BPF_PROG(mcubic_pkts_acked, struct sock *sk, const struct ack_sample *sampl
 SEC("struct_ops/mcubic_in_ack_event")
 void BPF_PROG(mcubic_in_ack_event, struct sock *sk, __u32 flags)
 {
+	mltcp_trace_ack(sk, flags);
 	mltcp_guard(sk, CUBIC_BETA_Q16);
 }
 

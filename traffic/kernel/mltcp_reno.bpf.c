@@ -47,6 +47,7 @@ void BPF_PROG(mreno_pkts_acked, struct sock *sk, const struct ack_sample *sample
 SEC("struct_ops/mreno_in_ack_event")
 void BPF_PROG(mreno_in_ack_event, struct sock *sk, __u32 flags)
 {
+	mltcp_trace_ack(sk, flags);
 	mltcp_guard(sk, MLTCP_R_ONE / 2);
 }
 

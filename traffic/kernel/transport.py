@@ -44,6 +44,26 @@ def tcp_info(sock: socket.socket) -> dict[str, int]:
     return d
 
 
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
+WIRE_PER_PAYLOAD = 1514 / 1448     # Ethernet frame bytes per payload byte of a full TCP segment
+
+
+def pacing_rate_for_link(link_mbit: float) -> float:
+    """The TCP pacing rate (Mbit/s of payload: the kernel paces skb->len, the segment's data) at
+    which a sender's frames fill a link of ``link_mbit`` (frames) exactly: its NIC's rate."""
+    return link_mbit / WIRE_PER_PAYLOAD
+
+
+def set_pacing(sock: socket.socket, mbit: float) -> None:
+    """Pace the socket at ``mbit`` Mbit/s at most (SO_MAX_PACING_RATE). This also switches on the
+    kernel's internal TCP pacing for any congestion control (no fq qdisc needed): the socket then
+    sends like a host whose NIC runs at that rate, not in bursts at memory speed."""
+    if not mbit > 0:
+        raise ValueError(f"pacing rate must be > 0 Mbit/s, got {mbit}")
+    rate = min(int(mbit * 1e6 / 8), 0xFFFFFFFF - 1)
+    sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, rate)
+
+
 def congestion(sock: socket.socket) -> str:
     return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode()
 
@@ -171,11 +191,13 @@ class KernelTransport:
     """One job's TCP connection. ``send_iteration`` blocks until the receiver has every byte.
 
     ``mark=True`` tells the BPF program explicitly that each iteration starts (mark map keyed by
-    the local port) instead of relying on its idle-gap detection.
+    the local port) instead of relying on its idle-gap detection (the default). ``pacing_mbit``
+    paces the socket at that rate (its NIC's, :func:`set_pacing`); None: unpaced.
     """
 
     def __init__(self, host: str, port: int, cc: str = "mltcp_reno", ns: str | None = None,
-                 verify: bool = False, mark: bool = False, connect_timeout: float = 10.0):
+                 verify: bool = False, mark: bool = False, connect_timeout: float = 10.0,
+                 pacing_mbit: float | None = None):
         if cc not in KERNEL_CCS:
             raise TransportError(f"unknown congestion control {cc!r}; choose from {', '.join(KERNEL_CCS)}")
         self.cc, self.verify = cc, verify
@@ -183,6 +205,8 @@ class KernelTransport:
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             set_congestion(self.sock, cc)
+            if pacing_mbit:
+                set_pacing(self.sock, pacing_mbit)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.sock.settimeout(connect_timeout)
             self.sock.connect((host, port))
