@@ -94,15 +94,15 @@ def jit_times(skip: bool) -> None:
         return
     code = ("import time; t = time.perf_counter(); from mltcp.sim.engine import simulate; "
             "import sys; sys.path.insert(0, %r); from bench_sim import ns3_case; "
-            "r = simulate(ns3_case(2), 'mltcp-reno'); print(time.perf_counter() - t)") % os.path.dirname(__file__)
-    t = Table(title="JIT (fresh process: import + first 2-iteration run)", title_justify="left")
+            "r = simulate(ns3_case(3), 'mltcp-reno'); print(time.perf_counter() - t)") % os.path.dirname(__file__)
+    t = Table(title="JIT (fresh process: import + first 3-iteration run)", title_justify="left")
     for c in ("numba cache", "wall s"):
         t.add_column(c, justify="right")
     with tempfile.TemporaryDirectory(prefix="mltcp-bench-jit-") as d:
         for label, env in (("empty (compile)", {"NUMBA_CACHE_DIR": d}), ("filled by the run above (load)", {"NUMBA_CACHE_DIR": d}),
                            ("the package's own", {})):
             p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
-            t.add_row(label, p.stdout.strip() if p.returncode == 0 else f"failed: {p.stderr.strip()[-200:]}")
+            t.add_row(label, f"{float(p.stdout):.2f}" if p.returncode == 0 else f"failed: {p.stderr.strip()[-200:]}")
     con.print(t)
 
 

@@ -1,4 +1,29 @@
 """One congestion-control core for the simulator and the real senders (see :mod:`.base`)."""
+import hashlib
+import os
+from pathlib import Path
+
+import numba
+
+
+def _jit_cache_dir() -> str:
+    """Where numba keeps the compiled kernels and the simulator's loop.
+
+    numba's on-disk cache checks only the file of the function it compiled, not the files of the
+    functions it calls, so after an edit of a CC kernel the simulator's cached loop would keep
+    running the old one. The cache directory is therefore named by a hash of every source whose
+    code ends up in it (mltcp/cc, mltcp/tracker.py, mltcp/sim/engine.py): any edit compiles afresh."""
+    pkg = Path(__file__).resolve().parent.parent
+    files = sorted(pkg.glob("cc/*.py")) + [pkg / "tracker.py", pkg / "sim" / "engine.py"]
+    digest = hashlib.sha1(b"".join(f.read_bytes() for f in files if f.exists())).hexdigest()[:12]
+    base = os.environ.get("NUMBA_CACHE_DIR") or str(pkg / "__pycache__")
+    if not os.access(base if os.path.isdir(base) else os.path.dirname(base), os.W_OK):
+        base = os.path.join(os.path.expanduser("~"), ".cache", "mltcp")
+    return os.path.join(base, f"jit-{digest}")
+
+
+numba.config.CACHE_DIR = _jit_cache_dir()
+
 from .base import TX_START, CaState, CongestionOps, FlowState, Param
 from .cubic import Cubic
 from .dcqcn import Dcqcn

@@ -52,6 +52,10 @@ CNP_INTERVAL = 50e-6   # at most one CNP per flow per 50 us (DCQCN notification 
 F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T = range(5)
 I_K, I_STEPS, I_NREC, I_SEEDED, I_STATUS, I_HEAP, I_ACT, I_RING, I_COMM, I_DONE = range(10)
 RUNNING, DONE, PAUSED, OVER_HORIZON = 0, 1, 2, 3
+NEVER = 1 << 62                 # a slot that never comes
+# links, one row each (a row per link keeps what a packet's hop needs in one cache line):
+L_RATE, L_BUF, L_MODE, L_K, L_KMIN, L_KMAX, L_PMAX = range(7)       # lp: rate B/s, buffer B, ECN
+Q, QK, ARRIVE, PDROP, PMARK, TOUCHED, INV_RATE = range(7)            # ls: what every hop reads (one line)
 
 
 @dataclass
@@ -157,14 +161,14 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          kind, p, mltcp, mp, tcp, ca, tr,
          flow_job, path_ptr, path_link, base_rtt, access, flow_bytes,
          job_ptr, iters, comp,
-         C, B, mode, K, kmin, kmax, pmax,
+         lp, ls,
          to_send, unacked, inflight, credit, rcredit, recovery_until, paused_until, last_cnp, last_tx,
-         cwnd_limited, srtt, rttvar, flow_done, act, act_pos,
+         cwnd_limited, srtt, rttvar, flow_done, act, act_pos, wake, credit_k,
          phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
-         ring, ring_v, ring_n, last_slot, last_entry, q, qk,
+         ring, ring_v, ring_n, last_slot, last_entry,
          rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks,
          trace, trace_interval, fs, ks, skip):
-    F, J, L, H = len(flow_job), len(iters), len(C), len(ring_n)
+    F, J, L, H = len(flow_job), len(iters), len(lp), len(ring_n)
     window = kind != dispatch.DCQCN
     if ks[I_SEEDED] == 0:
         np.random.seed(seed)
@@ -173,11 +177,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
     n_heap, n_act, n_ring, n_comm, n_done = ks[I_HEAP], ks[I_ACT], ks[I_RING], ks[I_COMM], ks[I_DONE]
     send = np.zeros(F)
     sending = np.empty(F, dtype=np.int64)
-    arrive = np.zeros(L)
     touched = np.empty(L, dtype=np.int64)
-    is_touched = np.zeros(L, dtype=np.bool_)
-    pdrop = np.zeros(L)
-    pmark = np.zeros(L)
     credit_zero = False
     status = RUNNING
     t = k * dt
@@ -206,6 +206,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 to_send[f] = flow_bytes[f]
                 unacked[f] = flow_bytes[f]
                 flow_done[f] = False
+                credit_k[f] = k - 1          # the NIC budget accrues from this slot on
+                wake[f] = k
                 act[n_act] = f
                 act_pos[f] = n_act
                 n_act += 1
@@ -221,7 +223,11 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 inflight[f] -= a + lo
                 unacked[f] -= a
                 fs[F_TOT_ACKED] += a
+                if lo > 0.0 and to_send[f] <= 0.0:   # sending again: the budget accrues from now
+                    credit_k[f] = max(k, _slot_at(paused_until[f], dt)) - 1
+                accruing = to_send[f] > 0.0 and t >= paused_until[f]
                 to_send[f] += lo
+                wake[f] = k
                 if a > 0.0:
                     err = rtt_s - srtt[f]
                     rttvar[f] = 0.75 * rttvar[f] + 0.25 * abs(err)
@@ -245,6 +251,10 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                             dispatch.on_timeout(kind, p, tcp, ca, f, t, _dscale(mltcp, mp, tr, f), mss)
                             paused_until[f] = t + rto
                             recovery_until[f] = t + rto
+                            if accruing:             # the budget stops accruing until the pause ends
+                                nic = access[f] * dt
+                                credit[f] = min(credit[f] + (k - 1 - credit_k[f]) * nic, nic + 2.0 * mss)
+                            credit_k[f] = _slot_at(paused_until[f], dt) - 1
                         else:
                             dispatch.on_congestion(kind, p, tcp, ca, f, not loss, t, _dscale(mltcp, mp, tr, f), mss)
                             recovery_until[f] = t + srtt[f]
@@ -289,13 +299,20 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
         ns_ = 0
         for x in range(n_act):
             f = act[x]
+            if window and wake[f] > k:
+                continue
             if to_send[f] <= 0.0 or t < paused_until[f]:
+                wake[f] = _slot_at(paused_until[f], dt) if to_send[f] > 0.0 else NEVER
                 continue
             nic = access[f] * dt
-            credit[f] = min(credit[f] + nic, nic + 2.0 * mss)
             if window:
+                # NIC budget of every slot since the last one counted (window-based flows are
+                # looked at only when they may send: after feedback, or when the budget suffices)
+                credit[f] = min(credit[f] + (k - credit_k[f]) * nic, nic + 2.0 * mss)
+                credit_k[f] = k
                 allow = min(max(tcp[f, CWND] - inflight[f], 0.0), credit[f])
             else:
+                credit[f] = min(credit[f] + nic, nic + 2.0 * mss)
                 rd = tcp[f, RATE] * dt
                 rcredit[f] = min(rcredit[f] + rd, rd + 2.0 * mss)
                 allow = min(rcredit[f], credit[f])
@@ -309,6 +326,10 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             if window:
                 cw = tcp[f, CWND]
                 cwnd_limited[f] = cw < 2.0 * inflight[f] if cw < tcp[f, SSTHRESH] else inflight[f] >= cw - mss
+                if to_send[f] <= 0.0 or cw - inflight[f] < mss:
+                    wake[f] = NEVER                  # until feedback opens the window
+                else:                                # the slot its budget reaches a segment (one early)
+                    wake[f] = k + max(int(math.ceil((mss - credit[f]) / nic)) - 1, 1)
             else:
                 rcredit[f] -= snd
             if snd > 0.0:
@@ -325,36 +346,41 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 f = sending[x]
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
-                    arrive[lk] += send[f]
-                    if not is_touched[lk]:
-                        is_touched[lk] = True
+                    ls[lk, ARRIVE] += send[f]
+                    if ls[lk, TOUCHED] == 0.0:
+                        ls[lk, TOUCHED] = 1.0
                         touched[nt] = lk
                         nt += 1
             for y in range(nt):
                 lk = touched[y]
-                drained = max(q[lk] - C[lk] * dt * (k - 1 - qk[lk]), 0.0)   # idle slots since the last update
-                qn = max(drained + arrive[lk] - C[lk] * dt, 0.0)
-                over = max(qn - B[lk], 0.0)
+                cdt = lp[lk, L_RATE] * dt
+                drained = max(ls[lk, Q] - cdt * (k - 1 - ls[lk, QK]), 0.0)   # idle slots since the last update
+                qn = max(drained + ls[lk, ARRIVE] - cdt, 0.0)
+                over = max(qn - lp[lk, L_BUF], 0.0)
                 qn -= over
-                q[lk] = qn
-                qk[lk] = k
-                ap = max(arrive[lk], 1e-300)
-                pdrop[lk] = min(over / ap, 1.0)
+                ls[lk, Q] = qn
+                ls[lk, QK] = k
+                ap = max(ls[lk, ARRIVE], 1e-300)
+                ls[lk, PDROP] = min(over / ap, 1.0)
                 pm = 0.0
-                if mode[lk] == 1:
-                    pm = min(max((qn - K[lk]) / ap, 0.0), 1.0)
-                elif mode[lk] == 2:
-                    pm = 1.0 if qn >= kmax[lk] else min(max(pmax[lk] * (qn - kmin[lk]) / max(kmax[lk] - kmin[lk], 1e-300), 0.0), 1.0)
-                pmark[lk] = pm
+                mode = lp[lk, L_MODE]
+                if mode == 1.0:
+                    pm = min(max((qn - lp[lk, L_K]) / ap, 0.0), 1.0)
+                elif mode == 2.0:
+                    kmin, kmax = lp[lk, L_KMIN], lp[lk, L_KMAX]
+                    pm = 1.0 if qn >= kmax else min(max(lp[lk, L_PMAX] * (qn - kmin) / max(kmax - kmin, 1e-300), 0.0), 1.0)
+                ls[lk, PMARK] = pm
             for x in range(ns_):
                 f = sending[x]
                 snd = send[f]
                 keep, clean, qdelay = 1.0, 1.0, 0.0
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
-                    keep *= 1.0 - pdrop[lk]
-                    clean *= 1.0 - pmark[lk]
-                    qdelay += q[lk] / C[lk]
+                    pd, pm = ls[lk, PDROP], ls[lk, PMARK]
+                    if pd != 0.0 or pm != 0.0:
+                        keep *= 1.0 - pd
+                        clean *= 1.0 - pm
+                    qdelay += ls[lk, Q] * ls[lk, INV_RATE]
                 lost = snd * (1.0 - keep)
                 if packet_losses and lost > 0.0:
                     # whole packets: each flow loses floor(x) or ceil(x) of its expected x dropped
@@ -410,8 +436,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 send[f] = 0.0
             for y in range(nt):
                 lk = touched[y]
-                arrive[lk] = 0.0
-                is_touched[lk] = False
+                ls[lk, ARRIVE] = 0.0
+                ls[lk, TOUCHED] = 0.0
         ks[I_STEPS] += 1
         # 5. the next slot in which something can happen
         k += 1
@@ -433,31 +459,31 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
         elif not window and n_comm > 0:      # DCQCN timers (collapsed while every job computes)
             for f in range(F):
                 kn = min(kn, _slot_at(ca[f, NEXT_TIMER], dt))
-        for x in range(n_act):
-            f = act[x]
-            if to_send[f] <= 0.0:
-                continue
-            if k * dt < paused_until[f]:
-                kn = min(kn, _slot_at(paused_until[f], dt))
-                continue
-            # slots of NIC (and rate) budget until a whole segment may go out, if the window has room
-            nic = access[f] * dt
-            if window:
-                if tcp[f, CWND] - inflight[f] < mss:
-                    continue                     # waits for feedback
-                m = math.ceil((mss - credit[f]) / nic)
-            else:
+        if window:                               # each flow knows the next slot it may send in
+            for x in range(n_act):
+                kn = min(kn, wake[act[x]])
+                if kn <= k:
+                    break
+        else:
+            for x in range(n_act):
+                f = act[x]
+                if to_send[f] <= 0.0:
+                    continue
+                if k * dt < paused_until[f]:
+                    kn = min(kn, _slot_at(paused_until[f], dt))
+                    continue
+                # slots of NIC and rate budget until a whole segment may go out
                 rd = tcp[f, RATE] * dt
-                m = max(math.ceil((mss - credit[f]) / nic), math.ceil((mss - rcredit[f]) / max(rd, 1e-300)))
-            kn = min(kn, k + max(int(m) - 2, 0))   # one slot early: safe against rounding
-            if kn <= k:
-                break
+                m = max(math.ceil((mss - credit[f]) / (access[f] * dt)), math.ceil((mss - rcredit[f]) / max(rd, 1e-300)))
+                kn = min(kn, k + max(int(m) - 2, 0))   # one slot early: safe against rounding
+                if kn <= k:
+                    break
         if kn <= k or not skip:
             continue
         if t_stop < np.inf:
             kn = min(kn, _slot_at(t_stop, dt))
         kn = min(kn, _slot_at(horizon, dt) + 1)
-        if kn > k:
+        if kn > k and not window:
             n = kn - k
             for x in range(n_act):               # budgets of the slots skipped, in closed form
                 f = act[x]
@@ -468,7 +494,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 if not window:
                     rd = tcp[f, RATE] * dt
                     rcredit[f] = min(rcredit[f] + n * rd, rd + 2.0 * mss)
-            k = kn
+        k = max(k, kn)
     ks[I_K] = k
     ks[I_STATUS] = status
     ks[I_HEAP], ks[I_ACT], ks[I_RING], ks[I_COMM], ks[I_DONE] = n_heap, n_act, n_ring, n_comm, n_done
@@ -487,13 +513,11 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     J, names = len(jobs), list(sc.links)
     lidx = {n: i for i, n in enumerate(names)}
     links = [sc.links[n] for n in names]
-    C = np.array([lk.rate_Bps for lk in links])
-    B = np.array([lk.buffer_bytes for lk in links])
-    mode = np.array([{"none": 0, "step": 1, "red": 2}[lk.ecn] for lk in links], dtype=np.int64)
-    K = np.array([lk.ecn_k_bytes for lk in links])
-    kmin = np.array([lk.red_kmin_bytes for lk in links])
-    kmax = np.array([lk.red_kmax_bytes for lk in links])
-    pmax = np.array([lk.red_pmax for lk in links])
+    lp = np.zeros((len(links), 8))
+    lp[:, :7] = [(lk.rate_Bps, lk.buffer_bytes, {"none": 0, "step": 1, "red": 2}[lk.ecn], lk.ecn_k_bytes,
+                  lk.red_kmin_bytes, lk.red_kmax_bytes, lk.red_pmax) for lk in links]
+    ls = np.zeros((len(links), 8))
+    ls[:, INV_RATE] = 1.0 / lp[:, L_RATE]
     dt, mss = float(sc.step_s), float(sc.mss)
 
     # flows: every job's, in job order (job j owns flows job_ptr[j] .. job_ptr[j+1]-1)
@@ -536,6 +560,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     cwnd_limited = np.zeros(F, dtype=np.bool_)
     flow_done = np.zeros(F, dtype=np.bool_)
     act, act_pos = np.zeros(F, dtype=np.int64), np.full(F, -1, dtype=np.int64)   # flows of communicating jobs
+    wake, credit_k = np.zeros(F, dtype=np.int64), np.zeros(F, dtype=np.int64)     # next slot to look at; budget counted to
     srtt, rttvar = base_rtt.copy(), base_rtt / 2
     # feedback ring, slot s: entries ring[s, :ring_n[s]] (flow) with ring_v[s, e] = (acked, lost,
     # marked bytes, RTT), contiguous per slot; a flow's latest entry: its slot and index
@@ -543,8 +568,6 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     ring_v = np.empty((H, 2 * F, 4))
     ring_n = np.zeros(H, dtype=np.int64)
     last_slot, last_entry = np.full(F, -1, dtype=np.int64), np.zeros(F, dtype=np.int64)
-    q = np.zeros(L := len(links))
-    qk = np.zeros(L, dtype=np.int64)
     R = int(iters.sum())
     rec_job, rec_iter = np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64)
     rec_start, rec_comm, rec_end, rec_drops, rec_marks = (np.zeros(R) for _ in range(5))
@@ -560,11 +583,11 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
             int(cc.kind), cc.p, mltcp, mp, st.tcp, st.ca.a, tr,
             flow_job, path_ptr, path_link, base_rtt, access, flow_bytes,
             job_ptr, iters, comp,
-            C, B, mode, K, kmin, kmax, pmax,
+            lp, ls,
             to_send, unacked, inflight, credit, rcredit, recovery_until, paused_until, last_cnp, last_tx,
-            cwnd_limited, srtt, rttvar, flow_done, act, act_pos,
+            cwnd_limited, srtt, rttvar, flow_done, act, act_pos, wake, credit_k,
             phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
-            ring, ring_v, ring_n, last_slot, last_entry, q, qk,
+            ring, ring_v, ring_n, last_slot, last_entry,
             rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks)
     # without progress reports: one call; with them, chunks of simulated time sized to ~0.2 s of wall time
     chunk = 0.05 if progress is not None else np.inf
