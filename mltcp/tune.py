@@ -225,11 +225,22 @@ def _set_parent_death_signal() -> None:
 
 
 def _optimize(study, objective, n_trials: int, stop: Stop, callbacks=()) -> bool:
-    """study.optimize until n_trials ran or a stop was requested; False if stopped."""
-    try:
-        study.optimize(objective, n_trials=n_trials, catch=(RuntimeError,), callbacks=[stop.after_trial, *callbacks])
-    except KeyboardInterrupt:
-        return False
+    """Run n_trials trials one at a time until done or a stop was requested; False if stopped.
+
+    One at a time so that a trial another process also told (Optuna's storage can hand the same
+    queued trial to two workers: "Cannot tell a COMPLETE trial") costs that trial, not the
+    worker's remaining share."""
+    for _ in range(n_trials):
+        if stop.requested:
+            return False
+        try:
+            study.optimize(objective, n_trials=1, catch=(RuntimeError,), callbacks=[stop.after_trial, *callbacks])
+        except KeyboardInterrupt:
+            return False
+        except ValueError as e:
+            if "Cannot tell" not in str(e):
+                raise
+            err.print(f"warning: {e} (another worker finished it first); going on", highlight=False)
     return not stop.requested
 
 
@@ -291,6 +302,15 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
                 prog.update(task, completed=n, note=note)
                 log(n, n_trials, note)
             return _optimize(study, objective, n_trials, stop, [cb])
+    waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+    if waiting:      # queued trials (the reference) run here first: no two workers may pop one
+        objective = make_objective(space, cases, baselines, outdir, stop, signal_aggregate)
+        with _CtrlC(stop):
+            if not _optimize(study, objective, min(waiting, n_trials), stop):
+                return False
+        n_trials -= min(waiting, n_trials)
+        if n_trials == 0:
+            return True
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     shares = [n_trials // workers + (i < n_trials % workers) for i in range(workers)]
@@ -311,6 +331,10 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
             _stop_workers(procs)
     finally:
         _stop_workers(procs, grace=0.0)
+    crashed = [p.exitcode for p in procs if p.exitcode not in (0, None, -signal.SIGTERM)]
+    if crashed and not stop.requested:
+        err.print(f"warning: {len(crashed)} worker(s) failed (exit {crashed}); their traceback is above; "
+                  f"rerun to add the missing trials", highlight=False, soft_wrap=True)
     return not stop.requested
 
 
