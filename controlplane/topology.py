@@ -48,14 +48,16 @@ GRPC_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]{1,253}):(?P<p
 
 
 class TopologyError(ValueError):
-    """A topology file (or a value given on the command line) is invalid.
+    """A topology is invalid or cannot be had here: a topology file or a command-line value
+    (``TopologyError(source, where, problem)``: ``str(err)`` is ``"<file>: <field>: <problem>"``)
+    or the parameters of an emulated network (``TopologyError(message)``, raised by
+    mltcp.emulation.topologies). The one error type of both."""
 
-    ``str(err)`` is ``"<file>: <field>: <problem>"``.
-    """
-
-    def __init__(self, source: str, where: str, problem: str):
+    def __init__(self, source: str, where: str = "", problem: str | None = None):
+        if problem is None:  # TopologyError(message)
+            source, where, problem = "", "", source
         self.source, self.where, self.problem = source, where, problem
-        super().__init__(f"{source}: {where}: {problem}" if where else f"{source}: {problem}")
+        super().__init__(": ".join(x for x in (source, where, problem) if x))
 
 
 @dataclass(frozen=True)

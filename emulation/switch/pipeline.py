@@ -26,6 +26,26 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+# P4 object names, widths and sizes: one list for the control plane, this model and the
+# P4Info generator (mltcp.p4src.names; docs/CONTRACTS.md).
+from mltcp.p4src.names import (
+    A_DROP,
+    A_IPV4_FORWARD,
+    A_NOACTION,
+    A_SET_ECN_THRESHOLD,
+    C_JOB_ECN_MARKS,
+    C_JOB_TX,
+    C_PARSE_ERRORS,
+    JOB_SLOTS,
+    MLTCP_V1MODEL,
+    P_DST_ADDR,
+    P_PORT,
+    P_THRESHOLD,
+    R_JOB_BYTES_RATIO,
+    T_ECN_THRESHOLD,
+    T_IPV4_LPM,
+)
+
 ETH_LEN = 14
 ETHERTYPE_IPV4 = 0x0800
 IPV4_MIN_LEN = 20
@@ -36,30 +56,6 @@ MLTCP_UDP_PORT = 9199
 MLTCP_VERSION = 1
 PROTO_TCP = 6
 PROTO_UDP = 17
-
-# P4 object names, widths and sizes: one list for the control plane, this model and the
-# P4Info generator (mltcp.p4src.names; docs/CONTRACTS.md).
-from mltcp.p4src.names import (  # noqa: E402
-    A_DROP,
-    A_IPV4_FORWARD,
-    A_NOACTION,
-    A_SET_ECN_THRESHOLD,
-    C_JOB_ECN_MARKS,
-    C_JOB_TX,
-    C_PARSE_ERRORS,
-    JOB_SLOTS,
-    K_EGRESS_PORT,
-    K_IPV4_DST,
-    MLTCP_V1MODEL,
-    P_DST_ADDR,
-    P_PORT,
-    P_THRESHOLD,
-    PORT_BITS,
-    R_JOB_BYTES_RATIO,
-    T_ECN_THRESHOLD,
-    T_IPV4_LPM,
-    THRESHOLD_BITS,
-)
 
 COUNTER_SIZES = {c.name: c.size for c in MLTCP_V1MODEL.counters}
 REGISTER_SIZES = {r.name: r.size for r in MLTCP_V1MODEL.registers}
