@@ -38,6 +38,7 @@ from .client import (
 from .bmv2 import parse_thrift_addr, read_counters
 from .counters import CounterSnapshot, to_json, to_table
 from .topology import (
+    MAX_JOB_ID,
     SwitchSpec,
     TopologyError,
     check_election_id,
@@ -275,8 +276,8 @@ def _job_filter(jobs: Optional[list[int]]) -> Optional[set[int]]:
     if not jobs:
         return None
     for j in jobs:
-        if not 0 <= j < 1024:
-            raise TopologyError("command line", "--job", f"must be in [0, 1023], got {j}")
+        if not 0 <= j <= MAX_JOB_ID:
+            raise TopologyError("command line", "--job", f"must be in [0, {MAX_JOB_ID}], got {j}")
     return set(jobs)
 
 

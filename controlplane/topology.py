@@ -33,12 +33,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PORT_BITS = 9
-THRESHOLD_BITS = 19
+from mltcp.p4src.names import ECN_TABLE_SIZE, JOB_SLOTS, PORT_BITS, ROUTE_TABLE_SIZE, THRESHOLD_BITS
+
 MAX_PORT = (1 << PORT_BITS) - 1
 MAX_THRESHOLD = (1 << THRESHOLD_BITS) - 1
-MAX_ROUTES = 1024      # MyIngress.ipv4_lpm size in p4src/mltcp.p4
-MAX_ECN = 512          # MyEgress.ecn_threshold size (one entry per port)
+MAX_ROUTES = ROUTE_TABLE_SIZE  # MyIngress.ipv4_lpm size in p4src/mltcp.p4
+MAX_ECN = ECN_TABLE_SIZE       # MyEgress.ecn_threshold size (one entry per port)
+MAX_JOB_ID = JOB_SLOTS - 1     # job_tx / job_ecn_marks / job_bytes_ratio index
 MAX_SWITCHES = 1024
 MAX_NAME = 64
 MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
