@@ -662,3 +662,38 @@ def test_reinstalling_hundreds_of_routes_on_the_software_target():
         assert target.pipeline.lpm.lookup(0x0A010203).port == 5
     finally:
         srv.stop(0)
+
+
+def test_connections_to_two_switches_at_once_keep_their_own_session_and_p4info(tmp_path):
+    """Each connection owns its channel, stream and P4Info index: two switches programmed
+    alternately from one process, one of them with a P4Info whose ids differ, each gets its
+    own entries; closing one leaves the other working."""
+    from google.protobuf import text_format
+    from mltcp.p4src import load_p4info
+
+    other = load_p4info()
+    for t in other.tables:  # same names, other ids: entries must use each device's own ids
+        t.preamble.id += 7
+    other_path = tmp_path / "other.txtpb"
+    other_path.write_text(text_format.MessageToString(other))
+    a, b = Server().start(), Server().start()
+    try:
+        ca = connect(a.addr, name="a", timeout=5)
+        cb = connect(b.addr, name="b", timeout=5)
+        ca.push_pipeline()
+        cb.push_pipeline(other_path)
+        for k in range(3):
+            ca.install_routes([Route(f"10.1.{k}.0/24", 1, "00:00:00:00:00:01")])
+            cb.install_routes([Route(f"10.2.{k}.0/24", 2, "00:00:00:00:00:02")])
+        assert {ca.client.stream_alive, cb.client.stream_alive} == {True}
+        assert ca.client.channel is not cb.client.channel
+        ta, tb = a.target.entries(E.T_IPV4_LPM), b.target.entries(E.T_IPV4_LPM)
+        assert len(ta) == 3 and len(tb) == 3
+        assert tb[0].table_id == ta[0].table_id + 7
+        ca.close()
+        cb.set_ecn_threshold(2, 5)
+        assert cb.verify() == []
+        cb.close()
+    finally:
+        a.stop()
+        b.stop()
