@@ -15,8 +15,8 @@ import subprocess
 import grpc
 
 from mltcp import tools
+from mltcp.p4src import names as N
 
-from . import entries as E
 from .client import ControlPlaneError, SwitchConnection, grpc_code
 from .counters import CounterSnapshot, bitstring_to_int
 
@@ -74,7 +74,7 @@ def read_counters(conn: SwitchConnection, thrift: str | int | None = None) -> Co
                                     "(BMv2's PI); give the switch's thrift address (--thrift "
                                     "HOST:PORT) to read MyIngress.job_bytes_ratio over thrift") from e
     snap = conn.read_counters(registers=False)
-    for idx, v in enumerate(read_register(thrift, E.R_JOB_BYTES_RATIO)):
+    for idx, v in enumerate(read_register(thrift, N.R_JOB_BYTES_RATIO)):
         if v:
             snap.job(idx).bytes_ratio_q16 = bitstring_to_int(v.to_bytes(2, "big"), 16)
     return snap

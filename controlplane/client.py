@@ -51,6 +51,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
 from mltcp.p4src import P4INFO_PATH
+from mltcp.p4src import names as N
 
 from . import entries as E
 from .counters import CounterSnapshot
@@ -148,7 +149,7 @@ def read_p4info(path: Path | str) -> p4info_pb2.P4Info:
         raise PipelineFileError(f"{path}: not a P4Info text file ({str(e).splitlines()[0]})") \
             from None
     have = {t.preamble.name for t in info.tables}
-    lack = [t for t in (E.T_IPV4_LPM, E.T_ECN_THRESHOLD) if t not in have]
+    lack = [t for t in (N.T_IPV4_LPM, N.T_ECN_THRESHOLD) if t not in have]
     if lack:
         raise PipelineFileError(f"{path}: not a P4Info of mltcp.p4 (no table "
                                 f"{', '.join(lack)}; {len(info.tables)} tables in the file)")
@@ -343,7 +344,7 @@ class SwitchConnection:
         other action parameters ([] = everything this connection installed is there)."""
         def check() -> list[str]:
             have = {}
-            for table in (E.T_IPV4_LPM, E.T_ECN_THRESHOLD):
+            for table in (N.T_IPV4_LPM, N.T_ECN_THRESHOLD):
                 for m in self._read_raw(self._entries(
                         lambda idx: E.table_read_entity(idx, table))):
                     te = m.table_entry
@@ -569,16 +570,16 @@ class SwitchConnection:
 
         def entity(kind_fn, name):
             return self._entries(lambda idx: kind_fn(idx, name))
-        for m in read(entity(E.counter_read_entity, E.C_JOB_TX)):
+        for m in read(entity(E.counter_read_entity, N.C_JOB_TX)):
             s = snap.job(m.counter_entry.index.index)
             s.tx_packets = m.counter_entry.data.packet_count
             s.tx_bytes = m.counter_entry.data.byte_count
-        for m in read(entity(E.counter_read_entity, E.C_JOB_ECN_MARKS)):
+        for m in read(entity(E.counter_read_entity, N.C_JOB_ECN_MARKS)):
             snap.job(m.counter_entry.index.index).ecn_marks = m.counter_entry.data.packet_count
-        for m in read(entity(E.counter_read_entity, E.C_PARSE_ERRORS)):
+        for m in read(entity(E.counter_read_entity, N.C_PARSE_ERRORS)):
             snap.parse_errors += m.counter_entry.data.packet_count
         if registers:
-            for m in read(entity(E.register_read_entity, E.R_JOB_BYTES_RATIO)):
+            for m in read(entity(E.register_read_entity, N.R_JOB_BYTES_RATIO)):
                 raw = m.register_entry.data.bitstring  # minimal width (b"" for 0) or padded
                 snap.job(m.register_entry.index.index).bytes_ratio_q16 = (
                     int.from_bytes(raw, "big") if raw else 0)

@@ -13,29 +13,14 @@ import ipaddress
 
 from p4.v1 import p4runtime_pb2
 
-from mltcp.p4src.names import (
-    A_IPV4_FORWARD,
-    A_SET_ECN_THRESHOLD,
-    C_JOB_ECN_MARKS,
-    C_JOB_TX,
-    C_PARSE_ERRORS,
-    K_EGRESS_PORT,
-    K_IPV4_DST,
-    P_DST_ADDR,
-    P_PORT,
-    P_THRESHOLD,
-    R_JOB_BYTES_RATIO,
-    T_ECN_THRESHOLD,
-    T_IPV4_LPM,
-)
+from mltcp.p4src import names as N
 from mltcp.p4src.p4info import P4InfoIndex
 
 from .topology import Route
 
 __all__ = [
-    "C_JOB_ECN_MARKS", "C_JOB_TX", "C_PARSE_ERRORS", "R_JOB_BYTES_RATIO", "T_ECN_THRESHOLD",
-    "T_IPV4_LPM", "P4InfoIndex", "bitstring", "counter_read_entity", "describe", "ecn_entry",
-    "index", "register_read_entity", "route_entry", "table_read_entity",
+    "P4InfoIndex", "bitstring", "counter_read_entity", "describe", "ecn_entry", "index",
+    "register_read_entity", "route_entry", "table_read_entity",
 ]
 
 
@@ -66,15 +51,15 @@ def _action(idx: P4InfoIndex, te: p4runtime_pb2.TableEntry, action: str,
 
 def route_entry(idx: P4InfoIndex, route: Route) -> p4runtime_pb2.TableEntry:
     """MyIngress.ipv4_lpm: prefix -> ipv4_forward(dstAddr=mac, port)."""
-    te = _entry(idx, T_IPV4_LPM)
+    te = _entry(idx, N.T_IPV4_LPM)
     net = ipaddress.IPv4Network(route.prefix)
-    mf = idx.match_field(T_IPV4_LPM, K_IPV4_DST)
+    mf = idx.match_field(N.T_IPV4_LPM, N.K_IPV4_DST)
     if net.prefixlen:  # /0 is a wildcard: the field is omitted (P4Runtime)
         m = te.match.add(field_id=mf.id)
-        m.lpm.value = bitstring(int(net.network_address), mf.bitwidth, K_IPV4_DST)
+        m.lpm.value = bitstring(int(net.network_address), mf.bitwidth, N.K_IPV4_DST)
         m.lpm.prefix_len = net.prefixlen
-    _action(idx, te, A_IPV4_FORWARD, {P_DST_ADDR: int(route.mac.replace(":", ""), 16),
-                                      P_PORT: route.port})
+    _action(idx, te, N.A_IPV4_FORWARD, {N.P_DST_ADDR: int(route.mac.replace(":", ""), 16),
+                                      N.P_PORT: route.port})
     return te
 
 
@@ -83,11 +68,11 @@ def ecn_entry(idx: P4InfoIndex, port: int, threshold: int | None = None
     """MyEgress.ecn_threshold: egress port -> set_ecn_threshold(threshold).
 
     With threshold None the entry has only its key (enough to delete it)."""
-    te = _entry(idx, T_ECN_THRESHOLD)
-    mf = idx.match_field(T_ECN_THRESHOLD, K_EGRESS_PORT)
-    te.match.add(field_id=mf.id).exact.value = bitstring(port, mf.bitwidth, K_EGRESS_PORT)
+    te = _entry(idx, N.T_ECN_THRESHOLD)
+    mf = idx.match_field(N.T_ECN_THRESHOLD, N.K_EGRESS_PORT)
+    te.match.add(field_id=mf.id).exact.value = bitstring(port, mf.bitwidth, N.K_EGRESS_PORT)
     if threshold is not None:
-        _action(idx, te, A_SET_ECN_THRESHOLD, {P_THRESHOLD: threshold})
+        _action(idx, te, N.A_SET_ECN_THRESHOLD, {N.P_THRESHOLD: threshold})
     return te
 
 
@@ -113,11 +98,11 @@ def register_read_entity(idx: P4InfoIndex, name: str) -> p4runtime_pb2.Entity:
 def describe(idx: P4InfoIndex, te: p4runtime_pb2.TableEntry) -> str:
     """'route 10.0.0.0/24' / 'ECN threshold on port 2' for an entry of the journal."""
     name = idx.tables[te.table_id].preamble.name if te.table_id in idx.tables else "?"
-    if name == T_IPV4_LPM:
+    if name == N.T_IPV4_LPM:
         if not te.match:
             return "route 0.0.0.0/0"
         v = int.from_bytes(te.match[0].lpm.value, "big")
         return f"route {ipaddress.IPv4Address(v)}/{te.match[0].lpm.prefix_len}"
-    if name == T_ECN_THRESHOLD and te.match:
+    if name == N.T_ECN_THRESHOLD and te.match:
         return f"ECN threshold on port {int.from_bytes(te.match[0].exact.value, 'big')}"
     return f"{name} entry"

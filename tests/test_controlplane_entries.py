@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from mltcp.controlplane import entries as E
+from mltcp.p4src import names as N
 from mltcp.controlplane.client import Backoff, grpc_code, reader_election_id
 from mltcp.controlplane.counters import CounterSnapshot, JobStats, to_json, to_table
 from mltcp.controlplane.topology import Route
@@ -38,13 +39,13 @@ def test_route_entry(p4info, idx, capsys):
     te = E.route_entry(idx, Route("10.1.2.0/24", 300, "02:00:00:00:0a:0b"))
     assert capsys.readouterr().out == ""           # nothing printed while building
     ids = _ids(p4info)
-    assert te.table_id == ids[E.T_IPV4_LPM]
+    assert te.table_id == ids[N.T_IPV4_LPM]
     (mf,) = te.match
     assert mf.field_id == 1
     assert ipaddress.IPv4Address(mf.lpm.value.rjust(4, b"\0")) == ipaddress.IPv4Address("10.1.2.0")
     assert mf.lpm.prefix_len == 24
     act = te.action.action
-    assert act.action_id == ids[E.A_IPV4_FORWARD]
+    assert act.action_id == ids[N.A_IPV4_FORWARD]
     params = {p.param_id: p.value for p in act.params}
     # canonical byte strings (P4Runtime 1.4): no leading zero bytes
     assert params[1] == bytes.fromhex("020000000a0b")
@@ -61,9 +62,9 @@ def test_canonical_bytestrings_stay_on(idx):
 def test_ecn_entry(p4info, idx):
     ids = _ids(p4info)
     te = E.ecn_entry(idx, 7, 2**19 - 1)
-    assert te.table_id == ids[E.T_ECN_THRESHOLD]
+    assert te.table_id == ids[N.T_ECN_THRESHOLD]
     assert te.match[0].exact.value == b"\x07"
-    assert te.action.action.action_id == ids[E.A_SET_ECN_THRESHOLD]
+    assert te.action.action.action_id == ids[N.A_SET_ECN_THRESHOLD]
     assert int.from_bytes(te.action.action.params[0].value, "big") == 2**19 - 1
 
 
@@ -75,10 +76,10 @@ def test_ecn_delete_entry_has_only_the_key(idx):
 
 def test_counter_and_register_reads_are_wildcards(p4info, idx):
     ids = _ids(p4info)
-    ce = E.counter_read_entity(idx, E.C_JOB_TX).counter_entry
-    assert ce.counter_id == ids[E.C_JOB_TX] and not ce.HasField("index")
-    ent = E.register_read_entity(idx, E.R_JOB_BYTES_RATIO)
-    assert ent.register_entry.register_id == ids[E.R_JOB_BYTES_RATIO]
+    ce = E.counter_read_entity(idx, N.C_JOB_TX).counter_entry
+    assert ce.counter_id == ids[N.C_JOB_TX] and not ce.HasField("index")
+    ent = E.register_read_entity(idx, N.R_JOB_BYTES_RATIO)
+    assert ent.register_entry.register_id == ids[N.R_JOB_BYTES_RATIO]
     assert not ent.register_entry.HasField("index")
     with pytest.raises(KeyError):
         E.register_read_entity(idx, "MyIngress.nope")
@@ -104,11 +105,11 @@ def test_entries_match_what_p4runtime_shell_builds(p4info, idx):
     import p4runtime_sh.shell as sh
     sh.context.set_p4info(p4info)
     with contextlib.redirect_stdout(io.StringIO()):
-        ref = sh.TableEntry(E.T_IPV4_LPM)(action="MyIngress.ipv4_forward")
+        ref = sh.TableEntry(N.T_IPV4_LPM)(action="MyIngress.ipv4_forward")
         ref.match["hdr.ipv4.dstAddr"] = "10.1.2.0/24"
         ref.action["dstAddr"] = "02:00:00:00:0a:0b"
         ref.action["port"] = "300"
-        ecn = sh.TableEntry(E.T_ECN_THRESHOLD)(action="MyEgress.set_ecn_threshold")
+        ecn = sh.TableEntry(N.T_ECN_THRESHOLD)(action="MyEgress.set_ecn_threshold")
         ecn.match["standard_metadata.egress_port"] = "7"
         ecn.action["threshold"] = "0"
     assert E.route_entry(idx, Route("10.1.2.0/24", 300, "02:00:00:00:0a:0b")) == ref.msg()
