@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 
 import grpc
 
-from . import entries as E
+from mltcp import tools
+from mltcp.p4src import names as N
+
 from .client import ControlPlaneError, SwitchConnection, grpc_code
 from .counters import CounterSnapshot, bitstring_to_int
 
@@ -41,7 +42,6 @@ def parse_register_dump(text: str, name: str) -> list[int]:
 
 def read_register(thrift: str | int, name: str, cli: str | None = None, timeout: float = 30) -> list[int]:
     """Every cell of register ``name`` of the BMv2 switch whose thrift server is ``thrift``."""
-    from mltcp import tools
 
     host, port = parse_thrift_addr(thrift)
     argv = [cli or tools.switch_cli(), "--thrift-ip", host, "--thrift-port", str(port)]
@@ -61,20 +61,6 @@ def _unimplemented(e: BaseException) -> bool:
     return False
 
 
-def _counters_only(conn: SwitchConnection) -> CounterSnapshot:
-    snap = CounterSnapshot(conn.name, conn.grpc_addr, time.time())
-    with E.silent():
-        for m in conn._read_raw(E.counter_read_entity(E.C_JOB_TX)):
-            s = snap.job(m.counter_entry.index.index)
-            s.tx_packets = m.counter_entry.data.packet_count
-            s.tx_bytes = m.counter_entry.data.byte_count
-        for m in conn._read_raw(E.counter_read_entity(E.C_JOB_ECN_MARKS)):
-            snap.job(m.counter_entry.index.index).ecn_marks = m.counter_entry.data.packet_count
-        for m in conn._read_raw(E.counter_read_entity(E.C_PARSE_ERRORS)):
-            snap.parse_errors += m.counter_entry.data.packet_count
-    return snap
-
-
 def read_counters(conn: SwitchConnection, thrift: str | int | None = None) -> CounterSnapshot:
     """``conn.read_counters()``; where the P4Runtime server cannot read registers (BMv2's PI),
     the counters over P4Runtime and ``job_bytes_ratio`` over ``thrift`` (an error without it)."""
@@ -87,8 +73,8 @@ def read_counters(conn: SwitchConnection, thrift: str | int | None = None) -> Co
             raise ControlPlaneError(f"{conn.name}: the P4Runtime server does not read registers "
                                     "(BMv2's PI); give the switch's thrift address (--thrift "
                                     "HOST:PORT) to read MyIngress.job_bytes_ratio over thrift") from e
-    snap = conn.call(lambda: _counters_only(conn), "reading counters")
-    for idx, v in enumerate(read_register(thrift, E.R_JOB_BYTES_RATIO)):
+    snap = conn.read_counters(registers=False)
+    for idx, v in enumerate(read_register(thrift, N.R_JOB_BYTES_RATIO)):
         if v:
             snap.job(idx).bytes_ratio_q16 = bitstring_to_int(v.to_bytes(2, "big"), 16)
     return snap

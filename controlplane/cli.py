@@ -21,7 +21,7 @@ import typer
 from rich.live import Live
 
 from mltcp.console import error_exit, out
-from mltcp.p4src import P4INFO_PATH, load_p4info
+from mltcp.p4src import P4INFO_PATH
 
 from . import entries as E
 from .client import (
@@ -38,6 +38,7 @@ from .client import (
 from .bmv2 import parse_thrift_addr, read_counters
 from .counters import CounterSnapshot, to_json, to_table
 from .topology import (
+    MAX_JOB_ID,
     SwitchSpec,
     TopologyError,
     check_election_id,
@@ -51,20 +52,10 @@ app = typer.Typer(help="P4Runtime control plane for the MLTCP P4 switch (mltcp.p
                   no_args_is_help=True, add_completion=False)
 
 
-class _DropShellNoise(logging.Filter):
-    """p4runtime-shell logs CRITICAL on the root logger whenever a stream ends abnormally
-    (e.g. the target restarts); the client already reports reconnects itself."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "p4runtime_sh" not in record.pathname
-
-
 @app.callback()
 def _setup(verbose: bool = typer.Option(False, "--verbose", "-v", help="log P4Runtime "
                                                                       "reconnects in detail")):
     root = logging.getLogger()
-    if not any(isinstance(f, _DropShellNoise) for f in root.filters):
-        root.addFilter(_DropShellNoise())
     if not root.handlers:
         logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("mltcp.controlplane").setLevel(logging.INFO if verbose else
@@ -200,16 +191,16 @@ def install(
         if dry_run:
             summary = []
             for spec in specs:
-                E.use_p4info(load_p4info(spec.p4info or P4INFO_PATH))
-                tes = [E.route_entry(r) for r in spec.routes]
-                tes += [E.ecn_entry(e.port, e.threshold) for e in spec.ecn]
+                idx = E.index(read_p4info(spec.p4info or P4INFO_PATH))
+                tes = [E.route_entry(idx, r) for r in spec.routes]
+                tes += [E.ecn_entry(idx, e.port, e.threshold) for e in spec.ecn]
                 summary.append({"switch": spec.name, "grpc": spec.grpc,
                                 "routes": len(spec.routes), "ecn_thresholds": len(spec.ecn),
-                                "entries": [str(te.msg()) for te in tes]})
+                                "entries": [str(te) for te in tes]})
                 if not as_json:
                     out.rule(f"{spec.name} ({spec.grpc}, device {spec.device_id})")
                     for te in tes:
-                        out.print(str(te.msg()), highlight=False)
+                        out.print(str(te), highlight=False)
             if as_json:
                 print(json.dumps({"dry_run": True, "switches": summary}, sort_keys=True))
             return
@@ -285,8 +276,8 @@ def _job_filter(jobs: Optional[list[int]]) -> Optional[set[int]]:
     if not jobs:
         return None
     for j in jobs:
-        if not 0 <= j < 1024:
-            raise TopologyError("command line", "--job", f"must be in [0, 1023], got {j}")
+        if not 0 <= j <= MAX_JOB_ID:
+            raise TopologyError("command line", "--job", f"must be in [0, {MAX_JOB_ID}], got {j}")
     return set(jobs)
 
 

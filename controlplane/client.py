@@ -1,5 +1,5 @@
 """P4Runtime control plane for mltcp.p4 on BMv2, Tofino (via its P4Runtime server) or the
-project's software switch, built on p4runtime-shell.
+project's software switch, on the project's own client (grpcio and the p4runtime protos).
 
 Usage::
 
@@ -15,6 +15,10 @@ Usage::
 
     install_topology(load_topology("controlplane/topologies/dumbbell.toml"), push=True)
 
+Each :class:`SwitchConnection` owns its session (:class:`~mltcp.controlplane.session.Session`:
+one gRPC channel, one arbitration stream) and its P4Info index, so a process may hold
+connections to many switches at once. (p4runtime-shell stays for the interactive REPL and ptf.)
+
 Every operation survives a target restart: if the server is UNAVAILABLE, or the arbitration
 stream died, the connection is re-opened with exponential backoff (up to ``retry_timeout``
 seconds), the pipeline re-pushed if this connection pushed one and the device lost it, every
@@ -26,25 +30,11 @@ saying how many were; it never reports success over an emptied table.
 
 TLS: ``connect(..., tls=TlsOptions(ca="ca.pem"))`` (server certificate checked against ``ca``;
 ``cert``/``key`` add a client certificate for servers that require one).
-
-p4runtime-shell keeps one client in a module global, so one SwitchConnection is open per
-process at a time; :func:`install_topology` handles switches one after another.
-
-Where raw P4Runtime messages are used instead of p4runtime-shell objects: reading registers
-(p4runtime-shell 0.0.6 has no RegisterEntry; the read goes through the shell's client with a
-p4runtime_pb2.Entity); iterating counter read results (the request is the shell's
-CounterEntry message, but wrapping each of the 1024 returned entities in a shell object
-doubled the read time against the software switch: 153 ms vs 78 ms per 1024 entries);
-and pushing/reading the pipeline (the shell's ``setup()`` calls
-``sys.exit`` on failure, so its client's ``set_fwd_pipe_config`` / ``get_p4info`` are called
-directly).
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import io
 import logging
 import os
 import socket
@@ -55,22 +45,17 @@ from pathlib import Path
 from typing import TypeVar
 
 import grpc
-import p4runtime_sh.shell as sh
 from google.protobuf import text_format
-from google.rpc import code_pb2, status_pb2
+from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
-from p4runtime_sh.p4runtime import (
-    P4RuntimeClient,
-    P4RuntimeException,
-    P4RuntimeWriteException,
-    SSLOptions,
-)
 
 from mltcp.p4src import P4INFO_PATH
+from mltcp.p4src import names as N
 
 from . import entries as E
 from .counters import CounterSnapshot
+from .session import HandshakeError, Session
 from .topology import EcnThreshold, Route, SwitchSpec, Topology, check_port, check_threshold
 
 log = logging.getLogger(__name__)
@@ -140,10 +125,6 @@ class TlsOptions:
         return grpc.ssl_channel_credentials(self._read(self.ca), self._read(self.key),
                                             self._read(self.cert))
 
-    def shell_options(self) -> SSLOptions:
-        return SSLOptions(False, *(str(p) if p is not None else None
-                                   for p in (self.ca, self.cert, self.key)))
-
 
 def read_p4info(path: Path | str) -> p4info_pb2.P4Info:
     """Parse a text-format P4Info file; :class:`PipelineFileError` (one line, naming the file)
@@ -168,7 +149,7 @@ def read_p4info(path: Path | str) -> p4info_pb2.P4Info:
         raise PipelineFileError(f"{path}: not a P4Info text file ({str(e).splitlines()[0]})") \
             from None
     have = {t.preamble.name for t in info.tables}
-    lack = [t for t in (E.T_IPV4_LPM, E.T_ECN_THRESHOLD) if t not in have]
+    lack = [t for t in (N.T_IPV4_LPM, N.T_ECN_THRESHOLD) if t not in have]
     if lack:
         raise PipelineFileError(f"{path}: not a P4Info of mltcp.p4 (no table "
                                 f"{', '.join(lack)}; {len(info.tables)} tables in the file)")
@@ -187,23 +168,6 @@ def read_device_config(path: Path | str | None) -> bytes:
         raise PipelineFileError(f"{path}: cannot read the device config: {e.strerror}") from None
 
 
-def _update_errors(e: grpc.RpcError, n: int) -> list[tuple[int, int, str]]:
-    """The failed updates of a Write answered UNKNOWN: (index, canonical code, message), from
-    the p4.v1.Error details (all n as UNKNOWN if the server sent none)."""
-    details = None
-    for key, value in e.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            details = status_pb2.Status.FromString(value).details
-    out = []
-    if details is not None and len(details) == n:
-        for i, d in enumerate(details):
-            err = p4runtime_pb2.Error()
-            if d.Unpack(err) and err.canonical_code != code_pb2.OK:
-                out.append((i, err.canonical_code, err.message))
-        return out
-    return [(i, code_pb2.UNKNOWN, e.details() or "write failed") for i in range(n)]
-
-
 def _port_open(addr: str, timeout: float = 0.5) -> bool:
     host, _, port = addr.rpartition(":")
     try:
@@ -220,18 +184,12 @@ def reader_election_id() -> tuple[int, int]:
 
 
 def grpc_code(exc: BaseException) -> grpc.StatusCode | None:
-    """The gRPC status code inside a p4runtime-shell or grpc exception, if any."""
-    if isinstance(exc, P4RuntimeException):
-        return exc.grpc_error.code()
-    if isinstance(exc, P4RuntimeWriteException):
-        return grpc.StatusCode.UNKNOWN
+    """The gRPC status code of a grpc exception (or a failed handshake), if any."""
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
         return exc.code()
+    if isinstance(exc, HandshakeError):
+        return exc.code
     return None
-
-
-def _write_codes(exc: P4RuntimeWriteException) -> set[int]:
-    return {err.canonical_code for _, err in exc.errors}
 
 
 class Backoff:
@@ -262,7 +220,8 @@ class SwitchConnection:
         self.name = name or grpc_addr
         self.retry_timeout = retry_timeout
         self.tls = tls.check() if tls is not None else None
-        self.client: P4RuntimeClient | None = None
+        self.client: Session | None = None
+        self.index: E.P4InfoIndex | None = None  # of the device's P4Info (attach/push)
         # pushed by us (P4Info message, device config, file name): re-pushed if the device
         # comes back without it
         self._pipeline: tuple[p4info_pb2.P4Info, bytes, str] | None = None
@@ -273,11 +232,6 @@ class SwitchConnection:
         self._ecn: dict[int, int] = {}
         self.restored = 0  # entries re-installed after reconnects (all reconnects together)
 
-    def _channel(self) -> grpc.Channel:
-        if self.tls is None:
-            return grpc.insecure_channel(self.grpc_addr)
-        return grpc.secure_channel(self.grpc_addr, self.tls.credentials())
-
     # --- session ------------------------------------------------------------------------
 
     def open(self, timeout: float = 10.0) -> "SwitchConnection":
@@ -286,35 +240,27 @@ class SwitchConnection:
         backoff = Backoff(deadline)
         last = "no answer"
         while True:
-            probe = self._channel()
-            try:
-                grpc.channel_ready_future(probe).result(
-                    timeout=max(0.05, deadline - time.monotonic()))
-                ready = True
-            except grpc.FutureTimeoutError:
-                ready, last = False, "server not reachable"
+            session = Session(self.grpc_addr, self.device_id, self.election_id,
+                              self.tls.credentials() if self.tls else None)
+            if session.wait_ready(max(0.05, deadline - time.monotonic())):
+                try:
+                    session.arbitrate(min(5.0, max(1.0, deadline - time.monotonic())))
+                    if not session.primary:
+                        log.info("%s: not the primary client (election id %s): read-only",
+                                 self.name, self.election_id)
+                    self.client = session
+                    return self
+                except HandshakeError as e:
+                    last = f"arbitration handshake failed ({e}; device id or election id " \
+                           "rejected?)"
+            else:
+                last = "server not reachable"
                 if _port_open(self.grpc_addr):
                     last = ("the port accepts connections but no gRPC session comes up "
                             + ("(a TLS server? give the CA with --tls-ca)" if self.tls is None
                                else "(TLS handshake failed: wrong CA, server name or client "
                                     "certificate?)"))
-            finally:
-                probe.close()
-            if ready:
-                out = io.StringIO()
-                try:
-                    # p4runtime-shell calls sys.exit() when the handshake fails, and prints
-                    # to stdout when it is not the primary client (keep --json output clean)
-                    with contextlib.redirect_stdout(out):
-                        self.client = P4RuntimeClient(
-                            self.device_id, self.grpc_addr, self.election_id,
-                            ssl_options=self.tls.shell_options() if self.tls else None)
-                    if out.getvalue():
-                        log.info("%s: %s", self.name, out.getvalue().strip())
-                    sh.client = self.client
-                    return self
-                except SystemExit:
-                    last = "arbitration handshake failed (device id or election id rejected?)"
+            session.close()
             if not backoff.sleep():
                 raise ControlPlaneError(f"{self.name} ({self.grpc_addr}, device "
                                         f"{self.device_id}): {last} after {timeout:g} s")
@@ -322,14 +268,8 @@ class SwitchConnection:
     def close(self) -> None:
         """End the session (idempotent)."""
         client, self.client = self.client, None
-        if client is None:
-            return
-        if sh.client is client:
-            sh.client = None
-        try:
-            client.tear_down()
-        except Exception as e:  # a dead channel may complain; the session is gone either way
-            log.debug("tear_down: %s", e)
+        if client is not None:
+            client.close()
 
     def __enter__(self) -> "SwitchConnection":
         return self
@@ -340,7 +280,7 @@ class SwitchConnection:
     @property
     def stream_alive(self) -> bool:
         c = self.client
-        return c is not None and c.stream_recv_thread.is_alive()
+        return c is not None and c.stream_alive
 
     def _restore(self) -> None:
         """After a reconnect: re-push our pipeline if the device lost it (else re-read the
@@ -355,15 +295,32 @@ class SwitchConnection:
     def _device_has(self, p4info: p4info_pb2.P4Info) -> bool:
         try:
             return self.client.get_p4info() == p4info
-        except P4RuntimeException as e:
+        except grpc.RpcError as e:
             if grpc_code(e) == grpc.StatusCode.FAILED_PRECONDITION:
                 return False  # restarted without a pipeline
             raise
 
-    def journal(self) -> list:
-        """The entries this connection installed (p4runtime-shell TableEntry objects)."""
-        return ([E.route_entry(r) for r in self._routes.values()]
-                + [E.ecn_entry(p, k) for p, k in self._ecn.items()])
+    def _idx(self) -> E.P4InfoIndex:
+        if self.index is None:
+            raise ControlPlaneError(f"{self.name} ({self.grpc_addr}): no P4Info yet (push a "
+                                    "pipeline or attach first)")
+        return self.index
+
+    def _entries(self, build: Callable[[E.P4InfoIndex], list]) -> list:
+        """``build(index)``; a P4Info without mltcp.p4's objects is a ControlPlaneError."""
+        try:
+            return build(self._idx())
+        except KeyError as e:
+            raise ControlPlaneError(f"{self.name} ({self.grpc_addr}): the device's P4Info is "
+                                    f"not mltcp.p4's: {e.args[0]}") from None
+
+    def journal(self) -> list[p4runtime_pb2.TableEntry]:
+        """The entries this connection installed, as TableEntry messages of the current P4Info."""
+        return self._entries(lambda idx: [E.route_entry(idx, r) for r in self._routes.values()]
+                             + [E.ecn_entry(idx, p, k) for p, k in self._ecn.items()])
+
+    def _describe(self, te: p4runtime_pb2.TableEntry) -> str:
+        return E.describe(self.index, te) if self.index is not None else "entry"
 
     def _replay(self) -> None:
         tes = self.journal()
@@ -372,7 +329,8 @@ class SwitchConnection:
         try:
             self._upsert_all(tes)
         except _WriteFailed as e:
-            first = "; ".join(f"{_describe(tes[i])}: {code} {msg}" for i, code, msg in e.failed[:3])
+            first = "; ".join(f"{self._describe(tes[i])}: {code} {msg}"
+                              for i, code, msg in e.failed[:3])
             raise ControlPlaneError(
                 f"{self.name} ({self.grpc_addr}): the switch came back without the {len(tes)} "
                 f"entries this connection installed; restoring them failed for {len(e.failed)} "
@@ -385,26 +343,25 @@ class SwitchConnection:
         """Read the tables back; one line per journal entry the device lacks or holds with
         other action parameters ([] = everything this connection installed is there)."""
         def check() -> list[str]:
-            with E.silent():
-                have = {}
-                for table in (E.T_IPV4_LPM, E.T_ECN_THRESHOLD):
-                    for m in self._read_raw(_table_read_entity(table)):
-                        te = m.table_entry
-                        have[(te.table_id, _match_bytes(te))] = te.action.SerializeToString()
-                out = []
-                for te in self.journal():
-                    msg = te.msg()
-                    got = have.get((msg.table_id, _match_bytes(msg)))
-                    if got is None:
-                        out.append(f"{_describe(te)}: missing")
-                    elif got != msg.action.SerializeToString():
-                        out.append(f"{_describe(te)}: other action parameters")
-                return out
+            have = {}
+            for table in (N.T_IPV4_LPM, N.T_ECN_THRESHOLD):
+                for m in self._read_raw(self._entries(
+                        lambda idx: E.table_read_entity(idx, table))):
+                    te = m.table_entry
+                    have[(te.table_id, _match_bytes(te))] = te.action.SerializeToString()
+            out = []
+            for te in self.journal():
+                got = have.get((te.table_id, _match_bytes(te)))
+                if got is None:
+                    out.append(f"{self._describe(te)}: missing")
+                elif got != te.action.SerializeToString():
+                    out.append(f"{self._describe(te)}: other action parameters")
+            return out
         return self.call(check, "verifying the installed entries")
 
     def call(self, fn: Callable[[], T], what: str = "operation") -> T:
-        """Run `fn` (which uses p4runtime-shell), reconnecting and repeating it while the
-        target is unavailable, for up to `retry_timeout` seconds.
+        """Run `fn` (which uses this connection's session), reconnecting and repeating it
+        while the target is unavailable, for up to `retry_timeout` seconds.
 
         After a reconnect the pipeline is re-pushed if this connection pushed one; otherwise
         the P4Info is re-read from the device, waiting (same time limit) while the restarted
@@ -415,12 +372,10 @@ class SwitchConnection:
             try:
                 if not self.stream_alive:
                     raise ConnectionResetError("arbitration stream closed")
-                sh.client = self.client
                 if self._stale:
                     self._restore()
                 return fn()
-            except (P4RuntimeException, P4RuntimeWriteException, grpc.RpcError,
-                    ConnectionResetError) as e:
+            except (grpc.RpcError, ConnectionResetError) as e:
                 code = grpc_code(e)
                 lost = (isinstance(e, ConnectionResetError) or not self.stream_alive
                         or code == grpc.StatusCode.UNAVAILABLE)
@@ -464,26 +419,19 @@ class SwitchConnection:
             hint = " (not the primary client: another controller has a higher election id?)"
         elif code == grpc.StatusCode.FAILED_PRECONDITION:
             hint = " (no pipeline on the device? run `mltcp switch push` first)"
+        detail = (f"{code.name}: {e.details()}" if isinstance(e, grpc.RpcError)
+                  and hasattr(e, "details") else str(e).strip())
         return ControlPlaneError(f"{self.name} ({self.grpc_addr}): {what} failed: "
-                                 f"{str(e).strip()}{hint}")
+                                 f"{detail}{hint}")
 
     # --- pipeline -------------------------------------------------------------------------
 
     def _push(self, p4info: p4info_pb2.P4Info, device_config: bytes, _source: str = "") -> None:
-        req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
-            device_id=self.device_id,
-            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
-        req.election_id.high, req.election_id.low = self.election_id
-        req.config.p4info.CopyFrom(p4info)
-        req.config.p4_device_config = device_config
-        try:
-            self.client.stub.SetForwardingPipelineConfig(req)
-        except grpc.RpcError as e:
-            raise P4RuntimeException(e) from None
+        self.client.set_pipeline(p4info, device_config)
         self._attach()
 
     def _attach(self) -> None:
-        E.use_p4info(self.client.get_p4info())
+        self.index = E.index(self.client.get_p4info())
 
     def push_pipeline(self, p4info_path: Path | str = P4INFO_PATH,
                       config_path: Path | str | None = None) -> None:
@@ -521,51 +469,41 @@ class SwitchConnection:
     # answered ALREADY_EXISTS took 26 KB and the answer was lost (RESOURCE_EXHAUSTED)
     _BATCH = 32
 
-    def _write(self, utype: int, msgs: list) -> list[tuple[int, int, str]]:
-        """One WriteRequest of ``utype`` updates; the failed ones as (index, code, message).
-
-        Straight on the stub: p4runtime-shell 0.0.6's error iterator loops forever on a batch
-        whose status details mix OK and errors (it skips an OK without advancing)."""
-        req = p4runtime_pb2.WriteRequest(device_id=self.device_id)
-        req.election_id.high, req.election_id.low = self.election_id
-        for m in msgs:
-            u = req.updates.add(type=utype)
-            u.entity.table_entry.CopyFrom(m)
-        try:
-            self.client.stub.Write(req)
-            return []
-        except grpc.RpcError as e:
-            if e.code() != grpc.StatusCode.UNKNOWN:
-                raise P4RuntimeException(e) from None
-            return _update_errors(e, len(msgs))
-    def _upsert_all(self, tes: list) -> None:
+    def _upsert_all(self, tes: list[p4runtime_pb2.TableEntry]) -> None:
         """Insert-or-modify every entry, in batches (repeating it is safe). Raises
         :class:`_WriteFailed` for updates refused for another reason than ALREADY_EXISTS."""
-        msgs = [te.msg() for te in tes]
         failed: list[tuple[int, str, str]] = []
-        for at in range(0, len(msgs), self._BATCH):
-            chunk = msgs[at:at + self._BATCH]
-            errs = self._write(p4runtime_pb2.Update.INSERT, chunk)
+        for at in range(0, len(tes), self._BATCH):
+            chunk = tes[at:at + self._BATCH]
+            errs = self.client.write(p4runtime_pb2.Update.INSERT, chunk)
             exists = [i for i, code, _ in errs if code == code_pb2.ALREADY_EXISTS]
             failed += [(at + i, code_pb2.Code.Name(code), msg) for i, code, msg in errs
                        if code != code_pb2.ALREADY_EXISTS]
             if exists:
-                errs = self._write(p4runtime_pb2.Update.MODIFY, [chunk[i] for i in exists])
+                errs = self.client.write(p4runtime_pb2.Update.MODIFY, [chunk[i] for i in exists])
                 failed += [(at + exists[i], code_pb2.Code.Name(code), msg)
                            for i, code, msg in errs]
         if failed:
-            raise _WriteFailed(sorted(failed), len(msgs))
+            raise _WriteFailed(sorted(failed), len(tes))
 
-    def _install(self, tes: list, what: str, record: Callable[[int], None]) -> None:
-        """Upsert ``tes`` through :meth:`call`; ``record(i)`` for each one that succeeded."""
+    def _install(self, build: Callable[[E.P4InfoIndex], list], what: str,
+                 record: Callable[[int], None]) -> None:
+        """Upsert the entries ``build(index)`` makes through :meth:`call` (built again after a
+        reconnect, from the P4Info then on the device); ``record(i)`` for each that succeeded."""
+        tes: list = []
+
+        def run() -> None:
+            tes[:] = self._entries(build)
+            self._upsert_all(tes)
         try:
-            self.call(lambda: self._upsert_all(tes), what)
+            self.call(run, what)
         except _WriteFailed as e:
             bad = {i for i, _, _ in e.failed}
             for i in range(len(tes)):
                 if i not in bad:
                     record(i)
-            lines = "; ".join(f"{_describe(tes[i])}: {code} {msg}" for i, code, msg in e.failed[:5])
+            lines = "; ".join(f"{self._describe(tes[i])}: {code} {msg}"
+                              for i, code, msg in e.failed[:5])
             more = f" (and {len(e.failed) - 5} more)" if len(e.failed) > 5 else ""
             err = ControlPlaneError(f"{self.name} ({self.grpc_addr}): {what}: {len(e.failed)} of "
                                     f"{len(tes)} refused: {lines}{more}")
@@ -580,8 +518,8 @@ class SwitchConnection:
         routes = list(routes)
         if not routes:
             return 0
-        tes = [E.route_entry(r) for r in routes]
-        self._install(tes, f"{len(routes)} routes",
+        self._install(lambda idx: [E.route_entry(idx, r) for r in routes],
+                      f"{len(routes)} routes",
                       lambda i: self._routes.__setitem__(routes[i].prefix, routes[i]))
         return len(routes)
 
@@ -589,67 +527,68 @@ class SwitchConnection:
         """MyEgress.ecn_threshold[port] = set_ecn_threshold(threshold) (insert or modify)."""
         check_port(port, "command line", "port")
         check_threshold(threshold, "command line", "threshold")
-        self._install([E.ecn_entry(port, threshold)], f"ECN threshold on port {port}",
+        self._install(lambda idx: [E.ecn_entry(idx, port, threshold)],
+                      f"ECN threshold on port {port}",
                       lambda i: self._ecn.__setitem__(port, threshold))
 
     def clear_ecn_threshold(self, port: int) -> bool:
         """Delete the port's ECN entry (no marking). False if there was none."""
         check_port(port, "command line", "port")
+        what = f"clearing ECN threshold on port {port}"
 
         def delete() -> bool:
-            try:
-                E.ecn_entry(port).delete()
+            te = self._entries(lambda idx: E.ecn_entry(idx, port))
+            errs = self.client.write(p4runtime_pb2.Update.DELETE, [te])
+            if not errs:
                 return True
-            except P4RuntimeWriteException as e:
-                if _write_codes(e) == {code_pb2.NOT_FOUND}:
-                    return False
-                raise
+            (_, code, msg), = errs
+            if code == code_pb2.NOT_FOUND:
+                return False
+            raise ControlPlaneError(f"{self.name} ({self.grpc_addr}): {what} failed: "
+                                    f"{code_pb2.Code.Name(code)} {msg}")
 
-        had = self.call(delete, f"clearing ECN threshold on port {port}")
+        had = self.call(delete, what)
         self._ecn.pop(port, None)
         return had
 
-    def read_table(self, table: str) -> list:
+    def read_table(self, table: str) -> list[p4runtime_pb2.TableEntry]:
         """All entries of a table as p4runtime_pb2.TableEntry messages."""
         def read():
-            with E.silent():
-                return [te.msg() for te in sh.TableEntry(table).read()]
+            ent = self._entries(lambda idx: E.table_read_entity(idx, table))
+            return [m.table_entry for m in self._read_raw(ent)]
         return self.call(read, f"reading {table}")
 
     # --- counters -----------------------------------------------------------------------
 
-    def _read_counters(self) -> CounterSnapshot:
-        with E.silent():
-            return self._read_counters_raw()
+    def _read_raw(self, entity: p4runtime_pb2.Entity):
+        """The entities of one Read RPC (raw protos)."""
+        return list(self.client.read(entity))
 
-    def _read_counters_raw(self) -> CounterSnapshot:
+    def _read_counters(self, registers: bool = True) -> CounterSnapshot:
         snap = CounterSnapshot(self.name, self.grpc_addr, time.time())
-        for m in self._read_raw(E.counter_read_entity(E.C_JOB_TX)):
+        read = self._read_raw
+
+        def entity(kind_fn, name):
+            return self._entries(lambda idx: kind_fn(idx, name))
+        for m in read(entity(E.counter_read_entity, N.C_JOB_TX)):
             s = snap.job(m.counter_entry.index.index)
             s.tx_packets = m.counter_entry.data.packet_count
             s.tx_bytes = m.counter_entry.data.byte_count
-        for m in self._read_raw(E.counter_read_entity(E.C_JOB_ECN_MARKS)):
+        for m in read(entity(E.counter_read_entity, N.C_JOB_ECN_MARKS)):
             snap.job(m.counter_entry.index.index).ecn_marks = m.counter_entry.data.packet_count
-        for m in self._read_raw(E.counter_read_entity(E.C_PARSE_ERRORS)):
+        for m in read(entity(E.counter_read_entity, N.C_PARSE_ERRORS)):
             snap.parse_errors += m.counter_entry.data.packet_count
-        for m in self._read_raw(E.register_read_entity(E.R_JOB_BYTES_RATIO)):
-            raw = m.register_entry.data.bitstring
-            snap.job(m.register_entry.index.index).bytes_ratio_q16 = (
-                int.from_bytes(raw, "big") if raw else 0)
+        if registers:
+            for m in read(entity(E.register_read_entity, N.R_JOB_BYTES_RATIO)):
+                raw = m.register_entry.data.bitstring  # minimal width (b"" for 0) or padded
+                snap.job(m.register_entry.index.index).bytes_ratio_q16 = (
+                    int.from_bytes(raw, "big") if raw else 0)
         return snap
 
-    def _read_raw(self, entity):
-        """Entities of one Read RPC through p4runtime-shell's client (raw protos: the shell's
-        per-entity wrapper objects cost about as much again as the RPC itself)."""
-        try:
-            for rep in self.client.read_one(entity):
-                yield from rep.entities
-        except grpc.RpcError as e:  # raised while iterating, outside the shell's decorator
-            raise P4RuntimeException(e) from None
-
-    def read_counters(self) -> CounterSnapshot:
-        """job_tx (packets, bytes), job_ecn_marks, job_bytes_ratio per job; parse_errors."""
-        return self.call(self._read_counters, "reading counters")
+    def read_counters(self, registers: bool = True) -> CounterSnapshot:
+        """job_tx (packets, bytes), job_ecn_marks, job_bytes_ratio per job; parse_errors.
+        ``registers=False`` leaves job_bytes_ratio out (BMv2's PI does not read registers)."""
+        return self.call(lambda: self._read_counters(registers), "reading counters")
 
 
 def connect(grpc_addr: str = DEFAULT_GRPC, device_id: int = 0,
@@ -659,7 +598,7 @@ def connect(grpc_addr: str = DEFAULT_GRPC, device_id: int = 0,
     """Open a session (waiting up to `timeout` s for the server). Close it, or use `with`."""
     conn = SwitchConnection(grpc_addr, device_id, election_id, name, retry_timeout, tls)
     conn.open(timeout)
-    atexit.register(conn.close)  # p4runtime-shell's stream thread would block interpreter exit
+    atexit.register(conn.close)  # end the stream and channel cleanly at interpreter exit
     return conn
 
 
@@ -730,27 +669,8 @@ def install_topology(topo: Topology, push: bool = False, only: str | None = None
     return out
 
 
-def _describe(te) -> str:
-    """'route 10.0.0.0/24' / 'ECN threshold on port 2' for an entry of the journal."""
-    m = te.msg()
-    name = sh.context.get_name_from_id(m.table_id) if m.table_id else "?"
-    if name == E.T_IPV4_LPM and m.match:
-        v = int.from_bytes(m.match[0].lpm.value, "big")
-        return (f"route {v >> 24 & 255}.{v >> 16 & 255}.{v >> 8 & 255}.{v & 255}/"
-                f"{m.match[0].lpm.prefix_len}")
-    if name == E.T_ECN_THRESHOLD and m.match:
-        return f"ECN threshold on port {int.from_bytes(m.match[0].exact.value, 'big')}"
-    return f"{name} entry"
-
-
 def _match_bytes(te) -> bytes:
     return b"".join(sorted(m.SerializeToString() for m in te.match))
-
-
-def _table_read_entity(table: str) -> p4runtime_pb2.Entity:
-    ent = p4runtime_pb2.Entity()
-    ent.table_entry.table_id = sh.context.get_table_id(table)
-    return ent
 
 
 __all__ = [

@@ -1,91 +1,108 @@
-"""P4Runtime entries for mltcp.p4, built with p4runtime-shell's TableEntry / CounterEntry.
+"""P4Runtime messages for mltcp.p4 (p4.v1 protos), built from a P4Info. No network.
 
-No network: p4runtime-shell resolves names through its global P4Info context, which
-:func:`use_p4info` (offline) or :meth:`SwitchConnection.attach` (from the device) sets.
-Object names are the contract of docs/CONTRACTS.md.
+Names, parameters and widths come from :mod:`mltcp.p4src.names` (the one list the software
+switch and the P4Info generator use too); ids from the P4Info in use, through a
+:class:`~mltcp.p4src.p4info.P4InfoIndex` the caller holds (one per switch connection: no
+global context). Byte strings are canonical (P4Runtime 1.4: shortest form, one zero byte for
+0). Object names are the contract of docs/CONTRACTS.md.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import ipaddress
 
-import p4runtime_sh.shell as sh
 from p4.v1 import p4runtime_pb2
+
+from mltcp.p4src import names as N
+from mltcp.p4src.p4info import P4InfoIndex
 
 from .topology import Route
 
-T_IPV4_LPM = "MyIngress.ipv4_lpm"
-T_ECN_THRESHOLD = "MyEgress.ecn_threshold"
-A_IPV4_FORWARD = "MyIngress.ipv4_forward"
-A_SET_ECN_THRESHOLD = "MyEgress.set_ecn_threshold"
-K_IPV4_DST = "hdr.ipv4.dstAddr"
-K_EGRESS_PORT = "standard_metadata.egress_port"
-C_JOB_TX = "MyIngress.job_tx"
-C_JOB_ECN_MARKS = "MyEgress.job_ecn_marks"
-C_PARSE_ERRORS = "MyIngress.parse_errors"
-R_JOB_BYTES_RATIO = "MyIngress.job_bytes_ratio"
+__all__ = [
+    "P4InfoIndex", "bitstring", "counter_read_entity", "describe", "ecn_entry", "index",
+    "register_read_entity", "route_entry", "table_read_entity",
+]
 
 
-def silent():
-    """Swallow what p4runtime-shell prints while building entries.
-
-    (Its `verbose` option cannot be turned off on its own: in p4runtime-shell 0.0.6 the enum
-    members `verbose` and `canonical_bytestrings` have the same value, so setting verbose=False
-    also switches to padded byte strings. We keep the canonical encoding and redirect stdout.)
-    """
-    return contextlib.redirect_stdout(io.StringIO())
+def index(p4info) -> P4InfoIndex:
+    """The name/id index of a p4info_pb2.P4Info."""
+    return P4InfoIndex.build(p4info)
 
 
-def use_p4info(p4info) -> None:
-    """Point p4runtime-shell's name resolution at `p4info` (a p4info_pb2.P4Info)."""
-    sh.context.set_p4info(p4info)
+def bitstring(value: int, bitwidth: int, what: str) -> bytes:
+    """``value`` as a canonical P4Runtime byte string; ValueError if it does not fit."""
+    if value < 0 or value >> bitwidth:
+        raise ValueError(f"{what}: {value} does not fit bit<{bitwidth}>")
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
 
 
-def route_entry(route: Route) -> sh.TableEntry:
+def _entry(idx: P4InfoIndex, table: str) -> p4runtime_pb2.TableEntry:
+    return p4runtime_pb2.TableEntry(table_id=idx.id("table", table))
+
+
+def _action(idx: P4InfoIndex, te: p4runtime_pb2.TableEntry, action: str,
+            params: dict[str, int]) -> None:
+    act = te.action.action
+    act.action_id = idx.id("action", action)
+    for name, value in params.items():
+        p = idx.param(action, name)
+        act.params.add(param_id=p.id, value=bitstring(value, p.bitwidth, f"{action} {name}"))
+
+
+def route_entry(idx: P4InfoIndex, route: Route) -> p4runtime_pb2.TableEntry:
     """MyIngress.ipv4_lpm: prefix -> ipv4_forward(dstAddr=mac, port)."""
-    with silent():
-        te = sh.TableEntry(T_IPV4_LPM)(action=A_IPV4_FORWARD)
-        te.match[K_IPV4_DST] = route.prefix
-        te.action["dstAddr"] = route.mac
-        te.action["port"] = str(route.port)
+    te = _entry(idx, N.T_IPV4_LPM)
+    net = ipaddress.IPv4Network(route.prefix)
+    mf = idx.match_field(N.T_IPV4_LPM, N.K_IPV4_DST)
+    if net.prefixlen:  # /0 is a wildcard: the field is omitted (P4Runtime)
+        m = te.match.add(field_id=mf.id)
+        m.lpm.value = bitstring(int(net.network_address), mf.bitwidth, N.K_IPV4_DST)
+        m.lpm.prefix_len = net.prefixlen
+    _action(idx, te, N.A_IPV4_FORWARD, {N.P_DST_ADDR: int(route.mac.replace(":", ""), 16),
+                                      N.P_PORT: route.port})
     return te
 
 
-def ecn_entry(port: int, threshold: int | None = None) -> sh.TableEntry:
+def ecn_entry(idx: P4InfoIndex, port: int, threshold: int | None = None
+              ) -> p4runtime_pb2.TableEntry:
     """MyEgress.ecn_threshold: egress port -> set_ecn_threshold(threshold).
 
-    With threshold None the entry has only its key (enough to delete it).
-    """
-    with silent():
-        if threshold is None:
-            te = sh.TableEntry(T_ECN_THRESHOLD)
-        else:
-            te = sh.TableEntry(T_ECN_THRESHOLD)(action=A_SET_ECN_THRESHOLD)
-            te.action["threshold"] = str(threshold)
-        te.match[K_EGRESS_PORT] = str(port)
+    With threshold None the entry has only its key (enough to delete it)."""
+    te = _entry(idx, N.T_ECN_THRESHOLD)
+    mf = idx.match_field(N.T_ECN_THRESHOLD, N.K_EGRESS_PORT)
+    te.match.add(field_id=mf.id).exact.value = bitstring(port, mf.bitwidth, N.K_EGRESS_PORT)
+    if threshold is not None:
+        _action(idx, te, N.A_SET_ECN_THRESHOLD, {N.P_THRESHOLD: threshold})
     return te
 
 
-def counter_entry(name: str) -> sh.CounterEntry:
+def table_read_entity(idx: P4InfoIndex, table: str) -> p4runtime_pb2.Entity:
+    """Wildcard read of every entry of a table."""
+    return p4runtime_pb2.Entity(table_entry=_entry(idx, table))
+
+
+def counter_read_entity(idx: P4InfoIndex, name: str) -> p4runtime_pb2.Entity:
     """Wildcard read of every index of an indirect counter."""
-    with silent():
-        return sh.CounterEntry(name)
-
-
-def counter_read_entity(name: str) -> p4runtime_pb2.Entity:
-    """The shell's wildcard CounterEntry, wrapped in a p4runtime_pb2.Entity for a raw Read."""
     ent = p4runtime_pb2.Entity()
-    ent.counter_entry.CopyFrom(counter_entry(name).msg())
+    ent.counter_entry.counter_id = idx.id("counter", name)
     return ent
 
 
-def register_read_entity(name: str) -> p4runtime_pb2.Entity:
-    """Wildcard read of a register. p4runtime-shell 0.0.6 has no RegisterEntry, so this is a
-    raw p4runtime_pb2 message (the id still comes from the shell's P4Info context)."""
-    reg = next((r for r in sh.context.p4info.registers if r.preamble.name == name), None)
-    if reg is None:
-        raise KeyError(f"register {name!r} not in the P4Info")
+def register_read_entity(idx: P4InfoIndex, name: str) -> p4runtime_pb2.Entity:
+    """Wildcard read of every cell of a register."""
     ent = p4runtime_pb2.Entity()
-    ent.register_entry.register_id = reg.preamble.id
+    ent.register_entry.register_id = idx.id("register", name)
     return ent
+
+
+def describe(idx: P4InfoIndex, te: p4runtime_pb2.TableEntry) -> str:
+    """'route 10.0.0.0/24' / 'ECN threshold on port 2' for an entry of the journal."""
+    name = idx.tables[te.table_id].preamble.name if te.table_id in idx.tables else "?"
+    if name == N.T_IPV4_LPM:
+        if not te.match:
+            return "route 0.0.0.0/0"
+        v = int.from_bytes(te.match[0].lpm.value, "big")
+        return f"route {ipaddress.IPv4Address(v)}/{te.match[0].lpm.prefix_len}"
+    if name == N.T_ECN_THRESHOLD and te.match:
+        return f"ECN threshold on port {int.from_bytes(te.match[0].exact.value, 'big')}"
+    return f"{name} entry"

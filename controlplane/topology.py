@@ -33,12 +33,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PORT_BITS = 9
-THRESHOLD_BITS = 19
+from mltcp.p4src.names import ECN_TABLE_SIZE, JOB_SLOTS, PORT_BITS, ROUTE_TABLE_SIZE, THRESHOLD_BITS
+
 MAX_PORT = (1 << PORT_BITS) - 1
 MAX_THRESHOLD = (1 << THRESHOLD_BITS) - 1
-MAX_ROUTES = 1024      # MyIngress.ipv4_lpm size in p4src/mltcp.p4
-MAX_ECN = 512          # MyEgress.ecn_threshold size (one entry per port)
+MAX_ROUTES = ROUTE_TABLE_SIZE  # MyIngress.ipv4_lpm size in p4src/mltcp.p4
+MAX_ECN = ECN_TABLE_SIZE       # MyEgress.ecn_threshold size (one entry per port)
+MAX_JOB_ID = JOB_SLOTS - 1     # job_tx / job_ecn_marks / job_bytes_ratio index
 MAX_SWITCHES = 1024
 MAX_NAME = 64
 MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
@@ -48,14 +49,16 @@ GRPC_RE = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]{1,253}):(?P<p
 
 
 class TopologyError(ValueError):
-    """A topology file (or a value given on the command line) is invalid.
+    """A topology is invalid or cannot be had here: a topology file or a command-line value
+    (``TopologyError(source, where, problem)``: ``str(err)`` is ``"<file>: <field>: <problem>"``)
+    or the parameters of an emulated network (``TopologyError(message)``, raised by
+    mltcp.emulation.topologies). The one error type of both."""
 
-    ``str(err)`` is ``"<file>: <field>: <problem>"``.
-    """
-
-    def __init__(self, source: str, where: str, problem: str):
+    def __init__(self, source: str, where: str = "", problem: str | None = None):
+        if problem is None:  # TopologyError(message)
+            source, where, problem = "", "", source
         self.source, self.where, self.problem = source, where, problem
-        super().__init__(f"{source}: {where}: {problem}" if where else f"{source}: {problem}")
+        super().__init__(": ".join(x for x in (source, where, problem) if x))
 
 
 @dataclass(frozen=True)

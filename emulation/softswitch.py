@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import subprocess
 import sys
 import zlib
 
@@ -30,7 +29,7 @@ def switch_class():
     """MltcpSwitch, or None when the software switch is not importable."""
     try:
         from mltcp.emulation.switch.mininet_node import mininet_switch_class
-    except Exception:
+    except ImportError:  # its packages (grpcio, p4runtime) missing; other errors are bugs
         return None
     return mininet_switch_class()
 
@@ -107,26 +106,30 @@ def set_host_arp(net, topo: EmuTopo) -> None:
 
 
 def program(net, topo: EmuTopo, timeout_s: float = 120.0) -> None:
-    """After net.start(): push mltcp.p4's pipeline and the tables to every switch (in a child
-    process, so p4runtime-shell's global state and stream threads stay out of this one)."""
+    """After net.start(): push mltcp.p4's pipeline and the tables to every switch, in this
+    process (each switch over its own P4Runtime connection)."""
     for sw in net.switches:
         if not hasattr(sw, "grpc_address"):   # a kernel bridge: nothing to program
             continue
-        spec = json.dumps(switch_tables(net, topo, sw))
-        r = subprocess.run([sys.executable, "-m", "mltcp.emulation.softswitch", spec],
-                           capture_output=True, text=True, timeout=timeout_s)
-        if r.returncode != 0:
-            raise TopologyError(f"programming switch {sw.name} failed: {r.stderr.strip()[-800:]}")
+        program_switch(switch_tables(net, topo, sw), sw.name, timeout_s)
 
 
-def _program_one(spec: dict) -> None:
-    from mltcp.controlplane.client import connect
+def program_switch(spec: dict, name: str | None = None, timeout_s: float = 120.0) -> None:
+    """Push the pipeline and install ``spec``'s routes and ECN thresholds (the dict
+    :func:`switch_tables` makes); :class:`TopologyError` naming the switch if that fails."""
+    # here, not at the top: the control plane's packages are only needed in link mode `switch`
+    from mltcp.controlplane.client import ControlPlaneError, connect
     from mltcp.controlplane.topology import Route
-    with connect(spec["grpc"], device_id=spec["device_id"]) as sw:
-        sw.push_pipeline()
-        sw.install_routes([Route(p, int(port), mac) for p, port, mac in spec["routes"]])
-        for port, k in spec["ecn"]:
-            sw.set_ecn_threshold(int(port), int(k))
+    name = name or spec["grpc"]
+    try:
+        with connect(spec["grpc"], device_id=spec["device_id"], name=name, timeout=timeout_s,
+                     retry_timeout=timeout_s) as conn:
+            conn.push_pipeline()
+            conn.install_routes([Route(p, int(port), mac) for p, port, mac in spec["routes"]])
+            for port, k in spec["ecn"]:
+                conn.set_ecn_threshold(int(port), int(k))
+    except ControlPlaneError as e:
+        raise TopologyError(f"programming switch {name} failed: {e}") from e
 
 
 def port_stats_from_log(path: str) -> dict[int, dict]:
@@ -160,5 +163,5 @@ def collect_stats(switches, bottleneck_ports: dict[str, set[int]]) -> tuple[int,
     return drops, marks
 
 
-if __name__ == "__main__":  # python -m mltcp.emulation.softswitch '<json spec>'
-    _program_one(json.loads(sys.argv[1]))
+if __name__ == "__main__":  # python -m mltcp.emulation.softswitch '<json spec>' (bench_switch)
+    program_switch(json.loads(sys.argv[1]))

@@ -38,11 +38,11 @@ from mininet.node import Switch
 from mininet.nodelib import LinuxBridge
 from mininet.topo import Topo
 
+# bad topology parameters or a link feature this machine cannot provide: the same error type
+# as a bad topology file of the control plane
+from mltcp.controlplane.topology import TopologyError
+
 LINK_MODES = ("auto", "htb", "linux-tc", "switch", "bmv2")
-
-
-class TopologyError(ValueError):
-    """Bad topology parameters or a link feature this machine cannot provide."""
 
 
 @dataclass(frozen=True)
@@ -388,9 +388,11 @@ def switch_class_for(mode: str, log_dir=None, pcap: bool = False):
 
 
 def _controlplane_available() -> bool:
+    """The control plane's client imports (its gRPC/protobuf packages are there); any other
+    error while importing it is a bug and is raised."""
     try:
         import mltcp.controlplane.client  # noqa: F401
-    except Exception:
+    except ImportError:
         return False
     return True
 

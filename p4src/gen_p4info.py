@@ -1,8 +1,9 @@
 """Write p4src/mltcp.p4info.txtpb: the P4Info that p4c would emit for p4src/mltcp.p4.
 
-p4c and BMv2 are not installable on the build machines, so the P4Info is generated here from a
-description of mltcp.p4's control-plane objects (tests/test_p4info.py checks the description
-against the P4 source, and against p4c's own output wherever p4c is on PATH).
+p4c and BMv2 are not installable on the build machines, so the P4Info is generated here from
+the description of mltcp.p4's control-plane objects in :mod:`mltcp.p4src.names` (the one list
+the control plane and the software switch use too; tests/test_p4info.py checks it against the
+P4 source, and against p4c's own output wherever p4c is on PATH).
 
 Ids follow p4c's scheme (control-plane/p4RuntimeSymbolTable.cpp): without an @id annotation an
 object's id is ``(resource type prefix << 24) | (jenkins_one_at_a_time(fully qualified name) &
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
+
+from .names import MLTCP_V1MODEL, Program
 
 HERE = Path(__file__).resolve().parent
 P4INFO_PATH = HERE / "mltcp.p4info.txtpb"
@@ -76,76 +78,6 @@ def shortest_unique_suffix(name: str, all_names: set[str]) -> str:
         if not any(len(o) >= k and o[-k:] == suffix for o in others):
             return ".".join(suffix)
     return name
-
-
-# ---------------------------------------------------------------------------------------------
-# mltcp.p4's control-plane objects (names are a contract: docs/CONTRACTS.md)
-
-MAX_JOBS = 1024
-
-
-@dataclass(frozen=True)
-class Action:
-    name: str
-    params: tuple[tuple[str, int], ...] = ()
-    annotations: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str
-    keys: tuple[tuple[str, int, str], ...]  # (field name, bitwidth, match type)
-    actions: tuple[str, ...]
-    size: int
-
-
-@dataclass(frozen=True)
-class Counter:
-    name: str
-    unit: str  # PACKETS | BYTES | BOTH
-    size: int
-
-
-@dataclass(frozen=True)
-class Register:
-    name: str
-    bitwidth: int
-    size: int
-
-
-@dataclass
-class Program:
-    arch: str
-    tables: list[Table] = field(default_factory=list)
-    actions: list[Action] = field(default_factory=list)
-    counters: list[Counter] = field(default_factory=list)
-    registers: list[Register] = field(default_factory=list)
-
-
-MLTCP_V1MODEL = Program(
-    arch="v1model",
-    tables=[
-        Table("MyIngress.ipv4_lpm", (("hdr.ipv4.dstAddr", 32, "LPM"),),
-              ("MyIngress.ipv4_forward", "MyIngress.drop", "NoAction"), 1024),
-        Table("MyEgress.ecn_threshold", (("standard_metadata.egress_port", 9, "EXACT"),),
-              ("MyEgress.set_ecn_threshold", "NoAction"), 512),
-    ],
-    actions=[
-        # core.p4 of current p4c declares NoAction with @noWarn("unused").
-        Action("NoAction", annotations=('@noWarn("unused")',)),
-        Action("MyIngress.drop"),
-        Action("MyIngress.ipv4_forward", (("dstAddr", 48), ("port", 9))),
-        Action("MyEgress.set_ecn_threshold", (("threshold", 19),)),
-    ],
-    counters=[
-        Counter("MyIngress.job_tx", "BOTH", MAX_JOBS),
-        Counter("MyIngress.parse_errors", "PACKETS", 1),
-        Counter("MyEgress.job_ecn_marks", "PACKETS", MAX_JOBS),
-    ],
-    registers=[
-        Register("MyIngress.job_bytes_ratio", 16, MAX_JOBS),
-    ],
-)
 
 
 def build_p4info(prog: Program = MLTCP_V1MODEL) -> p4info_pb2.P4Info:

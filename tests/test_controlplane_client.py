@@ -20,6 +20,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from typer.testing import CliRunner
 
 from mltcp.controlplane import entries as E
+from mltcp.p4src import names as N
 from mltcp.controlplane.cli import app
 from mltcp.controlplane.client import ControlPlaneError, connect, install_topology
 from mltcp.controlplane.topology import Route, parse_topology
@@ -226,7 +227,7 @@ def test_push_sends_p4info_and_config(server, conn, tmp_path):
     conn.push_pipeline(P4INFO_PATH, cfg)
     t = server.target
     assert t.pushes == 1 and t.device_config == b'{"fake": "bmv2 json"}'
-    assert {x.preamble.name for x in t.p4info.tables} == {E.T_IPV4_LPM, E.T_ECN_THRESHOLD}
+    assert {x.preamble.name for x in t.p4info.tables} == {N.T_IPV4_LPM, N.T_ECN_THRESHOLD}
 
 
 def test_push_without_config_sends_empty(server, conn):
@@ -246,22 +247,22 @@ def test_install_routes_is_idempotent(server, conn):
     assert conn.install_routes(routes) == 2
     # second time: ALREADY_EXISTS -> modify, new next hop
     assert conn.install_routes([Route("10.0.1.0/24", 5, "00:00:00:00:00:05")]) == 1
-    ents = server.target.entries(E.T_IPV4_LPM)
+    ents = server.target.entries(N.T_IPV4_LPM)
     assert len(ents) == 2
     by_len = {e.match[0].lpm.prefix_len: e for e in ents}
     port = by_len[24].action.action.params[1].value
     assert int.from_bytes(port, "big") == 5
-    assert len(conn.read_table(E.T_IPV4_LPM)) == 2
+    assert len(conn.read_table(N.T_IPV4_LPM)) == 2
 
 
 def test_ecn_threshold_set_modify_clear(server, conn):
     conn.push_pipeline()
     conn.set_ecn_threshold(3, 10)
     conn.set_ecn_threshold(3, 40)
-    (e,) = server.target.entries(E.T_ECN_THRESHOLD)
+    (e,) = server.target.entries(N.T_ECN_THRESHOLD)
     assert int.from_bytes(e.action.action.params[0].value, "big") == 40
     assert conn.clear_ecn_threshold(3) is True
-    assert server.target.entries(E.T_ECN_THRESHOLD) == []
+    assert server.target.entries(N.T_ECN_THRESHOLD) == []
     assert conn.clear_ecn_threshold(3) is False
 
 
@@ -271,16 +272,16 @@ def test_ecn_threshold_bounds_checked_before_sending(server, conn):
         conn.set_ecn_threshold(1, 2**19)
     with pytest.raises(ValueError, match="port"):
         conn.set_ecn_threshold(512, 1)
-    assert server.target.entries(E.T_ECN_THRESHOLD) == []
+    assert server.target.entries(N.T_ECN_THRESHOLD) == []
 
 
 def test_read_counters(server, conn):
     conn.push_pipeline()
     t = server.target
-    t.counters[t.obj_id(E.C_JOB_TX)] = {1: (100, 150_000), 7: (3, 300)}
-    t.counters[t.obj_id(E.C_JOB_ECN_MARKS)] = {1: (25, 0)}
-    t.counters[t.obj_id(E.C_PARSE_ERRORS)] = {0: (6, 0)}
-    t.registers[t.obj_id(E.R_JOB_BYTES_RATIO)] = {1: 0xFFFF, 7: 0x8000}
+    t.counters[t.obj_id(N.C_JOB_TX)] = {1: (100, 150_000), 7: (3, 300)}
+    t.counters[t.obj_id(N.C_JOB_ECN_MARKS)] = {1: (25, 0)}
+    t.counters[t.obj_id(N.C_PARSE_ERRORS)] = {0: (6, 0)}
+    t.registers[t.obj_id(N.R_JOB_BYTES_RATIO)] = {1: 0xFFFF, 7: 0x8000}
     snap = conn.read_counters()
     assert snap.parse_errors == 6
     assert [j.job_id for j in snap.active_jobs()] == [1, 7]
@@ -308,7 +309,7 @@ def test_reconnects_and_repushes_after_restart(server, conn):
         timer.join()
     assert conn.reconnects >= 1
     assert server.target.pushes == 1         # the new server got our pipeline again
-    (e,) = server.target.entries(E.T_ECN_THRESHOLD)
+    (e,) = server.target.entries(N.T_ECN_THRESHOLD)
     assert int.from_bytes(e.action.action.params[0].value, "big") == 30
 
 
@@ -353,8 +354,8 @@ def test_install_topology(server):
     (summary,) = install_topology(topo, push=True)
     assert summary == {"switch": "s9", "grpc": server.addr, "pushed": True, "routes": 1,
                        "ecn_thresholds": 1}
-    assert len(server.target.entries(E.T_IPV4_LPM)) == 1
-    assert len(server.target.entries(E.T_ECN_THRESHOLD)) == 1
+    assert len(server.target.entries(N.T_IPV4_LPM)) == 1
+    assert len(server.target.entries(N.T_ECN_THRESHOLD)) == 1
 
 
 # --- CLI against the fake ------------------------------------------------------------------
@@ -382,7 +383,7 @@ grpc = "{server.addr}"
                               "--threshold", "12"])
     assert res.exit_code == 0, res.output
     t = server.target
-    t.counters[t.obj_id(E.C_JOB_TX)] = {4: (10, 1000)}
+    t.counters[t.obj_id(N.C_JOB_TX)] = {4: (10, 1000)}
     res = runner.invoke(app, ["counters", "--grpc", server.addr, "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
@@ -488,8 +489,8 @@ def test_held_connection_restores_its_entries_after_a_restart(server, conn):
     snap = conn.read_counters()               # any operation: reconnect, re-push, replay
     assert snap.parse_errors == 0 and conn.reconnects >= 1
     assert server.target.pushes == 1
-    assert len(server.target.entries(E.T_IPV4_LPM)) == 40
-    (e,) = server.target.entries(E.T_ECN_THRESHOLD)
+    assert len(server.target.entries(N.T_IPV4_LPM)) == 40
+    (e,) = server.target.entries(N.T_ECN_THRESHOLD)
     assert int.from_bytes(e.action.action.params[0].value, "big") == 10
     assert conn.verify() == []
 
@@ -501,13 +502,13 @@ def test_reconnect_without_restart_does_not_wipe_the_switch(server, conn):
     conn.install_routes([Route("10.2.0.0/24", 1, "00:00:00:00:00:01")])
     with connect(server.addr, election_id=(0, 3), timeout=5) as other:  # a reader
         other.attach()
-    server.target.tables[(server.target.obj_id(E.T_IPV4_LPM), b"someone else's")] = \
-        p4runtime_pb2.TableEntry(table_id=server.target.obj_id(E.T_IPV4_LPM))
+    server.target.tables[(server.target.obj_id(N.T_IPV4_LPM), b"someone else's")] = \
+        p4runtime_pb2.TableEntry(table_id=server.target.obj_id(N.T_IPV4_LPM))
     conn.client.stream_out_q.put(None)        # end our stream; the server keeps its state
     conn.client.stream_recv_thread.join(5)
-    assert conn.read_table(E.T_IPV4_LPM)
+    assert conn.read_table(N.T_IPV4_LPM)
     assert conn.reconnects == 1 and server.target.pushes == 1
-    assert len(server.target.entries(E.T_IPV4_LPM)) == 2
+    assert len(server.target.entries(N.T_IPV4_LPM)) == 2
 
 
 class RefusingTarget(FakeTarget):
@@ -590,7 +591,7 @@ def test_refused_routes_are_named_and_the_rest_installed(server, conn):
         conn.install_routes(routes)
     assert "1 of 3 refused" in str(e.value) and "route 10.5.0.0/16" in str(e.value)
     assert "INVALID_ARGUMENT" in str(e.value) and e.value.installed == 2
-    assert len(t.entries(E.T_IPV4_LPM)) == 2
+    assert len(t.entries(N.T_IPV4_LPM)) == 2
     assert conn.verify() == []  # the journal holds the two that went in
 
 
@@ -618,7 +619,7 @@ def test_multi_switch_install_says_which_switch_failed_and_what_was_left(tmp_pat
         assert err.partial["routes"] == 0 and err.partial["routes_total"] == 1
         assert "switch s2 failed" in str(err) and "configured: s1" in str(err)
         assert "not attempted: s3" in str(err)
-        assert len(a.target.entries(E.T_IPV4_LPM)) == 1 and c.target.p4info is None
+        assert len(a.target.entries(N.T_IPV4_LPM)) == 1 and c.target.p4info is None
         # the CLI says the same, on one line, exit 1; --json names the parts too
         f = tmp_path / "t.toml"
         f.write_text("\n".join(
@@ -662,3 +663,38 @@ def test_reinstalling_hundreds_of_routes_on_the_software_target():
         assert target.pipeline.lpm.lookup(0x0A010203).port == 5
     finally:
         srv.stop(0)
+
+
+def test_connections_to_two_switches_at_once_keep_their_own_session_and_p4info(tmp_path):
+    """Each connection owns its channel, stream and P4Info index: two switches programmed
+    alternately from one process, one of them with a P4Info whose ids differ, each gets its
+    own entries; closing one leaves the other working."""
+    from google.protobuf import text_format
+    from mltcp.p4src import load_p4info
+
+    other = load_p4info()
+    for t in other.tables:  # same names, other ids: entries must use each device's own ids
+        t.preamble.id += 7
+    other_path = tmp_path / "other.txtpb"
+    other_path.write_text(text_format.MessageToString(other))
+    a, b = Server().start(), Server().start()
+    try:
+        ca = connect(a.addr, name="a", timeout=5)
+        cb = connect(b.addr, name="b", timeout=5)
+        ca.push_pipeline()
+        cb.push_pipeline(other_path)
+        for k in range(3):
+            ca.install_routes([Route(f"10.1.{k}.0/24", 1, "00:00:00:00:00:01")])
+            cb.install_routes([Route(f"10.2.{k}.0/24", 2, "00:00:00:00:00:02")])
+        assert {ca.client.stream_alive, cb.client.stream_alive} == {True}
+        assert ca.client.channel is not cb.client.channel
+        ta, tb = a.target.entries(N.T_IPV4_LPM), b.target.entries(N.T_IPV4_LPM)
+        assert len(ta) == 3 and len(tb) == 3
+        assert tb[0].table_id == ta[0].table_id + 7
+        ca.close()
+        cb.set_ecn_threshold(2, 5)
+        assert cb.verify() == []
+        cb.close()
+    finally:
+        a.stop()
+        b.stop()

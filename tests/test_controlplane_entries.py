@@ -1,4 +1,4 @@
-"""Entry construction (p4runtime-shell, no target), counter rendering, backoff."""
+"""Entry construction (p4.v1 messages from the P4Info, no target), counter rendering, backoff."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from mltcp.controlplane import entries as E
+from mltcp.p4src import names as N
 from mltcp.controlplane.client import Backoff, grpc_code, reader_election_id
 from mltcp.controlplane.counters import CounterSnapshot, JobStats, to_json, to_table
 from mltcp.controlplane.topology import Route
@@ -18,9 +19,12 @@ from mltcp.p4src import load_p4info
 
 @pytest.fixture(scope="module")
 def p4info():
-    info = load_p4info()
-    E.use_p4info(info)
-    return info
+    return load_p4info()
+
+
+@pytest.fixture(scope="module")
+def idx(p4info):
+    return E.index(p4info)
 
 
 def _ids(p4info):
@@ -31,17 +35,17 @@ def _ids(p4info):
     return out
 
 
-def test_route_entry(p4info, capsys):
-    te = E.route_entry(Route("10.1.2.0/24", 300, "02:00:00:00:0a:0b")).msg()
-    assert capsys.readouterr().out == ""           # p4runtime-shell's echo is swallowed
+def test_route_entry(p4info, idx, capsys):
+    te = E.route_entry(idx, Route("10.1.2.0/24", 300, "02:00:00:00:0a:0b"))
+    assert capsys.readouterr().out == ""           # nothing printed while building
     ids = _ids(p4info)
-    assert te.table_id == ids[E.T_IPV4_LPM]
+    assert te.table_id == ids[N.T_IPV4_LPM]
     (mf,) = te.match
     assert mf.field_id == 1
     assert ipaddress.IPv4Address(mf.lpm.value.rjust(4, b"\0")) == ipaddress.IPv4Address("10.1.2.0")
     assert mf.lpm.prefix_len == 24
     act = te.action.action
-    assert act.action_id == ids[E.A_IPV4_FORWARD]
+    assert act.action_id == ids[N.A_IPV4_FORWARD]
     params = {p.param_id: p.value for p in act.params}
     # canonical byte strings (P4Runtime 1.4): no leading zero bytes
     assert params[1] == bytes.fromhex("020000000a0b")
@@ -49,43 +53,73 @@ def test_route_entry(p4info, capsys):
     assert params[2] == (300).to_bytes(2, "big")
 
 
-def test_canonical_bytestrings_stay_on(p4info):
-    te = E.route_entry(Route("10.0.0.3/32", 3, "00:00:00:00:00:03")).msg()
+def test_canonical_bytestrings_stay_on(idx):
+    te = E.route_entry(idx, Route("10.0.0.3/32", 3, "00:00:00:00:00:03"))
     params = {p.param_id: p.value for p in te.action.action.params}
     assert params == {1: b"\x03", 2: b"\x03"}
 
 
-def test_ecn_entry(p4info):
+def test_ecn_entry(p4info, idx):
     ids = _ids(p4info)
-    te = E.ecn_entry(7, 2**19 - 1).msg()
-    assert te.table_id == ids[E.T_ECN_THRESHOLD]
+    te = E.ecn_entry(idx, 7, 2**19 - 1)
+    assert te.table_id == ids[N.T_ECN_THRESHOLD]
     assert te.match[0].exact.value == b"\x07"
-    assert te.action.action.action_id == ids[E.A_SET_ECN_THRESHOLD]
+    assert te.action.action.action_id == ids[N.A_SET_ECN_THRESHOLD]
     assert int.from_bytes(te.action.action.params[0].value, "big") == 2**19 - 1
 
 
-def test_ecn_delete_entry_has_only_the_key(p4info):
-    te = E.ecn_entry(5).msg()
+def test_ecn_delete_entry_has_only_the_key(idx):
+    te = E.ecn_entry(idx, 5)
     assert te.match[0].exact.value == b"\x05"
     assert not te.HasField("action")
 
 
-def test_counter_and_register_reads_are_wildcards(p4info):
+def test_counter_and_register_reads_are_wildcards(p4info, idx):
     ids = _ids(p4info)
-    ce = E.counter_entry(E.C_JOB_TX).msg()
-    assert ce.counter_id == ids[E.C_JOB_TX] and not ce.HasField("index")
-    ent = E.register_read_entity(E.R_JOB_BYTES_RATIO)
-    assert ent.register_entry.register_id == ids[E.R_JOB_BYTES_RATIO]
+    ce = E.counter_read_entity(idx, N.C_JOB_TX).counter_entry
+    assert ce.counter_id == ids[N.C_JOB_TX] and not ce.HasField("index")
+    ent = E.register_read_entity(idx, N.R_JOB_BYTES_RATIO)
+    assert ent.register_entry.register_id == ids[N.R_JOB_BYTES_RATIO]
     assert not ent.register_entry.HasField("index")
     with pytest.raises(KeyError):
-        E.register_read_entity("MyIngress.nope")
+        E.register_read_entity(idx, "MyIngress.nope")
 
 
-def test_unknown_table_is_rejected(p4info):
+def test_unknown_table_is_rejected(idx):
+    with pytest.raises(KeyError, match="not_a_table"):
+        E.table_read_entity(idx, "MyIngress.not_a_table")
+
+
+def test_values_wider_than_the_p4info_are_refused(idx):
+    with pytest.raises(ValueError, match="bit<9>"):
+        E.ecn_entry(idx, 512, 1)
+    with pytest.raises(ValueError, match="bit<19>"):
+        E.ecn_entry(idx, 1, 2**19)
+
+
+def test_entries_match_what_p4runtime_shell_builds(p4info, idx):
+    """The same TableEntry messages as p4runtime-shell's (which the REPL and ptf use)."""
+    import contextlib
+    import io
+
     import p4runtime_sh.shell as sh
-    with pytest.raises(Exception):
-        with E.silent():
-            sh.TableEntry("MyIngress.not_a_table")
+    sh.context.set_p4info(p4info)
+    with contextlib.redirect_stdout(io.StringIO()):
+        ref = sh.TableEntry(N.T_IPV4_LPM)(action="MyIngress.ipv4_forward")
+        ref.match["hdr.ipv4.dstAddr"] = "10.1.2.0/24"
+        ref.action["dstAddr"] = "02:00:00:00:0a:0b"
+        ref.action["port"] = "300"
+        ecn = sh.TableEntry(N.T_ECN_THRESHOLD)(action="MyEgress.set_ecn_threshold")
+        ecn.match["standard_metadata.egress_port"] = "7"
+        ecn.action["threshold"] = "0"
+    assert E.route_entry(idx, Route("10.1.2.0/24", 300, "02:00:00:00:0a:0b")) == ref.msg()
+    assert E.ecn_entry(idx, 7, 0) == ecn.msg()
+
+
+def test_describe(idx):
+    assert E.describe(idx, E.route_entry(idx, Route("10.5.0.0/16", 1, "00:00:00:00:00:01"))) \
+        == "route 10.5.0.0/16"
+    assert E.describe(idx, E.ecn_entry(idx, 4, 9)) == "ECN threshold on port 4"
 
 
 def _snap():

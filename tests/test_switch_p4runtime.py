@@ -19,7 +19,7 @@ from p4.v1 import p4runtime_pb2 as pb
 from p4.v1 import p4runtime_pb2_grpc
 
 from mltcp.emulation.switch import pipeline as pl
-from mltcp.emulation.switch.p4info import missing_objects
+from mltcp.p4src.p4info import missing_objects
 from mltcp.emulation.switch.p4runtime_server import P4RuntimeTarget, serve
 from mltcp.emulation.switch.runtime import free_tcp_port
 

@@ -1,7 +1,9 @@
 """P4Runtime server (grpcio, p4runtime 1.4 protos) in front of the pipeline model.
 
 Object ids come from the P4Info the controller pushes (looked up by name); the model itself only
-knows names. Anything the target cannot honour gets a gRPC status, never silence: the Write RPC
+knows names. The server is generic over the P4Info: it checks entries against it (ids, widths,
+match kinds, action refs) and drives the tables the pipeline model offers by P4 name
+(``Pipeline.tables``: what an action means and what a table does is the pipeline's business). Anything the target cannot honour gets a gRPC status, never silence: the Write RPC
 reports per-update errors the P4Runtime way (status UNKNOWN with one ``p4.v1.Error`` per update
 in ``grpc-status-details-bin``), the other RPCs use the canonical code directly.
 
@@ -46,8 +48,9 @@ from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from mltcp.p4src.p4info import P4InfoIndex, missing_objects
+
 from . import pipeline as pl
-from .p4info import P4InfoIndex, missing_objects
 
 log = logging.getLogger("mltcp.switch.p4rt")
 
@@ -55,6 +58,7 @@ SetAction = p4runtime_pb2.SetForwardingPipelineConfigRequest
 GetType = p4runtime_pb2.GetForwardingPipelineConfigRequest
 Update = p4runtime_pb2.Update
 Unit = p4info_pb2.CounterSpec.Unit
+MatchType = p4info_pb2.MatchField.MatchType
 
 _GRPC_TO_CODE = {s: s.value[0] for s in grpc.StatusCode}
 
@@ -136,10 +140,13 @@ class _Device:
     index: P4InfoIndex
     pipeline: pl.Pipeline
     # table name -> canonical key -> TableEntry as stored (canonical bytestrings)
-    entries: dict[str, dict[tuple, p4runtime_pb2.TableEntry]] = field(
-        default_factory=lambda: {pl.T_IPV4_LPM: {}, pl.T_ECN_THRESHOLD: {}})
-    defaults: dict[str, p4runtime_pb2.TableEntry | None] = field(
-        default_factory=lambda: {pl.T_IPV4_LPM: None, pl.T_ECN_THRESHOLD: None})
+    entries: dict[str, dict[tuple, p4runtime_pb2.TableEntry]] = field(default_factory=dict)
+    defaults: dict[str, p4runtime_pb2.TableEntry | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.pipeline.tables:
+            self.entries.setdefault(name, {})
+            self.defaults.setdefault(name, None)
 
     # ---------------------------------------------------------------- write
     def apply_update(self, u: p4runtime_pb2.Update) -> None:
@@ -179,29 +186,40 @@ class _Device:
                 raise _err(grpc.StatusCode.INVALID_ARGUMENT,
                            f"table {tname}: match field {mf.name} given twice")
             seen[mf.name] = (mf, fm)
-        if tname == pl.T_IPV4_LPM:
-            if pl.K_IPV4_DST not in seen:
-                return (0, 0)  # omitted LPM field = wildcard /0
-            mf, fm = seen[pl.K_IPV4_DST]
-            if fm.WhichOneof("field_match_type") != "lpm":
-                raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{mf.name}: expected an lpm match")
-            plen = fm.lpm.prefix_len
-            if not 1 <= plen <= 32:
-                raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                           f"{mf.name}: prefix_len {plen} not in 1..32 (omit the field for /0)")
-            v = _to_int(fm.lpm.value, 32, mf.name)
-            try:
-                return self.pipeline.lpm.key(v, plen)
-            except ValueError as ex:
-                raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{mf.name}: {ex}") from None
-        # ecn_threshold
-        if pl.K_EGRESS_PORT not in seen:
-            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                       f"table {tname}: exact match on {pl.K_EGRESS_PORT} is required")
-        mf, fm = seen[pl.K_EGRESS_PORT]
-        if fm.WhichOneof("field_match_type") != "exact":
-            raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{mf.name}: expected an exact match")
-        return (_to_int(fm.exact.value, mf.bitwidth, mf.name),)
+        key: list = []
+        for mf in t.match_fields:  # one item per field, in P4Info order (TableModel.key)
+            kind = mf.match_type
+            if kind == MatchType.LPM:
+                if mf.name not in seen:
+                    key.append((0, 0))  # omitted LPM field = wildcard /0
+                    continue
+                fm = seen[mf.name][1]
+                if fm.WhichOneof("field_match_type") != "lpm":
+                    raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{mf.name}: expected an lpm match")
+                plen = fm.lpm.prefix_len
+                if not 1 <= plen <= mf.bitwidth:
+                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"{mf.name}: prefix_len {plen} not in 1..{mf.bitwidth} (omit the "
+                               "field for /0)")
+                v = _to_int(fm.lpm.value, mf.bitwidth, mf.name)
+                if v & ((1 << (mf.bitwidth - plen)) - 1):
+                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"{mf.name}: prefix {v:#0{2 + (mf.bitwidth + 3) // 4}x}/{plen} has "
+                               "bits set beyond the prefix length")
+                key.append((v, plen))
+            elif kind == MatchType.EXACT:
+                if mf.name not in seen:
+                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"table {tname}: exact match on {mf.name} is required")
+                fm = seen[mf.name][1]
+                if fm.WhichOneof("field_match_type") != "exact":
+                    raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{mf.name}: expected an exact match")
+                key.append((_to_int(fm.exact.value, mf.bitwidth, mf.name),))
+            else:
+                raise _err(grpc.StatusCode.UNIMPLEMENTED,
+                           f"table {tname}: {MatchType.Name(kind)} match on {mf.name} is not "
+                           "supported")
+        return tuple(x for item in key for x in item)
 
     def _action(self, tname: str, t: p4info_pb2.Table, e: p4runtime_pb2.TableEntry):
         which = e.action.WhichOneof("type")
@@ -229,19 +247,10 @@ class _Device:
         absent = [p.name for p in a.params if p.name not in values]
         if absent:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"action {aname}: missing params {absent}")
-        if tname == pl.T_IPV4_LPM:
-            if aname == pl.A_IPV4_FORWARD:
-                return pl.Forward(values["dstAddr"].to_bytes(6, "big"), values["port"])
-            if aname == pl.A_DROP:
-                return None
-            if aname == pl.A_NOACTION:
-                return pl.Forward(None, 0)  # v1model: egress_spec stays 0, no rewrite
-        else:
-            if aname == pl.A_SET_ECN_THRESHOLD:
-                return values["threshold"]
-            if aname == pl.A_NOACTION:
-                return None
-        raise _err(grpc.StatusCode.UNIMPLEMENTED, f"action {aname} is not implemented by this target")
+        try:
+            return self.pipeline.tables[tname].value(aname, values)
+        except pl.UnsupportedAction as ex:
+            raise _err(grpc.StatusCode.UNIMPLEMENTED, str(ex)) from None
 
     @staticmethod
     def _stored(e: p4runtime_pb2.TableEntry) -> p4runtime_pb2.TableEntry:
@@ -289,10 +298,7 @@ class _Device:
             else:
                 value = self._action(tname, t, e)
                 self.defaults[tname] = self._stored(e)
-            if tname == pl.T_IPV4_LPM:
-                self.pipeline.lpm.default = value
-            else:
-                self.pipeline.ecn_default = value
+            self.pipeline.tables[tname].set_default(value)
             return
         key = self._match_key(tname, t, e)
         store = self.entries[tname]
@@ -302,20 +308,14 @@ class _Device:
             raise _err(grpc.StatusCode.NOT_FOUND, f"table {tname}: no entry {key}")
         if utype == Update.DELETE:
             del store[key]
-            if tname == pl.T_IPV4_LPM:
-                self.pipeline.lpm.remove(*key)
-            else:
-                self.pipeline.ecn_thresholds.pop(key[0], None)
+            self.pipeline.tables[tname].delete(key)
             return
         value = self._action(tname, t, e)
         if utype == Update.INSERT and t.size and len(store) >= t.size:
             raise _err(grpc.StatusCode.RESOURCE_EXHAUSTED,
                        f"table {tname} is full ({t.size} entries)")
         store[key] = self._stored(e)
-        if tname == pl.T_IPV4_LPM:
-            self.pipeline.lpm.set(key[0], key[1], value)
-        else:
-            self.pipeline.ecn_thresholds[key[0]] = value
+        self.pipeline.tables[tname].put(key, value)
 
     # -- counters and registers
     def _counter(self, counter_id: int) -> tuple[str, p4info_pb2.Counter]:
@@ -353,7 +353,7 @@ class _Device:
         arr.set(self._index(name, arr.size, ce), ce.data.packet_count, ce.data.byte_count)
 
     def _write_register(self, utype: int, re_: p4runtime_pb2.RegisterEntry) -> None:
-        name, _ = self._register(re_.register_id)
+        name, r = self._register(re_.register_id)
         if utype != Update.MODIFY:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"register {name}: only MODIFY is allowed")
         reg = self.pipeline.registers[name]
@@ -362,7 +362,7 @@ class _Device:
         i = self._index(name, len(reg), re_)
         if re_.data.WhichOneof("data") != "bitstring":
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"register {name}: data must be a bitstring")
-        reg[i] = _to_int(re_.data.bitstring, pl.REGISTER_BITWIDTHS[name], name)
+        reg[i] = _to_int(re_.data.bitstring, r.type_spec.bitstring.bit.bitwidth, name)
 
     # ---------------------------------------------------------------- read
     def read_entity(self, ent: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
@@ -380,7 +380,7 @@ class _Device:
         if e is not None:
             return e
         e = p4runtime_pb2.TableEntry(table_id=self.index.id("table", tname), is_default_action=True)
-        aname = pl.A_DROP if tname == pl.T_IPV4_LPM else pl.A_NOACTION
+        aname = self.pipeline.tables[tname].default_action
         if f"action:{aname}" in self.index.ids:
             e.action.action.action_id = self.index.id("action", aname)
         return e

@@ -26,6 +26,26 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+# P4 object names, widths and sizes: one list for the control plane, this model and the
+# P4Info generator (mltcp.p4src.names; docs/CONTRACTS.md).
+from mltcp.p4src.names import (
+    A_DROP,
+    A_IPV4_FORWARD,
+    A_NOACTION,
+    A_SET_ECN_THRESHOLD,
+    C_JOB_ECN_MARKS,
+    C_JOB_TX,
+    C_PARSE_ERRORS,
+    JOB_SLOTS,
+    MLTCP_V1MODEL,
+    P_DST_ADDR,
+    P_PORT,
+    P_THRESHOLD,
+    R_JOB_BYTES_RATIO,
+    T_ECN_THRESHOLD,
+    T_IPV4_LPM,
+)
+
 ETH_LEN = 14
 ETHERTYPE_IPV4 = 0x0800
 IPV4_MIN_LEN = 20
@@ -37,27 +57,9 @@ MLTCP_VERSION = 1
 PROTO_TCP = 6
 PROTO_UDP = 17
 
-JOB_SLOTS = 1024
-PORT_BITS = 9
-THRESHOLD_BITS = 19
-
-# P4 object names (docs/CONTRACTS.md).
-T_IPV4_LPM = "MyIngress.ipv4_lpm"
-T_ECN_THRESHOLD = "MyEgress.ecn_threshold"
-A_IPV4_FORWARD = "MyIngress.ipv4_forward"
-A_DROP = "MyIngress.drop"
-A_NOACTION = "NoAction"
-A_SET_ECN_THRESHOLD = "MyEgress.set_ecn_threshold"
-C_JOB_TX = "MyIngress.job_tx"
-C_JOB_ECN_MARKS = "MyEgress.job_ecn_marks"
-C_PARSE_ERRORS = "MyIngress.parse_errors"
-R_JOB_BYTES_RATIO = "MyIngress.job_bytes_ratio"
-K_IPV4_DST = "hdr.ipv4.dstAddr"
-K_EGRESS_PORT = "standard_metadata.egress_port"
-
-COUNTER_SIZES = {C_JOB_TX: JOB_SLOTS, C_JOB_ECN_MARKS: JOB_SLOTS, C_PARSE_ERRORS: 1}
-REGISTER_SIZES = {R_JOB_BYTES_RATIO: JOB_SLOTS}
-REGISTER_BITWIDTHS = {R_JOB_BYTES_RATIO: 16}
+COUNTER_SIZES = {c.name: c.size for c in MLTCP_V1MODEL.counters}
+REGISTER_SIZES = {r.name: r.size for r in MLTCP_V1MODEL.registers}
+REGISTER_BITWIDTHS = {r.name: r.bitwidth for r in MLTCP_V1MODEL.registers}
 
 
 class ParseError(Exception):
@@ -226,6 +228,93 @@ class LpmTable:
 _MISS = object()
 
 
+class UnsupportedAction(Exception):
+    """An action the P4Info allows in a table but this model does not implement."""
+
+
+class TableModel:
+    """What a P4Runtime server needs of one table of the model, by P4 name: the server checks
+    an entry against the P4Info (ids, widths, match kinds) and hands over
+
+    * ``key``: one item per match field, in P4Info order: ``(value,)`` for an exact field,
+      ``(value, prefix_len)`` for an lpm field (``(0, 0)`` when omitted: a wildcard),
+    * the action's name and its parameters by name (ints).
+
+    :meth:`value` turns the action into what the data path uses (UnsupportedAction if this
+    model has no such action); :meth:`put` / :meth:`delete` / :meth:`set_default` change the
+    data path. ``default_action`` is the P4 program's default (what a read of an unset default
+    entry shows)."""
+
+    name = ""
+    default_action = A_NOACTION
+
+    def __init__(self, pipeline: "Pipeline") -> None:
+        self.pipeline = pipeline
+
+    def value(self, action: str, params: dict[str, int]):
+        raise UnsupportedAction(f"action {action} is not implemented by this target")
+
+    def put(self, key: tuple, value) -> None:
+        raise NotImplementedError
+
+    def delete(self, key: tuple) -> None:
+        raise NotImplementedError
+
+    def set_default(self, value) -> None:
+        """``value`` from :meth:`value`, or None: back to the P4 program's default."""
+        raise NotImplementedError
+
+
+class RouteTable(TableModel):
+    """MyIngress.ipv4_lpm: key (dstAddr, prefix_len) -> Forward (ipv4_forward, NoAction) or
+    None (drop; also the default)."""
+
+    name = T_IPV4_LPM
+    default_action = A_DROP
+
+    def value(self, action: str, params: dict[str, int]):
+        if action == A_IPV4_FORWARD:
+            return Forward(params[P_DST_ADDR].to_bytes(6, "big"), params[P_PORT])
+        if action == A_DROP:
+            return None
+        if action == A_NOACTION:
+            return Forward(None, 0)  # v1model: egress_spec stays 0, no rewrite
+        return super().value(action, params)
+
+    def put(self, key: tuple, value) -> None:
+        self.pipeline.lpm.set(key[0], key[1], value)
+
+    def delete(self, key: tuple) -> None:
+        self.pipeline.lpm.remove(key[0], key[1])
+
+    def set_default(self, value) -> None:
+        self.pipeline.lpm.default = value
+
+
+class EcnThresholdTable(TableModel):
+    """MyEgress.ecn_threshold: key (egress_port,) -> queue depth that marks CE, or None
+    (NoAction: no marking; also the default)."""
+
+    name = T_ECN_THRESHOLD
+    default_action = A_NOACTION
+
+    def value(self, action: str, params: dict[str, int]):
+        if action == A_SET_ECN_THRESHOLD:
+            return params[P_THRESHOLD]
+        if action == A_NOACTION:
+            return None
+        return super().value(action, params)
+
+    def put(self, key: tuple, value) -> None:
+        self.pipeline.ecn_thresholds[key[0]] = value
+
+    def delete(self, key: tuple) -> None:
+        self.pipeline.ecn_thresholds.pop(key[0], None)
+
+    def set_default(self, value) -> None:
+        self.pipeline.ecn_default = value
+
+
 @dataclass(slots=True)
 class IngressResult:
     """A packet that leaves ingress towards ``port``; ``buf`` is already rewritten."""
@@ -249,6 +338,9 @@ class Pipeline:
         self.counters = {name: CounterArray(size) for name, size in COUNTER_SIZES.items()}
         self.registers = {name: [0] * size for name, size in REGISTER_SIZES.items()}
         self.active = True  # the P4Runtime server clears this until a pipeline config is set
+        # the match-action tables as a P4Runtime server drives them (by P4 name)
+        self.tables: dict[str, TableModel] = {T_IPV4_LPM: RouteTable(self),
+                                              T_ECN_THRESHOLD: EcnThresholdTable(self)}
 
     def reset_state(self) -> None:
         """Forget all table entries, counters and registers (a new pipeline config)."""
