@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -17,6 +18,23 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="MLTCP: congestion control that makes DNN training jobs take turns on the network.")
 
 BASES = ("reno", "cubic", "dcqcn")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("mltcp")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            v = "unknown (not installed)"
+        print(f"mltcp {v}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(_version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                        help="print the version and exit")):
+    pass
 
 
 def _algorithms(sc, cc: Optional[str], do_compare: bool) -> list[str]:
@@ -186,17 +204,51 @@ def list_scenarios():
     out.print(t)
 
 
+# Sub-commands of the other parts: module, name, the extra that brings their third-party
+# dependencies, and modules they need that only the system provides (with how to get them).
+_PARTS = (("mltcp.controlplane.cli", "switch", "switch", {}),
+          ("mltcp.traffic.cli", "traffic", None, {}),
+          ("mltcp.traffic.kernel.cli", "kernel", "kernel", {}),
+          ("mltcp.emulation.cli", "emulate", "emulate",
+           {"mininet": "Mininet comes from the system packages: sudo bash scripts/install-system.sh"}))
+
+
+def _mount_not_installed(name: str, missing: str, hint: str) -> None:
+    """A stand-in for a sub-command whose dependencies are not installed: it says what to
+    install and exits 2, instead of `mltcp` itself failing to start."""
+
+    @app.command(name, help=escape(f"(not available: missing Python module {missing!r}; {hint})"),
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                   "help_option_names": []})
+    def _stub(ctx: typer.Context):
+        fail(f"`mltcp {name}` needs the Python module {missing!r}, which is not installed: {hint}")
+
+
+def _absent(find_spec, module: str) -> bool:
+    try:
+        return find_spec(module) is None
+    except ImportError:
+        return True
+
+
 def _mount_optional():
-    """Sub-commands of the other parts."""
     from importlib import import_module
-    for mod, name in (("mltcp.controlplane.cli", "switch"), ("mltcp.traffic.cli", "traffic"),
-                      ("mltcp.traffic.kernel.cli", "kernel"), ("mltcp.emulation.cli", "emulate")):
+    from importlib.util import find_spec
+    for mod, name, extra, system in _PARTS:
+        pip_hint = f"pip install 'mltcp[{extra}]'" if extra else "reinstall mltcp"
         try:
             m = import_module(mod)
         except ModuleNotFoundError as e:
             if e.name and mod.startswith(e.name):
                 continue  # that part is not installed in this checkout
-            raise
+            if e.name and e.name.split(".")[0] == "mltcp":
+                raise  # a module of this package is missing: a real bug, not a missing extra
+            _mount_not_installed(name, e.name or "?", pip_hint)
+            continue
+        absent = [(m_, how) for m_, how in system.items() if _absent(find_spec, m_)]
+        if absent:
+            _mount_not_installed(name, absent[0][0], absent[0][1])
+            continue
         app.add_typer(m.app, name=name)
 
 

@@ -11,10 +11,11 @@ from .scenario import Scenario
 def link_sharing(sc: Scenario) -> dict[str, set[str]]:
     """job -> the jobs it shares at least one link with (who it can collide with)."""
     on_link: dict[str, set[str]] = defaultdict(set)
+    used = {j.name: {h for p in j.paths() for h in p} for j in sc.jobs}     # every flow's links
     for j in sc.jobs:
-        for h in j.path:
+        for h in used[j.name]:
             on_link[h].add(j.name)
-    return {j.name: set().union(*(on_link[h] for h in j.path)) - {j.name} for j in sc.jobs}
+    return {j.name: set().union(*(on_link[h] for h in used[j.name])) - {j.name} for j in sc.jobs}
 
 
 def side(sc: Scenario, cc: str, records: list[IterationRecord], drops: float, marks: float) -> dict:

@@ -6,13 +6,18 @@ See ``scenarios/*.toml`` and the README for the format.
 """
 from __future__ import annotations
 
+import ast
+import re
 import tomllib
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .workload import PROFILES, Job, ring_allreduce_bytes
+from .cc import ALGORITHMS
+from .workload import PROFILES, Job, ps_bytes, ring_allreduce_bytes
 
 ECN_MODES = ("none", "step", "red")
 
@@ -58,12 +63,24 @@ class Scenario:
     cc_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     mltcp_params: dict[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
+    fabric: Any = None              # the mltcp.fabric.Fabric that made the fabric's links, if any
 
     def base_rtt(self, job: Job) -> float:
-        return 2.0 * sum(self.links[n].delay_s for n in job.path) + self.host_delay_s
+        """Round trip of the job's longest flow path."""
+        if job.flow_paths is None:
+            return 2.0 * sum(self.links[n].delay_s for n in job.path) + self.host_delay_s
+        return 2.0 * max(sum(self.links[n].delay_s for n in p) for p in job.flow_paths) + self.host_delay_s
 
     def bottleneck_Bps(self, job: Job) -> float:
-        return min(self.links[n].rate_Bps for n in job.path)
+        """The rate a job's iteration gets alone: its bytes over the time its busiest link needs for
+        the share of them that crosses it (the slowest link of a one-flow job's path)."""
+        if job.flows == 1:
+            return min(self.links[n].rate_Bps for n in job.path)
+        load: dict[str, float] = defaultdict(float)
+        for p in job.paths():
+            for n in set(p):
+                load[n] += job.flow_bytes()
+        return job.bytes_per_iter / max(b / self.links[n].rate_Bps for n, b in load.items())
 
     def ideal_iter_s(self, job: Job) -> float:
         """The job's iteration time alone on the network: what a perfect interleave gives it."""
@@ -150,8 +167,8 @@ def _positive(v):
     return v > 0
 
 
-def _link(src: str, i: int, t: dict, mss: int) -> list[Link]:
-    r = _Reader(src, f"links[{i}]", t)
+def _link(src: str, i: int, t: dict, mss: int, prefix: str | None = None) -> list[Link]:
+    r = _Reader(src, prefix or f"links[{i}]", t)
     name = r.get("name", str)
     count = r.get("count", int, 1, lambda v: v >= 1, "must be >= 1")
     rate = r.one_of({"rate_gbps": 1e9, "rate_mbps": 1e6}, check=_positive, why="must be > 0")
@@ -177,16 +194,22 @@ def _jobs(src: str, i: int, t: dict, links: dict[str, Link], defaults: dict) -> 
     count = r.get("count", int, 1, lambda v: v >= 1, "must be >= 1")
     share = r.get("share", int, 1, lambda v: v >= 1, "must be >= 1")
     model = r.get("model", str, None, lambda v: v in PROFILES, f"must be one of {', '.join(PROFILES)}")
+    lay = _read_layout(r, src, defaults, model)
     workers = r.get("workers", int, 8, lambda v: v >= 2, "must be >= 2")
-    compute = r.one_of({"compute_ms": 1e-3, "compute_s": 1.0}, required=model is None)
+    compute = r.one_of({"compute_ms": 1e-3, "compute_s": 1.0}, required=model is None and lay.trace is None)
     if compute is None:
-        compute = PROFILES[model].compute_ms * 1e-3
-    nbytes = r.one_of({"bytes": 1.0, "comm_mb": 1e6}, required=model is None, check=_positive, why="must be > 0")
-    if nbytes is None:
+        compute = lay.trace.compute_s if lay.trace is not None else PROFILES[model].compute_ms * 1e-3
+    nbytes = r.one_of({"bytes": 1.0, "comm_mb": 1e6}, required=model is None and not lay.sized,
+                      check=_positive, why="must be > 0")
+    if nbytes is None and lay.sized:
+        nbytes = _layout_bytes(r, lay, model)
+    elif nbytes is None:
         nbytes = ring_allreduce_bytes(PROFILES[model].model_bytes(), workers)
     offset = r.one_of({"start_offset_ms": 1e-3, "start_offset_s": 1.0}, required=False) or 0.0
     stagger = r.one_of({"stagger_ms": 1e-3}, required=False) or 0.0
-    path = r.get("path", list)
+    path = r.get("path", list, None if lay.routed else ...)
+    if path is not None and lay.routed:
+        raise ScenarioError(src, r.name("path"), "give either path or hosts/paths, not both")
     jitter = r.get("jitter", float, 0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")
     sp = r.get("straggler_prob", float, 0.0, lambda v: 0 <= v <= 1, "must be in [0, 1]")
     sd = r.one_of({"straggler_delay_ms": 1e-3}, required=False) or 0.0
@@ -194,12 +217,17 @@ def _jobs(src: str, i: int, t: dict, links: dict[str, Link], defaults: dict) -> 
     r.finish()
     jobs = []
     for j in range(count):
-        p = [str(x).format(g=j // share, i=j) for x in path]
-        for hop in p:
-            if hop not in links:
-                raise ScenarioError(src, f"jobs[{i}].path", f"unknown link {hop!r} (links: {', '.join(list(links)[:6])}...)")
-        jobs.append(Job(name if count == 1 else f"{name}{j}", compute, nbytes, p, offset + j * stagger,
-                        jitter, sp, sd, iters, model))
+        jname = name if count == 1 else f"{name}{j}"
+        if lay.routed:
+            p, flows, flow_paths = _place(r, lay, j, j // share, jname, links, defaults)
+        else:
+            p, flows, flow_paths = [str(x).format(g=j // share, i=j) for x in path], lay.flows or 1, None
+            for hop in p:
+                if hop not in links:
+                    raise ScenarioError(src, f"jobs[{i}].path", f"unknown link {hop!r} (links: {', '.join(list(links)[:6])}...)")
+        jobs.append(Job(jname, compute, nbytes, p, offset + j * stagger,
+                        jitter, sp, sd, iters, model, flows=flows, flow_paths=flow_paths,
+                        compute_series=lay.series(iters)))
     return jobs
 
 
@@ -219,10 +247,10 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     ssai = net.get("slow_start_after_idle", bool, True)
     loss_model = net.get("loss_model", str, "packet", lambda v: v in ("fluid", "packet"), "must be fluid or packet")
     net.finish()
-    raw_links = r.get("links", list)
-    if not raw_links:
+    fab, links = _fabric(src, r, mss, seed)
+    raw_links = r.get("links", list, [] if fab else ...)
+    if not raw_links and not fab:
         raise ScenarioError(src, "links", "needs at least one link")
-    links: dict[str, Link] = {}
     for i, t in enumerate(raw_links):
         for link in _link(src, i, t, mss):
             if link.name in links:
@@ -231,7 +259,8 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     raw_jobs = r.get("jobs", list)
     if not raw_jobs:
         raise ScenarioError(src, "jobs", "needs at least one job")
-    jobs = [j for i, t in enumerate(raw_jobs) for j in _jobs(src, i, t, links, {"iterations": iterations})]
+    ctx = {"iterations": iterations, "fabric": fab, "base_dir": _base_dir(src)}
+    jobs = [j for i, t in enumerate(raw_jobs) for j in _jobs(src, i, t, links, ctx)]
     if warmup >= min(j.iterations for j in jobs):
         raise ScenarioError(src, "warmup_iterations", "must be smaller than every job's iterations")
     ccr = _Reader(src, "cc_params", r.get("cc_params", dict, {}))
@@ -245,33 +274,306 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
         mltcp["scale_decrease"] = mr.get("scale_decrease", bool)
     mr.finish()
     r.finish()
-    return Scenario(name, desc, links, jobs, mss, step, rto, host, ssai, loss_model, warmup, seed, cc, cc_params,
-                    mltcp, src)
+    sc = Scenario(name, desc, links, jobs, mss, step, rto, host, ssai, loss_model, warmup, seed, cc, cc_params,
+                  mltcp, src)
+    sc.fabric = fab[0] if fab else None
+    return sc
+
+
+# ---- fabrics, multi-flow jobs, collectives and traces ----------------------------------------------
+# [fabric] builds a leaf-spine or fat-tree's links (mltcp.fabric); a job's hosts, pattern, flows,
+# paths and trace fields place its flows on it (or on explicit links) and size them.
+
+PATTERNS = ("ring", "ps")
+MAX_FLOWS = 10_000                  # per job
+MAX_JOB_BYTES = 1e12                # per job per iteration, all flows (as for bytes)
+TRACE_RATES = (1e3, 1e14)           # trace line rate bounds, b/s
+_FABRIC_SHAPE = {"leaf-spine": ("leaves", "spines", "hosts_per_leaf"), "fat-tree": ("k",)}
+_TEMPLATE = re.compile(r"\{([^{}]*)\}")
+_ARITH = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Load, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
+          ast.USub, ast.UAdd)
+
+
+def _base_dir(src: str) -> Path:
+    p = Path(src)
+    return p.parent if p.is_file() else Path.cwd()
+
+
+def _fabric(src: str, r: _Reader, mss: int, seed: int):
+    """``[fabric]``: ((Fabric, ecmp seed), its links by name), or (None, {}) without one."""
+    t = r.get("fabric", dict, None)
+    if t is None:
+        return None, {}
+    from . import fabric as fabmod
+    f = _Reader(src, "fabric", t)
+    kind = f.get("kind", str, check=lambda v: v in _FABRIC_SHAPE, why=f"must be one of {', '.join(_FABRIC_SHAPE)}")
+    shape = {k: f.get(k, int) for k in _FABRIC_SHAPE[kind]}
+    for other in {k for ks in _FABRIC_SHAPE.values() for k in ks} - set(shape):
+        if other in t:
+            raise ScenarioError(src, f.name(other), f"is not a field of a {kind} fabric")
+    try:
+        fab = fabmod.fat_tree(**shape) if kind == "fat-tree" else fabmod.leaf_spine(**shape)
+    except fabmod.FabricError as e:
+        named = next((k for k in shape if str(e).startswith(k)), next(iter(shape)))
+        raise ScenarioError(src, f.name(named), str(e)) from None
+    ecmp_seed = f.get("ecmp_seed", int, seed, lambda v: 0 <= v < 2 ** 63, "must be in [0, 2^63)")
+    up = f.one_of({"uplink_rate_gbps": 1e9, "uplink_rate_mbps": 1e6}, required=False, check=_positive,
+                  why="must be > 0")
+    link_t = {k: v for k, v in t.items() if k not in set(shape) | {"kind", "ecmp_seed", "uplink_rate_gbps",
+                                                                   "uplink_rate_mbps"}}
+    (host_proto,) = _link(src, 0, {"name": "fabric", **link_t}, mss, prefix="fabric")
+    up_proto = host_proto
+    if up is not None:
+        up_t = {k: v for k, v in link_t.items() if k not in ("rate_gbps", "rate_mbps")}
+        (up_proto,) = _link(src, 0, {"name": "fabric", "rate_mbps": up / 1e6, **up_t}, mss, prefix="fabric")
+    f.used.update(link_t)
+    f.finish()
+    links = {name: replace(host_proto if tier == "host" else up_proto, name=name) for name, tier in fab.links()}
+    return (fab, ecmp_seed), links
+
+
+def _template(src: str, fieldname: str, text: str, names: tuple[str, ...]):
+    """A host-name template such as ``h{2*g+1}`` or ``h{(g + H // 2) % H}``: integer arithmetic
+    (+ - * // %) on ``names`` inside braces. Returns a function of the names' values."""
+    parts: list = []
+    pos = 0
+    for m in _TEMPLATE.finditer(text):
+        parts.append(text[pos:m.start()])
+        expr = m.group(1).strip()
+        try:
+            tree = ast.parse(expr, mode="eval")
+        except SyntaxError:
+            raise ScenarioError(src, fieldname, f"bad expression {{{expr}}} in {text!r}") from None
+        for node in ast.walk(tree):
+            if not (isinstance(node, _ARITH) or (isinstance(node, ast.Name) and node.id in names)
+                    or (isinstance(node, ast.Constant) and type(node.value) is int)):
+                raise ScenarioError(src, fieldname, f"{{{expr}}} in {text!r}: only whole numbers, "
+                                    f"{', '.join(names)} and + - * // % are allowed")
+        parts.append(compile(tree, "<template>", "eval"))
+        pos = m.end()
+    parts.append(text[pos:])
+    if any(isinstance(p, str) and ("{" in p or "}" in p) for p in parts):
+        raise ScenarioError(src, fieldname, f"unbalanced braces in {text!r}")
+
+    def render(env: dict) -> str:
+        try:
+            return "".join(p if isinstance(p, str) else str(eval(p, {"__builtins__": {}}, env)) for p in parts)
+        except ZeroDivisionError:
+            raise ScenarioError(src, fieldname, f"{text!r}: division by zero") from None
+    return render
+
+
+@lru_cache(maxsize=32)
+def _trace_profile(path: str, mtime_ns: int, size: int, rate: float, shared: bool):
+    from .traffic.traces import load_profile
+    return load_profile(path, rate, shared_link=shared)
+
+
+@dataclass
+class _Layout:
+    """A [[jobs]] entry's new fields: how its flows are placed and, for traces, sized and timed."""
+    flows: int | None = None
+    pattern: str | None = None
+    hosts: list | None = None        # host-name templates
+    server: Any = None               # template (ps)
+    paths: list | None = None        # per-flow link-name lists (str.format templates, as path)
+    trace: Any = None                # mltcp.traffic.traces.TraceProfile
+    gradient: float | None = None    # bytes of one gradient (patterns)
+    model: str | None = None
+    trace_skip: int = 0              # replay the trace's compute times from this iteration on
+
+    @property
+    def routed(self) -> bool:
+        return self.hosts is not None or self.paths is not None
+
+    @property
+    def sized(self) -> bool:
+        """Bytes come from the trace or the pattern (not from bytes/comm_mb)."""
+        return self.trace is not None or (self.pattern is not None and (self.gradient is not None or bool(self.model)))
+
+    def n_flows(self) -> int | None:
+        if self.pattern == "ring":
+            return len(self.hosts)
+        if self.pattern == "ps":
+            return 2 * len(self.hosts)
+        if self.paths is not None:
+            return len(self.paths)
+        return self.flows
+
+    def series(self, iterations: int):
+        if self.trace is None:
+            return None
+        c = self.trace.compute_times
+        k = self.trace_skip
+        return tuple(float(c[(k + n) % len(c)]) for n in range(min(len(c), iterations)))
+
+
+def _read_layout(r: _Reader, src: str, ctx: dict, model: str | None) -> _Layout:
+    lay = _Layout(model=model)
+    size = lambda v: 1 <= len(v) <= MAX_FLOWS   # noqa: E731
+    lay.flows = r.get("flows", int, None, lambda v: 1 <= v <= MAX_FLOWS, f"must be in [1, {MAX_FLOWS}]")
+    lay.pattern = r.get("pattern", str, None, lambda v: v in PATTERNS, f"must be one of {', '.join(PATTERNS)}")
+    hosts = r.get("hosts", list, None, size, f"needs 1 to {MAX_FLOWS} hosts")
+    server = r.get("server", str, None)
+    paths = r.get("paths", list, None, size, f"needs 1 to {MAX_FLOWS} paths")
+    gradient = r.one_of({"gradient_bytes": 1.0, "gradient_mb": 1e6}, required=False, check=_positive,
+                        why="must be > 0")
+    if gradient is not None and not gradient <= MAX_JOB_BYTES:
+        k = next(k for k in ("gradient_bytes", "gradient_mb") if k in r.t)
+        raise ScenarioError(src, r.name(k), f"must be at most {MAX_JOB_BYTES:g} bytes (got {gradient:g})")
+    trace = r.get("trace", str, None)
+    if "trace_line_rate" in r.t:
+        raise ScenarioError(src, r.name("trace_line_rate"), "give it with its unit: trace_line_rate_gbps or "
+                            "trace_line_rate_mbps")
+    rate = r.one_of({"trace_line_rate_gbps": 1e9, "trace_line_rate_mbps": 1e6}, required=trace is not None,
+                    check=lambda v: 0 < v < float("inf"), why="must be > 0")
+    if rate is not None and not TRACE_RATES[0] <= rate <= TRACE_RATES[1]:
+        k = next(k for k in ("trace_line_rate_gbps", "trace_line_rate_mbps") if k in r.t)
+        raise ScenarioError(src, r.name(k), f"must be in [{TRACE_RATES[0]:g}, {TRACE_RATES[1]:g}] b/s (got {rate:g})")
+    if rate is not None and trace is None:
+        k = next(k for k in ("trace_line_rate_gbps", "trace_line_rate_mbps") if k in r.t)
+        raise ScenarioError(src, r.name(k), "goes with trace (the rate the trace was measured at)")
+    shared = r.get("trace_shared_link", bool, False)
+    lay.trace_skip = r.get("trace_skip", int, 0, lambda v: 0 <= v <= 10 ** 9, "must be in [0, 1e9]")
+    if "trace_skip" in r.t and trace is None:
+        raise ScenarioError(src, r.name("trace_skip"), "goes with trace")
+    fab = ctx.get("fabric")
+    names = ("i", "g", "H") if fab else ("i", "g")
+    if hosts is not None:
+        if fab is None:
+            raise ScenarioError(src, r.name("hosts"), "hosts are placed on a fabric: add a [fabric] table "
+                                "(or give path / paths)")
+        if not all(isinstance(h, str) for h in hosts):
+            raise ScenarioError(src, r.name("hosts"), "must be a list of host names (strings)")
+        lay.hosts = [_template(src, r.name("hosts"), h, names) for h in hosts]
+    if paths is not None:
+        if hosts is not None:
+            raise ScenarioError(src, r.name("paths"), "give either hosts or paths, not both")
+        if not all(isinstance(p, list) and p and all(isinstance(x, str) for x in p) for p in paths):
+            raise ScenarioError(src, r.name("paths"), "must be a list of paths, each a non-empty list of link names")
+        lay.paths = paths
+    if lay.pattern is not None:
+        if lay.hosts is None:
+            raise ScenarioError(src, r.name("pattern"), f"pattern = {lay.pattern!r} needs hosts on a [fabric]")
+        if "workers" in r.t:
+            raise ScenarioError(src, r.name("workers"), "with a pattern the workers are the hosts: leave workers out")
+        if lay.pattern == "ring" and len(lay.hosts) < 2:
+            raise ScenarioError(src, r.name("hosts"), "a ring needs at least 2 hosts")
+        if lay.flows is not None and lay.flows != lay.n_flows():
+            raise ScenarioError(src, r.name("flows"), f"pattern = {lay.pattern!r} over {len(lay.hosts)} hosts has "
+                                f"{lay.n_flows()} flows, not {lay.flows} (leave flows out)")
+    elif lay.hosts is not None and len(lay.hosts) != 2:
+        raise ScenarioError(src, r.name("hosts"), "without a pattern, hosts = [source, destination] "
+                            "(or pattern = \"ring\" / \"ps\" for a collective)")
+    if (server is not None) != (lay.pattern == "ps"):
+        raise ScenarioError(src, r.name("server" if server is not None else "pattern"),
+                            "server (the parameter server's host) goes with pattern = \"ps\", and only with it")
+    if server is not None:
+        lay.server = _template(src, r.name("server"), server, names)
+    if lay.paths is not None and lay.flows is not None and lay.flows != len(lay.paths):
+        raise ScenarioError(src, r.name("flows"), f"{len(lay.paths)} paths are {len(lay.paths)} flows, not {lay.flows}")
+    if gradient is not None and lay.pattern is None:
+        raise ScenarioError(src, r.name("gradient_mb" if "gradient_mb" in r.t else "gradient_bytes"),
+                            "the gradient sizes a pattern's flows: give pattern = \"ring\" or \"ps\" (or bytes)")
+    lay.gradient = gradient
+    if trace is not None:
+        lay.trace = _load_trace(r, src, ctx, trace, rate, shared)
+        if lay.trace_skip >= lay.trace.iterations:
+            raise ScenarioError(src, r.name("trace_skip"), f"the trace has {lay.trace.iterations} iterations")
+        want = lay.n_flows()
+        if want is None:
+            lay.flows = lay.trace.flows
+        elif want != lay.trace.flows:
+            what = r.name("hosts") if lay.pattern else r.name("paths" if lay.paths is not None else "flows")
+            raise ScenarioError(src, what, f"gives {want} flows, but the trace has {lay.trace.flows} flows per "
+                                "iteration")
+    return lay
+
+
+def _load_trace(r: _Reader, src: str, ctx: dict, trace: str, rate: float, shared: bool):
+    from .traffic.traces import TraceError
+    p = Path(trace)
+    if not p.is_absolute():
+        p = ctx["base_dir"] / p
+    try:
+        st = p.stat()
+        prof = _trace_profile(str(p), st.st_mtime_ns, st.st_size, rate, shared)
+    except FileNotFoundError:
+        raise ScenarioError(src, r.name("trace"), f"{p}: no such file (a relative path is taken from the "
+                            "scenario's folder)") from None
+    except TraceError as e:
+        raise ScenarioError(src, r.name("trace"), str(e)) from None
+    if not 0 < prof.bytes_per_iter <= MAX_JOB_BYTES:
+        raise ScenarioError(src, r.name("trace"), f"{p}: {prof.bytes_per_iter:g} bytes per iteration (must be > 0 "
+                            f"and at most {MAX_JOB_BYTES:g})")
+    return prof
+
+
+def _layout_bytes(r: _Reader, lay: _Layout, model: str | None) -> float:
+    """Bytes per iteration (all flows) when the trace or a pattern sizes the job."""
+    if lay.trace is not None:
+        return float(lay.trace.bytes_per_iter)
+    grad = lay.gradient if lay.gradient is not None else PROFILES[model].model_bytes()
+    n = len(lay.hosts)
+    total = n * ring_allreduce_bytes(grad, n) if lay.pattern == "ring" else ps_bytes(grad, n)
+    if total > MAX_JOB_BYTES:
+        raise ScenarioError(r.src, r.name("hosts"), f"{lay.pattern} over {n} hosts moves {total:g} bytes per "
+                            f"iteration, more than {MAX_JOB_BYTES:g}")
+    return total
+
+
+def _place(r: _Reader, lay: _Layout, j: int, g: int, jname: str, links: dict, ctx: dict):
+    """(first path, flows, per-flow paths) of job number ``j`` of the entry."""
+    src = r.src
+    if lay.paths is not None:
+        fps = [[str(x).format(g=g, i=j) for x in p] for p in lay.paths]
+        for p in fps:
+            for hop in p:
+                if hop not in links:
+                    raise ScenarioError(src, r.name("paths"), f"unknown link {hop!r}")
+        return fps[0], len(fps), fps
+    fab, seed = ctx["fabric"]
+    env = {"i": j, "g": g, "H": fab.n_hosts}
+    hosts = [h(env) for h in lay.hosts]
+    from .fabric import FabricError
+    try:
+        for h in hosts:
+            fab.host_index(h)
+        if len(set(hosts)) != len(hosts):
+            raise FabricError(f"a host appears twice ({', '.join(hosts)})")
+    except FabricError as e:
+        raise ScenarioError(src, r.name("hosts"), f"job {jname}: {e}") from None
+    if lay.pattern == "ring":
+        pairs = [(hosts[f], hosts[(f + 1) % len(hosts)]) for f in range(len(hosts))]
+    elif lay.pattern == "ps":
+        server = lay.server(env)
+        try:
+            fab.host_index(server)
+        except FabricError as e:
+            raise ScenarioError(src, r.name("server"), f"job {jname}: {e}") from None
+        if server in hosts:
+            raise ScenarioError(src, r.name("server"), f"job {jname}: the server {server} is also a worker")
+        pairs = [(h, server) for h in hosts] + [(server, h) for h in hosts]
+    else:
+        pairs = [(hosts[0], hosts[1])] * (lay.flows or 1)
+    fps = [fab.ecmp_path(s, d, seed, jname, f) for f, (s, d) in enumerate(pairs)]
+    return fps[0], len(fps), fps
 
 
 # ---- congestion-control parameters in scenario units -> constructor arguments -------------------
 
-_CC_FIELDS = {
-    "reno": {"beta": ("beta", 1.0)},
-    "cubic": {"c": ("c", 1.0), "beta": ("beta", 1.0), "fast_convergence": ("fast_convergence", None)},
-    "dcqcn": {"g": ("g", 1.0), "rai_mbps": ("rai", 1e6 / 8), "rhai_mbps": ("rhai", 1e6 / 8),
-              "min_rate_mbps": ("min_rate", 1e6 / 8), "timer_us": ("timer", 1e-6),
-              "byte_counter_kb": ("byte_counter", 1e3), "fast_recovery_steps": ("fast_recovery_steps", None),
-              "alpha_interval_us": ("alpha_interval", 1e-6)},
-}
-
-
 def cc_kwargs(sc: Scenario, base: str) -> dict[str, Any]:
-    """The base algorithm's constructor arguments from ``[cc_params.<base>]`` (scenario units)."""
+    """The base algorithm's constructor arguments from ``[cc_params.<base>]`` (scenario units).
+
+    The accepted fields, their units and defaults are the :class:`mltcp.cc.Param` declarations on
+    the algorithm class (``ALGORITHMS[base].scenario_fields()``)."""
+    fields = ALGORITHMS[base].scenario_fields()
     out: dict[str, Any] = {}
     for k, v in sc.cc_params.get(base, {}).items():
-        if k not in _CC_FIELDS[base]:
-            raise ScenarioError(sc.source, f"cc_params.{base}.{k}", f"unknown field (known: {', '.join(_CC_FIELDS[base])})")
-        arg, scale = _CC_FIELDS[base][k]
-        if scale is None:
-            out[arg] = v
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-            out[arg] = float(v) * scale
-        else:
-            raise ScenarioError(sc.source, f"cc_params.{base}.{k}", f"must be a positive number (got {v!r})")
+        if k not in fields:
+            raise ScenarioError(sc.source, f"cc_params.{base}.{k}", f"unknown field (known: {', '.join(fields)})")
+        try:
+            out[fields[k].name] = fields[k].from_scenario(v)
+        except ValueError as e:
+            raise ScenarioError(sc.source, f"cc_params.{base}.{k}", str(e)) from None
     return out

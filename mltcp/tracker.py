@@ -10,59 +10,103 @@ call :meth:`iteration_start`. Bytes per iteration are learned as the median of t
 does not throw the estimate, and a change of model size is followed after two iterations.
 Before any iteration has completed, bytes_ratio is 0.
 
-Vectorised over flows like :mod:`mltcp.cc`: all fields are arrays of shape (n,).
+Like :mod:`mltcp.cc`, the rules are numba kernels over one flow ``i`` of a float array with one
+row per flow (columns below); the simulator's compiled loop calls them directly, and
+:class:`IterationTracker` calls them for the flows of a mask and shows the columns as attributes.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import njit
+
+BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, HISTORY = range(6)   # HISTORY..: newest first
+
+
+@njit(cache=True)
+def close(a, i):
+    """End flow i's current iteration: push its bytes into the history, re-learn the median."""
+    h = a.shape[1] - HISTORY
+    for j in range(h - 1, 0, -1):
+        a[i, HISTORY + j] = a[i, HISTORY + j - 1]
+    a[i, HISTORY] = a[i, BYTES_CUR]
+    seen = np.empty(h)
+    n = 0
+    for j in range(h):
+        v = a[i, HISTORY + j]
+        if not math.isnan(v):
+            seen[n] = v
+            n += 1
+    s = np.sort(seen[:n])
+    a[i, BYTES_PER_ITER] = (s[(n - 1) // 2] + s[n // 2]) / 2.0     # median
+    a[i, BYTES_CUR] = 0.0
+    a[i, ITERATION] += 1.0
+
+
+@njit(cache=True)
+def on_ack(a, i, acked, now, idle_fraction, min_idle):
+    if acked <= 0.0:
+        return
+    gap = now - a[i, LAST_ACTIVE]
+    if not math.isnan(gap) and gap > max(min_idle, idle_fraction * a[i, LAST_GAP]):
+        a[i, LAST_GAP] = gap
+        # an iteration already closed by iteration_start() holds no bytes yet: nothing to close
+        if a[i, BYTES_CUR] > 0.0:
+            close(a, i)
+    a[i, BYTES_CUR] += acked
+    a[i, LAST_ACTIVE] = now
+
+
+@njit(cache=True)
+def iteration_start(a, i):
+    if a[i, BYTES_CUR] > 0.0:
+        close(a, i)
+
+
+@njit(cache=True)
+def ratio(a, i):
+    if a[i, BYTES_PER_ITER] <= 0.0:
+        return 0.0
+    return min(max(a[i, BYTES_CUR] / a[i, BYTES_PER_ITER], 0.0), 1.0)
+
+
+def _column(j):
+    return property(lambda self: self.a[:, j], lambda self, v: self.a.__setitem__((slice(None), j), v))
 
 
 class IterationTracker:
     def __init__(self, n: int = 1, idle_fraction: float = 0.9, min_idle: float = 1e-3, history: int = 3):
         if not 0 < idle_fraction:
             raise ValueError("idle_fraction must be > 0")
-        self.idle_fraction, self.min_idle = idle_fraction, min_idle
-        self.bytes_cur = np.zeros(n)
-        self.history = np.full((n, history), np.nan)
-        self.bytes_per_iter = np.zeros(n)
-        self.last_active = np.full(n, np.nan)
-        self.last_gap = np.zeros(n)
-        self.iteration = np.zeros(n, dtype=np.int64)
+        if history < 1:
+            raise ValueError("history must be >= 1")
+        self.idle_fraction, self.min_idle = float(idle_fraction), float(min_idle)
+        self.a = np.zeros((n, HISTORY + history))
+        self.a[:, LAST_ACTIVE] = np.nan
+        self.a[:, HISTORY:] = np.nan
+
+    bytes_cur = _column(BYTES_CUR)
+    bytes_per_iter = _column(BYTES_PER_ITER)
+    last_active = _column(LAST_ACTIVE)
+    last_gap = _column(LAST_GAP)
+    iteration = _column(ITERATION)
+
+    @property
+    def history(self) -> np.ndarray:
+        """(n, history) bytes of the last completed iterations, newest first (NaN: not yet seen)."""
+        return self.a[:, HISTORY:]
 
     def on_ack(self, acked, now: float) -> None:
-        acked = np.asarray(acked, dtype=float)
-        active = acked > 0
-        gap = now - self.last_active
-        threshold = np.maximum(self.min_idle, self.idle_fraction * self.last_gap)
-        boundary = active & ~np.isnan(gap) & (gap > threshold)
-        if boundary.any():
-            self.last_gap = np.where(boundary, gap, self.last_gap)
-            # an iteration already closed by iteration_start() holds no bytes yet: nothing to close
-            self._close(boundary & (self.bytes_cur > 0))
-        self.bytes_cur += acked
-        self.last_active = np.where(active, now, self.last_active)
+        acked = np.broadcast_to(np.asarray(acked, dtype=float), (len(self.a),))
+        for i in np.flatnonzero(acked > 0):
+            on_ack(self.a, i, acked[i], now, self.idle_fraction, self.min_idle)
 
     def iteration_start(self, mask) -> None:
         """Explicit boundary from a framework that knows where its iterations start."""
-        self._close(np.asarray(mask, dtype=bool) & (self.bytes_cur > 0))
-
-    def _close(self, mask) -> None:
-        rows = np.flatnonzero(mask)
-        if not len(rows):
-            return
-        h = self.history[rows]
-        h[:, 1:] = h[:, :-1].copy()
-        h[:, 0] = self.bytes_cur[rows]
-        self.history[rows] = h
-        s = np.sort(h, axis=1)                        # NaN (not yet seen) sorts last
-        n = (~np.isnan(h)).sum(axis=1)                # >= 1: we just added one
-        i = np.arange(len(rows))
-        self.bytes_per_iter[rows] = (s[i, (n - 1) // 2] + s[i, n // 2]) / 2.0   # median
-        self.bytes_cur[rows] = 0.0
-        self.iteration[rows] += 1
+        for i in np.flatnonzero(np.broadcast_to(mask, (len(self.a),))):
+            iteration_start(self.a, i)
 
     @property
     def bytes_ratio(self) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(self.bytes_per_iter > 0, self.bytes_cur / self.bytes_per_iter, 0.0)
-        return np.clip(r, 0.0, 1.0)
+        return np.array([ratio(self.a, i) for i in range(len(self.a))])

@@ -34,6 +34,14 @@ PROFILES: dict[str, ModelProfile] = {p.name: p for p in (
 )}
 
 
+def ps_bytes(model_bytes: float, workers: int) -> float:
+    """Bytes a parameter-server iteration moves in all: every worker pushes its gradient to the
+    server and pulls the model back (2 x workers flows of model bytes each)."""
+    if workers < 1:
+        raise ValueError("a parameter server needs at least 1 worker")
+    return 2.0 * workers * model_bytes
+
+
 def ring_allreduce_bytes(model_bytes: float, workers: int) -> float:
     """Bytes each worker sends per iteration in a ring all-reduce: 2(n-1)/n x model bytes."""
     if workers < 2:
@@ -46,7 +54,8 @@ class Job:
     """One training job as the network sees it: after each compute phase its ``flows`` flows send
     ``bytes_per_iter`` in all (an equal share each); the iteration ends when every flow has
     delivered its share. ``path`` names the links a flow crosses, in order; ``flow_paths`` (one path
-    per flow) overrides it for collectives routed over a topology (ring all-reduce, parameter server)."""
+    per flow) overrides it for collectives routed over a topology (ring all-reduce, parameter server);
+    ``path`` is then the first flow's path."""
     name: str
     compute_s: float
     bytes_per_iter: float
@@ -60,6 +69,7 @@ class Job:
     extra: dict = field(default_factory=dict)
     flows: int = 1                  # parallel flows, each with its own CC state and bytes_ratio
     flow_paths: list[list[str]] | None = None
+    compute_series: tuple[float, ...] | None = None   # per-iteration compute times (from a trace), cycled
 
     def paths(self) -> list[list[str]]:
         """The path of each of the job's flows."""
@@ -72,8 +82,12 @@ class Job:
         return self.bytes_per_iter / self.flows
 
     def compute_times(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Compute-phase durations for n iterations (jitter and stragglers drawn from ``rng``)."""
-        base = np.full(n, self.compute_s)
+        """Compute-phase durations for n iterations (jitter and stragglers drawn from ``rng``): the
+        ``compute_series`` of a trace in order (repeated if the job runs longer), else ``compute_s``."""
+        if self.compute_series:
+            base = np.resize(np.asarray(self.compute_series, dtype=float), n)
+        else:
+            base = np.full(n, self.compute_s)
         if self.jitter > 0:
             base = base * np.clip(1.0 + self.jitter * rng.standard_normal(n), 0.1, None)
         if self.straggler_prob > 0:

@@ -102,10 +102,10 @@ def test_cubic_k_and_window_curve():
     st.cwnd[:] = 100 * MSS
     cc.on_congestion(st, np.array([True]), "loss", 0.0)
     assert st.cwnd[0] == pytest.approx(70 * MSS)          # beta = 0.7
-    assert st.w_max[0] == pytest.approx(100.0)
+    assert st.ca.w_max[0] == pytest.approx(100.0)
     ack(cc, st, MSS, now=1.0)                                # epoch starts at t = 1 s
     K = math.cbrt((100 - 70) / 0.4)
-    assert st.k[0] == pytest.approx(K)
+    assert st.ca.k[0] == pytest.approx(K)
     # W(t) = C (t - K)^3 + W_max; at t = K the curve is back at W_max
     assert cc.w_cubic(st, np.array([K]))[0] == pytest.approx(100.0)
     assert cc.w_cubic(st, np.array([0.0]))[0] == pytest.approx(70.0)
@@ -119,8 +119,8 @@ def test_cubic_growth_follows_target_per_ack():
     ack(cc, st, MSS, now=0.0)         # epoch starts
     seg = st.cwnd[0] / MSS
     t = 2.0
-    target = min(max(0.4 * (t + RTT[0] - st.k[0]) ** 3 + 100.0, seg), 1.5 * seg)
-    w_est = st.w_est[0] + (3 * 0.3 / 1.7) * 1 / seg
+    target = min(max(0.4 * (t + RTT[0] - st.ca.k[0]) ** 3 + 100.0, seg), 1.5 * seg)
+    w_est = st.ca.w_est[0] + (3 * 0.3 / 1.7) * 1 / seg
     ack(cc, st, MSS, now=t)
     expected = max(seg + (target - seg) / seg, w_est)
     assert st.cwnd[0] / MSS == pytest.approx(expected)
@@ -133,43 +133,43 @@ def test_cubic_fast_convergence_lowers_w_max():
     cc.on_congestion(st, np.array([True]), "loss", 0.0)      # w_last_max = 100
     st.cwnd[:] = 80 * MSS
     cc.on_congestion(st, np.array([True]), "loss", 1.0)      # 80 < 100: W_max = 80 * 1.7 / 2
-    assert st.w_max[0] == pytest.approx(80 * 1.7 / 2)
+    assert st.ca.w_max[0] == pytest.approx(80 * 1.7 / 2)
 
 
 def test_dcqcn_cnp_alpha_and_rate_sequence():
     line = 1e9
     cc = Dcqcn(line_rate=line, g=1 / 256, rai=5e6, rhai=10e6, min_rate=1e6, timer=1e-3, alpha_interval=1e-6)
     st = cc.new_state(1)
-    assert st.rate[0] == line and st.alpha[0] == 1.0
+    assert st.rate[0] == line and st.ca.alpha[0] == 1.0
     cc.on_cnp(st, np.array([True]), 0.0)
-    assert st.alpha[0] == pytest.approx(1.0)                   # (1-g)*1 + g
+    assert st.ca.alpha[0] == pytest.approx(1.0)                   # (1-g)*1 + g
     assert st.rate[0] == pytest.approx(line / 2)               # Rc (1 - alpha/2)
-    assert st.target[0] == line
+    assert st.ca.target[0] == line
     # 100 alpha intervals without a CNP: alpha = (1-g)^100
     cc.on_timer(st, 100e-6)
-    assert st.alpha[0] == pytest.approx((1 - 1 / 256) ** 100)
-    a = st.alpha[0]
+    assert st.ca.alpha[0] == pytest.approx((1 - 1 / 256) ** 100)
+    a = st.ca.alpha[0]
     cc.on_cnp(st, np.array([True]), 100e-6)
-    assert st.alpha[0] == pytest.approx((1 - 1 / 256) * a + 1 / 256)
-    assert st.rate[0] == pytest.approx(line / 2 * (1 - st.alpha[0] / 2))
+    assert st.ca.alpha[0] == pytest.approx((1 - 1 / 256) * a + 1 / 256)
+    assert st.rate[0] == pytest.approx(line / 2 * (1 - st.ca.alpha[0] / 2))
 
 
 def test_dcqcn_fast_recovery_then_additive_then_hyper():
     cc = Dcqcn(line_rate=100.0, rai=1.0, rhai=4.0, min_rate=1.0, timer=1.0, byte_counter=10.0,
                fast_recovery_steps=5, alpha_interval=1e9)
     st = cc.new_state(1)
-    st.rate[:], st.target[:] = 20.0, 60.0
+    st.rate[:], st.ca.target[:] = 20.0, 60.0
     rc, rt = 20.0, 60.0
     for i in range(1, 8):                 # timer expiries only: T = 1..7, B = 0
         cc.on_timer(st, float(i))
         if i >= 5:
             rt += 1.0                     # additive increase once T reaches F
         rc = (rc + rt) / 2
-        assert st.target[0] == pytest.approx(rt) and st.rate[0] == pytest.approx(rc)
+        assert st.ca.target[0] == pytest.approx(rt) and st.rate[0] == pytest.approx(rc)
     for _ in range(5):                    # byte counter catches up: B = 5 -> hyper increase
         cc.on_sent(st, np.array([10.0]), 8.0)
-    assert st.b_count[0] == 5
-    assert st.target[0] > rt + 4.0 - 1e-9
+    assert st.ca.b_count[0] == 5
+    assert st.ca.target[0] > rt + 4.0 - 1e-9
 
 
 def test_mltcp_dcqcn_scales_rate_increase():
@@ -178,9 +178,9 @@ def test_mltcp_dcqcn_scales_rate_increase():
     st = cc.new_state(1)
     cc.on_ack(st, np.array([100.0]), RTT, 0.0)
     cc.on_ack(st, np.array([50.0]), RTT, 1.0)           # r = 0.5 -> F = 2.25
-    st.rate[:], st.target[:] = 100.0, 100.0
+    st.rate[:], st.ca.target[:] = 100.0, 100.0
     cc.on_timer(st, 5.0)
-    assert st.target[0] == pytest.approx(100.0 + 2.25 * 10.0)
+    assert st.ca.target[0] == pytest.approx(100.0 + 2.25 * 10.0)
 
 
 def test_make_cc_names_and_errors():
@@ -198,3 +198,49 @@ def test_vectorised_flows_are_independent():
     assert st.cwnd[1] == 10 * MSS
     assert st.cwnd[0] == pytest.approx(10 * MSS + MSS * MSS / (10 * MSS))
     assert st.cwnd[2] == pytest.approx(11 * MSS)
+
+
+def test_params_are_declared_on_the_class_with_units_and_scenario_keys():
+    from mltcp.cc import Dcqcn, MLTCPCubic
+    assert Reno.params["beta"].default == 0.5
+    f = Dcqcn.scenario_fields()
+    assert f["rai_mbps"].name == "rai" and f["rai_mbps"].from_scenario(40) == pytest.approx(40e6 / 8)
+    assert "line_rate" not in {p.key for p in f.values()}          # set by the caller, not a file
+    assert set(Cubic.params) <= set(MLTCPCubic.params) and "slope" in MLTCPCubic.params
+    with pytest.raises(TypeError, match="unknown parameter"):
+        Reno(bogus=1)
+    with pytest.raises(ValueError, match="positive"):
+        f["timer_us"].from_scenario(-1)
+
+
+def test_state_is_typed_and_owned_by_the_algorithm():
+    st = Cubic().new_state(2, mss=1000)
+    assert type(st.ca).__name__ == "CubicState" and np.isnan(st.ca.epoch).all()
+    assert not hasattr(st, "w_max")
+    assert Reno().new_state(1).tracker is None and MLTCPReno().new_state(1).tracker is not None
+
+
+def test_cong_avoid_is_separate_from_pkts_acked():
+    cc = MLTCPReno()
+    st = cc.new_state(1, mss=1000)
+    cc.pkts_acked(st, np.array([5000.0]), RTT, 0.0)     # tracker counts it, the window does not grow
+    assert st.cwnd[0] == 10 * MSS and st.tracker.bytes_cur[0] == 5000
+    cc.cong_avoid(st, np.array([5000.0]), 0.0)
+    assert st.cwnd[0] == 15 * MSS
+
+
+def test_tx_start_restart_after_idle_and_cubic_epoch_shift():
+    from mltcp.cc import TX_START
+    cc = Cubic()
+    st = cc.new_state(1, mss=1000)
+    st.cwnd[:], st.ssthresh[:] = 80 * MSS, 10 * MSS
+    st.ca.epoch[:] = 1.0
+    done = cc.cwnd_event(st, TX_START, 3.0, idle=0.5, rto=0.2)    # 2.5 RTOs idle: halved twice
+    assert done[0] and st.cwnd[0] == 20 * MSS and st.ssthresh[0] == 60 * MSS
+    assert st.ca.epoch[0] == 1.5                                   # the idle time does not count
+    st.cwnd[:] = 80 * MSS
+    assert not cc.cwnd_event(st, TX_START, 3.0, idle=0.1, rto=0.2)[0] and st.cwnd[0] == 80 * MSS
+    assert not cc.cwnd_event(st, TX_START, 3.0, idle=1.0, rto=0.2, restart=False)[0]
+    st.cwnd[:] = 12 * MSS
+    cc.cwnd_event(st, TX_START, 9.0, idle=5.0, rto=0.2)            # never below the initial window
+    assert st.cwnd[0] == 10 * MSS

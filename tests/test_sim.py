@@ -110,3 +110,44 @@ def test_packet_losses_hit_flows_unevenly_fluid_losses_do_not():
     a, b = first_iteration_drops("packet")
     assert a != pytest.approx(b)
     assert a == round(a) and b == round(b)    # whole packets
+
+
+@pytest.mark.parametrize("cc", ["reno", "cubic", "mltcp-reno", "dcqcn", "mltcp-dcqcn"])
+def test_skipping_idle_slots_changes_nothing(cc):
+    """The engine skips slots in which nothing can happen; stepping every slot gives the same run."""
+    sc = scenario(iterations=4, buffer_bdp=1.0, rate_gbps=0.1, ecn=5 if "dcqcn" in cc else None)
+    a, b = simulate(sc, cc), simulate(sc, cc, skip=False)
+    assert a.steps < b.steps
+    assert [(x.job, x.iteration, x.end, x.drops) for x in a.records] == \
+           [(x.job, x.iteration, x.end, x.drops) for x in b.records]
+    assert (a.drops, a.ecn_marks, a.bytes_sent) == (b.drops, b.ecn_marks, b.bytes_sent)
+
+
+def _multi(flows, flow_paths=None, iterations=3):
+    from mltcp.workload import Job
+    sc = from_dict({"name": "mf", "iterations": iterations, "warmup_iterations": 1,
+                    "links": [{"name": "a", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4},
+                              {"name": "b", "rate_mbps": 250, "delay_us": 50, "buffer_bdp": 4}],
+                    "jobs": [{"name": "X", "compute_ms": 10, "bytes": 2_000_000, "path": ["a"]}]})
+    sc.jobs = [Job("X", 0.01, 2_000_000, ["a"], iterations=iterations, flows=flows, flow_paths=flow_paths)]
+    return sc
+
+
+@pytest.mark.parametrize("cc", ["reno", "mltcp-cubic", "dcqcn"])
+def test_multi_flow_job_ends_when_every_flow_delivered(cc):
+    sc = _multi(2, [["a"], ["b"]])
+    r = simulate(sc, cc)
+    assert [x.job for x in r.records] == ["X"] * 3 and all(x.bytes == 2_000_000 for x in r.records)
+    assert r.bytes_acked == pytest.approx(3 * 2_000_000, rel=1e-9)
+    # each flow carries half; the one on the 250 Mb/s link sets the iteration's communication time
+    for x in r.records[1:]:
+        assert x.comm_duration >= 1_000_000 / (250e6 / 8)
+        assert x.comm_duration < 1.3 * 1_000_000 / (250e6 / 8) + 1e-3
+
+
+def test_flows_of_one_job_share_a_link_like_one_flow():
+    one, two = simulate(_multi(1), "reno"), simulate(_multi(2), "reno")
+    assert two.bytes_acked == pytest.approx(one.bytes_acked)
+    ideal = 2_000_000 / (1e9 / 8)
+    for x in two.records[1:]:
+        assert ideal <= x.comm_duration <= 1.2 * ideal + 1e-3

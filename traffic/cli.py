@@ -28,6 +28,15 @@ def _conv(fn, text, opt):
         fail(f"{opt}: {e}")
 
 
+def _line_rate(text, opt) -> float:
+    """A trace's line rate: parsed, and > 0 (a zero rate would divide the bytes by nothing)."""
+    import math
+    rate = _conv(parse_rate, text, opt)
+    if not 0 < rate < math.inf:
+        fail(f"{opt}: must be > 0, got {text!r}")
+    return rate
+
+
 @app.command()
 def send(
     to: List[str] = typer.Option(..., "--to", help="receiver HOST:PORT (repeat for one flow per peer)"),
@@ -41,7 +50,7 @@ def send(
     straggler_delay: str = typer.Option("0s", help="extra compute time of a straggling iteration"),
     start_offset: str = typer.Option("0s", help="wait this long before the first iteration"),
     trace: Optional[Path] = typer.Option(None, help="take --bytes/--compute/--jitter from a trace CSV"),
-    trace_line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at"),
+    trace_line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at (> 0)"),
     line_rate: str = typer.Option("100mbit", help="DCQCN line rate (start rate and rate scale)"),
     slope: Optional[float] = typer.Option(None, help="MLTCP slope (default 4.0)"),
     intercept: Optional[float] = typer.Option(None, help="MLTCP intercept (default 0.25)"),
@@ -74,10 +83,10 @@ def send(
     comp = _conv(parse_duration, compute, "--compute")
     if trace is not None:
         try:
-            prof = load_profile(trace, _conv(parse_rate, trace_line_rate, "--trace-line-rate"))
+            prof = load_profile(trace, _line_rate(trace_line_rate, "--trace-line-rate"))
         except TraceError as e:
             fail(str(e))
-        size, comp, jitter = prof.bytes_per_iter, prof.compute_s, prof.jitter
+        size, comp, jitter = prof.bytes_per_flow, prof.compute_s, prof.jitter
     params = {k: v for k, v in (("slope", slope), ("intercept", intercept)) if v is not None}
     if params and not cc.startswith("mltcp-"):
         fail("--slope/--intercept apply to the mltcp-* algorithms only")
@@ -218,23 +227,38 @@ def relay(
 @app.command("trace-import")
 def trace_import(
     path: Path = typer.Argument(..., help="CSV: iteration_number,iteration_duration_seconds,flow_size_bytes_in_iteration"),
-    line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at"),
+    line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at (> 0)"),
+    shared_link: bool = typer.Option(False, "--shared-link", help="the iteration's flows shared one link at the "
+                                     "line rate (default: each flow had its own, as in a ring all-reduce)"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """Turn a measured per-iteration trace into a job profile (compute time, bytes per iteration)."""
+    """Turn a measured per-iteration trace into a job profile: iterations, flows per iteration,
+    compute time, bytes per flow and per iteration."""
     from .traces import TraceError, load_profile
+    rate = _line_rate(line_rate, "--line-rate")
+    status = None if as_json else err.status(f"reading {path}")
+
+    def progress(rows):
+        if status is not None:
+            status.update(f"reading {path}: {rows:,} rows")
     try:
-        p = load_profile(path, _conv(parse_rate, line_rate, "--line-rate"))
+        if status is not None:
+            status.start()
+        p = load_profile(path, rate, shared_link=shared_link, progress=progress)
     except TraceError as e:
         fail(str(e))
-    d = dict(name=p.name, compute_s=p.compute_s, bytes_per_iter=p.bytes_per_iter, jitter=p.jitter,
-             iterations=len(p.compute_times), clamped=p.clamped, line_rate_bps=p.line_rate_bps)
+    finally:
+        if status is not None:
+            status.stop()
     if as_json:
-        print(json.dumps(d))
-    else:
-        out.print(f"{p.name}: {len(p.compute_times)} iterations, compute {p.compute_s * 1e3:.1f} ms "
-                  f"(jitter {p.jitter:.3f}), {p.bytes_per_iter / 1e6:.2f} MB per flow per iteration"
-                  + (f", {p.clamped} rows shorter than their transfer time" if p.clamped else ""), highlight=False)
+        print(json.dumps(p.summary()))
+        return
+    flows = f"{p.flows}" if p.flows_min == p.flows_max else f"{p.flows} (most common; {p.flows_min}-{p.flows_max})"
+    out.print(f"{p.name}: {p.iterations} iterations ({p.rows} rows), {flows} flows per iteration, "
+              f"compute {p.compute_s * 1e3:.1f} ms (jitter {p.jitter:.3f}), {p.bytes_per_flow / 1e6:.2f} MB per flow, "
+              f"{p.bytes_per_iter / 1e6:.2f} MB per iteration"
+              + (f"; {p.clamped} iterations shorter than their transfer time at {rate:.4g} bit/s (compute 0)"
+                 if p.clamped else ""), highlight=False)
 
 
 @app.command("trace-export")
@@ -242,19 +266,35 @@ def trace_export(
     records: Path = typer.Argument(..., help="iteration records CSV (from `send --out` or the simulator)"),
     out_path: Path = typer.Argument(..., help="trace CSV to write"),
     job: Optional[str] = typer.Option(None, help="job to export when the records hold several"),
+    flows: int = typer.Option(1, help="rows per iteration: the iteration's bytes split over this many flows"),
 ):
     """Write iteration records as a trace in the public per-iteration shape."""
     from mltcp.records import read_csv
 
     from .traces import rows_from_records, write_trace
+    if flows < 1:
+        fail(f"--flows: must be >= 1, got {flows}")
+    if not out_path.parent.is_dir():
+        fail(f"{out_path}: folder {out_path.parent} does not exist")
     try:
-        rows = rows_from_records(read_csv(records), job)
-    except (ValueError, OSError) as e:
+        recs = read_csv(records)
+    except UnicodeDecodeError as e:
+        fail(f"{records}: not UTF-8 text (byte {e.start})")
+    except OSError as e:
+        fail(f"{records}: cannot read ({e.strerror})")
+    except ValueError as e:
         fail(str(e))
+    try:
+        rows = rows_from_records(recs, job, flows)
+    except ValueError as e:
+        fail(f"{records}: {e}")
     if not rows:
         fail(f"{records}: no records" + (f" for job {job!r}" if job else ""))
-    write_trace(rows, out_path)
-    out.print(f"{len(rows)} iterations -> {out_path}", highlight=False)
+    try:
+        write_trace(rows, out_path)
+    except (ValueError, OSError) as e:
+        fail(f"{out_path}: {e}")
+    out.print(f"{len(rows) // flows} iterations ({len(rows)} rows) -> {out_path}", highlight=False)
 
 
 @app.command("pcap-write")

@@ -1,5 +1,5 @@
 """One congestion-control core for the simulator and the real senders (see :mod:`.base`)."""
-from .base import CongestionOps, FlowState
+from .base import TX_START, CaState, CongestionOps, FlowState, Param
 from .cubic import Cubic
 from .dcqcn import Dcqcn
 from .mltcp import Linear, MLTCPCubic, MLTCPDcqcn, MLTCPHook, MLTCPReno
@@ -10,8 +10,9 @@ BASE_OF = {"mltcp-reno": "reno", "mltcp-cubic": "cubic", "mltcp-dcqcn": "dcqcn"}
 
 
 def make_cc(name: str, **params) -> CongestionOps:
-    """Build an algorithm by name. MLTCP variants take slope, intercept, aggressiveness,
-    scale_decrease, idle_fraction, min_idle on top of their base algorithm's parameters."""
+    """Build an algorithm by name with its declared parameters (``ALGORITHMS[name].params``);
+    MLTCP variants take slope, intercept, scale_decrease, idle_fraction, min_idle and an optional
+    ``aggressiveness`` callable on top of their base algorithm's."""
     try:
         cls = ALGORITHMS[name]
     except KeyError:
@@ -19,5 +20,5 @@ def make_cc(name: str, **params) -> CongestionOps:
     return cls(**params)
 
 
-__all__ = ["ALGORITHMS", "BASE_OF", "CongestionOps", "Cubic", "Dcqcn", "FlowState", "Linear",
-           "MLTCPCubic", "MLTCPDcqcn", "MLTCPHook", "MLTCPReno", "Reno", "make_cc"]
+__all__ = ["ALGORITHMS", "BASE_OF", "CaState", "CongestionOps", "Cubic", "Dcqcn", "FlowState", "Linear",
+           "MLTCPCubic", "MLTCPDcqcn", "MLTCPHook", "MLTCPReno", "Param", "Reno", "TX_START", "make_cc"]

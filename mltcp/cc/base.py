@@ -1,100 +1,294 @@
 """The congestion-control interface, shaped like Linux's ``struct tcp_congestion_ops`` and ns-3's
 ``TcpCongestionOps``.
 
-Every method works on a :class:`FlowState` whose fields are numpy arrays with one entry per flow,
-so the simulator advances thousands of flows in one call and a real sender uses arrays of length 1.
-The ops objects hold parameters only; all per-flow state lives in the FlowState (as Linux keeps it
-in ``struct tcp_sock`` / ``inet_csk_ca``).
+Operations (the caller decides when each applies, as the TCP core does in Linux):
 
-Two hooks exist for MLTCP (:mod:`mltcp.cc.mltcp`): :meth:`increase_gain` multiplies every window or
-rate increase, :meth:`decrease_factor` is the fraction of the window removed on congestion.
+* :meth:`CongestionOps.pkts_acked` -- every ACK (batch): RTT sample, MLTCP's iteration tracker;
+* :meth:`CongestionOps.cong_avoid` -- window growth (slow start + avoidance), only when the flow is
+  cwnd-limited and not in recovery (Linux ``tcp_cong_control`` -> ``tcp_may_raise_cwnd``);
+* :meth:`CongestionOps.cwnd_event` -- ``TX_START``: the first send after the flow went idle (restart
+  after idle, RFC 2861 / Linux ``tcp_cwnd_restart``, then the algorithm's own reaction);
+* :meth:`CongestionOps.ssthresh` / :meth:`CongestionOps.on_congestion` / :meth:`CongestionOps.on_timeout`
+  -- one window reduction per loss or ECN round trip, and the retransmission timeout;
+* rate-based algorithms (DCQCN) have :meth:`on_cnp`, :meth:`on_timer`, :meth:`on_sent` instead.
+
+One code base for the simulator and the real senders: each operation is a numba-compiled kernel
+over one flow ``i`` of a few float arrays (:class:`FlowState` ``tcp``: cwnd/ssthresh/rate, and the
+algorithm's own typed state ``ca``). The simulator's compiled loop calls the kernels directly
+(:mod:`mltcp.cc.dispatch`); the methods here call the same kernels for the flows of a mask, so a
+real sender runs them on arrays of length 1.
+
+Parameters are declared on the algorithm class as :class:`Param` (default, unit, the scenario
+field and its unit), as ns-3's ``GetTypeId().AddAttribute``; the scenario loader reads them there.
 """
 from __future__ import annotations
 
-from typing import Literal
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import numpy as np
+from numba import njit
 
 CongestionKind = Literal["loss", "ecn"]
+TX_START = "tx_start"          # CA_EVENT_TX_START: first transmission with nothing in flight
+
+# columns of FlowState.tcp (the tcp_sock fields every algorithm shares)
+CWND, SSTHRESH, RATE = 0, 1, 2
+
+
+# ---- parameters ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Param:
+    """One algorithm parameter, declared on the class: ``beta = Param(0.5, "1", "...")``.
+
+    ``default`` and ``unit`` are the attribute's (what the constructor takes); in a scenario's
+    ``[cc_params.<algo>]`` table the parameter is spelled ``key`` (default: the attribute name) in
+    ``key_unit``, and ``key value x scale`` gives the attribute value."""
+    default: Any
+    unit: str = "1"
+    doc: str = ""
+    key: str | None = None
+    scale: float = 1.0
+    key_unit: str | None = None
+    in_scenario: bool = True        # False: set by the caller (e.g. DCQCN's line rate), not by a file
+    name: str = ""
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+    def from_scenario(self, v: Any) -> Any:
+        """Scenario value -> attribute value; ValueError with the reason when it does not fit."""
+        if self.kind is bool:
+            if not isinstance(v, bool):
+                raise ValueError(f"must be true or false (got {v!r})")
+            return v
+        if self.kind is int:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"must be a non-negative integer (got {v!r})")
+            return v
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return float(v) * self.scale
+        raise ValueError(f"must be a positive number (got {v!r})")
+
+
+class CaState:
+    """An algorithm's own per-flow state (Linux ``inet_csk_ca``): one float64 column per name in
+    ``fields``, readable as attributes (``st.ca.w_max`` is the column, a view)."""
+    fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, n: int):
+        self.a = np.zeros((n, max(1, len(self.fields))))
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        for j, f in enumerate(cls.fields):
+            setattr(cls, f, property(lambda self, j=j: self.a[:, j],
+                                     lambda self, v, j=j: self.a.__setitem__((slice(None), j), v)))
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{f}={self.a[:, j]}' for j, f in enumerate(self.fields))})"
 
 
 class FlowState:
-    """Per-flow state. ``cwnd``/``ssthresh`` in bytes; ``rate`` in bytes/s (rate-based algorithms)."""
+    """Per-flow state shared by every algorithm (Linux ``tcp_sock``): ``cwnd``/``ssthresh`` in bytes,
+    ``rate`` in bytes/s (rate-based algorithms), as views of the ``tcp`` array; ``ca`` is the
+    algorithm's :class:`CaState`; ``tracker`` is MLTCP's iteration tracker (None otherwise)."""
 
-    def __init__(self, n: int, mss: int, now: float):
+    def __init__(self, n: int, mss: int, now: float, ca: CaState):
         self.n = n
         self.mss = float(mss)
-        self.cwnd = np.full(n, 10.0 * mss)          # RFC 6928 initial window
-        self.ssthresh = np.full(n, np.inf)
-        self.rate = np.zeros(n)
-        self.tracker = None                          # set by MLTCP variants
+        self.tcp = np.zeros((n, 3))
+        self.tcp[:, CWND] = 10.0 * mss          # RFC 6928 initial window
+        self.tcp[:, SSTHRESH] = np.inf
+        self.ca = ca
+        self.tracker = None
         self.created = now
 
+    cwnd = property(lambda s: s.tcp[:, CWND], lambda s, v: s.tcp.__setitem__((slice(None), CWND), v))
+    ssthresh = property(lambda s: s.tcp[:, SSTHRESH], lambda s, v: s.tcp.__setitem__((slice(None), SSTHRESH), v))
+    rate = property(lambda s: s.tcp[:, RATE], lambda s, v: s.tcp.__setitem__((slice(None), RATE), v))
+
+
+# ---- kernels shared by the window-based algorithms (one flow i) -----------------------------------
+
+@njit(cache=True)
+def slow_start(tcp, i, acked):
+    """RFC 5681 slow start capped at ssthresh (Linux tcp_slow_start); returns the acked bytes left
+    over for congestion avoidance."""
+    cwnd, ssth = tcp[i, CWND], tcp[i, SSTHRESH]
+    if cwnd >= ssth:
+        return acked
+    grown = min(cwnd + acked, max(ssth, cwnd))
+    tcp[i, CWND] = grown
+    return max(acked - (grown - cwnd), 0.0)
+
+
+@njit(cache=True)
+def reduce_to(tcp, i, ssth, mss):
+    """Loss or ECN reduction: cwnd = ssthresh = max(new ssthresh, 2 MSS)."""
+    s = max(ssth, 2.0 * mss)
+    tcp[i, SSTHRESH] = s
+    tcp[i, CWND] = s
+
+
+@njit(cache=True)
+def timeout_to(tcp, i, ssth, mss):
+    """Retransmission timeout: ssthresh as for loss, window back to one segment (RFC 5681)."""
+    tcp[i, SSTHRESH] = max(ssth, 2.0 * mss)
+    tcp[i, CWND] = mss
+
+
+@njit(cache=True)
+def cwnd_restart(tcp, i, idle, rto, mss):
+    """Linux tcp_cwnd_restart (RFC 2861; net.ipv4.tcp_slow_start_after_idle, on by default): after
+    an idle period longer than the RTO, halve cwnd once per further RTO elapsed, not below the
+    initial window, keeping ssthresh at >= 3/4 of the old window. Returns True if it applied."""
+    if not idle > rto:
+        return False
+    cwnd = tcp[i, CWND]
+    tcp[i, SSTHRESH] = max(tcp[i, SSTHRESH], 0.75 * cwnd)
+    restart = min(10.0 * mss, cwnd)
+    halvings = min(math.ceil(idle / rto) - 1.0, 60.0)    # while ((delta -= rto) > 0) cwnd >>= 1
+    tcp[i, CWND] = max(cwnd / 2.0 ** halvings, restart)
+    return True
+
+
+@njit(cache=True)
+def _noop_event(p, tcp, ca, i, now, idle):
+    pass
+
+
+# ---- the ops classes ---------------------------------------------------------------------------------
 
 class CongestionOps:
-    """Base class. Subclasses override the event methods they react to, as in tcp_congestion_ops."""
+    """Base class. A subclass declares ``kind`` (its id in :mod:`.dispatch`), its :class:`Param`
+    attributes, its :class:`CaState` type, ``kernel_params()`` and its kernels; the methods below
+    are the same for every algorithm."""
 
-    name = "base"
-    window_based = True
+    name: ClassVar[str] = "base"
+    kind: ClassVar[int] = -1
+    window_based: ClassVar[bool] = True
+    State: ClassVar[type[CaState]] = CaState
+    params: ClassVar[dict[str, Param]] = {}
 
+    # kernels (numba functions over one flow); subclasses set them (staticmethod)
+    k_init = k_pkts_acked = k_cong_avoid = k_ssthresh = k_on_congestion = k_on_timeout = None
+    k_cwnd_event = staticmethod(_noop_event)
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        params = {}
+        for klass in reversed(cls.__mro__):
+            for k, v in vars(klass).items():
+                if isinstance(v, Param):
+                    params[k] = v if v.name == k else Param(**{**v.__dict__, "name": k, "key": v.key or k})
+        cls.params = params
+
+    def __init__(self, **kw):
+        unknown = sorted(set(kw) - set(self.params))
+        if unknown:
+            raise TypeError(f"{self.name}: unknown parameter {unknown[0]!r} (known: {', '.join(self.params)})")
+        for k, prm in self.params.items():
+            setattr(self, k, kw.get(k, prm.default))
+        self.p = np.asarray(self.kernel_params(), dtype=float)
+
+    def kernel_params(self) -> list[float]:
+        """The parameter vector the kernels read (in the order their index constants give)."""
+        return [0.0]
+
+    @classmethod
+    def scenario_fields(cls) -> dict[str, Param]:
+        """Scenario spelling -> parameter (what ``[cc_params.<name>]`` accepts)."""
+        return {p.key: p for p in cls.params.values() if p.in_scenario}
+
+    def describe(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.params}
+
+    # -- lifecycle -------------------------------------------------------------------------------
     def new_state(self, n: int = 1, mss: int = 1448, now: float = 0.0) -> FlowState:
-        st = FlowState(n, mss, now)
-        self.init(st, now)
+        st = FlowState(n, mss, now, self.State(n))
+        for i in range(n):
+            self.k_init(self.p, st.tcp, st.ca.a, i, now)
         return st
 
-    # -- lifecycle -------------------------------------------------------------------------
-    def init(self, st: FlowState, now: float) -> None:  # .init
-        pass
-
-    # -- MLTCP hooks (identity for the plain algorithms) -------------------------------------
+    # -- MLTCP hooks (identity for the plain algorithms) ----------------------------------------------
     def increase_gain(self, st: FlowState) -> np.ndarray | float:
+        """Multiplier of every window or rate increase (MLTCP's F(bytes_ratio))."""
         return 1.0
 
-    def decrease_factor(self, st: FlowState, base: float) -> np.ndarray | float:
-        return base
+    def decrease_scale(self, st: FlowState) -> np.ndarray | float:
+        """Multiplier of the fraction of the window (or rate) removed on congestion."""
+        return 1.0
 
-    def iteration_start(self, st: FlowState, mask: np.ndarray) -> None:
+    def iteration_start(self, st: FlowState, mask) -> None:
         pass
 
-    # -- events ------------------------------------------------------------------------------
-    def on_ack(self, st: FlowState, acked: np.ndarray, rtt: np.ndarray, now: float) -> None:
-        """``acked`` bytes newly acknowledged per flow (0 = no ack); like .cong_avoid + .pkts_acked."""
-        raise NotImplementedError
+    # -- events ------------------------------------------------------------------------------------
+    def pkts_acked(self, st: FlowState, acked, rtt, now: float) -> None:
+        """``acked`` bytes newly acknowledged per flow (0 = no ACK) with the RTT sample; always."""
+        acked, rtt = _vec(acked, st.n), _vec(rtt, st.n)
+        for i in np.flatnonzero(acked > 0):
+            self.k_pkts_acked(self.p, st.tcp, st.ca.a, i, acked[i], rtt[i], now)
 
-    def ssthresh(self, st: FlowState) -> np.ndarray:  # .ssthresh
-        raise NotImplementedError
+    def cong_avoid(self, st: FlowState, acked, now: float) -> None:
+        """Grow the window for ``acked`` bytes (slow start, then avoidance). Callers call it only
+        when the flow is cwnd-limited and not in recovery."""
+        acked = _vec(acked, st.n)
+        gain = _vec(self.increase_gain(st), st.n)
+        for i in np.flatnonzero(acked > 0):
+            self.k_cong_avoid(self.p, st.tcp, st.ca.a, i, acked[i], gain[i], now, st.mss)
 
-    def on_congestion(self, st: FlowState, mask: np.ndarray, kind: CongestionKind, now: float) -> None:
+    def on_ack(self, st: FlowState, acked, rtt, now: float) -> None:
+        """pkts_acked then cong_avoid, for a caller that does not track cwnd limits or recovery."""
+        self.pkts_acked(st, acked, rtt, now)
+        self.cong_avoid(st, acked, now)
+
+    def cwnd_event(self, st: FlowState, event: str, now: float, idle=0.0, rto=np.inf,
+                   restart: bool = True, mask=None) -> np.ndarray:
+        """``TX_START`` after ``idle`` seconds without sending: restart after idle (if ``restart``
+        and idle > rto), then the algorithm's own reaction. Returns where the restart applied."""
+        if event != TX_START:
+            raise ValueError(f"unknown cwnd event {event!r}")
+        m = np.ones(st.n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        idle, rto = _vec(idle, st.n), _vec(rto, st.n)
+        done = np.zeros(st.n, dtype=bool)
+        for i in np.flatnonzero(m):
+            if restart and self.window_based:
+                done[i] = cwnd_restart(st.tcp, i, idle[i], rto[i], st.mss)
+            self.k_cwnd_event(self.p, st.tcp, st.ca.a, i, now, idle[i])
+        return done
+
+    def ssthresh(self, st: FlowState) -> np.ndarray:
+        """The slow-start threshold a reduction now would set (``.ssthresh``), per flow."""
+        d = _vec(self.decrease_scale(st), st.n)
+        return np.array([self.k_ssthresh(self.p, st.tcp, st.ca.a, i, d[i]) for i in range(st.n)])
+
+    def on_congestion(self, st: FlowState, mask, kind: CongestionKind, now: float) -> None:
         """One window reduction for the flows in ``mask`` (loss or ECN echo). Callers apply it at
         most once per round trip, as TCP does in recovery/CWR."""
-        m = np.asarray(mask, dtype=bool)
-        new = np.maximum(self.ssthresh(st), 2.0 * st.mss)
-        st.ssthresh = np.where(m, new, st.ssthresh)
-        st.cwnd = np.where(m, new, st.cwnd)
+        d = _vec(self.decrease_scale(st), st.n)
+        for i in np.flatnonzero(np.broadcast_to(mask, (st.n,))):
+            self.k_on_congestion(self.p, st.tcp, st.ca.a, i, kind == "ecn", now, d[i], st.mss)
 
-    def on_timeout(self, st: FlowState, mask: np.ndarray, now: float) -> None:
-        """Retransmission timeout: ssthresh as for loss, window back to one segment (RFC 5681)."""
-        m = np.asarray(mask, dtype=bool)
-        st.ssthresh = np.where(m, np.maximum(self.ssthresh(st), 2.0 * st.mss), st.ssthresh)
-        st.cwnd = np.where(m, st.mss, st.cwnd)
+    def on_timeout(self, st: FlowState, mask, now: float) -> None:
+        """Retransmission timeout for the flows in ``mask``."""
+        d = _vec(self.decrease_scale(st), st.n)
+        for i in np.flatnonzero(np.broadcast_to(mask, (st.n,))):
+            self.k_on_timeout(self.p, st.tcp, st.ca.a, i, now, d[i], st.mss)
 
     # Rate-based (DCQCN) events; window-based algorithms ignore them.
-    def on_cnp(self, st: FlowState, mask: np.ndarray, now: float) -> None:
+    def on_cnp(self, st: FlowState, mask, now: float) -> None:
         pass
 
     def on_timer(self, st: FlowState, now: float) -> None:
         pass
 
-    def on_sent(self, st: FlowState, sent: np.ndarray, now: float) -> None:
+    def on_sent(self, st: FlowState, sent, now: float) -> None:
         pass
 
 
-def slow_start(st: FlowState, acked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """RFC 5681 slow start, capped at ssthresh like Linux's tcp_slow_start.
-
-    Returns (in_slow_start mask, bytes of ``acked`` left over for congestion avoidance)."""
-    in_ss = st.cwnd < st.ssthresh
-    grown = np.minimum(st.cwnd + acked, np.maximum(st.ssthresh, st.cwnd))
-    left = np.where(in_ss, acked - (grown - st.cwnd), acked)
-    st.cwnd = np.where(in_ss, grown, st.cwnd)
-    return in_ss, np.maximum(left, 0.0)
+def _vec(x, n: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(x, dtype=float), (n,))

@@ -4,81 +4,147 @@ Rates in bytes/s. Per flow: current rate Rc, target rate Rt, alpha, and two incr
 (a timer and a byte counter) whose counts select fast recovery, additive or hyper increase."""
 from __future__ import annotations
 
-import numpy as np
+import math
 
-from .base import CongestionOps, FlowState
+import numpy as np
+from numba import njit
+
+from .base import CWND, RATE, CaState, CongestionOps, Param, _vec
 
 MBPS = 1e6 / 8  # bytes/s per Mb/s
+
+LINE_RATE, G, RAI, RHAI, MIN_RATE, TIMER, BYTE_COUNTER, F_STEPS, ALPHA_INTERVAL = range(9)
+TARGET, ALPHA, T_COUNT, B_COUNT, BYTES_ACC, NEXT_TIMER, LAST_ALPHA = range(7)
+
+
+class DcqcnState(CaState):
+    fields = ("target", "alpha", "t_count", "b_count", "bytes_acc", "next_timer", "last_alpha")
+
+
+@njit(cache=True)
+def init(p, tcp, ca, i, now):
+    tcp[i, RATE] = p[LINE_RATE]            # Rc: start at line rate
+    ca[i, :] = 0.0
+    ca[i, TARGET] = p[LINE_RATE]           # Rt
+    ca[i, ALPHA] = 1.0
+    ca[i, NEXT_TIMER] = now + p[TIMER]
+    ca[i, LAST_ALPHA] = now
+
+
+@njit(cache=True)
+def pkts_acked(p, tcp, ca, i, acked, rtt, now):
+    pass    # rate-based: reacts to CNPs, timers and bytes sent
+
+
+@njit(cache=True)
+def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
+    pass
+
+
+@njit(cache=True)
+def ssthresh(p, tcp, ca, i, dscale):
+    return tcp[i, CWND]
+
+
+@njit(cache=True)
+def decay_alpha(p, ca, i, now):
+    """alpha <- (1-g) alpha once per alpha_interval without a CNP (applied in bulk)."""
+    k = math.floor((now - ca[i, LAST_ALPHA]) / p[ALPHA_INTERVAL])
+    if k > 0:
+        ca[i, ALPHA] *= (1.0 - p[G]) ** k
+        ca[i, LAST_ALPHA] += k * p[ALPHA_INTERVAL]
+
+
+@njit(cache=True)
+def on_cnp(p, tcp, ca, i, now, dscale):
+    decay_alpha(p, ca, i, now)
+    ca[i, ALPHA] = (1.0 - p[G]) * ca[i, ALPHA] + p[G]
+    ca[i, LAST_ALPHA] = now
+    cut = tcp[i, RATE] * (1.0 - ca[i, ALPHA] / 2.0 * dscale)
+    ca[i, TARGET] = tcp[i, RATE]
+    tcp[i, RATE] = max(p[MIN_RATE], cut)
+    ca[i, T_COUNT] = 0.0
+    ca[i, B_COUNT] = 0.0
+    ca[i, BYTES_ACC] = 0.0
+    ca[i, NEXT_TIMER] = now + p[TIMER]
+
+
+@njit(cache=True)
+def on_congestion(p, tcp, ca, i, ecn, now, dscale, mss):
+    on_cnp(p, tcp, ca, i, now, dscale)   # a loss, where it happens, is treated as a notification
+
+
+@njit(cache=True)
+def on_timeout(p, tcp, ca, i, now, dscale, mss):
+    on_cnp(p, tcp, ca, i, now, dscale)
+
+
+@njit(cache=True)
+def increase(p, tcp, ca, i, gain):
+    hi, lo = max(ca[i, T_COUNT], ca[i, B_COUNT]), min(ca[i, T_COUNT], ca[i, B_COUNT])
+    step = 0.0
+    if hi >= p[F_STEPS]:
+        step = (p[RHAI] if lo >= p[F_STEPS] else p[RAI]) * gain
+    ca[i, TARGET] = min(ca[i, TARGET] + step, p[LINE_RATE])
+    tcp[i, RATE] = min((tcp[i, RATE] + ca[i, TARGET]) / 2.0, p[LINE_RATE])
+
+
+@njit(cache=True)
+def on_timer(p, tcp, ca, i, now, gain):
+    decay_alpha(p, ca, i, now)
+    if now >= ca[i, NEXT_TIMER]:
+        ca[i, T_COUNT] += 1.0
+        ca[i, NEXT_TIMER] = now + p[TIMER]
+        increase(p, tcp, ca, i, gain)
+
+
+@njit(cache=True)
+def on_sent(p, tcp, ca, i, sent, now, gain):
+    ca[i, BYTES_ACC] += sent
+    if ca[i, BYTES_ACC] >= p[BYTE_COUNTER]:
+        ca[i, BYTES_ACC] -= p[BYTE_COUNTER]
+        ca[i, B_COUNT] += 1.0
+        increase(p, tcp, ca, i, gain)
 
 
 class Dcqcn(CongestionOps):
     name = "dcqcn"
+    kind = 2
     window_based = False
+    State = DcqcnState
+    line_rate = Param(25e9 / 8, "B/s", "NIC line rate, the start and maximum rate", in_scenario=False)
+    g = Param(1 / 256, "1", "alpha gain")
+    rai = Param(50 * MBPS, "B/s", "additive increase step R_AI", key="rai_mbps", scale=MBPS, key_unit="Mb/s")
+    rhai = Param(100 * MBPS, "B/s", "hyper increase step R_HAI", key="rhai_mbps", scale=MBPS, key_unit="Mb/s")
+    min_rate = Param(100 * MBPS, "B/s", "rate floor", key="min_rate_mbps", scale=MBPS, key_unit="Mb/s")
+    timer = Param(900e-6, "s", "rate-increase timer", key="timer_us", scale=1e-6, key_unit="us")
+    byte_counter = Param(10e6, "B", "rate-increase byte counter", key="byte_counter_kb", scale=1e3, key_unit="kB")
+    fast_recovery_steps = Param(5, "1", "increase events spent in fast recovery (F)")
+    alpha_interval = Param(1e-6, "s", "alpha decay interval", key="alpha_interval_us", scale=1e-6, key_unit="us")
 
-    def __init__(self, line_rate: float = 25e9 / 8, g: float = 1 / 256, rai: float = 50 * MBPS,
-                 rhai: float = 100 * MBPS, min_rate: float = 100 * MBPS, timer: float = 900e-6,
-                 byte_counter: float = 10e6, fast_recovery_steps: int = 5, alpha_interval: float = 1e-6):
-        self.line_rate, self.g, self.rai, self.rhai, self.min_rate = line_rate, g, rai, rhai, min_rate
-        self.timer, self.byte_counter, self.f = timer, byte_counter, fast_recovery_steps
-        self.alpha_interval = alpha_interval
+    k_init, k_pkts_acked, k_cong_avoid = staticmethod(init), staticmethod(pkts_acked), staticmethod(cong_avoid)
+    k_ssthresh, k_on_congestion, k_on_timeout = staticmethod(ssthresh), staticmethod(on_congestion), staticmethod(on_timeout)
 
-    def init(self, st: FlowState, now: float) -> None:
-        st.rate = np.full(st.n, float(self.line_rate))   # Rc: start at line rate
-        st.target = st.rate.copy()                        # Rt
-        st.alpha = np.ones(st.n)
-        st.t_count = np.zeros(st.n)                       # timer expiries since the last CNP
-        st.b_count = np.zeros(st.n)                       # byte-counter expiries since the last CNP
-        st.bytes_acc = np.zeros(st.n)
-        st.next_timer = np.full(st.n, now + self.timer)
-        st.last_alpha = np.full(st.n, now)
+    def kernel_params(self):
+        return [self.line_rate, self.g, self.rai, self.rhai, self.min_rate, self.timer, self.byte_counter,
+                float(self.fast_recovery_steps), self.alpha_interval]
 
-    def on_ack(self, st, acked, rtt, now):
-        pass  # rate-based: reacts to CNPs, timers and bytes sent
+    @property
+    def f(self) -> int:
+        return self.fast_recovery_steps
 
-    def on_cnp(self, st: FlowState, mask, now: float) -> None:
-        m = np.asarray(mask, dtype=bool)
-        self._decay_alpha(st, now, np.ones(st.n, dtype=bool))
-        st.alpha = np.where(m, (1 - self.g) * st.alpha + self.g, st.alpha)
-        st.last_alpha = np.where(m, now, st.last_alpha)
-        cut = st.rate * (1.0 - self.decrease_factor(st, st.alpha / 2.0))
-        st.target = np.where(m, st.rate, st.target)
-        st.rate = np.where(m, np.maximum(self.min_rate, cut), st.rate)
-        for a in ("t_count", "b_count", "bytes_acc"):
-            setattr(st, a, np.where(m, 0.0, getattr(st, a)))
-        st.next_timer = np.where(m, now + self.timer, st.next_timer)
+    def on_cnp(self, st, mask, now):
+        d = _vec(self.decrease_scale(st), st.n)
+        for i in np.flatnonzero(np.broadcast_to(mask, (st.n,))):
+            on_cnp(self.p, st.tcp, st.ca.a, i, now, d[i])
 
-    def on_congestion(self, st, mask, kind, now):
-        self.on_cnp(st, mask, now)   # a loss, where it happens, is treated as a congestion notification
+    def on_timer(self, st, now):
+        gain = _vec(self.increase_gain(st), st.n)
+        for i in range(st.n):
+            on_timer(self.p, st.tcp, st.ca.a, i, now, gain[i])
 
-    def on_timeout(self, st, mask, now):
-        self.on_cnp(st, mask, now)
-
-    def _decay_alpha(self, st, now, mask):
-        """alpha <- (1-g) alpha once per alpha_interval without a CNP (applied in bulk)."""
-        k = np.floor((now - st.last_alpha) / self.alpha_interval)
-        upd = np.asarray(mask, dtype=bool) & (k > 0)
-        st.alpha = np.where(upd, st.alpha * (1 - self.g) ** np.maximum(k, 0), st.alpha)
-        st.last_alpha = np.where(upd, st.last_alpha + k * self.alpha_interval, st.last_alpha)
-
-    def on_timer(self, st: FlowState, now: float) -> None:
-        self._decay_alpha(st, now, np.ones(st.n, dtype=bool))
-        fired = now >= st.next_timer
-        st.t_count = st.t_count + fired
-        st.next_timer = np.where(fired, now + self.timer, st.next_timer)
-        self._increase(st, fired)
-
-    def on_sent(self, st: FlowState, sent, now: float) -> None:
-        st.bytes_acc = st.bytes_acc + np.asarray(sent, dtype=float)
-        fired = st.bytes_acc >= self.byte_counter
-        st.bytes_acc = np.where(fired, st.bytes_acc - self.byte_counter, st.bytes_acc)
-        st.b_count = st.b_count + fired
-        self._increase(st, fired)
-
-    def _increase(self, st: FlowState, fired) -> None:
-        if not np.any(fired):
-            return
-        gain = self.increase_gain(st)
-        hi, lo = np.maximum(st.t_count, st.b_count), np.minimum(st.t_count, st.b_count)
-        step = np.where(hi < self.f, 0.0, np.where(lo >= self.f, self.rhai, self.rai)) * gain
-        st.target = np.where(fired, np.minimum(st.target + step, self.line_rate), st.target)
-        st.rate = np.where(fired, np.minimum((st.rate + st.target) / 2.0, self.line_rate), st.rate)
+    def on_sent(self, st, sent, now):
+        sent = _vec(sent, st.n)
+        gain = _vec(self.increase_gain(st), st.n)
+        for i in np.flatnonzero(sent > 0):
+            on_sent(self.p, st.tcp, st.ca.a, i, sent[i], now, gain[i])

@@ -4,17 +4,32 @@ F(bytes_ratio) multiplies the base algorithm's window (Reno, CUBIC) or rate (DCQ
 flow that is further through its iteration's bytes grabs bandwidth faster, finishes first, and the
 competing jobs slide into an interleaved schedule. Optionally the decrease is scaled too: the
 fraction removed becomes (0.8 - 0.6 r) / 0.5 times the base one (0.2..0.8 of the window for Reno).
+
+The two rules are numba kernels (:func:`linear`, :func:`scaled_decrease`), so the simulator's
+compiled loop applies exactly these lines; :mod:`mltcp.tracker` gives bytes_ratio.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 import numpy as np
+from numba import njit
 
 from ..tracker import IterationTracker
+from .base import Param
 from .cubic import Cubic
 from .dcqcn import Dcqcn
 from .reno import Reno
+
+
+@njit(cache=True)
+def linear(slope, intercept, r):
+    return slope * r + intercept
+
+
+@njit(cache=True)
+def scaled_decrease(r):
+    return (0.8 - 0.6 * r) / 0.5
 
 
 class Linear:
@@ -24,27 +39,29 @@ class Linear:
         self.slope, self.intercept = slope, intercept
 
     def __call__(self, r):
-        return self.slope * np.asarray(r) + self.intercept
+        return linear(float(self.slope), float(self.intercept), np.asarray(r, dtype=float))
 
 
 class MLTCPHook:
     """Mixed in before a base algorithm; everything else is the base algorithm unchanged."""
+    slope = Param(4.0, "1", "F(r) = slope * r + intercept")
+    intercept = Param(0.25, "1", "F(0): the gain at the start of an iteration")
+    scale_decrease = Param(False, "bool", "also scale the decrease by (0.8 - 0.6 r) / 0.5")
+    idle_fraction = Param(0.9, "1", "an idle gap over this x the last compute gap starts an iteration")
+    min_idle = Param(1e-3, "s", "shortest idle gap that starts an iteration", key="min_idle_ms", scale=1e-3, key_unit="ms")
 
-    def __init__(self, *args, slope: float = 4.0, intercept: float = 0.25,
-                 aggressiveness: Callable | None = None, scale_decrease: bool = False,
-                 idle_fraction: float = 0.9, min_idle: float = 1e-3, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.F = aggressiveness or Linear(slope, intercept)
-        self.scale_decrease = scale_decrease
-        self.tracker_args = dict(idle_fraction=idle_fraction, min_idle=min_idle)
+    def __init__(self, aggressiveness: Callable | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.F = aggressiveness or Linear(self.slope, self.intercept)
 
-    def init(self, st, now):
-        super().init(st, now)
-        st.tracker = IterationTracker(st.n, **self.tracker_args)
+    def new_state(self, n=1, mss=1448, now=0.0):
+        st = super().new_state(n, mss, now)
+        st.tracker = IterationTracker(n, self.idle_fraction, self.min_idle)
+        return st
 
-    def on_ack(self, st, acked, rtt, now):
+    def pkts_acked(self, st, acked, rtt, now):
         st.tracker.on_ack(acked, now)
-        super().on_ack(st, acked, rtt, now)
+        super().pkts_acked(st, acked, rtt, now)
 
     def iteration_start(self, st, mask):
         st.tracker.iteration_start(mask)
@@ -52,10 +69,8 @@ class MLTCPHook:
     def increase_gain(self, st):
         return self.F(st.tracker.bytes_ratio)
 
-    def decrease_factor(self, st, base):
-        if not self.scale_decrease:
-            return base
-        return base * (0.8 - 0.6 * st.tracker.bytes_ratio) / 0.5
+    def decrease_scale(self, st):
+        return scaled_decrease(st.tracker.bytes_ratio) if self.scale_decrease else 1.0
 
 
 class MLTCPReno(MLTCPHook, Reno):

@@ -1,10 +1,12 @@
 """The fast simulator: a time-slotted, packet-quantised model of flows over drop-tail links.
 
 Each slot of ``step_s`` seconds:
-  1. jobs whose compute phase ended start sending their iteration's bytes;
+  1. jobs whose compute phase ended start sending their iteration's bytes: every flow of the job
+     its share (``Job.flow_bytes()``), after the CC core's TX_START event (restart after idle);
   2. feedback sent one round trip earlier arrives: acked, lost and ECN-marked bytes and the RTT
-     sample are handed to the congestion-control core (:mod:`mltcp.cc`, the same code the real
-     senders run); losses are retransmitted; one window reduction per round trip; a loss when the
+     sample are handed to the congestion-control core (:mod:`mltcp.cc`, the same kernels the real
+     senders run): ``pkts_acked`` always, ``cong_avoid`` only when the flow is cwnd-limited and not
+     in recovery; losses are retransmitted; one window reduction per round trip; a loss when the
      window is under 4 segments (too few duplicate ACKs for fast retransmit) waits for the RTO;
   3. each flow sends whole segments allowed by its window (or DCQCN rate) and its NIC rate;
   4. every link queues the bytes offered to it, serves ``rate x step``, drops what exceeds its
@@ -14,12 +16,17 @@ Each slot of ``step_s`` seconds:
      fractions), so a small overflow hits one flow rather than all of them; an ECN echo or CNP
      fires with the Poisson chance of at least one marked packet. The round trip of each flow is
      its propagation delay plus the queueing delay on its path, which sets when feedback returns.
-All flows advance together as numpy arrays, so 1,000 jobs cost little more than 2. Idle time
-(every job computing, nothing in flight) is skipped. Deterministic for a given scenario seed.
+A job's iteration ends when every one of its flows has delivered its share; records are per job.
 
-Simplifications (stated in the README): a flow's bytes are offered to every link of its path in
-the same slot (no per-hop pipelining); which flow a slot's drops and marks hit is drawn in
-proportion to what each flow offered (seeded), not from packet arrival order; one flow per job.
+Speed: the loop is compiled with numba (``cache=True``: compiled once per machine, then loaded),
+and slots in which nothing can happen are skipped exactly: the next slot processed is the first
+one with feedback due, a job starting, a DCQCN timer firing, a pause ending, or a flow whose NIC
+(and rate) budget reaches a segment while its window has room; queues drain in closed form over
+the skipped slots and budgets accrue in closed form. Deterministic for a given scenario seed.
+
+Simplifications (docs/simulator.md): a flow's bytes are offered to every link of its path in the
+same slot (no per-hop pipelining); which flow a slot's drops and marks hit is drawn in proportion
+to what each flow offered (seeded), not from packet arrival order.
 """
 from __future__ import annotations
 
@@ -29,12 +36,22 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from numba import njit
 
-from ..cc import BASE_OF, make_cc
+from ..cc import BASE_OF, Linear, MLTCPHook, dispatch, make_cc
+from ..cc.base import CWND, RATE, SSTHRESH
+from ..cc.dcqcn import NEXT_TIMER
+from ..cc.mltcp import linear, scaled_decrease
 from ..records import IterationRecord
 from ..scenario import Scenario, cc_kwargs
+from .. import tracker as trk
 
 CNP_INTERVAL = 50e-6   # at most one CNP per flow per 50 us (DCQCN notification point)
+
+# index of each scalar in the run's float / int state vectors (kept between chunks)
+F_NEXT_START, F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T = range(6)
+I_K, I_STEPS, I_NREC, I_SEEDED, I_STATUS = range(5)
+RUNNING, DONE, PAUSED, OVER_HORIZON = 0, 1, 2, 3
 
 
 @dataclass
@@ -46,13 +63,14 @@ class SimResult:
     ecn_marks: float                   # packets
     sim_time: float
     wall_time: float
-    steps: int
+    steps: int                         # slots processed (the others were skipped: nothing happened)
     trace_t: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     trace_rate: np.ndarray = field(repr=False, default_factory=lambda: np.zeros((0, 0)))  # bits/s per job
     job_names: list[str] = field(default_factory=list)
     bytes_sent: float = 0.0            # including retransmissions
     bytes_acked: float = 0.0
     bytes_in_flight: float = 0.0       # at the end (0 when every iteration completed)
+    slots: int = 0                     # slots of simulated time (processed or skipped)
 
 
 def build_cc(sc: Scenario, cc_name: str):
@@ -65,273 +83,448 @@ def build_cc(sc: Scenario, cc_name: str):
     return make_cc(cc_name, **kw)
 
 
-def _cwnd_restart(st, mask, idle, rto, mss) -> None:
-    """Linux tcp_cwnd_restart (RFC 2861, on by default as net.ipv4.tcp_slow_start_after_idle):
-    after an idle period longer than the RTO, halve cwnd once per RTO elapsed, down to the initial
-    window, remembering 3/4 of the old window in ssthresh."""
-    m = mask & (idle > rto)
-    if not m.any():
-        return
-    iw = np.minimum(10 * mss, st.cwnd)
-    halvings = np.floor(idle / rto)
-    st.ssthresh = np.where(m, np.maximum(st.ssthresh, 0.75 * st.cwnd), st.ssthresh)
-    st.cwnd = np.where(m, np.maximum(st.cwnd / 2.0 ** np.minimum(halvings, 60), iw), st.cwnd)
+def _hook_vector(cc) -> tuple[bool, np.ndarray]:
+    """MLTCP hook parameters for the compiled loop: slope, intercept, scale_decrease, idle rule."""
+    if not isinstance(cc, MLTCPHook):
+        return False, np.zeros(5)
+    if not isinstance(cc.F, Linear):
+        raise ValueError("the simulator runs F(r) = slope * r + intercept; a custom aggressiveness "
+                         "function works with the real senders only")
+    return True, np.array([cc.F.slope, cc.F.intercept, float(cc.scale_decrease), cc.idle_fraction, cc.min_idle])
 
 
-def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
-             trace_interval: float | None = None, max_sim_time: float | None = None) -> SimResult:
-    wall0 = time.perf_counter()
-    rng = np.random.default_rng(sc.seed)
-    jobs = sc.jobs
-    J, names = len(jobs), list(sc.links)
-    L = len(names)
-    lidx = {n: i for i, n in enumerate(names)}
-    flow_of = np.array([j for j, job in enumerate(jobs) for _ in job.path])
-    link_of = np.array([lidx[h] for job in jobs for h in job.path])
-    links = [sc.links[n] for n in names]
-    C = np.array([lk.rate_Bps for lk in links])
-    B = np.array([lk.buffer_bytes for lk in links])
-    mode = np.array([{"none": 0, "step": 1, "red": 2}[lk.ecn] for lk in links])
-    K = np.array([lk.ecn_k_bytes for lk in links])
-    kmin = np.array([lk.red_kmin_bytes for lk in links])
-    kmax = np.array([lk.red_kmax_bytes for lk in links])
-    pmax = np.array([lk.red_pmax for lk in links])
-    dt, mss = sc.step_s, float(sc.mss)
-    base_rtt = np.array([sc.base_rtt(j) for j in jobs])
-    access = np.array([sc.links[j.path[0]].rate_Bps for j in jobs])
-    max_rtt = base_rtt + np.bincount(flow_of, weights=(B / C)[link_of], minlength=J)
-    H = int(math.ceil(max_rtt.max() / dt)) + 3
-    has_step, has_red = bool((mode == 1).any()), bool((mode == 2).any())
-    red_span = np.where(kmax > kmin, kmax - kmin, 1.0)
-    single_hop = all(len(j.path) == 1 for j in jobs)    # flow j crosses link link_of[j] only
+@njit(cache=True)
+def _slot_at(t, dt):
+    """The first slot k with k * dt >= t (the loop's own test)."""
+    k = max(int(math.floor(t / dt)) - 1, 0)
+    while k * dt < t:
+        k += 1
+    return k
 
-    cc = build_cc(sc, cc_name)
-    st = cc.new_state(J, sc.mss, 0.0)
-    window = cc.window_based
-    iters = np.array([j.iterations for j in jobs])
-    comp = [j.compute_times(rng, j.iterations) for j in jobs]
-    nbytes = np.array([j.bytes_per_iter for j in jobs], dtype=float)
 
-    phase = np.zeros(J, dtype=np.int8)               # 0 compute, 1 communicate, 2 finished
-    phase_end = np.array([j.start_offset_s + comp[i][0] for i, j in enumerate(jobs)])
-    it_idx = np.zeros(J, dtype=np.int64)
-    it_start = np.array([j.start_offset_s for j in jobs])
-    comm_start = np.zeros(J)
-    to_send, unacked, inflight = np.zeros(J), np.zeros(J), np.zeros(J)
-    credit = np.zeros(J)                             # NIC line-rate budget
-    rcredit = np.zeros(J)                            # DCQCN pacing budget
-    recovery_until = np.full(J, -np.inf)
-    paused_until = np.full(J, -np.inf)
-    last_cnp = np.full(J, -np.inf)
-    last_tx = np.zeros(J)                            # last time each flow sent
-    cwnd_limited = np.zeros(J, dtype=bool)
-    srtt, rttvar = base_rtt.copy(), base_rtt / 2
-    it_drops, it_marks = np.zeros(J), np.zeros(J)
-    ack_r, lost_r, mark_r, rtt_r = (np.zeros((H, J)) for _ in range(4))
-    q = np.zeros(L)
-    tot_drop = tot_mark = tot_sent = tot_acked = 0.0
-    records: list[IterationRecord] = []
+@njit(cache=True)
+def _gain(mltcp, mp, tr, f):
+    return linear(mp[0], mp[1], trk.ratio(tr, f)) if mltcp else 1.0
 
-    horizon = max_sim_time or float(sum(j.start_offset_s for j in jobs) + 50 * max(
-        j.iterations * sc.ideal_iter_s(j) for j in jobs) + 10)
-    trace_interval = trace_interval or 0.0
-    tr_bins: dict[int, np.ndarray] = {}
-    last_progress = 0.0
-    k, steps = 0, 0
-    t = 0.0
-    next_start = float(phase_end.min())
-    mark_rng = np.random.default_rng([sc.seed, 1])
-    loss_rng = np.random.default_rng([sc.seed, 2])
-    packet_losses = sc.loss_model == "packet"
 
-    def marked_event(mk):
-        """Did at least one ECN-marked packet come back? Marks are fluid (a fraction of the bytes);
-        with m expected marked packets the chance of one or more is 1 - exp(-m) (Poisson)."""
-        return (mk > 0) & (mark_rng.random(J) < -np.expm1(-mk / mss))
-    pending = np.zeros(H, dtype=bool)                # does a feedback slot hold anything?
-    with np.errstate(divide="ignore", invalid="ignore"):
-        while True:
-            t = k * dt
-            # 1. compute phases that ended start communicating
-            if t >= next_start:
-                start = (phase == 0) & (phase_end <= t)
-                rest = phase_end[(phase == 0) & ~start]
-                next_start = rest.min() if len(rest) else np.inf
-                if sc.slow_start_after_idle and window:
-                    _cwnd_restart(st, start, t - last_tx, np.maximum(sc.min_rto_s, srtt + 4 * rttvar), mss)
-                phase[start] = 1
-                comm_start[start] = t
-                to_send[start] = nbytes[start]
-                unacked[start] = nbytes[start]
-                it_drops[start] = 0.0
-                it_marks[start] = 0.0
-            # 2. feedback from one round trip ago
-            s = k % H
-            a, lo, mk = ack_r[s], lost_r[s], mark_r[s]
-            if pending[s]:
-                pending[s] = False
-                rtt_s = rtt_r[s]
-                inflight -= a + lo
-                unacked -= a
-                tot_acked += a.sum()
-                to_send += lo
-                got = a > 0
-                err = rtt_s - srtt
-                rttvar = np.where(got, 0.75 * rttvar + 0.25 * np.abs(err), rttvar)
-                srtt = np.where(got, srtt + 0.125 * err, srtt)
-                before = st.cwnd.copy()
-                cc.on_ack(st, a, np.where(got, rtt_s, srtt), t)
-                in_rec = t < recovery_until
+@njit(cache=True)
+def _dscale(mltcp, mp, tr, f):
+    return scaled_decrease(trk.ratio(tr, f)) if mltcp and mp[2] != 0.0 else 1.0
+
+
+@njit(cache=True)
+def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
+         kind, p, mltcp, mp, tcp, ca, tr,
+         flow_job, path_ptr, path_link, base_rtt, access, flow_bytes,
+         job_ptr, iters, comp, nbytes,
+         C, B, mode, K, kmin, kmax, pmax,
+         to_send, unacked, inflight, credit, rcredit, recovery_until, paused_until, last_cnp, last_tx,
+         cwnd_limited, srtt, rttvar, flow_done,
+         phase, phase_end, it_idx, it_start, comm_start, it_drops, it_marks, flows_left,
+         ack_r, lost_r, mark_r, rtt_r, pending, q, qk,
+         rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks,
+         trace, trace_interval, fs, ks, skip):
+    F, J, L, H = len(flow_job), len(iters), len(C), len(pending)
+    window = kind != dispatch.DCQCN
+    if ks[I_SEEDED] == 0:
+        np.random.seed(seed)
+        ks[I_SEEDED] = 1
+    k = ks[I_K]
+    next_start = fs[F_NEXT_START]
+    send = np.zeros(F)
+    sending = np.empty(F, dtype=np.int64)
+    arrive = np.zeros(L)
+    touched = np.empty(L, dtype=np.int64)
+    is_touched = np.zeros(L, dtype=np.bool_)
+    pdrop = np.zeros(L)
+    pmark = np.zeros(L)
+    status = RUNNING
+    t = k * dt
+    while True:
+        t = k * dt
+        if t >= t_stop:
+            status = PAUSED
+            break
+        if t > horizon:
+            status = OVER_HORIZON
+            break
+        # 1. compute phases that ended start communicating
+        if t >= next_start:
+            ns = np.inf
+            for j in range(J):
+                if phase[j] != 0:
+                    continue
+                if phase_end[j] > t:
+                    ns = min(ns, phase_end[j])
+                    continue
+                phase[j] = 1
+                comm_start[j] = t
+                it_drops[j] = 0.0
+                it_marks[j] = 0.0
+                flows_left[j] = job_ptr[j + 1] - job_ptr[j]
+                for f in range(job_ptr[j], job_ptr[j + 1]):
+                    rto = max(min_rto, srtt[f] + 4.0 * rttvar[f])
+                    dispatch.tx_start(kind, p, tcp, ca, f, t, t - last_tx[f], rto, mss, ssai)
+                    to_send[f] = flow_bytes[f]
+                    unacked[f] = flow_bytes[f]
+                    flow_done[f] = False
+            next_start = ns
+        # 2. feedback from one round trip ago
+        s = k % H
+        if pending[s]:
+            pending[s] = False
+            for f in range(F):
+                a, lo = ack_r[s, f], lost_r[s, f]
+                if a == 0.0 and lo == 0.0:
+                    continue
+                mk = mark_r[s, f]
+                ack_r[s, f] = 0.0
+                lost_r[s, f] = 0.0
+                mark_r[s, f] = 0.0
+                inflight[f] -= a + lo
+                unacked[f] -= a
+                fs[F_TOT_ACKED] += a
+                to_send[f] += lo
+                if a > 0.0:
+                    err = rtt_r[s, f] - srtt[f]
+                    rttvar[f] = 0.75 * rttvar[f] + 0.25 * abs(err)
+                    srtt[f] += 0.125 * err
+                    if mltcp:
+                        trk.on_ack(tr, f, a, t, mp[3], mp[4])
+                    dispatch.pkts_acked(kind, p, tcp, ca, f, a, rtt_r[s, f], t)
+                in_rec = t < recovery_until[f]
+                # ECN echo / CNP: the Poisson chance of at least one marked packet among mk bytes
+                marked = mk > 0.0 and np.random.random() < -math.expm1(-mk / mss)
                 if window:
-                    # no growth in recovery, nor when the window was not what limited the sender
-                    # (Linux tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
-                    st.cwnd = np.where(in_rec | ~cwnd_limited, before, st.cwnd)
-                    loss, ecn = lo > 0, marked_event(mk)
-                    react = (loss | ecn) & ~in_rec
-                    if react.any():
-                        tmo = react & loss & (before < 4 * mss)
-                        rto = np.maximum(sc.min_rto_s, srtt + 4 * rttvar)
-                        if tmo.any():
-                            cc.on_timeout(st, tmo, t)
-                            paused_until = np.where(tmo, t + rto, paused_until)
-                        cong = react & ~tmo
-                        if (cong & loss).any():
-                            cc.on_congestion(st, cong & loss, "loss", t)
-                        if (cong & ~loss).any():
-                            cc.on_congestion(st, cong & ~loss, "ecn", t)
-                        recovery_until = np.where(tmo, t + rto, np.where(cong, t + srtt, recovery_until))
-                else:
-                    cnp = (marked_event(mk) | (lo > 0)) & (t - last_cnp >= CNP_INTERVAL)
-                    if cnp.any():
-                        cc.on_cnp(st, cnp, t)
-                        last_cnp = np.where(cnp, t, last_cnp)
-                ack_r[s] = 0.0
-                lost_r[s] = 0.0
-                mark_r[s] = 0.0
-                # iterations whose last byte was acknowledged
-                done = (phase == 1) & (unacked <= 0.5)
-                if done.any():
-                    for j in np.flatnonzero(done):
-                        records.append(IterationRecord(jobs[j].name, int(it_idx[j]), float(it_start[j]),
-                                                       float(comm_start[j]), t, float(nbytes[j]),
-                                                       float(it_drops[j] / mss), float(it_marks[j] / mss)))
+                    before = tcp[f, CWND]
+                    # growth only outside recovery and when the window limited the sender (Linux
+                    # tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
+                    if a > 0.0 and not in_rec and cwnd_limited[f]:
+                        dispatch.cong_avoid(kind, p, tcp, ca, f, a, _gain(mltcp, mp, tr, f), t, mss)
+                    loss = lo > 0.0
+                    if (loss or marked) and not in_rec:
+                        if loss and before < 4.0 * mss:
+                            rto = max(min_rto, srtt[f] + 4.0 * rttvar[f])
+                            dispatch.on_timeout(kind, p, tcp, ca, f, t, _dscale(mltcp, mp, tr, f), mss)
+                            paused_until[f] = t + rto
+                            recovery_until[f] = t + rto
+                        else:
+                            dispatch.on_congestion(kind, p, tcp, ca, f, not loss, t, _dscale(mltcp, mp, tr, f), mss)
+                            recovery_until[f] = t + srtt[f]
+                elif (marked or lo > 0.0) and t - last_cnp[f] >= CNP_INTERVAL:
+                    dispatch.on_cnp(kind, p, tcp, ca, f, t, _dscale(mltcp, mp, tr, f))
+                    last_cnp[f] = t
+                # a job's iteration ends when every one of its flows has delivered its share
+                j = flow_job[f]
+                if phase[j] == 1 and not flow_done[f] and unacked[f] <= 0.5:
+                    flow_done[f] = True
+                    flows_left[j] -= 1
+                    if flows_left[j] == 0:
+                        r = ks[I_NREC]
+                        rec_job[r], rec_iter[r], rec_start[r] = j, it_idx[j], it_start[j]
+                        rec_comm[r], rec_end[r] = comm_start[j], t
+                        rec_drops[r], rec_marks[r] = it_drops[j] / mss, it_marks[j] / mss
+                        ks[I_NREC] = r + 1
                         it_idx[j] += 1
+                        for g in range(job_ptr[j], job_ptr[j + 1]):
+                            to_send[g] = 0.0
+                            unacked[g] = 0.0
                         if it_idx[j] >= iters[j]:
                             phase[j] = 2
                         else:
                             phase[j] = 0
-                            phase_end[j] = t + comp[j][it_idx[j]]
+                            phase_end[j] = t + comp[j, it_idx[j]]
                             it_start[j] = t
                             next_start = min(next_start, phase_end[j])
-                    to_send[done] = 0.0
-                    unacked[done] = 0.0
-                    if (phase == 2).all():
-                        break
-            if not window:
-                cc.on_timer(st, t)
-            # 3. senders
-            active = (phase == 1) & (to_send > 0) & (t >= paused_until)
-            send = np.zeros(J)
-            if active.any():
-                nic = access * dt
-                credit = np.where(active, np.minimum(credit + nic, nic + 2 * mss), credit)
-                if window:
-                    allow = np.minimum(np.maximum(st.cwnd - inflight, 0.0), credit)
-                else:
-                    rcredit = np.where(active, np.minimum(rcredit + st.rate * dt, st.rate * dt + 2 * mss), rcredit)
-                    allow = np.minimum(rcredit, credit)
-                allow = np.floor(allow / mss) * mss
-                send = np.where(active, np.minimum(allow, to_send), 0.0)
-                # a final partial segment goes out once a whole one would fit
-                send = np.where(active & (to_send < mss) & (allow >= mss), to_send, send)
-                credit -= send
-                to_send -= send
-                inflight += send
-                last_tx = np.where(send > 0, t, last_tx)
-                if window:
-                    ss = st.cwnd < st.ssthresh
-                    cwnd_limited = np.where(active, np.where(ss, st.cwnd < 2 * inflight, inflight >= st.cwnd - mss),
-                                            cwnd_limited)
-                else:
-                    rcredit -= send
-                    cc.on_sent(st, send, t)
-            # 4. links
-            A = np.bincount(link_of, weights=send[flow_of], minlength=L)
-            qn = np.maximum(q + A - C * dt, 0.0)
-            over = np.maximum(qn - B, 0.0)
-            qn -= over
-            q = qn
-            idx = np.flatnonzero(send)
-            if len(idx):
-                Ap = np.maximum(A, 1e-300)
-                pdrop = np.minimum(over / Ap, 1.0)
-                if has_step:
-                    pmark = np.where(mode == 1, np.minimum(np.maximum((qn - K) / Ap, 0.0), 1.0), 0.0)
-                else:
-                    pmark = np.zeros(L)
-                if has_red:
-                    red = np.minimum(np.maximum(pmax * (qn - kmin) / red_span, 0.0), 1.0)
-                    pmark = np.where(mode == 2, np.where(qn >= kmax, 1.0, red), pmark)
-                if single_hop:
-                    keep = 1.0 - pdrop[link_of]
-                    clean = 1.0 - pmark[link_of]
-                else:
-                    keep = np.exp(np.bincount(flow_of, weights=np.log1p(-pdrop)[link_of], minlength=J))
-                    clean = np.exp(np.bincount(flow_of, weights=np.log1p(-np.minimum(pmark, 1.0))[link_of], minlength=J))
-                lost = send * (1.0 - keep)
-                if packet_losses and lost.any():
-                    # drop whole packets: each flow loses floor(x) or ceil(x) of its expected x
-                    # dropped packets (random rounding), so a small overflow hits one flow, not all
-                    x = lost / mss
-                    lost = np.minimum((np.floor(x) + (loss_rng.random(J) < x - np.floor(x))) * mss, send)
-                deliv = send - lost
-                marked = deliv * (1.0 - clean)
-                qdelay = (q / C)[link_of] if single_hop else np.bincount(flow_of, weights=(q / C)[link_of], minlength=J)
-                rtt_now = base_rtt + qdelay
-                slot = (k + np.maximum(1, np.ceil(rtt_now / dt - 1e-9)).astype(np.int64)) % H
-                si = slot[idx]
-                pending[si] = True
-                ack_r[si, idx] += deliv[idx]
-                lost_r[si, idx] += lost[idx]
-                mark_r[si, idx] += marked[idx]
-                rtt_r[si, idx] = rtt_now[idx]
-                it_drops += lost
-                it_marks += marked
-                tot_drop += lost.sum()
-                tot_sent += send.sum()
-                tot_mark += marked.sum()
-                if trace_interval:
-                    b = int(t / trace_interval)
-                    if b not in tr_bins:
-                        tr_bins[b] = np.zeros(J)
-                    tr_bins[b] += deliv
-            steps += 1
-            k += 1
-            # skip idle time: every job computing (or done) and nothing in flight
-            if not (phase == 1).any() and inflight.sum() <= 0.5:
-                if (phase == 2).all():
+            finished = True
+            for j in range(J):
+                if phase[j] != 2:
+                    finished = False
                     break
-                nxt = phase_end[phase == 0].min()
-                kn = int(math.floor(nxt / dt))
-                if kn > k:
-                    q = np.maximum(q - C * (kn - k) * dt, 0.0)
-                    credit[:] = 0.0
-                    k = kn
-            if t > horizon:
-                raise RuntimeError(f"{sc.source}: simulation did not finish within {horizon:.1f} simulated seconds")
-            if progress is not None and t - last_progress >= 0.05:
-                progress(t, float(np.mean(it_idx / iters)))
-                last_progress = t
+            if finished:
+                status = DONE
+                break
+        if not window:
+            for f in range(F):
+                dispatch.on_timer(kind, p, tcp, ca, f, t, _gain(mltcp, mp, tr, f))
+        # 3. senders
+        ns_ = 0
+        for f in range(F):
+            if phase[flow_job[f]] != 1 or to_send[f] <= 0.0 or t < paused_until[f]:
+                continue
+            nic = access[f] * dt
+            credit[f] = min(credit[f] + nic, nic + 2.0 * mss)
+            if window:
+                allow = min(max(tcp[f, CWND] - inflight[f], 0.0), credit[f])
+            else:
+                rd = tcp[f, RATE] * dt
+                rcredit[f] = min(rcredit[f] + rd, rd + 2.0 * mss)
+                allow = min(rcredit[f], credit[f])
+            allow = math.floor(allow / mss) * mss
+            snd = min(allow, to_send[f])
+            if to_send[f] < mss and allow >= mss:   # a final partial segment goes out once a whole one would fit
+                snd = to_send[f]
+            credit[f] -= snd
+            to_send[f] -= snd
+            inflight[f] += snd
+            if window:
+                cw = tcp[f, CWND]
+                cwnd_limited[f] = cw < 2.0 * inflight[f] if cw < tcp[f, SSTHRESH] else inflight[f] >= cw - mss
+            else:
+                rcredit[f] -= snd
+            if snd > 0.0:
+                if not window:
+                    dispatch.on_sent(kind, p, tcp, ca, f, snd, t, _gain(mltcp, mp, tr, f))
+                last_tx[f] = t
+                send[f] = snd
+                sending[ns_] = f
+                ns_ += 1
+        # 4. links
+        if ns_ > 0:
+            nt = 0
+            for x in range(ns_):
+                f = sending[x]
+                for h in range(path_ptr[f], path_ptr[f + 1]):
+                    lk = path_link[h]
+                    arrive[lk] += send[f]
+                    if not is_touched[lk]:
+                        is_touched[lk] = True
+                        touched[nt] = lk
+                        nt += 1
+            for y in range(nt):
+                lk = touched[y]
+                drained = max(q[lk] - C[lk] * dt * (k - 1 - qk[lk]), 0.0)   # idle slots since the last update
+                qn = max(drained + arrive[lk] - C[lk] * dt, 0.0)
+                over = max(qn - B[lk], 0.0)
+                qn -= over
+                q[lk] = qn
+                qk[lk] = k
+                ap = max(arrive[lk], 1e-300)
+                pdrop[lk] = min(over / ap, 1.0)
+                pm = 0.0
+                if mode[lk] == 1:
+                    pm = min(max((qn - K[lk]) / ap, 0.0), 1.0)
+                elif mode[lk] == 2:
+                    pm = 1.0 if qn >= kmax[lk] else min(max(pmax[lk] * (qn - kmin[lk]) / max(kmax[lk] - kmin[lk], 1e-300), 0.0), 1.0)
+                pmark[lk] = pm
+            for x in range(ns_):
+                f = sending[x]
+                snd = send[f]
+                keep, clean, qdelay = 1.0, 1.0, 0.0
+                for h in range(path_ptr[f], path_ptr[f + 1]):
+                    lk = path_link[h]
+                    keep *= 1.0 - pdrop[lk]
+                    clean *= 1.0 - pmark[lk]
+                    qdelay += q[lk] / C[lk]
+                lost = snd * (1.0 - keep)
+                if packet_losses and lost > 0.0:
+                    # whole packets: each flow loses floor(x) or ceil(x) of its expected x dropped
+                    # packets (random rounding), so a small overflow hits one flow, not all
+                    xl = lost / mss
+                    fl = math.floor(xl)
+                    lost = min((fl + (1.0 if np.random.random() < xl - fl else 0.0)) * mss, snd)
+                deliv = snd - lost
+                mkd = deliv * (1.0 - clean)
+                rtt_now = base_rtt[f] + qdelay
+                sl = (k + max(1, int(math.ceil(rtt_now / dt - 1e-9)))) % H
+                pending[sl] = True
+                ack_r[sl, f] += deliv
+                lost_r[sl, f] += lost
+                mark_r[sl, f] += mkd
+                rtt_r[sl, f] = rtt_now
+                j = flow_job[f]
+                it_drops[j] += lost
+                it_marks[j] += mkd
+                fs[F_TOT_DROP] += lost
+                fs[F_TOT_SENT] += snd
+                fs[F_TOT_MARK] += mkd
+                if trace_interval > 0.0:
+                    b = int(t / trace_interval)
+                    if b >= trace.shape[0]:
+                        grown = np.zeros((max(2 * trace.shape[0], b + 1), J))
+                        grown[:trace.shape[0]] = trace
+                        trace = grown
+                    trace[b, j] += deliv
+                send[f] = 0.0
+            for y in range(nt):
+                lk = touched[y]
+                arrive[lk] = 0.0
+                is_touched[lk] = False
+        ks[I_STEPS] += 1
+        # 5. the next slot in which something can happen
+        k += 1
+        kn = _slot_at(next_start, dt) if next_start < np.inf else 1 << 62
+        if kn <= k:
+            continue
+        for d in range(H):                       # feedback due
+            if pending[(k + d) % H]:
+                kn = min(kn, k + d)
+                break
+        if kn <= k:
+            continue
+        communicating = False
+        for j in range(J):
+            if phase[j] == 1:
+                communicating = True
+                break
+        busy = communicating
+        for f in range(F):
+            if inflight[f] > 0.5:
+                busy = True
+            if not window and communicating:       # DCQCN timers (collapsed while every job computes)
+                kn = min(kn, _slot_at(ca[f, NEXT_TIMER], dt))
+            if not communicating or phase[flow_job[f]] != 1 or to_send[f] <= 0.0:
+                continue
+            if k * dt < paused_until[f]:
+                kn = min(kn, _slot_at(paused_until[f], dt))
+                continue
+            # slots of NIC (and rate) budget until a whole segment may go out, if the window has room
+            nic = access[f] * dt
+            if window:
+                if tcp[f, CWND] - inflight[f] < mss:
+                    continue                     # waits for feedback
+                m = math.ceil((mss - credit[f]) / nic)
+            else:
+                rd = tcp[f, RATE] * dt
+                m = max(math.ceil((mss - credit[f]) / nic), math.ceil((mss - rcredit[f]) / max(rd, 1e-300)))
+            kn = min(kn, k + max(int(m) - 2, 0))   # one slot early: safe against rounding
+        if not busy:
+            # every job computing (or done) and nothing in flight: NIC budgets do not carry over
+            credit[:] = 0.0
+        if kn <= k or not skip:
+            continue
+        if t_stop < np.inf:
+            kn = min(kn, _slot_at(t_stop, dt))
+        kn = min(kn, _slot_at(horizon, dt) + 1)
+        if kn > k and busy:
+            n = kn - k
+            for f in range(F):                   # budgets of the slots skipped, in closed form
+                if phase[flow_job[f]] != 1 or to_send[f] <= 0.0 or k * dt < paused_until[f]:
+                    continue
+                nic = access[f] * dt
+                credit[f] = min(credit[f] + n * nic, nic + 2.0 * mss)
+                if not window:
+                    rd = tcp[f, RATE] * dt
+                    rcredit[f] = min(rcredit[f] + n * rd, rd + 2.0 * mss)
+        k = max(k, kn)
+    ks[I_K] = k
+    ks[I_STATUS] = status
+    fs[F_NEXT_START] = next_start
+    fs[F_T] = t
+    return trace
+
+
+def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
+             trace_interval: float | None = None, max_sim_time: float | None = None,
+             skip: bool = True) -> SimResult:
+    """Run ``sc`` with ``cc_name``. ``skip=False`` steps every slot (the same result, slower: tests
+    compare the two)."""
+    wall0 = time.perf_counter()
+    rng = np.random.default_rng(sc.seed)
+    jobs = sc.jobs
+    J, names = len(jobs), list(sc.links)
+    lidx = {n: i for i, n in enumerate(names)}
+    links = [sc.links[n] for n in names]
+    C = np.array([lk.rate_Bps for lk in links])
+    B = np.array([lk.buffer_bytes for lk in links])
+    mode = np.array([{"none": 0, "step": 1, "red": 2}[lk.ecn] for lk in links], dtype=np.int64)
+    K = np.array([lk.ecn_k_bytes for lk in links])
+    kmin = np.array([lk.red_kmin_bytes for lk in links])
+    kmax = np.array([lk.red_kmax_bytes for lk in links])
+    pmax = np.array([lk.red_pmax for lk in links])
+    dt, mss = float(sc.step_s), float(sc.mss)
+
+    # flows: every job's, in job order (job j owns flows job_ptr[j] .. job_ptr[j+1]-1)
+    paths = [(j, path) for j, job in enumerate(jobs) for path in job.paths()]
+    F = len(paths)
+    flow_job = np.array([j for j, _ in paths], dtype=np.int64)
+    job_ptr = np.zeros(J + 1, dtype=np.int64)
+    job_ptr[1:] = np.cumsum(np.bincount(flow_job, minlength=J))
+    path_ptr = np.zeros(F + 1, dtype=np.int64)
+    path_ptr[1:] = np.cumsum([len(pth) for _, pth in paths])
+    path_link = np.array([lidx[h] for _, pth in paths for h in pth], dtype=np.int64)
+    base_rtt = np.array([2.0 * sum(sc.links[h].delay_s for h in pth) + sc.host_delay_s for _, pth in paths])
+    access = np.array([sc.links[pth[0]].rate_Bps for _, pth in paths])
+    flow_bytes = np.array([jobs[j].flow_bytes() for j, _ in paths], dtype=float)
+    max_rtt = base_rtt + np.array([sum(sc.links[h].buffer_bytes / sc.links[h].rate_Bps for h in pth) for _, pth in paths])
+    H = int(math.ceil(max_rtt.max() / dt)) + 3
+
+    cc = build_cc(sc, cc_name)
+    st = cc.new_state(F, sc.mss, 0.0)
+    mltcp, mp = _hook_vector(cc)
+    tr = st.tracker.a if mltcp else np.zeros((F, trk.HISTORY + 1))
+    iters = np.array([j.iterations for j in jobs], dtype=np.int64)
+    comp = np.zeros((J, int(iters.max())))
+    for i, j in enumerate(jobs):
+        comp[i, :j.iterations] = j.compute_times(rng, j.iterations)
+    nbytes = np.array([j.bytes_per_iter for j in jobs], dtype=float)
+
+    phase = np.zeros(J, dtype=np.int8)               # 0 compute, 1 communicate, 2 finished
+    phase_end = np.array([j.start_offset_s + comp[i, 0] for i, j in enumerate(jobs)])
+    it_idx = np.zeros(J, dtype=np.int64)
+    it_start = np.array([j.start_offset_s for j in jobs], dtype=float)
+    comm_start, it_drops, it_marks = np.zeros(J), np.zeros(J), np.zeros(J)
+    flows_left = np.zeros(J, dtype=np.int64)
+    to_send, unacked, inflight, credit, rcredit = (np.zeros(F) for _ in range(5))
+    recovery_until, paused_until, last_cnp = (np.full(F, -np.inf) for _ in range(3))
+    last_tx = np.zeros(F)
+    cwnd_limited = np.zeros(F, dtype=np.bool_)
+    flow_done = np.zeros(F, dtype=np.bool_)
+    srtt, rttvar = base_rtt.copy(), base_rtt / 2
+    ack_r, lost_r, mark_r, rtt_r = (np.zeros((H, F)) for _ in range(4))
+    pending = np.zeros(H, dtype=np.bool_)
+    q = np.zeros(L := len(links))
+    qk = np.zeros(L, dtype=np.int64)
+    R = int(iters.sum())
+    rec_job, rec_iter = np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64)
+    rec_start, rec_comm, rec_end, rec_drops, rec_marks = (np.zeros(R) for _ in range(5))
+    trace_interval = float(trace_interval or 0.0)
+    trace = np.zeros((1024 if trace_interval else 0, J))
+    fs = np.zeros(6)
+    fs[F_NEXT_START] = phase_end.min()
+    ks = np.zeros(5, dtype=np.int64)
+
+    horizon = max_sim_time or float(sum(j.start_offset_s for j in jobs) + 50 * max(
+        j.iterations * sc.ideal_iter_s(j) for j in jobs) + 10)
+    args = (dt, mss, float(sc.min_rto_s), bool(sc.slow_start_after_idle), sc.loss_model == "packet", int(sc.seed),
+            int(cc.kind), cc.p, mltcp, mp, st.tcp, st.ca.a, tr,
+            flow_job, path_ptr, path_link, base_rtt, access, flow_bytes,
+            job_ptr, iters, comp, nbytes,
+            C, B, mode, K, kmin, kmax, pmax,
+            to_send, unacked, inflight, credit, rcredit, recovery_until, paused_until, last_cnp, last_tx,
+            cwnd_limited, srtt, rttvar, flow_done,
+            phase, phase_end, it_idx, it_start, comm_start, it_drops, it_marks, flows_left,
+            ack_r, lost_r, mark_r, rtt_r, pending, q, qk,
+            rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks)
+    # without progress reports: one call; with them, chunks of simulated time sized to ~0.2 s of wall time
+    chunk = 0.05 if progress is not None else np.inf
+    t_stop = 0.0
+    while True:
+        t_stop = min(t_stop + chunk, horizon + 1.0) if progress is not None else np.inf
+        w = time.perf_counter()
+        trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip)
+        if ks[I_STATUS] != PAUSED:
+            break
+        progress(float(fs[F_T]), float(np.mean(it_idx / iters)))
+        spent = time.perf_counter() - w
+        chunk = min(chunk * 4, max(chunk * 0.2 / max(spent, 1e-6), 1e-3))
+    t_end = float(fs[F_T])
+    if ks[I_STATUS] == OVER_HORIZON:
+        raise RuntimeError(f"{sc.source}: simulation did not finish within {horizon:.1f} simulated seconds")
     if progress is not None:
-        progress(t, 1.0)
+        progress(t_end, 1.0)
+    n = int(ks[I_NREC])
+    records = [IterationRecord(jobs[rec_job[r]].name, int(rec_iter[r]), float(rec_start[r]), float(rec_comm[r]),
+                               float(rec_end[r]), float(nbytes[rec_job[r]]), float(rec_drops[r]), float(rec_marks[r]))
+               for r in range(n)]
     trace_t = np.zeros(0)
     trace_rate = np.zeros((0, J))
-    if trace_interval and tr_bins:
-        nb = max(tr_bins) + 1
-        trace_rate = np.zeros((nb, J))
-        for b, v in tr_bins.items():
-            trace_rate[b] = v * 8 / trace_interval
-        trace_t = (np.arange(nb) + 0.5) * trace_interval
-    return SimResult(sc.name, cc_name, records, tot_drop / mss, tot_mark / mss, t,
-                     time.perf_counter() - wall0, steps, trace_t, trace_rate, [j.name for j in jobs],
-                     tot_sent, tot_acked, float(inflight.sum()))
+    if trace_interval:
+        used = np.flatnonzero(trace.any(axis=1))
+        if len(used):
+            nb = int(used[-1]) + 1
+            trace_rate = trace[:nb] * 8 / trace_interval
+            trace_t = (np.arange(nb) + 0.5) * trace_interval
+    return SimResult(sc.name, cc_name, records, fs[F_TOT_DROP] / mss, fs[F_TOT_MARK] / mss, t_end,
+                     time.perf_counter() - wall0, int(ks[I_STEPS]), trace_t, trace_rate, [j.name for j in jobs],
+                     float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(inflight.sum()), int(ks[I_K]))

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from mltcp.cc import make_cc
+from mltcp.cc import TX_START, make_cc
 
 from . import pattern, sockbuf, wire
 from .rtt import RttEstimator
@@ -64,6 +64,7 @@ class FlowSender:
         self.explicit_iterations = explicit_iterations
         self.idle_restart = idle_restart
         self.last_send = None                     # time of the last datagram sent
+        self._tx_start_mark = None                # last_send of the idle period TX_START was given for
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         if ecn:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
@@ -196,12 +197,11 @@ class FlowSender:
         if delivered:
             self._acked[0] = delivered
             self._rttv[0] = self.rtt.latest
-            before = float(st.cwnd[0])
-            cc.on_ack(st, self._acked, self._rttv, now)   # also feeds the MLTCP tracker
-            # As Linux (tcp_may_raise_cwnd, tcp_is_cwnd_limited / RFC 7661) and the simulator: no
-            # window growth in recovery/CWR, nor when the window was not what limited the sender.
-            if not self.rate_based and (sb.snd_una < self.recovery_end or not self.cwnd_limited):
-                st.cwnd[0] = before
+            cc.pkts_acked(st, self._acked, self._rttv, now)   # RTT, the MLTCP tracker: always
+            # As Linux (tcp_may_raise_cwnd, tcp_is_cwnd_limited / RFC 7661) and the simulator: the
+            # window grows only outside recovery/CWR and when the window limited the sender.
+            if self.cwnd_limited and sb.snd_una >= self.recovery_end:
+                cc.cong_avoid(st, self._acked, now)
         if lost or (ece and not self.rate_based):
             if sb.snd_una >= self.recovery_end:   # one reduction per round trip
                 kind = "loss" if lost else "ecn"
@@ -283,19 +283,16 @@ class FlowSender:
                     self.tlp_out = True
             elif self.rto_start is None or pto_at < self.rto_start + self.rtt.rto:
                 wake = min(wake, pto_at)
-        # Restart after idle (RFC 5681 4.1, Linux tcp_cwnd_restart): a window-based flow that sent
-        # nothing for longer than an RTO halves its window per RTO idle, down to the initial
-        # window, keeping ssthresh at >= 3/4 of the old window.
-        if (self.idle_restart and not self.rate_based and self.last_send is not None
+        # First send with nothing in flight (CA_EVENT_TX_START, once per idle period): the CC
+        # core's restart after idle (RFC 2861, Linux tcp_cwnd_restart: a window-based flow idle
+        # for longer than an RTO halves its window per RTO, down to the initial window), then the
+        # algorithm's own reaction (CUBIC moves its epoch by the idle time).
+        if (self.last_send is not None and self._tx_start_mark != self.last_send
                 and not sb.outstanding and sb.snd_nxt < self.app_end):
-            idle, rto = now - self.last_send, self.rtt.rto
-            if idle > rto:
-                cw = float(st.cwnd[0])
-                iw = 10.0 * self.payload
-                if cw > iw:
-                    st.ssthresh[0] = max(float(st.ssthresh[0]), 0.75 * cw)
-                    st.cwnd[0] = max(iw, cw / 2 ** int(idle / rto))
-                self.stats["idle_restarts"] += 1
+            self._tx_start_mark = self.last_send
+            restarted = self.cc.cwnd_event(st, TX_START, now, idle=now - self.last_send, rto=self.rtt.rto,
+                                           restart=self.idle_restart)
+            self.stats["idle_restarts"] += int(restarted[0])
         # How much may go out now.
         paced = self.rate_based or self.nic_rate is not None
         need = self.payload + WIRE_OVERHEAD
