@@ -79,7 +79,18 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
-def _check(sc: Scenario, cc_name: str) -> None:
+def preflight(sc: Scenario, algos: list[str]) -> None:
+    """Cheap checks before starting worker processes: ns-3 installed (without importing it: that
+    takes tens of seconds), every algorithm and scenario field supported. Raises ScenarioError."""
+    import importlib.util
+    if importlib.util.find_spec("ns") is None or importlib.util.find_spec("cppyy") is None:
+        raise ScenarioError(sc.source, "--engine", "ns-3 is not installed here: pip install 'mltcp[ns3]' (PyPI ns3 with cppyy)")
+    for a in algos:
+        check(sc, a)
+
+
+def check(sc: Scenario, cc_name: str) -> None:
+    """Raise ScenarioError if ``cc_name`` or a scenario setting has no ns-3 counterpart here."""
     if cc_name not in ALGORITHMS:
         raise ScenarioError(sc.source, "cc", f"{cc_name!r} is not available in the ns-3 engine (choose from {', '.join(ALGORITHMS)})")
     reno = sc.cc_params.get("reno", {})
@@ -127,7 +138,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         trace_interval: float | None = None, max_sim_time: float | None = None,
         options: Ns3Options | None = None) -> SimResult:
     """Run ``sc`` under ``cc_name`` in ns-3 and return the fast engine's result type."""
-    _check(sc, cc_name)
+    check(sc, cc_name)
     opt = options or Ns3Options()
     from .ns3_cxx import load
     ns, cx = load()
