@@ -20,6 +20,7 @@ def job_ratios(fast: list[IterationRecord], ns3: list[IterationRecord], job: str
     f = sorted((r for r in fast if r.job == job), key=lambda r: r.iteration)
     n = sorted((r for r in ns3 if r.job == job), key=lambda r: r.iteration)
     per_iter = [round(_ratio(a.duration, b.duration), 4) for a, b in zip(f, n)]
+    steady_ratios = sorted(per_iter[warmup:])
     sf, sn = metrics.summary(f, warmup), metrics.summary(n, warmup)
     df, dn = sum(r.drops for r in f), sum(r.drops for r in n)
     return {
@@ -27,6 +28,8 @@ def job_ratios(fast: list[IterationRecord], ns3: list[IterationRecord], job: str
         "avg_fast_s": sf["avg_iter_s"], "avg_ns3_s": sn["avg_iter_s"],
         "avg_ratio": round(_ratio(sf["avg_iter_s"], sn["avg_iter_s"]), 4),
         "avg_all_ratio": round(_ratio(sf["avg_iter_all_s"], sn["avg_iter_all_s"]), 4),
+        # robust to a few outliers (e.g. ns-3 iterations that waited for a 200 ms RTO)
+        "median_iteration_ratio": steady_ratios[len(steady_ratios) // 2] if steady_ratios else math.nan,
         "drops_fast": round(df, 1), "drops_ns3": round(dn, 1),
         "drops_ratio": round(_ratio(df, dn), 4),
     }

@@ -185,6 +185,7 @@ class Flow : public Application {
     uint32_t retx = 0, timeouts = 0, recoveries = 0;   // retransmitted segments, RTOs, fast recoveries
     SequenceNumber32 highSent{0};
     std::vector<double> dbgT, dbgSeq;  // filled when debug is set
+    std::vector<double> rtoLeft, rtoUnsent;   // at each RTO: bytes not yet acked / not yet sent
     bool debug = false;
     void SetDebug(bool d) { debug = d; }
 
@@ -212,7 +213,13 @@ class Flow : public Application {
         }
     }
     void OnState(TcpSocketState::TcpCongState_t oldv, TcpSocketState::TcpCongState_t newv) {
-        if (newv == TcpSocketState::CA_LOSS) timeouts++;
+        if (newv == TcpSocketState::CA_LOSS) {
+            timeouts++;
+            Ptr<TcpSocketBase> tsb = DynamicCast<TcpSocketBase>(sock);
+            Ptr<TcpSocketState> tcb = SocketPeek::Tcb(PeekPointer(tsb));
+            rtoLeft.push_back(double(target) - double(acked));          // bytes of the iteration not yet acked
+            rtoUnsent.push_back(double(target + 1) - double(tcb->m_highTxMark.Get().GetValue()));  // never sent yet
+        }
         if (newv == TcpSocketState::CA_RECOVERY) recoveries++;
     }
     void Send(uint64_t bytes);

@@ -340,7 +340,17 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         acked = float(sum(f.acked for f in flow_objs))
         events = int(ns.Simulator.GetEventCount())
         drops, marks = float(counters.drops), float(counters.marks)
+        stats = {"retransmissions": [int(f.retx) for f in flow_objs], "timeouts": [int(f.timeouts) for f in flow_objs],
+                 "fast_recoveries": [int(f.recoveries) for f in flow_objs],
+                 "flow_job": [sc.jobs[ji].name for ji, _ in flows],
+                 "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
+                 "other_drops": float(counters.otherDrops),
+                 # per RTO: bytes of the iteration still unacknowledged, and never sent (0 = tail loss)
+                 "rto_bytes_left": [[float(x) for x in f.rtoLeft] for f in flow_objs],
+                 "rto_bytes_unsent": [[float(x) for x in f.rtoUnsent] for f in flow_objs]}
     finally:
         ns.Simulator.Destroy()
-    return SimResult(sc.name, cc_name, records, drops, marks, t, time.perf_counter() - wall0, events,
-                     trace_t, trace_rate, [j.name for j in sc.jobs], sent, acked, 0.0)
+    res = SimResult(sc.name, cc_name, records, drops, marks, t, time.perf_counter() - wall0, events,
+                    trace_t, trace_rate, [j.name for j in sc.jobs], sent, acked, 0.0)
+    res.ns3_stats = stats        # ns-3's own counters, per flow (not part of the common result)
+    return res
