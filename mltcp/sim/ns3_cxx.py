@@ -337,7 +337,7 @@ class Counters : public SimpleRefCount<Counters> {
     void WatchNode(Ptr<Node> node) {
         node->GetObject<TrafficControlLayer>()->TraceConnectWithoutContext("TcDrop", MakeCallback(&Counters::OnTcDrop, this));
     }
-    void OnDiscDrop(Ptr<const QueueDiscItem> item, const char* why) {
+    void OnDiscDrop(Ptr<const QueueDiscItem> item) {
         Ptr<const Ipv4QueueDiscItem> i = DynamicCast<const Ipv4QueueDiscItem>(item);
         if (i) Hit(i->GetHeader().GetSource().Get(), false);
     }
