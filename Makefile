@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml scripts/install-system.sh $(P4TOOLS_TARBALL)
 	$(MAKE) system
 	$(PYTHON_SYS) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[switch,emulate,kernel,test]'
+	$(PY) -m pip install -q -e '.[switch,emulate,kernel,ns3,test]'
 	touch $(STAMP)
 
 venv: $(STAMP)

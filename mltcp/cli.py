@@ -85,15 +85,19 @@ def _stop_children() -> None:
         p.join(5)
 
 
-def _simulate_worker(sc, algo, trace_interval, queue):
-    from .sim.engine import simulate
+def _simulate_worker(sc, algo, trace_interval, queue, engine="fast"):
+    if engine == "ns3":
+        from .sim.ns3_engine import run as simulate
+    else:
+        from .sim.engine import simulate
     report = None if queue is None else (lambda t, frac: queue.put((algo, t, frac)))
     return simulate(sc, algo, trace_interval=trace_interval, progress=report)
 
 
-def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[float] = None):
+def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[float] = None,
+                    engine: str = "fast"):
     """Run each algorithm in its own process (they are independent; two cores, two runs), with a
-    rich progress bar per run on stderr unless ``quiet``."""
+    rich progress bar per run on stderr unless ``quiet``. ``engine``: "fast" or "ns3"."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing.managers import SyncManager
@@ -109,7 +113,7 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
         manager.start(_die_with_parent, (me,))
         pool = ProcessPoolExecutor(max_workers=len(algos), mp_context=ctx, initializer=_die_with_parent,
                                    initargs=(me,))
-        results = _run_pool(sc, algos, quiet, trace_interval, manager, pool)
+        results = _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine)
     except BaseException:
         # Ctrl-C, SIGTERM, a worker's error: kill the workers first (a pool's normal shutdown
         # would wait for their simulations to end), so none outlives this call
@@ -125,14 +129,15 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
     return results
 
 
-def _run_pool(sc, algos, quiet, trace_interval, manager, pool):
+def _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine="fast"):
     queue = None if quiet else manager.Queue()
-    futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue) for a in algos}
+    futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue, engine) for a in algos}
     if not quiet:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err,
                       transient=True) as prog:
-            tasks = {a: prog.add_task(f"{sc.name} · {a}", total=1.0, t=0.0) for a in algos}
+            tasks = {a: prog.add_task(f"{sc.name} · {a}" + (" · ns-3" if engine == "ns3" else ""), total=1.0, t=0.0)
+                     for a in algos}
             while not all(f.done() for f in futures.values()):
                 try:
                     a, t, frac = queue.get(timeout=0.2)
@@ -213,14 +218,24 @@ def simulate(
     do_compare: bool = typer.Option(False, "--compare", help="run the base algorithm and its MLTCP variant"),
     outdir: Optional[Path] = typer.Option(None, "--out", help="write records CSV, summary.json and PNG plots here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (no progress bar)"),
+    engine: str = typer.Option("fast", "--engine", help="fast (the numba simulator), ns3 (ns-3, extra [ns3]) or both "
+                               "(both, with per-job, per-iteration fast/ns-3 ratios)"),
 ):
-    """Simulate a scenario in the fast simulator."""
+    """Simulate a scenario in the fast simulator (or in ns-3, or both)."""
+    if engine not in ("fast", "ns3", "both"):
+        fail(f"--engine: unknown engine {engine!r} (choose from fast, ns3, both)")
     try:
         sc = load(scenario)
         algos = _algorithms(sc, cc, do_compare)
         _check_outdir(outdir)
+        if engine != "fast":
+            from .sim import ns3_engine
+            ns3_engine.preflight(sc, algos)
+        ti = _trace_interval(sc) if outdir else None
         with _interruptible():
-            results = run_simulations(sc, algos, quiet=as_json, trace_interval=_trace_interval(sc) if outdir else None)
+            if engine == "both":
+                return _simulate_both(sc, algos, as_json, ti, outdir)
+            results = run_simulations(sc, algos, quiet=as_json, trace_interval=ti, engine=engine)
     except ScenarioError as e:
         fail(str(e))
     rep = build_report(sc, results)
@@ -263,6 +278,23 @@ class _interruptible:
         if typ is Terminated:
             fail(f"terminated by signal {signal.Signals(exc.signum).name}; workers stopped", 128 + exc.signum)
         return False
+
+
+def _simulate_both(sc, algos, as_json: bool, trace_interval, outdir: Optional[Path]):
+    from .sim import ns3_compare
+    fast = run_simulations(sc, algos, quiet=as_json, trace_interval=trace_interval, engine="fast")
+    ns3 = run_simulations(sc, algos, quiet=as_json, trace_interval=trace_interval, engine="ns3")
+    rep = {"fast": build_report(sc, fast), "ns3": build_report(sc, ns3), "ratios": ns3_compare.ratios(sc, fast, ns3)}
+    if outdir:
+        _write_or_fail(sc, fast, rep["fast"], outdir / "fast")
+        _write_or_fail(sc, ns3, rep["ns3"], outdir / "ns3")
+    if as_json:
+        print(json.dumps(rep))
+        return
+    out.print(per_job_table(sc, {f"{a} (fast)": r for a, r in fast.items()} | {f"{a} (ns-3)": r for a, r in ns3.items()}))
+    out.print(ns3_compare.ratio_table(sc, rep["ratios"]))
+    if outdir:
+        out.print(f"wrote {outdir}/fast/ and {outdir}/ns3/")
 
 
 def _trace_interval(sc) -> float:

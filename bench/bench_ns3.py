@@ -1,0 +1,127 @@
+"""Fast engine vs ns-3 on the same scenario, in one run: wall time (as a ratio) and fidelity.
+
+    python bench/bench_ns3.py                          # speed: the issue's case, Reno and CUBIC
+    python bench/bench_ns3.py --iterations 10 20 40    # speed over several run lengths
+    python bench/bench_ns3.py --fidelity               # per-iteration avg and drops, 3 cases x 4 algorithms
+
+Speed: each engine runs once untimed first (numba loads or compiles its loop; cppyy compiles the
+ns-3 engine's C++ and the ns-3 code paths it calls), then the timed run; the one-time costs are
+printed apart. Both engines run in this process one after the other, so machine load affects
+both alike; on a shared machine repeat and compare ratios, not seconds.
+Fidelity: ratio = fast / ns-3 of the steady-state average iteration time (after the scenario's
+warm-up iterations), the median per-iteration ratio, and the drop counts; target 5 % and 1.5x.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mltcp import metrics  # noqa: E402
+from mltcp.scenario import load  # noqa: E402
+from mltcp.sim import engine, ns3_compare, ns3_engine  # noqa: E402
+
+ISSUE_CASE = ROOT / "scenarios" / "ns3-dumbbell-100m.toml"
+FIDELITY_CASES = ["ns3-dumbbell-100m", "ns3-dumbbell-1g-deep", "ns3-dumbbell-1g-shallow"]
+
+
+def _with_iterations(path, n):
+    sc = load(str(path))
+    if n:
+        for j in sc.jobs:
+            j.iterations = n
+        sc.warmup_iterations = min(sc.warmup_iterations, n - 1)
+    return sc
+
+
+def speed(args) -> list[dict]:
+    t0 = time.perf_counter()
+    from mltcp.sim import ns3_cxx
+    ns3_cxx.load()
+    t_import = time.perf_counter() - t0
+    rows = []
+    for n in args.iterations:
+        sc = _with_iterations(args.scenario, n)
+        for cc in args.cc:
+            t0 = time.perf_counter()
+            engine.simulate(sc, cc)
+            warm_fast = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            ns3_engine.run(sc, cc)
+            warm_ns3 = time.perf_counter() - t0
+            f = engine.simulate(sc, cc)
+            n3 = ns3_engine.run(sc, cc)
+            row = {"scenario": sc.name, "iterations": n or sc.jobs[0].iterations, "cc": cc,
+                   "fast_wall_s": round(f.wall_time, 4), "ns3_wall_s": round(n3.wall_time, 4),
+                   "speedup_vs_ns3": round(n3.wall_time / f.wall_time, 2),
+                   "sim_time_s": round(n3.sim_time, 3), "ns3_events": n3.steps,
+                   "first_run_fast_s": round(warm_fast, 2), "first_run_ns3_s": round(warm_ns3, 2)}
+            rows.append(row)
+            print(f"{sc.name} {row['iterations']:>3} it {cc:<6} fast {f.wall_time:8.3f} s   ns-3 {n3.wall_time:8.3f} s"
+                  f"   fast is {row['speedup_vs_ns3']:.1f}x faster   (first runs: fast {warm_fast:.1f} s, ns-3 {warm_ns3:.1f} s)",
+                  flush=True)
+    print(f"one-time ns-3 import + C++ compile: {t_import:.1f} s")
+    return rows
+
+
+def fidelity(args) -> list[dict]:
+    from mltcp.sim import ns3_cxx
+    ns3_cxx.load()
+    rows = []
+    for case in args.cases:
+        sc = load(str(ROOT / "scenarios" / f"{case}.toml"))
+        for cc in args.cc_all:
+            f = engine.simulate(sc, cc)
+            n3 = ns3_engine.run(sc, cc)
+            rat = ns3_compare.ratios(sc, {cc: f}, {cc: n3})[cc]
+            per = [v for j in rat["jobs"].values() for v in j["iteration_ratio"][sc.warmup_iterations:]]
+            per.sort()
+            med = per[len(per) // 2] if per else float("nan")
+            ov_f = metrics.overlap_fractions(f.records)
+            ov_n = metrics.overlap_fractions(n3.records)
+            row = {"case": case, "cc": cc, "avg_fast_ms": round(rat["avg_fast_s"] * 1e3, 2),
+                   "avg_ns3_ms": round(rat["avg_ns3_s"] * 1e3, 2), "avg_ratio": rat["avg_ratio"],
+                   "median_iteration_ratio": round(med, 4), "drops_fast": rat["drops_fast"],
+                   "drops_ns3": rat["drops_ns3"], "drops_ratio": rat["drops_ratio"],
+                   "ns3_timeouts": sum(n3.ns3_stats["timeouts"]),
+                   "overlap_fast": round(sum(ov_f.values()) / max(1, len(ov_f)), 3),
+                   "overlap_ns3": round(sum(ov_n.values()) / max(1, len(ov_n)), 3),
+                   "ns3_rto_unsent_segments": [round(x / sc.mss, 1) for fl in n3.ns3_stats["rto_bytes_unsent"] for x in fl],
+                   "within_5pct": bool(abs(rat["avg_ratio"] - 1) <= 0.05),
+                   "drops_within_1_5x": bool((1 / 1.5) <= rat["drops_ratio"] <= 1.5)}
+            rows.append(row)
+            print(f"{case:<24} {cc:<12} avg fast {row['avg_fast_ms']:8.2f} ms  ns-3 {row['avg_ns3_ms']:8.2f} ms  "
+                  f"ratio {row['avg_ratio']:.3f} (median/iter {row['median_iteration_ratio']:.3f})  "
+                  f"drops {row['drops_fast']:.0f}/{row['drops_ns3']:.0f} = {row['drops_ratio']:.2f}  "
+                  f"ns-3 RTOs {row['ns3_timeouts']} (segments unsent then: {row['ns3_rto_unsent_segments'][:8]})  overlap {row['overlap_fast']:.2f}/{row['overlap_ns3']:.2f}", flush=True)
+    ok = sum(r["within_5pct"] for r in rows)
+    print(f"within 5 % avg: {ok}/{len(rows)}; drops within 1.5x: {sum(r['drops_within_1_5x'] for r in rows)}/{len(rows)}")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenario", default=str(ISSUE_CASE))
+    ap.add_argument("--iterations", type=int, nargs="+", default=[0], help="0: the scenario's own")
+    ap.add_argument("--cc", nargs="+", default=["reno", "cubic"])
+    ap.add_argument("--fidelity", action="store_true")
+    ap.add_argument("--cases", nargs="+", default=FIDELITY_CASES)
+    ap.add_argument("--cc-all", nargs="+", default=["reno", "cubic", "mltcp-reno", "mltcp-cubic"])
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    args = ap.parse_args()
+    ok, why = ns3_engine.available()
+    if not ok:
+        print(why, file=sys.stderr)
+        sys.exit(2)
+    rows = fidelity(args) if args.fidelity else speed(args)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

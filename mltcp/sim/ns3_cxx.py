@@ -1,0 +1,407 @@
+"""The C++ half of the ns-3 engine, compiled at run time by cppyy (``cppyy.cppdef``).
+
+It holds what must run inside ns-3's event loop, per packet or per ACK:
+
+* ``Tracker``: :class:`mltcp.tracker.IterationTracker` for one flow (idle gap longer than
+  ``max(min_idle, idle_fraction x previous gap)`` starts an iteration; bytes per iteration are the
+  median of the last three completed iterations; bytes_ratio = acked this iteration / that, in [0, 1]).
+* ``Mltcp<Base>``: MLTCP as a ``TcpCongestionOps`` subclass of a stock ns-3 algorithm
+  (``TcpNewReno`` or ``TcpCubic``). Slow start is the base's; in congestion avoidance the base's
+  window increase is multiplied by F = slope x bytes_ratio + intercept (the fractional part is
+  carried to the next ACK); optionally the decrease is scaled as :class:`mltcp.cc.mltcp.MLTCPHook`
+  does. Bytes acked come from the cumulative ACK (``m_lastAckedSeq``), not from segment counts.
+* ``Flow``: an application on a sender host with one TCP socket; it sends its share of each
+  iteration's bytes when its job says so and reports when the last byte is acknowledged. Before
+  sending after an idle period longer than the RTO it applies Linux's ``tcp_cwnd_restart`` (RFC 2861,
+  the scenario's ``slow_start_after_idle``), which ns-3's TCP does not do by itself.
+* ``Job``: alternates compute and communication over its flows and records per-iteration times,
+  drops and ECN marks; ``Counters`` attributes queue drops and marks to jobs by source address.
+
+Only Python decides topology, parameters and records (:mod:`mltcp.sim.ns3_engine`).
+"""
+from __future__ import annotations
+
+CXX = r"""
+#include "ns3/core-module.h"
+#include "ns3/network-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/applications-module.h"
+#include "ns3/traffic-control-module.h"
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <vector>
+
+namespace mltcpns3 {
+using namespace ns3;
+
+// ---- access to TcpSocketBase internals the app needs (cwnd restart after idle) -----------------
+struct SocketPeek : public TcpSocketBase {
+    static Ptr<TcpSocketState> Tcb(TcpSocketBase* s) { return s->*(&SocketPeek::m_tcb); }
+    static Time Rto(TcpSocketBase* s) { return (s->*(&SocketPeek::m_rto)).Get(); }
+};
+
+// ---- the iteration tracker (mltcp/tracker.py, one flow) ----------------------------------------
+struct Tracker {
+    double idleFraction = 0.9, minIdle = 1e-3;
+    double bytesCur = 0, bytesPerIter = 0, lastActive = -1, lastGap = 0;
+    std::vector<double> hist;          // newest first, at most 3
+    void OnAck(double acked, double now) {
+        if (acked <= 0) return;
+        if (lastActive >= 0) {
+            double gap = now - lastActive;
+            double threshold = std::max(minIdle, idleFraction * lastGap);
+            if (gap > threshold) {
+                lastGap = gap;
+                if (bytesCur > 0) Close();
+            }
+        }
+        bytesCur += acked;
+        lastActive = now;
+    }
+    void Close() {
+        hist.insert(hist.begin(), bytesCur);
+        if (hist.size() > 3) hist.resize(3);
+        std::vector<double> s(hist);
+        std::sort(s.begin(), s.end());
+        size_t n = s.size();
+        bytesPerIter = (s[(n - 1) / 2] + s[n / 2]) / 2.0;
+        bytesCur = 0;
+    }
+    double Ratio() const {
+        if (bytesPerIter <= 0) return 0.0;
+        return std::min(1.0, std::max(0.0, bytesCur / bytesPerIter));
+    }
+};
+
+// ---- MLTCP = base algorithm + aggressiveness hook ---------------------------------------------
+template <class Base>
+class Mltcp : public Base {
+  public:
+    double slope = 4.0, intercept = 0.25;
+    bool scaleDecrease = false;
+    double baseKeep = 0.5;             // fraction of the window the base keeps on a reduction
+    std::string name = "Mltcp";
+    Tracker tracker;
+    SequenceNumber32 lastAcked{1};     // ns-3's ISN is 0: data starts at 1
+    double carry = 0;
+
+    std::string GetName() const override { return name; }
+    double F() const { return slope * tracker.Ratio() + intercept; }
+
+    void Track(Ptr<TcpSocketState> tcb) {
+        SequenceNumber32 a = tcb->m_lastAckedSeq;
+        if (a > lastAcked) {
+            tracker.OnAck(double(a - lastAcked), Simulator::Now().GetSeconds());
+            lastAcked = a;
+        }
+    }
+    void PktsAcked(Ptr<TcpSocketState> tcb, uint32_t segmentsAcked, const Time& rtt) override {
+        Track(tcb);
+        Base::PktsAcked(tcb, segmentsAcked, rtt);
+    }
+    void IncreaseWindow(Ptr<TcpSocketState> tcb, uint32_t segmentsAcked) override {
+        Track(tcb);
+        if (tcb->m_cWnd < tcb->m_ssThresh) {         // slow start: unchanged
+            Base::IncreaseWindow(tcb, segmentsAcked);
+            return;
+        }
+        uint32_t before = tcb->m_cWnd;
+        Base::IncreaseWindow(tcb, segmentsAcked);
+        uint32_t after = tcb->m_cWnd;
+        if (after > before) {
+            double inc = F() * double(after - before) + carry;
+            double whole = std::floor(inc);
+            carry = inc - whole;
+            tcb->m_cWnd = before + uint32_t(whole);
+        }
+    }
+    uint32_t GetSsThresh(Ptr<const TcpSocketState> tcb, uint32_t bytesInFlight) override {
+        uint32_t ss = Base::GetSsThresh(tcb, bytesInFlight);
+        if (!scaleDecrease) return ss;
+        double ref = ss / baseKeep;                  // what the base reduced from
+        double removed = (ref - ss) * (0.8 - 0.6 * tracker.Ratio()) / 0.5;
+        double v = std::max(2.0 * tcb->m_segmentSize, ref - removed);
+        return uint32_t(v);
+    }
+    Ptr<TcpCongestionOps> Fork() override { return CopyObject<Mltcp<Base>>(this); }
+};
+
+Ptr<TcpCongestionOps> MakeCc(std::string name, double slope, double intercept, double idleFraction,
+                             double minIdle, bool scaleDecrease, double baseKeep) {
+    if (name == "reno") return CreateObject<TcpNewReno>();
+    if (name == "cubic") return CreateObject<TcpCubic>();
+    if (name == "mltcp-reno" || name == "mltcp-cubic") {
+        Ptr<TcpCongestionOps> out;
+        if (name == "mltcp-reno") {
+            Ptr<Mltcp<TcpNewReno>> m = CreateObject<Mltcp<TcpNewReno>>();
+            m->slope = slope; m->intercept = intercept; m->scaleDecrease = scaleDecrease;
+            m->baseKeep = baseKeep; m->name = "MltcpReno";
+            m->tracker.idleFraction = idleFraction; m->tracker.minIdle = minIdle;
+            out = m;
+        } else {
+            Ptr<Mltcp<TcpCubic>> m = CreateObject<Mltcp<TcpCubic>>();
+            m->slope = slope; m->intercept = intercept; m->scaleDecrease = scaleDecrease;
+            m->baseKeep = baseKeep; m->name = "MltcpCubic";
+            m->tracker.idleFraction = idleFraction; m->tracker.minIdle = minIdle;
+            out = m;
+        }
+        return out;
+    }
+    NS_FATAL_ERROR("unknown congestion control " << name);
+    return nullptr;
+}
+
+double MltcpRatio(Ptr<TcpCongestionOps> cc) {
+    if (auto m = DynamicCast<Mltcp<TcpNewReno>>(cc)) return m->tracker.Ratio();
+    if (auto m = DynamicCast<Mltcp<TcpCubic>>(cc)) return m->tracker.Ratio();
+    return -1.0;
+}
+
+double MltcpBytesPerIter(Ptr<TcpCongestionOps> cc) {
+    if (auto m = DynamicCast<Mltcp<TcpNewReno>>(cc)) return m->tracker.bytesPerIter;
+    if (auto m = DynamicCast<Mltcp<TcpCubic>>(cc)) return m->tracker.bytesPerIter;
+    return -1.0;
+}
+
+class Job;
+
+// ---- one flow: a TCP connection on a sender host ----------------------------------------------
+class Flow : public Application {
+  public:
+    Address peer;
+    Ptr<TcpCongestionOps> cc;
+    Ptr<Socket> sock;
+    Job* job = nullptr;
+    bool restartAfterIdle = true;
+    uint32_t mss = 1448;
+    uint64_t target = 0;               // cumulative data bytes that must be acknowledged
+    uint64_t acked = 0;
+    uint64_t txBytes = 0;              // including retransmissions
+    double lastTx = 0;
+    bool waiting = false;
+    int64_t synAck = 1;                // the SYN's sequence number is not data
+    uint32_t retx = 0, timeouts = 0, recoveries = 0;   // retransmitted segments, RTOs, fast recoveries
+    SequenceNumber32 highSent{0};
+    std::vector<double> dbgT, dbgSeq;  // filled when debug is set
+    std::vector<double> rtoLeft, rtoUnsent;   // at each RTO: bytes not yet acked / not yet sent
+    bool debug = false;
+    void SetDebug(bool d) { debug = d; }
+
+    void StartApplication() override {
+        sock = Socket::CreateSocket(GetNode(), TcpSocketFactory::GetTypeId());
+        Ptr<TcpSocketBase> tsb = DynamicCast<TcpSocketBase>(sock);
+        if (cc) tsb->SetCongestionControlAlgorithm(cc);
+        sock->TraceConnectWithoutContext("HighestRxAck", MakeCallback(&Flow::OnAck, this));
+        sock->TraceConnectWithoutContext("Tx", MakeCallback(&Flow::OnTx, this));
+        sock->TraceConnectWithoutContext("CongState", MakeCallback(&Flow::OnState, this));
+        sock->Bind();
+        sock->Connect(peer);
+    }
+    void StopApplication() override {
+        if (sock) sock->Close();
+    }
+    void OnTx(Ptr<const Packet> p, const TcpHeader& h, Ptr<const TcpSocketBase> s) {
+        if (p->GetSize() > 0) {
+            txBytes += p->GetSize();
+            lastTx = Simulator::Now().GetSeconds();
+            SequenceNumber32 seq = h.GetSequenceNumber();
+            if (seq < highSent) retx++;
+            else highSent = seq + p->GetSize();
+            if (debug) { dbgT.push_back(lastTx); dbgSeq.push_back(seq.GetValue()); }
+        }
+    }
+    void OnState(TcpSocketState::TcpCongState_t oldv, TcpSocketState::TcpCongState_t newv) {
+        if (newv == TcpSocketState::CA_LOSS) {
+            timeouts++;
+            Ptr<TcpSocketBase> tsb = DynamicCast<TcpSocketBase>(sock);
+            Ptr<TcpSocketState> tcb = SocketPeek::Tcb(PeekPointer(tsb));
+            rtoLeft.push_back(double(target) - double(acked));          // bytes of the iteration not yet acked
+            rtoUnsent.push_back(double(target + 1) - double(tcb->m_highTxMark.Get().GetValue()));  // never sent yet
+        }
+        if (newv == TcpSocketState::CA_RECOVERY) recoveries++;
+    }
+    void Send(uint64_t bytes);
+    void OnAck(SequenceNumber32 oldv, SequenceNumber32 newv);
+};
+
+// ---- a job: compute, then every flow sends its share; the iteration ends when all are acked ------
+class Job : public SimpleRefCount<Job> {
+  public:
+    int index = 0;
+    std::vector<Ptr<Flow>> flows;
+    std::vector<double> compute;       // per iteration
+    double startOffset = 0;
+    uint64_t flowBytes = 0;
+    int iter = 0, pending = 0;
+    bool done = false;
+    double itStart = 0, commStart = 0;
+    double drops = 0, marks = 0, dropsAt = 0, marksAt = 0;
+    std::vector<double> rStart, rComm, rEnd, rDrops, rMarks;
+    // delivered bytes per trace bin (receiver side)
+    double binWidth = 0;
+    std::vector<double> bins;
+
+    void Start() {
+        itStart = startOffset;
+        Simulator::Schedule(Seconds(startOffset + compute[0]), &Job::BeginComm, this);
+    }
+    void BeginComm() {
+        commStart = Simulator::Now().GetSeconds();
+        dropsAt = drops; marksAt = marks;
+        pending = int(flows.size());
+        for (auto& f : flows) f->Send(flowBytes);
+    }
+    void FlowDone() {
+        if (--pending > 0) return;
+        double now = Simulator::Now().GetSeconds();
+        rStart.push_back(itStart); rComm.push_back(commStart); rEnd.push_back(now);
+        rDrops.push_back(drops - dropsAt); rMarks.push_back(marks - marksAt);
+        iter++;
+        if (iter >= int(compute.size())) { done = true; return; }
+        itStart = now;
+        Simulator::Schedule(Seconds(compute[iter]), &Job::BeginComm, this);
+    }
+    void OnRx(Ptr<const Packet> p, const Address& from) {
+        if (binWidth <= 0) return;
+        size_t b = size_t(Simulator::Now().GetSeconds() / binWidth);
+        if (bins.size() <= b) bins.resize(b + 1, 0.0);
+        bins[b] += p->GetSize();
+    }
+    void WatchSink(Ptr<Application> sink) {
+        sink->TraceConnectWithoutContext("Rx", MakeCallback(&Job::OnRx, this));
+    }
+};
+
+void Flow::Send(uint64_t bytes) {
+    Ptr<TcpSocketBase> tsb = DynamicCast<TcpSocketBase>(sock);
+    double now = Simulator::Now().GetSeconds();
+    if (restartAfterIdle && txBytes > 0) {
+        // Linux tcp_cwnd_restart: halve cwnd once per RTO idle, not below the initial window
+        Ptr<TcpSocketState> tcb = SocketPeek::Tcb(PeekPointer(tsb));
+        double rto = SocketPeek::Rto(PeekPointer(tsb)).GetSeconds();
+        double idle = now - lastTx;
+        if (rto > 0 && idle > rto) {
+            uint32_t cwnd = tcb->m_cWnd;
+            uint32_t restart = std::min<uint32_t>(10 * tcb->m_segmentSize, cwnd);
+            tcb->m_ssThresh = std::max<uint32_t>(tcb->m_ssThresh, cwnd / 4 * 3);
+            double halvings = std::floor(idle / rto);
+            double w = double(cwnd) / std::pow(2.0, std::min(halvings, 60.0));
+            tcb->m_cWnd = std::max<uint32_t>(uint32_t(w), restart);
+        }
+    }
+    target += bytes;
+    waiting = true;
+    int sent = sock->Send(Create<Packet>(uint32_t(bytes)));
+    NS_ABORT_MSG_IF(sent < 0, "socket send buffer too small for one iteration");
+}
+
+void Flow::OnAck(SequenceNumber32 oldv, SequenceNumber32 newv) {
+    int32_t d = newv - oldv;
+    if (d <= 0) return;
+    int64_t step = d;
+    if (synAck > 0) { int64_t s = std::min<int64_t>(synAck, step); synAck -= s; step -= s; }
+    acked += uint64_t(step);
+    if (waiting && acked >= target) {
+        waiting = false;
+        job->FlowDone();
+    }
+}
+
+// ---- drops and ECN marks by sender address ----------------------------------------------------
+class Counters : public SimpleRefCount<Counters> {
+  public:
+    std::map<uint32_t, Job*> bySource;
+    double drops = 0, marks = 0, otherDrops = 0;
+    void Add(Ipv4Address src, Ptr<Job> job) { bySource[src.Get()] = PeekPointer(job); }
+    void Hit(uint32_t src, bool mark) {
+        auto it = bySource.find(src);
+        if (it == bySource.end()) { if (!mark) otherDrops += 1; return; }
+        if (mark) { it->second->marks += 1; marks += 1; }
+        else { it->second->drops += 1; drops += 1; }
+    }
+    void OnDeviceDrop(Ptr<const Packet> p) {
+        Ptr<Packet> c = p->Copy();
+        PppHeader ppp;
+        c->RemoveHeader(ppp);
+        Ipv4Header ip;
+        c->PeekHeader(ip);
+        Hit(ip.GetSource().Get(), false);
+    }
+    void OnTcDrop(Ptr<const Packet> p) {       // device queue full, no queue disc: the TC layer drops
+        Ipv4Header ip;
+        p->PeekHeader(ip);
+        Hit(ip.GetSource().Get(), false);
+    }
+    void WatchNode(Ptr<Node> node) {
+        node->GetObject<TrafficControlLayer>()->TraceConnectWithoutContext("TcDrop", MakeCallback(&Counters::OnTcDrop, this));
+    }
+    void OnDiscDrop(Ptr<const QueueDiscItem> item) {
+        Ptr<const Ipv4QueueDiscItem> i = DynamicCast<const Ipv4QueueDiscItem>(item);
+        if (i) Hit(i->GetHeader().GetSource().Get(), false);
+    }
+    void OnDiscMark(Ptr<const QueueDiscItem> item, const char* why) {
+        Ptr<const Ipv4QueueDiscItem> i = DynamicCast<const Ipv4QueueDiscItem>(item);
+        if (i) Hit(i->GetHeader().GetSource().Get(), true);
+    }
+    void WatchDevice(Ptr<NetDevice> dev) {
+        Ptr<PointToPointNetDevice> p = DynamicCast<PointToPointNetDevice>(dev);
+        p->GetQueue()->TraceConnectWithoutContext("Drop", MakeCallback(&Counters::OnDeviceDrop, this));
+    }
+    void WatchDisc(Ptr<QueueDisc> q) {
+        q->TraceConnectWithoutContext("Drop", MakeCallback(&Counters::OnDiscDrop, this));
+        q->TraceConnectWithoutContext("Mark", MakeCallback(&Counters::OnDiscMark, this));
+    }
+};
+
+// ---- topology helpers (thin wrappers that keep cppyy away from templates) ----------------------
+void SetDeviceQueue(Ptr<NetDevice> dev, uint32_t packets) {
+    Ptr<PointToPointNetDevice> p = DynamicCast<PointToPointNetDevice>(dev);
+    p->GetQueue()->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, packets));
+}
+
+void AddHostRoute(Ptr<Node> node, Ptr<NetDevice> out, Ipv4Address dest, Ipv4Address nextHop) {
+    Ptr<Ipv4> ipv4 = node->GetObject<Ipv4>();
+    Ipv4StaticRoutingHelper h;
+    Ptr<Ipv4StaticRouting> r = h.GetStaticRouting(ipv4);
+    r->AddHostRouteTo(dest, nextHop, ipv4->GetInterfaceForDevice(out));
+}
+
+Ptr<Flow> MakeFlow(Ptr<Node> node, Address peer, Ptr<TcpCongestionOps> cc, bool restart) {
+    Ptr<Flow> f = CreateObject<Flow>();
+    f->peer = peer; f->cc = cc; f->restartAfterIdle = restart;
+    node->AddApplication(f);
+    f->SetStartTime(Seconds(0));
+    return f;
+}
+
+Ptr<Job> MakeJob(int index, double startOffset, uint64_t flowBytes, double binWidth) {
+    Ptr<Job> j = Create<Job>();
+    j->index = index; j->startOffset = startOffset; j->flowBytes = flowBytes; j->binWidth = binWidth;
+    return j;
+}
+
+Ptr<Counters> MakeCounters() { return Create<Counters>(); }
+
+void Attach(Ptr<Job> job, Ptr<Flow> f) { f->job = PeekPointer(job); job->flows.push_back(f); }
+
+void ScheduleJob(Ptr<Job> job) { Simulator::ScheduleNow(&Job::Start, PeekPointer(job)); }
+
+}  // namespace mltcpns3
+"""
+
+_loaded = False
+
+
+def load():
+    """Import ns-3 (PyPI ``ns3``) and compile the classes above once per process; returns
+    ``(ns, mltcpns3)``. Raises ImportError when ns-3 is not installed."""
+    global _loaded
+    from ns import ns  # noqa: F401  (PyPI ns3: loads the ns-3 libraries and headers into cppyy)
+    import cppyy
+    if not _loaded:
+        if not cppyy.cppdef(CXX):
+            raise RuntimeError("compiling the ns-3 helper classes failed")
+        _loaded = True
+    return ns, cppyy.gbl.mltcpns3

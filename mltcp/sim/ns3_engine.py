@@ -1,0 +1,356 @@
+"""ns-3 as a second engine: the same scenario TOML run packet by packet in ns-3 (PyPI ``ns3``).
+
+``run(scenario, cc_name)`` returns the :class:`~mltcp.sim.engine.SimResult` the fast engine
+returns, so the CLI reports the same JSON keys. Mapping of the scenario onto ns-3:
+
+* every scenario link is a point-to-point link between two routers; consecutive links of a flow's
+  path share a router (so the ring of ``circular.toml`` is a ring of three routers). The data
+  direction's device queue is the link's drop-tail buffer (``buffer_bytes / mss`` packets); the
+  reverse direction carries ACKs and never drops. The FqCoDel queue disc that ns-3 installs with
+  the addresses is removed; links with ``ecn = "step"`` or ``"red"`` get a RED queue disc with
+  instantaneous queue length (QW = 1) instead: step marking at K (MinTh K-1/2, MaxTh K), or
+  RED marking between kmin and kmax with probability up to pmax; above MaxTh RED marks, as the
+  fast engine does.
+* every flow has its own sender host, joined to the first router by a link at the first link's
+  rate (the NIC, as the fast engine's ``access`` rate) carrying ``host_delay / 2`` each way, and
+  its own receiver host behind a fast, zero-delay link; routes are static host routes along the
+  flow's path, ACKs come back along the same links.
+* TCP: segment size = the scenario's MSS, initial window 10, MinRto = the scenario's
+  ``min_rto_ms``, send and receive buffers large enough that the window is never limited by
+  them, SACK on and PRR recovery (ns-3 and Linux defaults). ``DelAckCount`` defaults to 1: ns-3's
+  TcpNewReno grows its window per ACK (not per acknowledged byte), so with the ns-3 default of 2
+  it grows half as fast as the model (and Linux, which counts acked segments); see docs/ns3.md.
+  CUBIC is ns-3's TcpCubic (HyStart on, as in Linux) with the scenario's ``[cc_params.cubic]``.
+* MLTCP-Reno and MLTCP-CUBIC are C++ ``TcpCongestionOps`` subclasses of TcpNewReno / TcpCubic
+  (:mod:`mltcp.sim.ns3_cxx`) with the scenario's ``[mltcp]`` parameters.
+* Jobs alternate compute (the same compute times as the fast engine: same seed, same draws) and
+  communication; an iteration ends when the last byte of every flow is acknowledged. Linux's cwnd
+  restart after an idle RTO is applied when ``slow_start_after_idle`` is true (ns-3 lacks it).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..records import IterationRecord
+from ..scenario import Scenario, ScenarioError
+from .engine import SimResult
+
+ALGORITHMS = ("reno", "cubic", "mltcp-reno", "mltcp-cubic")
+HEADER_BYTES = 52          # IPv4 20 + TCP 20 + timestamp option 12
+
+
+@dataclass
+class Ns3Options:
+    """ns-3 settings the scenario format does not name (defaults: what our model assumes)."""
+    del_ack_count: int = 1          # ACK every segment, as the fast engine's byte-counted feedback
+    sack: bool = True               # ns-3 and Linux default
+    hystart: bool = True            # TcpCubic HyStart (ns-3 and Linux default)
+    chunk_s: float = 0.1            # simulated seconds between progress reports
+
+
+def available() -> tuple[bool, str]:
+    """(True, "") when ns-3 imports here, else (False, the reason)."""
+    try:
+        from ns import ns  # noqa: F401
+    except Exception as e:  # ImportError, or cppyy failing to load the libraries
+        return False, f"ns-3 is not importable ({type(e).__name__}: {e}); install the extra: pip install 'mltcp[ns3]'"
+    return True, ""
+
+
+class _UnionFind:
+    def __init__(self):
+        self.parent: dict = {}
+
+    def find(self, x):
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a, b):
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+def preflight(sc: Scenario, algos: list[str]) -> None:
+    """Cheap checks before starting worker processes: ns-3 installed (without importing it: that
+    takes tens of seconds), every algorithm and scenario field supported. Raises ScenarioError."""
+    import importlib.util
+    if importlib.util.find_spec("ns") is None or importlib.util.find_spec("cppyy") is None:
+        raise ScenarioError(sc.source, "--engine", "ns-3 is not installed here: pip install 'mltcp[ns3]' (PyPI ns3 with cppyy)")
+    for a in algos:
+        check(sc, a)
+
+
+def check(sc: Scenario, cc_name: str) -> None:
+    """Raise ScenarioError if ``cc_name`` or a scenario setting has no ns-3 counterpart here."""
+    if cc_name not in ALGORITHMS:
+        raise ScenarioError(sc.source, "cc", f"{cc_name!r} is not available in the ns-3 engine (choose from {', '.join(ALGORITHMS)})")
+    reno = sc.cc_params.get("reno", {})
+    if "beta" in reno and float(reno["beta"]) != 0.5:
+        raise ScenarioError(sc.source, "cc_params.reno.beta", "ns-3's TcpNewReno halves its window: only 0.5 is supported by the ns-3 engine")
+    for j in sc.jobs:
+        if j.flow_bytes() >= 2**31:
+            raise ScenarioError(sc.source, f"jobs.{j.name}.bytes", "more than 2 GB per flow and iteration is not supported by the ns-3 engine")
+
+
+def _flows(sc: Scenario) -> list[tuple[int, list[str]]]:
+    out = []
+    for ji, job in enumerate(sc.jobs):
+        for path in job.paths():
+            out.append((ji, list(path)))
+    return out
+
+
+def _routers(sc: Scenario, flows) -> tuple[dict, list[str]]:
+    """Router of each link end: consecutive links of a path share a router. Returns
+    ({(link, 0 or 1): router id}, links used in order)."""
+    uf = _UnionFind()
+    used: list[str] = []
+    for _, path in flows:
+        for name in path:
+            if name not in used:
+                used.append(name)
+            uf.find((name, 0))
+            uf.find((name, 1))
+        for a, b in zip(path, path[1:]):
+            uf.union((a, 1), (b, 0))
+    for name in used:
+        if uf.find((name, 0)) == uf.find((name, 1)):
+            raise ScenarioError(sc.source, "jobs.path", f"link {name!r} would join a router to itself (paths form a loop through it)")
+    roots: dict = {}
+    ends = {}
+    for name in used:
+        for side in (0, 1):
+            r = uf.find((name, side))
+            ends[(name, side)] = roots.setdefault(r, len(roots))
+    return ends, used
+
+
+def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
+        trace_interval: float | None = None, max_sim_time: float | None = None,
+        options: Ns3Options | None = None) -> SimResult:
+    """Run ``sc`` under ``cc_name`` in ns-3 and return the fast engine's result type."""
+    check(sc, cc_name)
+    opt = options or Ns3Options()
+    from .ns3_cxx import load
+    ns, cx = load()
+    wall0 = time.perf_counter()
+    mss = int(sc.mss)
+    flows = _flows(sc)
+    ends, used = _routers(sc, flows)
+    max_rate = max(sc.links[n].rate_bps for n in used)
+    ecn_links = [n for n in used if sc.links[n].ecn != "none"]
+
+    # ---- TCP and algorithm defaults (reset first: one process may run several scenarios) ----
+    ns.Config.Reset()
+    ns.Ipv4AddressGenerator.Reset()
+    big = max(64 << 20, int(2 * max(j.flow_bytes() for j in sc.jobs)) + (1 << 20))
+    sd = ns.Config.SetDefault
+    sd("ns3::TcpSocket::SegmentSize", ns.UintegerValue(mss))
+    sd("ns3::TcpSocket::InitialCwnd", ns.UintegerValue(10))
+    sd("ns3::TcpSocket::DelAckCount", ns.UintegerValue(opt.del_ack_count))
+    sd("ns3::TcpSocket::SndBufSize", ns.UintegerValue(big))
+    sd("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(big))
+    sd("ns3::TcpSocket::DataRetries", ns.UintegerValue(100))
+    sd("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.Seconds(sc.min_rto_s)))
+    sd("ns3::TcpSocketBase::Sack", ns.BooleanValue(opt.sack))
+    sd("ns3::TcpSocketBase::WindowScaling", ns.BooleanValue(True))
+    if ecn_links:
+        sd("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
+    cub = sc.cc_params.get("cubic", {})
+    sd("ns3::TcpCubic::HyStart", ns.BooleanValue(opt.hystart))
+    if "c" in cub:
+        sd("ns3::TcpCubic::C", ns.DoubleValue(float(cub["c"])))
+    if "beta" in cub:
+        sd("ns3::TcpCubic::Beta", ns.DoubleValue(float(cub["beta"])))
+    if "fast_convergence" in cub:
+        sd("ns3::TcpCubic::FastConvergence", ns.BooleanValue(bool(cub["fast_convergence"])))
+    base = "cubic" if "cubic" in cc_name else "reno"
+    sd("ns3::TcpL4Protocol::SocketType", ns.StringValue("ns3::TcpCubic" if base == "cubic" else "ns3::TcpNewReno"))
+
+    # ---- nodes -----------------------------------------------------------------------------
+    n_routers = len(set(ends.values()))
+    routers = ns.NodeContainer()
+    routers.Create(n_routers)
+    senders = ns.NodeContainer()
+    senders.Create(len(flows))
+    receivers = ns.NodeContainer()
+    receivers.Create(len(flows))
+    stack = ns.InternetStackHelper()
+    stack.Install(routers)
+    stack.Install(senders)
+    stack.Install(receivers)
+
+    subnet = [0]
+    containers = []
+
+    def p2p(a, b, rate_bps: float, delay_s: float):
+        h = ns.PointToPointHelper()
+        h.SetDeviceAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(rate_bps))))
+        h.SetDeviceAttribute("Mtu", ns.UintegerValue(max(1500, mss + HEADER_BYTES + 8)))
+        h.SetChannelAttribute("Delay", ns.TimeValue(ns.Seconds(delay_s)))
+        devs = h.Install(a, b)
+        addr = ns.Ipv4AddressHelper()
+        net = (10 << 24) + 4 * subnet[0]
+        subnet[0] += 1
+        addr.SetBase(ns.Ipv4Address(net), ns.Ipv4Mask("255.255.255.252"))
+        ifs = addr.Assign(devs)
+        containers.append(devs)
+        return devs, ifs
+
+    huge_q = 1 << 20
+    link_dev = {}
+    for name in used:
+        lk = sc.links[name]
+        devs, ifs = p2p(routers.Get(ends[(name, 0)]), routers.Get(ends[(name, 1)]), lk.rate_bps, lk.delay_s)
+        link_dev[name] = (devs.Get(0), devs.Get(1), ifs.GetAddress(0), ifs.GetAddress(1))
+        cx.SetDeviceQueue(devs.Get(0), max(1, int(round(lk.buffer_bytes / mss))))
+        cx.SetDeviceQueue(devs.Get(1), huge_q)
+
+    rx_rate = max(100e9, 10 * max_rate)
+    access = []
+    for fi, (ji, path) in enumerate(flows):
+        first, last = path[0], path[-1]
+        s_devs, s_ifs = p2p(senders.Get(fi), routers.Get(ends[(first, 0)]), sc.links[first].rate_bps, sc.host_delay_s / 2)
+        r_devs, r_ifs = p2p(routers.Get(ends[(last, 1)]), receivers.Get(fi), rx_rate, 0.0)
+        for d in (s_devs.Get(0), s_devs.Get(1), r_devs.Get(0), r_devs.Get(1)):
+            cx.SetDeviceQueue(d, huge_q)
+        access.append((s_devs, s_ifs, r_devs, r_ifs))
+
+    # drop-tail: remove the FqCoDel that Assign() installed on every device
+    tch = ns.TrafficControlHelper()
+    for devs in containers:
+        tch.Uninstall(devs)
+
+    counters = cx.MakeCounters()
+    for i in range(n_routers):      # a full device queue stops the TC layer, which drops (TcDrop)
+        counters.WatchNode(routers.Get(i))
+    discs = []
+    for name in used:
+        lk = sc.links[name]
+        fwd = link_dev[name][0]
+        if lk.ecn == "none":
+            counters.WatchDevice(fwd)
+            continue
+        buf = max(1, int(round(lk.buffer_bytes / mss)))
+        if lk.ecn == "step":
+            k = max(1.0, lk.ecn_k_bytes / mss)
+            lo, hi, pmax = k - 0.5, k, 1.0
+        else:
+            lo, hi, pmax = lk.red_kmin_bytes / mss, lk.red_kmax_bytes / mss, lk.red_pmax
+        for key, val in (("MinTh", ns.DoubleValue(lo)), ("MaxTh", ns.DoubleValue(hi)),
+                         ("LInterm", ns.DoubleValue(1.0 / pmax)), ("QW", ns.DoubleValue(1.0)),
+                         ("UseEcn", ns.BooleanValue(True)), ("UseHardDrop", ns.BooleanValue(False)),
+                         ("Gentle", ns.BooleanValue(False)), ("MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{buf}p")))):
+            sd(f"ns3::RedQueueDisc::{key}", val)
+        cx.SetDeviceQueue(fwd, 1)          # the queue disc holds the backlog, not the device
+        red = ns.TrafficControlHelper()
+        red.SetRootQueueDisc("ns3::RedQueueDisc")
+        qd = red.Install(fwd).Get(0)
+        counters.WatchDisc(qd)
+        discs.append(qd)
+
+    # ---- routes: host routes along each flow's path, and back --------------------------------
+    for fi, (ji, path) in enumerate(flows):
+        s_devs, s_ifs, r_devs, r_ifs = access[fi]
+        s_ip, r_ip = s_ifs.GetAddress(0), r_ifs.GetAddress(1)
+        cx.AddHostRoute(senders.Get(fi), s_devs.Get(0), r_ip, s_ifs.GetAddress(1))
+        for name in path:
+            d_in, d_out, ip_in, ip_out = link_dev[name]
+            cx.AddHostRoute(routers.Get(ends[(name, 0)]), d_in, r_ip, ip_out)
+            cx.AddHostRoute(routers.Get(ends[(name, 1)]), d_out, s_ip, ip_in)
+        cx.AddHostRoute(routers.Get(ends[(path[-1], 1)]), r_devs.Get(0), r_ip, r_ip)
+        cx.AddHostRoute(routers.Get(ends[(path[0], 0)]), s_devs.Get(1), s_ip, s_ip)
+        cx.AddHostRoute(receivers.Get(fi), r_devs.Get(1), s_ip, r_ifs.GetAddress(0))
+
+    # ---- applications ------------------------------------------------------------------------
+    rng = np.random.default_rng(sc.seed)               # the fast engine's draws, in its order
+    comp = [j.compute_times(rng, j.iterations) for j in sc.jobs]
+    mp = {"slope": 4.0, "intercept": 0.25, "idle_fraction": 0.9, "min_idle": 1e-3, "scale_decrease": False}
+    mp.update(sc.mltcp_params)
+    keep = float(cub.get("beta", 0.7)) if base == "cubic" else 0.5
+    jobs = []
+    port = 5000
+    ccs = []
+    bin_w = float(trace_interval or 0.0)
+    for ji, job in enumerate(sc.jobs):
+        jb = cx.MakeJob(ji, float(job.start_offset_s), int(round(job.flow_bytes())), bin_w)
+        for c in comp[ji]:
+            jb.compute.push_back(float(c))
+        jobs.append(jb)
+    flow_objs = []
+    for fi, (ji, path) in enumerate(flows):
+        s_devs, s_ifs, r_devs, r_ifs = access[fi]
+        r_ip = r_ifs.GetAddress(1)
+        sink = ns.PacketSinkHelper("ns3::TcpSocketFactory", ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo())
+        apps = sink.Install(receivers.Get(fi))
+        apps.Start(ns.Seconds(0))
+        jobs[ji].WatchSink(apps.Get(0))
+        cc = cx.MakeCc(cc_name, float(mp["slope"]), float(mp["intercept"]), float(mp["idle_fraction"]),
+                       float(mp["min_idle"]), bool(mp["scale_decrease"]), keep)
+        ccs.append(cc)
+        f = cx.MakeFlow(senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc, bool(sc.slow_start_after_idle))
+        cx.Attach(jobs[ji], f)
+        counters.Add(s_ifs.GetAddress(0), jobs[ji])
+        flow_objs.append(f)
+    for jb in jobs:
+        cx.ScheduleJob(jb)
+
+    # ---- run, in chunks, reporting progress ---------------------------------------------------
+    iters = np.array([j.iterations for j in sc.jobs], dtype=float)
+    horizon = max_sim_time or float(sum(j.start_offset_s for j in sc.jobs) + 50 * max(
+        j.iterations * sc.ideal_iter_s(j) for j in sc.jobs) + 10)
+    t = 0.0
+    try:
+        while not all(jb.done for jb in jobs):
+            ns.Simulator.Stop(ns.Seconds(opt.chunk_s))
+            ns.Simulator.Run()
+            t = ns.Simulator.Now().GetSeconds()
+            if progress is not None:
+                progress(t, float(np.mean(np.array([jb.iter for jb in jobs]) / iters)))
+            if t > horizon:
+                raise RuntimeError(f"{sc.source}: ns-3 run did not finish within {horizon:.1f} simulated seconds")
+        if progress is not None:
+            progress(t, 1.0)
+        t = max(jb.rEnd[len(jb.rEnd) - 1] for jb in jobs if len(jb.rEnd))
+        records = []
+        for ji, (job, jb) in enumerate(zip(sc.jobs, jobs)):
+            for i in range(len(jb.rEnd)):
+                records.append(IterationRecord(job.name, i, float(jb.rStart[i]), float(jb.rComm[i]), float(jb.rEnd[i]),
+                                               float(job.bytes_per_iter), float(jb.rDrops[i]), float(jb.rMarks[i])))
+        records.sort(key=lambda r: (r.end, r.job))
+        trace_t, trace_rate = np.zeros(0), np.zeros((0, len(jobs)))
+        if bin_w:
+            nb = max(len(jb.bins) for jb in jobs)
+            if nb:
+                trace_rate = np.zeros((nb, len(jobs)))
+                for ji, jb in enumerate(jobs):
+                    v = np.array(list(jb.bins), dtype=float)
+                    trace_rate[:len(v), ji] = v * 8 / bin_w
+                trace_t = (np.arange(nb) + 0.5) * bin_w
+        sent = float(sum(f.txBytes for f in flow_objs))
+        acked = float(sum(f.acked for f in flow_objs))
+        events = int(ns.Simulator.GetEventCount())
+        drops, marks = float(counters.drops), float(counters.marks)
+        stats = {"retransmissions": [int(f.retx) for f in flow_objs], "timeouts": [int(f.timeouts) for f in flow_objs],
+                 "fast_recoveries": [int(f.recoveries) for f in flow_objs],
+                 "flow_job": [sc.jobs[ji].name for ji, _ in flows],
+                 "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
+                 "other_drops": float(counters.otherDrops),
+                 # per RTO: bytes of the iteration still unacknowledged, and never sent (0 = tail loss)
+                 "rto_bytes_left": [[float(x) for x in f.rtoLeft] for f in flow_objs],
+                 "rto_bytes_unsent": [[float(x) for x in f.rtoUnsent] for f in flow_objs]}
+    finally:
+        ns.Simulator.Destroy()
+    res = SimResult(sc.name, cc_name, records, drops, marks, t, time.perf_counter() - wall0, events,
+                    trace_t, trace_rate, [j.name for j in sc.jobs], sent, acked, 0.0)
+    res.ns3_stats = stats        # ns-3's own counters, per flow (not part of the common result)
+    return res

@@ -1,0 +1,209 @@
+"""The ns-3 engine (mltcp.sim.ns3_engine): topology mapping and ratios without ns-3, then real ns-3
+runs (PyPI ns3; skipped, with the reason printed, only where ns-3 cannot be imported).
+
+Importing ns-3 and compiling the engine's C++ takes tens of seconds, so the ns-3 tests share one
+process-wide import and use small scenarios."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mltcp.records import IterationRecord
+from mltcp.scenario import ScenarioError, from_dict, load
+from mltcp.sim import ns3_compare, ns3_engine
+
+ROOT = Path(__file__).resolve().parents[1]
+OK, WHY = ns3_engine.available()
+needs_ns3 = pytest.mark.skipif(not OK, reason=WHY)
+
+
+def _dumbbell(rate_mbps=100, delay_us=500, buffer_pkts=100, jobs=2, iterations=3, nbytes=500_000,
+              compute_ms=40, extra_jobs=None, **top):
+    d = {"name": "t", "iterations": iterations, "warmup_iterations": 1, "network": {"min_rto_ms": 200},
+         "links": [{"name": "bn", "rate_mbps": rate_mbps, "delay_us": delay_us, "buffer_pkts": buffer_pkts}],
+         "jobs": [{"name": f"J{i}", "compute_ms": compute_ms, "bytes": nbytes, "path": ["bn"],
+                   "start_offset_ms": i} for i in range(jobs)] + (extra_jobs or [])}
+    d.update(top)
+    return from_dict(d)
+
+
+# ---- without ns-3 ------------------------------------------------------------------------------
+
+def test_consecutive_links_share_a_router_and_the_ring_has_three():
+    sc = load("circular")
+    ends, used = ns3_engine._routers(sc, ns3_engine._flows(sc))
+    assert sorted(used) == ["l0", "l1", "l2"]
+    assert len(set(ends.values())) == 3
+    assert ends[("l0", 1)] == ends[("l1", 0)] and ends[("l2", 1)] == ends[("l0", 0)]
+
+
+def test_a_path_that_loops_through_a_link_is_refused():
+    sc = from_dict({"name": "x", "iterations": 2, "warmup_iterations": 1,
+                    "links": [{"name": "a", "rate_mbps": 10, "delay_us": 10, "buffer_pkts": 10},
+                              {"name": "b", "rate_mbps": 10, "delay_us": 10, "buffer_pkts": 10}],
+                    "jobs": [{"name": "J", "compute_ms": 1, "bytes": 1000, "path": ["a", "a"]}]})
+    with pytest.raises(ScenarioError, match="join a router to itself"):
+        ns3_engine._routers(sc, ns3_engine._flows(sc))
+
+
+def test_unsupported_algorithms_and_parameters_are_named():
+    sc = _dumbbell()
+    with pytest.raises(ScenarioError, match="dcqcn"):
+        ns3_engine.check(sc, "dcqcn")
+    sc.cc_params["reno"] = {"beta": 0.3}
+    with pytest.raises(ScenarioError, match=r"cc_params\.reno\.beta"):
+        ns3_engine.check(sc, "reno")
+
+
+def test_ratios_are_fast_over_ns3_per_iteration():
+    sc = _dumbbell(iterations=3)
+
+    def recs(durs, drops):
+        return [IterationRecord("J0", i, 0.0, 0.0, d, 1.0, dr) for i, (d, dr) in enumerate(zip(durs, drops))]
+
+    class R:
+        def __init__(self, records, drops):
+            self.records, self.drops, self.wall_time = records, drops, 1.0
+    fast = {"reno": R(recs([1.0, 2.0, 3.0], [2, 0, 0]), 2)}
+    ns3 = {"reno": R(recs([2.0, 2.0, 2.0], [1, 0, 0]), 1)}
+    rat = ns3_compare.ratios(sc, fast, ns3)["reno"]
+    j = rat["jobs"]["J0"]
+    assert j["iteration_ratio"] == [0.5, 1.0, 1.5]
+    assert j["avg_ratio"] == pytest.approx(2.5 / 2.0)      # after the 1 warm-up iteration
+    assert j["drops_ratio"] == 2.0 and rat["drops_ratio"] == 2.0
+    assert "J1" in rat["jobs"] and rat["jobs"]["J1"]["iteration_ratio"] == []
+
+
+def test_cli_names_the_missing_extra(monkeypatch):
+    import importlib.util
+
+    from typer.testing import CliRunner
+
+    from mltcp.cli import app
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("ns", "cppyy") else real(name, *a))
+    r = CliRunner().invoke(app, ["simulate", "two-jobs", "--engine", "ns3", "--json"])
+    assert r.exit_code == 2
+    assert "mltcp[ns3]" in r.output
+
+
+def test_cli_refuses_an_unknown_engine():
+    from typer.testing import CliRunner
+
+    from mltcp.cli import app
+    r = CliRunner().invoke(app, ["simulate", "two-jobs", "--engine", "omnet"])
+    assert r.exit_code == 2 and "--engine" in r.output
+
+
+# ---- with ns-3 ---------------------------------------------------------------------------------
+
+@needs_ns3
+def test_one_job_alone_takes_its_transfer_time_and_every_iteration_is_recorded():
+    sc = _dumbbell(jobs=1, iterations=4, nbytes=1_250_000, buffer_pkts=1000)   # 100 ms at 100 Mb/s
+    r = ns3_engine.run(sc, "reno")
+    assert [x.iteration for x in r.records] == [0, 1, 2, 3]
+    wire = 1_250_000 * (1448 + 54) / 1448 * 8 / 100e6                        # payload + headers on the wire
+    for x in r.records:
+        assert x.comm_start - x.start == pytest.approx(0.040, abs=1e-6)       # the compute phase
+        assert wire < x.comm_duration < wire + 0.030                         # slow start costs a few RTTs
+    assert r.drops == 0 and r.bytes_acked == pytest.approx(4 * 1_250_000)
+    assert r.ns3_stats["retransmissions"] == [0]
+
+
+@needs_ns3
+def test_the_drop_tail_buffer_is_the_scenario_s():
+    """A 5-packet buffer drops (no FqCoDel left in front of it), a 2000-packet one does not; every
+    dropped packet was retransmitted and counted against the job that sent it."""
+    small = ns3_engine.run(_dumbbell(buffer_pkts=5), "reno")
+    big = ns3_engine.run(_dumbbell(buffer_pkts=2000), "reno")
+    assert big.drops == 0
+    assert small.drops > 0
+    assert sum(x.drops for x in small.records) == small.drops
+    assert sum(small.ns3_stats["retransmissions"]) >= small.drops
+    assert small.bytes_sent > small.bytes_acked
+
+
+@needs_ns3
+@pytest.mark.parametrize("cc", ["cubic", "mltcp-reno", "mltcp-cubic"])
+def test_each_algorithm_completes_and_mltcp_learns_its_bytes_per_iteration(cc):
+    # a buffer that never overflows: no RTO gap inside an iteration that the tracker could take
+    # for an iteration boundary (it would, as the fast engine's tracker does)
+    sc = _dumbbell(iterations=4, nbytes=400_000, buffer_pkts=2000)
+    r = ns3_engine.run(sc, cc)
+    assert len(r.records) == 8
+    learned = r.ns3_stats["bytes_per_iter_learned"]
+    if cc.startswith("mltcp"):
+        assert learned == [pytest.approx(400_000, abs=1448)] * 2             # the tracker found the boundaries
+    else:
+        assert learned == [-1.0, -1.0]
+
+
+@needs_ns3
+def test_mltcp_makes_the_jobs_take_turns_where_reno_keeps_sharing():
+    """Two identical jobs starting 2 ms apart with enough compute for a perfect interleave: under
+    MLTCP-Reno the communication phases overlap less by the end of the run than under Reno."""
+    from mltcp import metrics
+    sc = _dumbbell(jobs=2, iterations=12, nbytes=1_000_000, compute_ms=80, buffer_pkts=60,
+                   extra_jobs=None)
+    sc.jobs[1].start_offset_s = 0.002
+    over = {}
+    for cc in ("reno", "mltcp-reno"):
+        r = ns3_engine.run(sc, cc)
+        ov = metrics.overlap_fractions(r.records)
+        over[cc] = sum(v for (j, i), v in ov.items() if i >= 8) / max(1, sum(1 for (j, i) in ov if i >= 8))
+    assert over["mltcp-reno"] < over["reno"], over
+
+
+@needs_ns3
+def test_ecn_step_marking_marks_instead_of_dropping():
+    d = {"name": "e", "iterations": 3, "warmup_iterations": 1,
+         "links": [{"name": "bn", "rate_mbps": 100, "delay_us": 500, "buffer_pkts": 200, "ecn": "step",
+                    "ecn_k_pkts": 10}],
+         "jobs": [{"name": f"J{i}", "compute_ms": 20, "bytes": 500_000, "path": ["bn"], "start_offset_ms": i}
+                  for i in range(2)]}
+    r = ns3_engine.run(from_dict(d), "reno")
+    assert r.ecn_marks > 0 and r.drops == 0
+    assert sum(x.marks for x in r.records) == r.ecn_marks
+
+
+@needs_ns3
+def test_two_hop_paths_and_the_ring_route_each_job_over_its_links():
+    sc = load("circular")
+    for j in sc.jobs:
+        j.iterations = 2
+        j.bytes_per_iter = 300_000
+    sc.warmup_iterations = 1
+    r = ns3_engine.run(sc, "reno")
+    assert sorted({x.job for x in r.records}) == ["X", "Y", "Z"] and len(r.records) == 6
+
+
+@needs_ns3
+def test_cli_both_engines_print_the_same_keys_and_per_iteration_ratios(tmp_path):
+    toml = tmp_path / "s.toml"
+    toml.write_text("""name = "cli"
+iterations = 3
+warmup_iterations = 1
+[[links]]
+name = "bn"
+rate_mbps = 100
+delay_us = 500
+buffer_pkts = 50
+[[jobs]]
+name = "A"
+compute_ms = 20
+bytes = 300000
+path = ["bn"]
+""")
+    r = subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(toml), "--engine", "both", "--json"],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(rep) == {"fast", "ns3", "ratios"}
+    assert set(rep["fast"]) == set(rep["ns3"])
+    assert set(rep["fast"]["run"]) == set(rep["ns3"]["run"])
+    ratios = rep["ratios"]["reno"]["jobs"]["A"]["iteration_ratio"]
+    assert len(ratios) == 3 and all(0.5 < x < 2.0 for x in ratios)
