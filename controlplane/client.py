@@ -348,13 +348,13 @@ class SwitchConnection:
                 for m in self._read_raw(self._entries(
                         lambda idx: E.table_read_entity(idx, table))):
                     te = m.table_entry
-                    have[(te.table_id, _match_bytes(te))] = te.action.SerializeToString()
+                    have[(te.table_id, _match_key(te))] = _action_key(te)
             out = []
             for te in self.journal():
-                got = have.get((te.table_id, _match_bytes(te)))
+                got = have.get((te.table_id, _match_key(te)))
                 if got is None:
                     out.append(f"{self._describe(te)}: missing")
-                elif got != te.action.SerializeToString():
+                elif got != _action_key(te):
                     out.append(f"{self._describe(te)}: other action parameters")
             return out
         return self.call(check, "verifying the installed entries")
@@ -669,8 +669,33 @@ def install_topology(topo: Topology, push: bool = False, only: str | None = None
     return out
 
 
-def _match_bytes(te) -> bytes:
-    return b"".join(sorted(m.SerializeToString() for m in te.match))
+def _num(b: bytes) -> int:
+    # P4Runtime byte strings: a target may answer with the minimal width (BMv2/PI) or the
+    # field's full width; both denote the same number.
+    return int.from_bytes(b, "big")
+
+
+def _match_key(te) -> tuple:
+    """A table entry's match fields as numbers, independent of byte-string width and order."""
+    key = []
+    for m in te.match:
+        kind = m.WhichOneof("field_match_type")
+        f = getattr(m, kind)
+        if kind == "lpm":
+            key.append((m.field_id, kind, _num(f.value), f.prefix_len))
+        elif kind == "ternary":
+            key.append((m.field_id, kind, _num(f.value), _num(f.mask)))
+        elif kind == "range":
+            key.append((m.field_id, kind, _num(f.low), _num(f.high)))
+        else:
+            key.append((m.field_id, kind, _num(f.value)))
+    return tuple(sorted(key))
+
+
+def _action_key(te) -> tuple:
+    """A table entry's direct action as numbers (width-independent), for comparing reads."""
+    a = te.action.action
+    return (a.action_id, tuple(sorted((p.param_id, _num(p.value)) for p in a.params)))
 
 
 __all__ = [
