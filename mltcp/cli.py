@@ -218,7 +218,7 @@ def simulate(
     do_compare: bool = typer.Option(False, "--compare", help="run the base algorithm and its MLTCP variant"),
     outdir: Optional[Path] = typer.Option(None, "--out", help="write records CSV, summary.json and PNG plots here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (no progress bar)"),
-    engine: str = typer.Option("fast", "--engine", help="fast (the numba simulator), ns3 (ns-3, extra [ns3]) or both "
+    engine: str = typer.Option("fast", "--engine", help="fast (the numba simulator), ns3 (ns-3, extra \\[ns3]) or both "
                                "(both, with per-job, per-iteration fast/ns-3 ratios)"),
 ):
     """Simulate a scenario in the fast simulator (or in ns-3, or both)."""
