@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .cc import ALGORITHMS
+from .progress_policy import PolicyError, ProgressPolicy, from_table as _policy_from_table
 from .workload import PROFILES, Job, ps_bytes, ring_allreduce_bytes
 
 ECN_MODES = ("none", "step", "red")
@@ -78,6 +79,7 @@ class Scenario:
     mltcp_params: dict[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
     fabric: Any = None              # the mltcp.fabric.Fabric that made the fabric's links, if any
+    switch: ProgressPolicy = field(default_factory=ProgressPolicy)   # in-network policy (switch_policy)
 
     def base_rtt(self, job: Job) -> float:
         """Round trip of the job's longest flow path."""
@@ -342,11 +344,32 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     if "scale_decrease" in mr.t:
         mltcp["scale_decrease"] = mr.get("scale_decrease", bool)
     mr.finish()
+    policy = _switch_policy(src, r, links)
     r.finish()
     sc = Scenario(name, desc, links, jobs, mss, step, rto, host, ssai, loss_model, warmup, seed, cc, cc_params,
                   mltcp, src)
     sc.fabric = fab[0] if fab else None
+    sc.switch = policy
     return sc
+
+
+def _switch_policy(src: str, r: _Reader, links: dict[str, Link]) -> ProgressPolicy:
+    """``switch_policy`` and its ``[switch]`` parameters (mltcp.progress_policy)."""
+    name = r.get("switch_policy", str, "off")
+    table = r.get("switch", dict, {})
+    try:
+        pol = _policy_from_table(name, table)
+    except PolicyError as e:
+        raise ScenarioError(src, e.field, str(e).split(": ", 1)[1]) from None
+    for n in pol.links or ():
+        if n not in links:
+            raise ScenarioError(src, "switch.links", f"unknown link {n!r}")
+    if pol.name == "ecn-by-progress":
+        on = [links[n] for n in (pol.links or links)]
+        if not any(lk.ecn != "none" for lk in on):
+            raise ScenarioError(src, "switch_policy", "ecn-by-progress scales the links' ECN thresholds: "
+                                                      "give a policy link ecn = \"step\" or \"red\"")
+    return pol
 
 
 # ---- fabrics, multi-flow jobs, collectives and traces ----------------------------------------------

@@ -156,6 +156,74 @@ def _heap_pop(ht, hj, n):
     return n
 
 
+# ---- in-network policy (mltcp.progress_policy): the switch acts on each packet's bytes_ratio --------
+PP_BANDS, PP_SHIFT, PP_LO, PP_HI = range(4)        # pp: the policy's parameters
+PQ_Q, PQ_ARR, PQ_DROP, PQ_MARK = range(4)          # pq[link, band]: strict-priority band queues
+
+
+@njit(cache=True)
+def _band(pp, ratio):
+    """The bytes_ratio band of a packet: the Q0.16 value the host stamps, cut by its top bits."""
+    q = min(max(int(round(ratio * 65535.0)), 0), 65535)
+    return q >> int(pp[PP_SHIFT])
+
+
+@njit(cache=True)
+def _ecn_mark(lp, lk, qn, ap, scale):
+    """Fraction of ``ap`` arriving bytes marked at queue ``qn`` by link lk's ECN, thresholds x scale."""
+    mode = lp[lk, L_MODE]
+    if mode == 1.0:
+        return min(max((qn - lp[lk, L_K] * scale) / ap, 0.0), 1.0)
+    if mode == 2.0:
+        kmin, kmax = lp[lk, L_KMIN] * scale, lp[lk, L_KMAX] * scale
+        return 1.0 if qn >= kmax else min(max(lp[lk, L_PMAX] * (qn - kmin) / max(kmax - kmin, 1e-300), 0.0), 1.0)
+    return 0.0
+
+
+@njit(cache=True)
+def _priority_queues(lp, ls, pq, lk, k, dt):
+    """Strict priority at link lk: one queue per band (each as deep as the link's buffer, like BMv2's
+    priority queues under one set_queue_depth), the highest band served first, over the idle slots
+    since the last update and then this slot; drops and marks per band."""
+    nb = pq.shape[1]
+    cdt = lp[lk, L_RATE] * dt
+    idle = cdt * (k - 1 - ls[lk, QK])
+    total = 0.0
+    for b in range(nb - 1, -1, -1):                  # idle slots: the old queues only
+        d = min(idle, pq[lk, b, PQ_Q])
+        pq[lk, b, PQ_Q] -= d
+        idle -= d
+    budget = cdt
+    for b in range(nb - 1, -1, -1):
+        q = pq[lk, b, PQ_Q] + pq[lk, b, PQ_ARR]
+        d = min(budget, q)
+        q -= d
+        budget -= d
+        over = max(q - lp[lk, L_BUF], 0.0)
+        q -= over
+        ap = max(pq[lk, b, PQ_ARR], 1e-300)
+        pq[lk, b, PQ_Q] = q
+        pq[lk, b, PQ_DROP] = min(over / ap, 1.0)
+        pq[lk, b, PQ_MARK] = _ecn_mark(lp, lk, q, ap, 1.0)
+        total += q
+    ls[lk, Q] = total
+    ls[lk, QK] = k
+
+
+@njit(cache=True)
+def _progress_hop(pol, pp, lp, ls, pq, lk, band):
+    """(drop fraction, mark fraction, queueing delay) that a packet of ``band`` meets at link lk
+    under the policy: ecn-by-progress scales the link's thresholds by the band; priority-by-progress
+    waits behind its own band and the bands above it."""
+    if pol == 1:
+        scale = pp[PP_LO] + (pp[PP_HI] - pp[PP_LO]) * band / (pp[PP_BANDS] - 1.0)
+        return ls[lk, PDROP], _ecn_mark(lp, lk, ls[lk, Q], max(ls[lk, ARRIVE], 1e-300), scale), ls[lk, Q] * ls[lk, INV_RATE]
+    ahead = 0.0
+    for b in range(band, pq.shape[1]):
+        ahead += pq[lk, b, PQ_Q]
+    return pq[lk, band, PQ_DROP], pq[lk, band, PQ_MARK], ahead * ls[lk, INV_RATE]
+
+
 @njit(cache=True)
 def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          kind, p, mltcp, mp, tcp, ca, tr,
@@ -167,7 +235,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
          ring, ring_v, ring_n, last_slot, last_entry,
          rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks,
-         trace, trace_interval, fs, ks, skip):
+         trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband):
     F, J, L, H = len(flow_job), len(iters), len(lp), len(ring_n)
     window = kind != dispatch.DCQCN
     if ks[I_SEEDED] == 0:
@@ -344,15 +412,23 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             nt = 0
             for x in range(ns_):
                 f = sending[x]
+                if pol != 0:    # what the host stamps: MLTCP's tracker, or a plain host's own count
+                    r = trk.ratio(tr, f) if mltcp else 1.0 - unacked[f] / max(flow_bytes[f], 1.0)
+                    fband[f] = _band(pp, r)
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
                     ls[lk, ARRIVE] += send[f]
+                    if pol == 2 and on_pol[lk]:
+                        pq[lk, fband[f], PQ_ARR] += send[f]
                     if ls[lk, TOUCHED] == 0.0:
                         ls[lk, TOUCHED] = 1.0
                         touched[nt] = lk
                         nt += 1
             for y in range(nt):
                 lk = touched[y]
+                if pol == 2 and on_pol[lk]:
+                    _priority_queues(lp, ls, pq, lk, k, dt)
+                    continue
                 cdt = lp[lk, L_RATE] * dt
                 drained = max(ls[lk, Q] - cdt * (k - 1 - ls[lk, QK]), 0.0)   # idle slots since the last update
                 qn = max(drained + ls[lk, ARRIVE] - cdt, 0.0)
@@ -376,11 +452,14 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 keep, clean, qdelay = 1.0, 1.0, 0.0
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
-                    pd, pm = ls[lk, PDROP], ls[lk, PMARK]
+                    if pol != 0 and on_pol[lk]:
+                        pd, pm, qd = _progress_hop(pol, pp, lp, ls, pq, lk, fband[f])
+                    else:
+                        pd, pm, qd = ls[lk, PDROP], ls[lk, PMARK], ls[lk, Q] * ls[lk, INV_RATE]
                     if pd != 0.0 or pm != 0.0:
                         keep *= 1.0 - pd
                         clean *= 1.0 - pm
-                    qdelay += ls[lk, Q] * ls[lk, INV_RATE]
+                    qdelay += qd
                 lost = snd * (1.0 - keep)
                 if packet_losses and lost > 0.0:
                     # whole packets: each flow loses floor(x) or ceil(x) of its expected x dropped
@@ -438,6 +517,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 lk = touched[y]
                 ls[lk, ARRIVE] = 0.0
                 ls[lk, TOUCHED] = 0.0
+                if pol == 2 and on_pol[lk]:
+                    pq[lk, :, PQ_ARR] = 0.0
         ks[I_STEPS] += 1
         # 5. the next slot in which something can happen
         k += 1
@@ -502,6 +583,16 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
     return trace
 
 
+def _policy_arrays(sc: Scenario, names: list[str]):
+    """The scenario's switch policy for the compiled loop: code, parameters, which links, band queues."""
+    pol = sc.switch
+    pp = np.array([float(pol.bands), 16.0 - math.log2(pol.bands), pol.ecn_scale_lo, pol.ecn_scale_hi])
+    on = set(pol.links) if pol.links else set(names)
+    on_pol = np.array([n in on for n in names], dtype=np.bool_)
+    pq = np.zeros((len(names), pol.bands if pol.code == 2 else 1, 4))
+    return int(pol.code), pp, on_pol, pq
+
+
 def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
              trace_interval: float | None = None, max_sim_time: float | None = None,
              skip: bool = True) -> SimResult:
@@ -532,12 +623,17 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     base_rtt = np.array([2.0 * sum(sc.links[h].delay_s for h in pth) + sc.host_delay_s for _, pth in paths])
     access = np.array([sc.links[pth[0]].rate_Bps for _, pth in paths])
     flow_bytes = np.array([jobs[j].flow_bytes() for j, _ in paths], dtype=float)
-    max_rtt = base_rtt + np.array([sum(sc.links[h].buffer_bytes / sc.links[h].rate_Bps for h in pth) for _, pth in paths])
+    # strict priority: a packet can wait behind every band's queue (each as deep as the buffer)
+    qmul = {n: (sc.switch.bands if sc.switch.code == 2 and (not sc.switch.links or n in sc.switch.links) else 1)
+            for n in names}
+    max_rtt = base_rtt + np.array([sum(qmul[h] * sc.links[h].buffer_bytes / sc.links[h].rate_Bps for h in pth)
+                                   for _, pth in paths])
     H = int(math.ceil(max_rtt.max() / dt)) + 3
 
     cc = build_cc(sc, cc_name)
     st = cc.new_state(F, sc.mss, 0.0)
     mltcp, mp = _hook_vector(cc)
+    pol, pp, on_pol, pq = _policy_arrays(sc, names)
     tr = st.tracker.a if mltcp else np.zeros((F, trk.HISTORY + 1))
     iters = np.array([j.iterations for j in jobs], dtype=np.int64)
     comp = np.zeros((J, int(iters.max())))
@@ -574,6 +670,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     trace_interval = float(trace_interval or 0.0)
     trace = np.zeros((1024 if trace_interval else 0, J))
     fs = np.zeros(5)
+    fband = np.zeros(F, dtype=np.int64)
     ks = np.zeros(10, dtype=np.int64)
     ks[I_HEAP] = n_heap
 
@@ -595,7 +692,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     while True:
         t_stop = min(t_stop + chunk, horizon + 1.0) if progress is not None else np.inf
         w = time.perf_counter()
-        trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip)
+        trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband)
         if ks[I_STATUS] != PAUSED:
             break
         progress(float(fs[F_T]), float(np.mean(it_idx / iters)))

@@ -1,0 +1,109 @@
+"""In-network MLTCP: what a switch does with the bytes_ratio every MLTCP packet carries (pure logic).
+
+A progress-aware switch favours the job further through its iteration, so hosts whose congestion
+control cannot change (plain ECN-Reno, DCQCN) still drift into an interleaved schedule:
+
+* ``ecn-by-progress``: the ECN threshold a packet is compared with grows with its bytes_ratio. A
+  flow behind is marked earlier and yields; a flow ahead keeps its rate and finishes first.
+* ``priority-by-progress``: strict-priority queues by bytes_ratio band (the band furthest through
+  its iteration is served first).
+* ``off``: a plain switch (the link's own ECN setting only).
+
+bytes_ratio (Q0.16 in the shim) is cut into ``bands`` equal bands: band = bytes_ratio >> (16 -
+log2(bands)), the same integer in the simulator, the software switch and mltcp.p4 (whose table
+matches the top 4 bits, 16 hardware bands, each mapped onto a policy band by the control plane).
+Threshold of band b = the link's threshold x scale(b), scale(b) = lo + (hi - lo) * b / (bands - 1).
+Priority of band b = b (higher is served first, as v1model's ``standard_metadata.priority`` with
+BMv2 ``--priority-queues``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+POLICIES = ("off", "ecn-by-progress", "priority-by-progress")
+POLICY_CODE = {"off": 0, "ecn-by-progress": 1, "priority-by-progress": 2}
+HW_BAND_BITS = 4                # mltcp.p4 matches bytes_ratio[15:12]
+HW_BANDS = 1 << HW_BAND_BITS
+MAX_PRIORITY_BANDS = 8          # v1model priority is bit<3>; BMv2 --priority-queues at most 8
+Q16_ONE = 0xFFFF
+
+
+class PolicyError(ValueError):
+    def __init__(self, fieldname: str, msg: str):
+        self.field = fieldname
+        super().__init__(f"{fieldname}: {msg}")
+
+
+@dataclass(frozen=True)
+class ProgressPolicy:
+    name: str = "off"
+    bands: int = 4
+    ecn_scale_lo: float = 0.25      # threshold multiplier of the band furthest behind (bytes_ratio ~ 0)
+    ecn_scale_hi: float = 1.0       # ... of the band furthest ahead (bytes_ratio ~ 1)
+    links: tuple[str, ...] | None = None   # links (simulator) the policy runs on; None = all
+
+    @property
+    def code(self) -> int:
+        return POLICY_CODE[self.name]
+
+    @property
+    def active(self) -> bool:
+        return self.name != "off"
+
+    def band(self, ratio: float) -> int:
+        """Band of a bytes_ratio in [0, 1], through its Q0.16 encoding (as the switch sees it)."""
+        q = min(max(int(round(ratio * Q16_ONE)), 0), Q16_ONE)
+        return band_of_q16(q, self.bands)
+
+    def scale(self, band: int) -> float:
+        return scale_of(band, self.bands, self.ecn_scale_lo, self.ecn_scale_hi)
+
+    def thresholds(self, base: int) -> list[int]:
+        """ECN threshold (queue depth, packets) of each policy band for a port whose plain
+        threshold is ``base``; at least 1."""
+        return [max(1, int(round(base * self.scale(b)))) for b in range(self.bands)]
+
+    def hw_band_map(self) -> list[int]:
+        """Policy band of each of mltcp.p4's 16 hardware bands (bytes_ratio[15:12])."""
+        shift = HW_BAND_BITS - int(math.log2(self.bands))
+        return [hb >> shift for hb in range(HW_BANDS)]
+
+
+def band_of_q16(q: int, bands: int) -> int:
+    return q >> (16 - int(math.log2(bands)))
+
+
+def scale_of(band: int, bands: int, lo: float, hi: float) -> float:
+    return lo + (hi - lo) * band / (bands - 1)
+
+
+def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolicy:
+    """Validate ``switch_policy`` and its ``[switch]`` table (field names in the errors)."""
+    if not isinstance(name, str) or name not in POLICIES:
+        raise PolicyError("switch_policy", f"must be one of {', '.join(POLICIES)} (got {name!r})")
+    t = dict(table or {})
+    known = {"bands", "ecn_scale_lo", "ecn_scale_hi", "links"}
+    for k in t:
+        if k not in known:
+            raise PolicyError(f"{where}.{k}", f"unknown field (fields: {', '.join(sorted(known))})")
+    bands = t.get("bands", 4)
+    top = MAX_PRIORITY_BANDS if name == "priority-by-progress" else HW_BANDS
+    ok = tuple(b for b in (2, 4, 8, 16) if b <= top)
+    if isinstance(bands, bool) or not isinstance(bands, int) or bands not in ok:
+        raise PolicyError(f"{where}.bands", f"must be one of {ok} for {name} (got {bands!r})")
+    vals = {}
+    for k, d in (("ecn_scale_lo", 0.25), ("ecn_scale_hi", 1.0)):
+        v = t.get(k, d)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 100) or not math.isfinite(v):
+            raise PolicyError(f"{where}.{k}", f"must be a number in (0, 100] (got {v!r})")
+        vals[k] = float(v)
+    if vals["ecn_scale_lo"] > vals["ecn_scale_hi"]:
+        raise PolicyError(f"{where}.ecn_scale_lo", "must not exceed ecn_scale_hi (a flow behind is marked "
+                                                   "earlier, not later)")
+    links = t.get("links")
+    if links is not None:
+        if not isinstance(links, list) or not links or not all(isinstance(x, str) and x for x in links):
+            raise PolicyError(f"{where}.links", f"must be a non-empty list of link names (got {links!r})")
+        links = tuple(links)
+    return ProgressPolicy(name, bands, vals["ecn_scale_lo"], vals["ecn_scale_hi"], links)
