@@ -13,6 +13,12 @@
  *  - Egress: per-port ECN threshold (ecn_threshold, queue depth in packets); an ECN-capable
  *    packet (ecn 1 or 2) that found enq_qdepth >= threshold is marked CE (ecn 3), and the mark
  *    is counted per job in job_ecn_marks when it carries an MLTCP shim.
+ *  - In-network MLTCP (docs/in-network.md), chosen by table entries: a packet's progress band
+ *    is the top 4 bits of its shim's bytes_ratio. progress_priority (ingress, egress_spec and
+ *    band) sets standard_metadata.priority: strict-priority queues by band with BMv2
+ *    --priority-queues (higher is served first). progress_ecn (egress, egress_port and band)
+ *    gives the packet its own ECN threshold instead of the port's: a flow behind in its
+ *    iteration is marked earlier. No entries: the policy is off.
  *  - The IPv4 header checksum (options included) is recomputed: TTL and ECN change. An IPv4
  *    header with ihl < 5 is a parser error (IPv4BadIHL). Only first fragments are parsed
  *    beyond IPv4. Non-IPv4 frames (including ARP) are dropped: hosts need static ARP
@@ -105,6 +111,7 @@ header mltcp_t {
 struct metadata {
     bit<1>  ecn_enabled;
     bit<19> ecn_threshold;
+    bit<4>  progress_band;   /* hdr.mltcp.bytes_ratio[15:12] */
 }
 
 struct headers {
@@ -224,6 +231,24 @@ control MyIngress(inout headers hdr,
         default_action = drop();
     }
 
+    /* strict priority by iteration progress (BMv2 --priority-queues: higher is served first) */
+    action set_progress_priority(bit<3> priority) {
+        standard_metadata.priority = priority;
+    }
+
+    table progress_priority {
+        key = {
+            standard_metadata.egress_spec: exact;
+            meta.progress_band: exact;
+        }
+        actions = {
+            set_progress_priority;
+            NoAction;
+        }
+        size = 8192;
+        default_action = NoAction();
+    }
+
     apply {
         if (standard_metadata.parser_error != error.NoError) {
             parse_errors.count(0);
@@ -239,6 +264,10 @@ control MyIngress(inout headers hdr,
                 drop();
             } else {
                 ipv4_lpm.apply();
+                if (hdr.mltcp.isValid()) {
+                    meta.progress_band = hdr.mltcp.bytes_ratio[15:12];
+                    progress_priority.apply();
+                }
             }
         } else {
             drop();
@@ -274,10 +303,33 @@ control MyEgress(inout headers hdr,
         default_action = NoAction();
     }
 
+    /* a per-packet threshold by iteration progress: replaces the port's for MLTCP packets */
+    action set_progress_ecn(bit<19> threshold) {
+        meta.ecn_enabled = 1;
+        meta.ecn_threshold = threshold;
+    }
+
+    table progress_ecn {
+        key = {
+            standard_metadata.egress_port: exact;
+            meta.progress_band: exact;
+        }
+        actions = {
+            set_progress_ecn;
+            NoAction;
+        }
+        size = 8192;
+        default_action = NoAction();
+    }
+
     apply {
         meta.ecn_enabled = 0;
         if (hdr.ipv4.isValid()) {
             ecn_threshold.apply();
+            if (hdr.mltcp.isValid()) {
+                meta.progress_band = hdr.mltcp.bytes_ratio[15:12];
+                progress_ecn.apply();
+            }
             if (meta.ecn_enabled == 1
                     && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)
                     && standard_metadata.enq_qdepth >= meta.ecn_threshold) {

@@ -98,11 +98,14 @@ struct headers {
     mltcp_t    mltcp;
 }
 
-struct ingress_metadata_t { }
+struct ingress_metadata_t {
+    bit<4>  progress_band;   /* hdr.mltcp.bytes_ratio[15:12] */
+}
 
 struct egress_metadata_t {
     bit<1>  ecn_enabled;
     bit<19> ecn_threshold;
+    bit<4>  progress_band;
     bit<20> depth_diff;   /* enq_qdepth - threshold, one extra bit for the sign */
 }
 
@@ -161,6 +164,7 @@ parser MyIngressParser(packet_in packet,
     HeaderParser() header_parser;
 
     state start {
+        meta.progress_band = 0;
         packet.extract(ig_intr_md);
         transition select(ig_intr_md.resubmit_flag) {
             0: parse_port_metadata;
@@ -185,6 +189,7 @@ parser MyEgressParser(packet_in packet,
         meta.ecn_enabled = 0;
         meta.ecn_threshold = 0;
         meta.depth_diff = 0;
+        meta.progress_band = 0;
         header_parser.apply(packet, hdr);
         transition accept;
     }
@@ -235,6 +240,25 @@ control MyIngress(inout headers hdr,
         default_action = drop();
     }
 
+    /* strict priority by iteration progress: the band's queue (Tofino queues of the port,
+       configured strict-priority by the control plane; higher is served first) */
+    action set_progress_priority(bit<3> priority) {
+        ig_tm_md.qid = (QueueId_t)priority;
+    }
+
+    table progress_priority {
+        key = {
+            ig_tm_md.ucast_egress_port: exact @name("standard_metadata.egress_spec");
+            meta.progress_band: exact;
+        }
+        actions = {
+            set_progress_priority;
+            NoAction;
+        }
+        size = 8192;
+        default_action = NoAction();
+    }
+
     apply {
         if (ig_prsr_md.parser_err != 0) {
             parse_errors.count(0);
@@ -250,6 +274,10 @@ control MyIngress(inout headers hdr,
                 drop();
             } else {
                 ipv4_lpm.apply();
+                if (hdr.mltcp.isValid()) {
+                    meta.progress_band = hdr.mltcp.bytes_ratio[15:12];
+                    progress_priority.apply();
+                }
             }
         } else {
             drop();
@@ -305,9 +333,32 @@ control MyEgress(inout headers hdr,
         default_action = NoAction();
     }
 
+    /* a per-packet threshold by iteration progress: replaces the port's for MLTCP packets */
+    action set_progress_ecn(bit<19> threshold) {
+        meta.ecn_enabled = 1;
+        meta.ecn_threshold = threshold;
+    }
+
+    table progress_ecn {
+        key = {
+            eg_intr_md.egress_port: exact @name("standard_metadata.egress_port");
+            meta.progress_band: exact;
+        }
+        actions = {
+            set_progress_ecn;
+            NoAction;
+        }
+        size = 8192;
+        default_action = NoAction();
+    }
+
     apply {
         if (hdr.ipv4.isValid()) {
             ecn_threshold.apply();
+            if (hdr.mltcp.isValid()) {
+                meta.progress_band = hdr.mltcp.bytes_ratio[15:12];
+                progress_ecn.apply();
+            }
             /* enq_qdepth >= threshold, as a subtraction and a sign bit: a gateway cannot
                compare two 19-bit PHV fields directly. */
             meta.depth_diff = (bit<20>)eg_intr_md.enq_qdepth - (bit<20>)meta.ecn_threshold;

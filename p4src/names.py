@@ -17,6 +17,8 @@ THRESHOLD_BITS = 19   # queue depth (v1model enq_qdepth)
 MAC_BITS = 48
 IPV4_BITS = 32
 BYTES_RATIO_BITS = 16  # Q0.16 fraction carried by the MLTCP shim
+BAND_BITS = 4          # progress band: bytes_ratio[15:12] (mltcp.progress_policy.HW_BANDS = 16)
+PRIORITY_BITS = 3      # v1model standard_metadata.priority
 
 T_IPV4_LPM = "MyIngress.ipv4_lpm"
 T_ECN_THRESHOLD = "MyEgress.ecn_threshold"
@@ -24,6 +26,14 @@ A_IPV4_FORWARD = "MyIngress.ipv4_forward"
 A_DROP = "MyIngress.drop"
 A_NOACTION = "NoAction"
 A_SET_ECN_THRESHOLD = "MyEgress.set_ecn_threshold"
+# in-network MLTCP (docs/in-network.md): tables by (port, progress band)
+T_PROGRESS_PRIORITY = "MyIngress.progress_priority"
+T_PROGRESS_ECN = "MyEgress.progress_ecn"
+A_SET_PROGRESS_PRIORITY = "MyIngress.set_progress_priority"
+A_SET_PROGRESS_ECN = "MyEgress.set_progress_ecn"
+P_PRIORITY = "priority"     # set_progress_priority(priority); set_progress_ecn(threshold)
+K_EGRESS_SPEC = "standard_metadata.egress_spec"
+K_PROGRESS_BAND = "meta.progress_band"
 P_DST_ADDR = "dstAddr"      # ipv4_forward(dstAddr, port)
 P_PORT = "port"
 P_THRESHOLD = "threshold"   # set_ecn_threshold(threshold)
@@ -36,6 +46,7 @@ R_JOB_BYTES_RATIO = "MyIngress.job_bytes_ratio"
 
 ROUTE_TABLE_SIZE = 1024
 ECN_TABLE_SIZE = 512
+PROGRESS_TABLE_SIZE = 8192   # 512 ports x 16 bands
 
 
 @dataclass(frozen=True)
@@ -88,15 +99,21 @@ MLTCP_V1MODEL = Program(
     tables=[
         Table(T_IPV4_LPM, ((K_IPV4_DST, IPV4_BITS, "LPM"),),
               (A_IPV4_FORWARD, A_DROP, A_NOACTION), ROUTE_TABLE_SIZE, default_action=A_DROP),
+        Table(T_PROGRESS_PRIORITY, ((K_EGRESS_SPEC, PORT_BITS, "EXACT"), (K_PROGRESS_BAND, BAND_BITS, "EXACT")),
+              (A_SET_PROGRESS_PRIORITY, A_NOACTION), PROGRESS_TABLE_SIZE, default_action=A_NOACTION),
         Table(T_ECN_THRESHOLD, ((K_EGRESS_PORT, PORT_BITS, "EXACT"),),
               (A_SET_ECN_THRESHOLD, A_NOACTION), ECN_TABLE_SIZE, default_action=A_NOACTION),
+        Table(T_PROGRESS_ECN, ((K_EGRESS_PORT, PORT_BITS, "EXACT"), (K_PROGRESS_BAND, BAND_BITS, "EXACT")),
+              (A_SET_PROGRESS_ECN, A_NOACTION), PROGRESS_TABLE_SIZE, default_action=A_NOACTION),
     ],
     actions=[
         # core.p4 of current p4c declares NoAction with @noWarn("unused").
         Action(A_NOACTION, annotations=('@noWarn("unused")',)),
         Action(A_DROP),
         Action(A_IPV4_FORWARD, ((P_DST_ADDR, MAC_BITS), (P_PORT, PORT_BITS))),
+        Action(A_SET_PROGRESS_PRIORITY, ((P_PRIORITY, PRIORITY_BITS),)),
         Action(A_SET_ECN_THRESHOLD, ((P_THRESHOLD, THRESHOLD_BITS),)),
+        Action(A_SET_PROGRESS_ECN, ((P_THRESHOLD, THRESHOLD_BITS),)),
     ],
     counters=[
         Counter(C_JOB_TX, "BOTH", JOB_SLOTS),

@@ -132,7 +132,8 @@ def v1model_decls():
 def test_reader_finds_the_contract_objects(v1model_decls):
     # guards the regex reader itself: if it silently found nothing, the comparisons below
     # would compare empty sets
-    assert set(v1model_decls["tables"]) == {"MyIngress.ipv4_lpm", "MyEgress.ecn_threshold"}
+    assert set(v1model_decls["tables"]) == {"MyIngress.ipv4_lpm", "MyEgress.ecn_threshold",
+                                            "MyIngress.progress_priority", "MyEgress.progress_ecn"}
     assert set(v1model_decls["counters"]) == {"MyIngress.job_tx", "MyIngress.parse_errors",
                                               "MyEgress.job_ecn_marks"}
     assert set(v1model_decls["registers"]) == {"MyIngress.job_bytes_ratio"}
