@@ -31,7 +31,7 @@ P4INFO = ROOT / "p4src" / "mltcp.p4info.txtpb"
 PTF = Path(sys.executable).with_name("ptf")
 SLOW_PORT_CONFIG = "rate=100kbit,buffer=400"  # 200-byte frames: 16 ms each, a burst queues up
 TARGETS = ("mltcp-switch", "bmv2")
-PTF_TESTS = ("Forwarding", "TtlExpiry", "EcnOnset", "JobCounters", "MalformedHeaders")
+PTF_TESTS = ("Forwarding", "TtlExpiry", "EcnOnset", "ProgressEcn", "JobCounters", "MalformedHeaders")
 
 _why = have_root_netns()
 if _why is None and not PTF.exists() and shutil.which("ptf") is None:
@@ -118,6 +118,8 @@ def test_ptf(target, tmp_path, test):
         assert "JOB-COUNTERS" in out
     elif test == "MalformedHeaders":
         assert "FUZZ sent 400" in out
+    elif test == "ProgressEcn":
+        assert len(re.findall(r"PROGRESS-ECN ratio=", out)) == 5 and "PROGRESS-ECN-OFF" in out
     elif test == "TtlExpiry":
         assert "TTL dropped 2" in out
 

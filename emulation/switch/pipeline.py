@@ -6,6 +6,11 @@ Names follow docs/CONTRACTS.md. The model holds the P4 objects by their P4 names
   ``drop``, ``NoAction``; default ``drop``),
 * table ``MyEgress.ecn_threshold`` (exact on ``standard_metadata.egress_port``;
   ``set_ecn_threshold(threshold)``; default: no marking),
+* table ``MyEgress.progress_ecn`` (exact on ``standard_metadata.egress_port`` and
+  ``meta.progress_band`` = bytes_ratio[15:12]; ``set_progress_ecn(threshold)``): an MLTCP packet's
+  own ECN threshold, in place of the port's (in-network MLTCP, docs/in-network.md),
+* table ``MyIngress.progress_priority`` is in the P4Info, but this target's egress queue is one
+  FIFO: ``set_progress_priority`` is refused (UnsupportedAction; BMv2 with --priority-queues runs it),
 * counters ``MyIngress.job_tx`` (packets and bytes), ``MyEgress.job_ecn_marks`` (packets),
   ``MyIngress.parse_errors`` (packets), register ``MyIngress.job_bytes_ratio`` (bit<16>).
 
@@ -33,6 +38,8 @@ from mltcp.p4src.names import (
     A_IPV4_FORWARD,
     A_NOACTION,
     A_SET_ECN_THRESHOLD,
+    A_SET_PROGRESS_ECN,
+    BAND_BITS,
     C_JOB_ECN_MARKS,
     C_JOB_TX,
     C_PARSE_ERRORS,
@@ -44,6 +51,8 @@ from mltcp.p4src.names import (
     R_JOB_BYTES_RATIO,
     T_ECN_THRESHOLD,
     T_IPV4_LPM,
+    T_PROGRESS_ECN,
+    T_PROGRESS_PRIORITY,
 )
 
 ETH_LEN = 14
@@ -315,6 +324,59 @@ class EcnThresholdTable(TableModel):
         self.pipeline.ecn_default = value
 
 
+class ProgressEcnTable(TableModel):
+    """MyEgress.progress_ecn: key (egress_port, progress band) -> the MLTCP packet's ECN threshold,
+    or None (NoAction: the port's threshold applies; also the default)."""
+
+    name = T_PROGRESS_ECN
+    default_action = A_NOACTION
+
+    def value(self, action: str, params: dict[str, int]):
+        if action == A_SET_PROGRESS_ECN:
+            return params[P_THRESHOLD]
+        if action == A_NOACTION:
+            return None
+        return super().value(action, params)
+
+    def put(self, key: tuple, value) -> None:
+        if value is None:
+            self.pipeline.progress_ecn.pop((key[0], key[1]), None)
+        else:
+            self.pipeline.progress_ecn[(key[0], key[1])] = value
+
+    def delete(self, key: tuple) -> None:
+        self.pipeline.progress_ecn.pop((key[0], key[1]), None)
+
+    def set_default(self, value) -> None:
+        if value is not None:
+            raise UnsupportedAction(f"{self.name}: only NoAction as the default action")
+
+
+class ProgressPriorityTable(TableModel):
+    """MyIngress.progress_priority: only NoAction here (one FIFO per port, no priority queues)."""
+
+    name = T_PROGRESS_PRIORITY
+    default_action = A_NOACTION
+
+    def value(self, action: str, params: dict[str, int]):
+        if action == A_NOACTION:
+            return None
+        raise UnsupportedAction(f"action {action} needs priority queues: this target has one FIFO per "
+                                "port (use BMv2 with --priority-queues)")
+
+    def put(self, key: tuple, value) -> None:
+        pass
+
+    def delete(self, key: tuple) -> None:
+        pass
+
+    def set_default(self, value) -> None:
+        pass
+
+
+BAND_SHIFT = 16 - BAND_BITS
+
+
 @dataclass(slots=True)
 class IngressResult:
     """A packet that leaves ingress towards ``port``; ``buf`` is already rewritten."""
@@ -335,18 +397,22 @@ class Pipeline:
         self.lpm = LpmTable()
         self.ecn_thresholds: dict[int, int] = {}
         self.ecn_default: int | None = None  # threshold for ports without an entry; None = off
+        self.progress_ecn: dict[tuple[int, int], int] = {}   # (port, band) -> threshold
         self.counters = {name: CounterArray(size) for name, size in COUNTER_SIZES.items()}
         self.registers = {name: [0] * size for name, size in REGISTER_SIZES.items()}
         self.active = True  # the P4Runtime server clears this until a pipeline config is set
         # the match-action tables as a P4Runtime server drives them (by P4 name)
         self.tables: dict[str, TableModel] = {T_IPV4_LPM: RouteTable(self),
-                                              T_ECN_THRESHOLD: EcnThresholdTable(self)}
+                                              T_ECN_THRESHOLD: EcnThresholdTable(self),
+                                              T_PROGRESS_ECN: ProgressEcnTable(self),
+                                              T_PROGRESS_PRIORITY: ProgressPriorityTable(self)}
 
     def reset_state(self) -> None:
         """Forget all table entries, counters and registers (a new pipeline config)."""
         self.lpm = LpmTable()
         self.ecn_thresholds = {}
         self.ecn_default = None
+        self.progress_ecn = {}
         for c in self.counters.values():
             c.reset()
         for name, size in REGISTER_SIZES.items():
@@ -388,9 +454,11 @@ class Pipeline:
     def egress(self, res: IngressResult, enq_qdepth: int) -> bool:
         """Mark CE in place when ``enq_qdepth >= threshold`` and the packet is ECT; True if marked."""
         threshold = self.ecn_thresholds.get(res.port, self.ecn_default)
+        p = res.parsed
+        if p.job_id >= 0 and self.progress_ecn:   # progress_ecn: the MLTCP packet's own threshold
+            threshold = self.progress_ecn.get((res.port, p.bytes_ratio >> BAND_SHIFT), threshold)
         if threshold is None or enq_qdepth < threshold:
             return False
-        p = res.parsed
         buf = res.buf
         tos = buf[p.ip_off + 1]
         if (tos & 3) not in (1, 2):

@@ -256,6 +256,69 @@ class EcnOnset(MltcpTest):
         tu.verify_no_other_packets(self)
 
 
+class ProgressEcn(MltcpTest):
+    """In-network MLTCP, ecn-by-progress: progress_ecn gives an MLTCP packet the threshold of its
+    (port, bytes_ratio[15:12]) entry in place of the port's; without an entry, or once the entries
+    are deleted (policy off), the port's threshold applies again."""
+
+    def _burst(self, ratio: int, n: int, sport: int) -> list[bool]:
+        slow = self.p["slow_port"]
+        burst = [mltcp_pkt(dst="10.0.3.3", job=7, tos=2, size=200, ratio=ratio, sport=sport + i) for i in range(n)]
+        self.send_raw(IN_PORT, [bytes(b) for b in burst])
+        marked = []
+        for i in range(n):
+            res = tu.dp_poll(self, port_number=slow, timeout=10)
+            self.assertIsInstance(res, self.dataplane.PollSuccess, f"ratio {ratio:#x}: packet {i} missing")
+            got = Ether(res.packet)
+            self.assertEqual(got[UDP].sport, sport + i, "reordered")
+            marked.append(got[IP].tos & 3 == 3)
+        return marked
+
+    def _entry(self, port: int, band: int, k: int, op: str = "insert") -> None:
+        te = sh.TableEntry("MyEgress.progress_ecn")(action="MyEgress.set_progress_ecn")
+        te.match["standard_metadata.egress_port"] = str(port)
+        te.match["meta.progress_band"] = str(band)
+        te.action["threshold"] = str(k)
+        getattr(te, op)()
+
+    def runTest(self):
+        slow = self.p["slow_port"]
+        if self.p["target"] == "bmv2":
+            cli = f"set_queue_rate {self.p['slow_pps']} {slow}\nset_queue_depth 400 {slow}\n"
+            subprocess.run([self.p["cli"], "--thrift-port", str(self.p["thrift_port"])],
+                           input=cli, text=True, check=True, capture_output=True)
+        self.route("10.0.3.0/24", H3_MAC, slow)
+        port_k, behind_k, ahead_k, n = 10, 4, 40, 18
+        self.ecn_threshold(slow, port_k)
+        self._entry(slow, 0, behind_k)      # bytes_ratio < 1/16: marked early
+        self._entry(slow, 15, ahead_k)      # bytes_ratio >= 15/16: marked late
+        cases = [(0x0000, behind_k), (0x0FFF, behind_k), (0x8000, port_k), (0xF000, None), (0xFFFF, None)]
+        for c, (ratio, k) in enumerate(cases):
+            marked = self._burst(ratio, n, 43000 + 100 * c)
+            first = marked.index(True) if True in marked else None
+            print(f"PROGRESS-ECN ratio={ratio:#06x} band={ratio >> 12} expected_K={k} first_marked_index={first} "
+                  f"marked={sum(marked)}/{n}", flush=True)
+            if k is None:
+                self.assertFalse(any(marked), f"ratio {ratio:#x}: marked below its threshold {ahead_k}: {marked}")
+            else:
+                self.assertIsNotNone(first, f"ratio {ratio:#x}: no mark (K={k})")
+                self.assertTrue(not any(marked[:k]), f"ratio {ratio:#x}: CE before K={k}: {marked}")
+                self.assertLessEqual(first, k + 2, f"ratio {ratio:#x}: first CE at {first}, K={k}")
+        # policy off: the entries deleted, every band gets the port's threshold again
+        for band in (0, 15):
+            te = sh.TableEntry("MyEgress.progress_ecn")
+            te.match["standard_metadata.egress_port"] = str(slow)
+            te.match["meta.progress_band"] = str(band)
+            te.delete()
+        for c, ratio in enumerate((0x0000, 0xFFFF)):
+            marked = self._burst(ratio, n, 44000 + 100 * c)
+            first = marked.index(True) if True in marked else None
+            print(f"PROGRESS-ECN-OFF ratio={ratio:#06x} first_marked_index={first}", flush=True)
+            self.assertIsNotNone(first)
+            self.assertTrue(not any(marked[:port_k]) and first <= port_k + 2, f"off, ratio {ratio:#x}: {marked}")
+        tu.verify_no_other_packets(self)
+
+
 class JobCounters(MltcpTest):
     """job_tx counts exactly the MLTCP packets and bytes sent per job; job_bytes_ratio is the last."""
 
