@@ -230,6 +230,7 @@ class SwitchConnection:
         # the journal: what this connection installed (replayed after a restart)
         self._routes: dict[str, Route] = {}
         self._ecn: dict[int, int] = {}
+        self._progress: dict[int, tuple] = {}     # port -> (ProgressPolicy, base threshold)
         self.restored = 0  # entries re-installed after reconnects (all reconnects together)
 
     # --- session ------------------------------------------------------------------------
@@ -317,7 +318,9 @@ class SwitchConnection:
     def journal(self) -> list[p4runtime_pb2.TableEntry]:
         """The entries this connection installed, as TableEntry messages of the current P4Info."""
         return self._entries(lambda idx: [E.route_entry(idx, r) for r in self._routes.values()]
-                             + [E.ecn_entry(idx, p, k) for p, k in self._ecn.items()])
+                             + [E.ecn_entry(idx, p, k) for p, k in self._ecn.items()]
+                             + [te for p, (pol, k) in self._progress.items()
+                                for te in E.progress_entries(idx, p, pol, k)])
 
     def _describe(self, te: p4runtime_pb2.TableEntry) -> str:
         return E.describe(self.index, te) if self.index is not None else "entry"
@@ -450,6 +453,7 @@ class SwitchConnection:
             raise
         self._routes.clear()
         self._ecn.clear()
+        self._progress.clear()
 
     def attach(self, wait: bool = False) -> None:
         """Use the pipeline already on the device (GetForwardingPipelineConfig).
@@ -530,6 +534,21 @@ class SwitchConnection:
         self._install(lambda idx: [E.ecn_entry(idx, port, threshold)],
                       f"ECN threshold on port {port}",
                       lambda i: self._ecn.__setitem__(port, threshold))
+
+    def set_progress_policy(self, port: int, policy, base_threshold: int | None = None) -> int:
+        """In-network MLTCP on ``port`` (mltcp.progress_policy.ProgressPolicy): one entry per
+        bytes_ratio band in MyEgress.progress_ecn (thresholds scaled from ``base_threshold``) or
+        MyIngress.progress_priority (insert or modify). ``off`` installs nothing. Returns the count."""
+        check_port(port, "command line", "port")
+        if base_threshold is not None:
+            check_threshold(base_threshold, "command line", "threshold")
+        tes = self._entries(lambda idx: E.progress_entries(idx, port, policy, base_threshold))
+        if not tes:
+            return 0
+        self._install(lambda idx: E.progress_entries(idx, port, policy, base_threshold),
+                      f"{policy.name} on port {port}",
+                      lambda i: self._progress.__setitem__(port, (policy, base_threshold)))
+        return len(tes)
 
     def clear_ecn_threshold(self, port: int) -> bool:
         """Delete the port's ECN entry (no marking). False if there was none."""

@@ -20,6 +20,7 @@ from .topology import Route
 
 __all__ = [
     "P4InfoIndex", "bitstring", "counter_read_entity", "describe", "ecn_entry", "index",
+    "progress_ecn_entry", "progress_entries", "progress_priority_entry",
     "register_read_entity", "route_entry", "table_read_entity",
 ]
 
@@ -76,6 +77,48 @@ def ecn_entry(idx: P4InfoIndex, port: int, threshold: int | None = None
     return te
 
 
+def _band_key(idx: P4InfoIndex, table: str, port_key: str, port: int, band: int,
+              te: p4runtime_pb2.TableEntry) -> None:
+    for name, v in ((port_key, port), (N.K_PROGRESS_BAND, band)):
+        mf = idx.match_field(table, name)
+        te.match.add(field_id=mf.id).exact.value = bitstring(v, mf.bitwidth, name)
+
+
+def progress_ecn_entry(idx: P4InfoIndex, port: int, band: int, threshold: int | None = None
+                       ) -> p4runtime_pb2.TableEntry:
+    """MyEgress.progress_ecn: (egress port, band) -> set_progress_ecn(threshold); None: key only."""
+    te = _entry(idx, N.T_PROGRESS_ECN)
+    _band_key(idx, N.T_PROGRESS_ECN, N.K_EGRESS_PORT, port, band, te)
+    if threshold is not None:
+        _action(idx, te, N.A_SET_PROGRESS_ECN, {N.P_THRESHOLD: threshold})
+    return te
+
+
+def progress_priority_entry(idx: P4InfoIndex, port: int, band: int, priority: int | None = None
+                            ) -> p4runtime_pb2.TableEntry:
+    """MyIngress.progress_priority: (egress spec, band) -> set_progress_priority(priority)."""
+    te = _entry(idx, N.T_PROGRESS_PRIORITY)
+    _band_key(idx, N.T_PROGRESS_PRIORITY, N.K_EGRESS_SPEC, port, band, te)
+    if priority is not None:
+        _action(idx, te, N.A_SET_PROGRESS_PRIORITY, {N.P_PRIORITY: priority})
+    return te
+
+
+def progress_entries(idx: P4InfoIndex, port: int, policy, base_threshold: int | None
+                     ) -> list[p4runtime_pb2.TableEntry]:
+    """The entries of a mltcp.progress_policy.ProgressPolicy on one port: one per hardware band
+    (bytes_ratio[15:12]); ecn-by-progress scales the port's threshold ``base_threshold``,
+    priority-by-progress maps the band to its priority; off: none."""
+    if policy.name == "ecn-by-progress":
+        if not base_threshold:
+            raise ValueError(f"port {port}: ecn-by-progress needs the port's ECN threshold")
+        ks = policy.thresholds(base_threshold)
+        return [progress_ecn_entry(idx, port, hb, ks[b]) for hb, b in enumerate(policy.hw_band_map())]
+    if policy.name == "priority-by-progress":
+        return [progress_priority_entry(idx, port, hb, b) for hb, b in enumerate(policy.hw_band_map())]
+    return []
+
+
 def table_read_entity(idx: P4InfoIndex, table: str) -> p4runtime_pb2.Entity:
     """Wildcard read of every entry of a table."""
     return p4runtime_pb2.Entity(table_entry=_entry(idx, table))
@@ -103,6 +146,10 @@ def describe(idx: P4InfoIndex, te: p4runtime_pb2.TableEntry) -> str:
             return "route 0.0.0.0/0"
         v = int.from_bytes(te.match[0].lpm.value, "big")
         return f"route {ipaddress.IPv4Address(v)}/{te.match[0].lpm.prefix_len}"
+    if name in (N.T_PROGRESS_ECN, N.T_PROGRESS_PRIORITY) and len(te.match) == 2:
+        port, band = (int.from_bytes(m.exact.value, "big") for m in te.match)
+        what = "ECN threshold" if name == N.T_PROGRESS_ECN else "priority"
+        return f"progress {what} on port {port} band {band}"
     if name == N.T_ECN_THRESHOLD and te.match:
         return f"ECN threshold on port {int.from_bytes(te.match[0].exact.value, 'big')}"
     return f"{name} entry"

@@ -1,0 +1,69 @@
+"""In-network MLTCP in the simulator: the same hosts through a plain ECN switch (switch_policy off)
+and through the progress-aware one, per seed; ratios measured in one run (docs/in-network.md).
+
+    python bench/bench_innet.py [--scenarios innet-ecn-reno-two-jobs,...] [--seeds 1,2,3]
+                                [--policies ecn-by-progress,priority-by-progress] [--cc reno,mltcp-reno]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from mltcp import compare, scenario
+from mltcp.sim.engine import simulate
+
+DEFAULT = ("innet-ecn-reno-two-jobs", "innet-ecn-reno-three-jobs", "innet-ecn-reno-partial-compat",
+           "innet-dcqcn-two-jobs")
+
+
+def run(sc, cc: str, policy: str, seed: int) -> dict:
+    s = dataclasses.replace(sc, seed=seed, switch=dataclasses.replace(sc.switch, name=policy))
+    r = simulate(s, cc)
+    return compare.side(s, cc, r.records, r.drops, r.ecn_marks)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenarios", default=",".join(DEFAULT))
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--policies", default="")
+    ap.add_argument("--cc", default="", help="algorithms (default: the scenario's cc)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    rows = []
+    for name in a.scenarios.split(","):
+        sc = scenario.load(name)
+        pols = a.policies.split(",") if a.policies else [sc.switch.name]
+        for cc in (a.cc.split(",") if a.cc else [sc.cc]):
+            for seed in (int(x) for x in a.seeds.split(",")):
+                base = run(sc, cc, "off", seed)
+                for pol in pols:
+                    if pol == "ecn-by-progress" and sc.switch.bands > 16:
+                        continue
+                    if pol == "priority-by-progress" and sc.switch.bands > 8:
+                        sc = dataclasses.replace(sc, switch=dataclasses.replace(sc.switch, bands=8))
+                    m = run(sc, cc, pol, seed)
+                    row = dict(scenario=sc.name, cc=cc, policy=pol, seed=seed,
+                               avg_off_ms=round(base["avg_iter_s"] * 1e3, 2), avg_ms=round(m["avg_iter_s"] * 1e3, 2),
+                               speedup_avg=round(base["avg_iter_s"] / m["avg_iter_s"], 3),
+                               p99_off_ms=round(base["p99_iter_s"] * 1e3, 2), p99_ms=round(m["p99_iter_s"] * 1e3, 2),
+                               speedup_p99=round(base["p99_iter_s"] / m["p99_iter_s"], 3),
+                               drops_off=base["drops"], drops=m["drops"], marks_off=base["ecn_marks"],
+                               marks=m["ecn_marks"], converged_off=base["converged_at_iteration"],
+                               converged=m["converged_at_iteration"],
+                               ideal_ms=round(compare.ideal_iter_s(sc) * 1e3, 2))
+                    rows.append(row)
+                    if not a.json:
+                        print(f"{row['scenario']:32s} {cc:11s} {pol:21s} seed {seed}: avg {row['avg_off_ms']} -> "
+                              f"{row['avg_ms']} ms ({row['speedup_avg']}x), p99 {row['p99_off_ms']} -> {row['p99_ms']} "
+                              f"({row['speedup_p99']}x), drops {row['drops_off']} -> {row['drops']}, marks "
+                              f"{row['marks_off']} -> {row['marks']}, interleaved at {row['converged_off']} -> "
+                              f"{row['converged']} (ideal {row['ideal_ms']} ms)", flush=True)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
