@@ -153,11 +153,11 @@ def compiled_program(out_dir: str | Path | None = None) -> Path:
 
 
 def program(grpc_addr: str, device_id: int, config: str | Path, routes, ecn,
-            timeout_s: float = 120.0) -> None:
+            timeout_s: float = 120.0, progress: dict | None = None) -> None:
     """Push mltcp.p4 (P4Info + BMv2 JSON) and the tables with mltcp.controlplane, in a child
     process (p4runtime-shell keeps global state and stream threads)."""
     spec = json.dumps({"grpc": grpc_addr, "device_id": device_id, "config": str(config),
-                       "routes": routes, "ecn": ecn})
+                       "routes": routes, "ecn": ecn, "progress": progress})
     r = subprocess.run([sys.executable, "-m", "mltcp.emulation.bmv2", spec], capture_output=True,
                        text=True, timeout=timeout_s)
     if r.returncode != 0:
@@ -172,6 +172,20 @@ def _program_one(spec: dict) -> None:
         sw.install_routes([Route(p, int(port), mac) for p, port, mac in spec["routes"]])
         for port, k in spec["ecn"]:
             sw.set_ecn_threshold(int(port), int(k))
+        apply_progress_policy(sw, spec)
+
+
+def apply_progress_policy(conn, spec: dict) -> None:
+    """In-network MLTCP (docs/in-network.md): ``spec["progress"]`` = {"policy": {...}, "ports":
+    [[port, base ECN threshold or None], ...]} from softswitch.switch_tables; absent: off."""
+    pr = spec.get("progress")
+    if not pr:
+        return
+    from mltcp.progress_policy import from_table
+    t = dict(pr["policy"])
+    pol = from_table(t.pop("name"), t)
+    for port, k in pr["ports"]:
+        conn.set_progress_policy(int(port), pol, None if k is None else int(k))
 
 
 def read_stats(grpc_addr: str, thrift_port: int, device_id: int = 0, timeout_s: float = 60.0) -> dict:
@@ -226,6 +240,7 @@ class Bmv2Switch(_MnSwitch):
         self.queues: dict[int, tuple[int | None, int | None]] = {}
         self.routes: list = []
         self.ecn: list = []
+        self.progress: dict | None = None
         self.proc: subprocess.Popen | None = None
         self.grpc_port = self.thrift_port = 0
         self.stats: dict = {}
@@ -267,7 +282,8 @@ class Bmv2Switch(_MnSwitch):
             pcap_dir=pcaps)
         if self.queues:
             run_cli(self.thrift_port, queue_commands(self.queues))
-        program(self.grpc_address, self.device_id, compiled_program(), self.routes, self.ecn)
+        program(self.grpc_address, self.device_id, compiled_program(), self.routes, self.ecn,
+                progress=self.progress)
 
     def stop(self, deleteIntfs: bool = True) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -328,6 +344,7 @@ def configure(net, topo) -> None:
                             None if p.buffer_bytes is None else max(1, round(p.buffer_bytes / 1500)))
         tables = switch_tables(net, topo, sw)
         sw.queues, sw.routes, sw.ecn = queues, tables["routes"], tables["ecn"]
+        sw.progress = tables.get("progress")
 
 
 def collect_stats(switches) -> int:

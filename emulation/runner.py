@@ -454,6 +454,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         from .topologies import switch_class_for
         topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
                              switch_cls=switch_class_for(mode, switch_logs, pcap))
+        topo.switch_policy = getattr(plan.scenario_obj, "switch", None)   # in-network MLTCP
         assign_endpoints(plan, topo)
         if mode == "bmv2":
             from .bmv2 import use_shim_port

@@ -91,7 +91,14 @@ def switch_tables(net, topo: EmuTopo, sw) -> dict:
         p = topo.link_params.get(frozenset((sw.name, _peer(intf).node.name)))
         if p is not None and p.ecn_threshold_pkts:
             ecn.append([port, p.ecn_threshold_pkts])
-    return {"grpc": sw.grpc_address, "device_id": sw.device_id, "routes": routes, "ecn": ecn}
+    out = {"grpc": sw.grpc_address, "device_id": sw.device_id, "routes": routes, "ecn": ecn}
+    pol = getattr(topo, "switch_policy", None)     # in-network MLTCP (docs/in-network.md)
+    if pol is not None and pol.active:
+        ports = ecn if pol.name == "ecn-by-progress" else [[port, None] for _, port, _ in routes]
+        out["progress"] = {"policy": {"name": pol.name, "bands": pol.bands, "ecn_scale_lo": pol.ecn_scale_lo,
+                                      "ecn_scale_hi": pol.ecn_scale_hi},
+                           "ports": sorted({tuple(p) for p in ports})}
+    return out
 
 
 def set_host_arp(net, topo: EmuTopo) -> None:
@@ -128,6 +135,8 @@ def program_switch(spec: dict, name: str | None = None, timeout_s: float = 120.0
             conn.install_routes([Route(p, int(port), mac) for p, port, mac in spec["routes"]])
             for port, k in spec["ecn"]:
                 conn.set_ecn_threshold(int(port), int(k))
+            from .bmv2 import apply_progress_policy
+            apply_progress_policy(conn, spec)
     except ControlPlaneError as e:
         raise TopologyError(f"programming switch {name} failed: {e}") from e
 
