@@ -154,7 +154,8 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     from mltcp import scenario as scn
 
     from .runner import EmulationError, choose_topology, needs_ecn, plan_from_scenario, rescale
-    from .topologies import TopologyError, features, resolve_link_mode
+    from .network import resolve_link_mode
+    from .topologies import TopologyError, features
 
     _check_args(rate_mbps, delay_ms, iterations, buffer_kb, peer_seconds if baseline_peer else None, out,
                 records, transport, topology, link_mode)
@@ -267,7 +268,8 @@ def emulate_topo(
     from mininet.log import setLogLevel
 
     from . import netns
-    from .topologies import LinkParams, TopologyError, build_network, make_topology, resolve_link_mode
+    from .network import build_network, resolve_link_mode
+    from .topologies import LinkParams, TopologyError, make_topology
     _check_args(rate_mbps=rate_mbps, link_mode=link_mode)
     if not 1 <= jobs <= MAX_TOPO_JOBS:
         fail(f"--jobs must be in [1, {MAX_TOPO_JOBS}], got {jobs}")
@@ -278,7 +280,7 @@ def emulate_topo(
     try:
         mode = resolve_link_mode(link_mode, kind)
         with netns.signals_raise(), netns.Cleanup(netns.run_prefix()) as cl:
-            from .topologies import switch_class_for
+            from .network import switch_class_for
             topo = make_topology(kind, cl.prefix, LinkParams(rate_mbps=rate_mbps), n_jobs=jobs,
                                  switch_cls=switch_class_for(mode))
             net = build_network(topo, mode, cl)

@@ -24,8 +24,8 @@ from mltcp import compare, metrics
 from mltcp.records import IterationRecord
 
 from . import netns
-from .topologies import (EmuTopo, LinkParams, TopologyError, bottleneck_intfs, build_network, features,
-                         make_topology, qdisc_drops, resolve_link_mode)
+from .network import build_network, resolve_link_mode
+from .topologies import EmuTopo, LinkParams, TopologyError, bottleneck_intfs, features, make_topology, qdisc_drops
 
 TRANSPORTS = ("kernel", "udp")
 BASE_CCS = ("reno", "cubic", "dcqcn")
@@ -451,7 +451,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
     wall0 = time.monotonic()
     with netns.Cleanup(prefix) as cl:
         cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
-        from .topologies import switch_class_for
+        from .network import switch_class_for
         topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
                              switch_cls=switch_class_for(mode, switch_logs, pcap))
         assign_endpoints(plan, topo)

@@ -22,7 +22,7 @@ Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
 * ``linux-tc`` – htb rate + RED with ECN marking (threshold in packets) + netem delay, like
   Mininet's TCLink. Needs sch_netem and sch_red (absent here: a clear error says so).
 * ``switch`` – the project's userspace P4 switch (``mltcp-switch``) applies rate, delay, buffer
-  and queue-depth ECN on its ports (see :func:`software_switch_class`).
+  and queue-depth ECN on its ports (see :func:`mltcp.emulation.network.software_switch_class`).
 * ``bmv2`` – BMv2 ``simple_switch_grpc`` running p4c-compiled mltcp.p4 in place of mltcp-switch
   (mltcp.emulation.bmv2): rate and depth of each egress queue, queue-depth ECN; no delay.
 """
@@ -32,7 +32,6 @@ import subprocess
 from collections import deque
 from dataclasses import dataclass
 
-from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Switch
 from mininet.nodelib import LinuxBridge
@@ -370,62 +369,6 @@ def qdisc_available(kind: str) -> bool:
         subprocess.run(["ip", "link", "del", dev + "a"], capture_output=True, check=False)
 
 
-def software_switch_class():
-    """The project's P4 software switch as a Mininet Switch class, or None if not importable."""
-    from .softswitch import switch_class
-    return switch_class()
-
-
-def switch_class_for(mode: str, log_dir=None, pcap: bool = False):
-    """The Mininet switch class of a link mode: mltcp-switch (``switch``), BMv2 (``bmv2``, with
-    its log folder), else None (the topology's kernel bridges or routers)."""
-    if mode == "switch":
-        return software_switch_class()
-    if mode == "bmv2":
-        from . import bmv2
-        return bmv2.switch_class(log_dir, pcap)
-    return None
-
-
-def _controlplane_available() -> bool:
-    """The control plane's client imports (its gRPC/protobuf packages are there); any other
-    error while importing it is a bug and is raised."""
-    try:
-        import mltcp.controlplane.client  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def resolve_link_mode(mode: str, topology: str | None = None, ecn: bool = False) -> str:
-    """The link mode to run: ``auto`` is ``switch`` on the dumbbell (one mltcp-switch on the
-    path), and on the routed topologies only when the links must mark ECN (``ecn``), which htb
-    cannot: there every router is an mltcp-switch process, and on a 2-core machine three of them
-    add about 8 ms to every round trip, more than the kernel routers of ``htb`` (README:
-    Emulation, link modes)."""
-    if mode not in LINK_MODES:
-        raise TopologyError(f"unknown link mode {mode!r}; choose from {', '.join(LINK_MODES)}")
-    if mode == "auto":
-        if ((topology in (None, "dumbbell") or ecn) and software_switch_class() is not None
-                and _controlplane_available()):
-            return "switch"
-        return "htb"
-    if mode == "switch" and (software_switch_class() is None or not _controlplane_available()):
-        raise TopologyError("link mode 'switch' needs the software switch (mltcp.emulation.switch) "
-                            "and the control plane (mltcp.controlplane), which are not importable")
-    if mode == "bmv2":
-        from mltcp import tools
-        why = tools.why_missing("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
-        if why or not _controlplane_available():
-            raise TopologyError(f"link mode 'bmv2' needs p4c and BMv2: {why or 'mltcp.controlplane not importable'}")
-    if mode == "linux-tc":
-        missing = [k for k in ("netem", "red") if not qdisc_available(k)]
-        if missing:
-            raise TopologyError(f"link mode 'linux-tc' needs qdisc(s) {', '.join(missing)}, which this "
-                                "kernel lacks; use --link-mode htb (rate + buffer only) or switch")
-    return mode
-
-
 def _run(node, cmd: list[str]) -> None:
     out = node.cmd(" ".join(cmd) + " 2>&1; echo rc=$?")
     if not out.rstrip().endswith("rc=0"):
@@ -484,36 +427,6 @@ def disable_offloads(net: Mininet) -> None:
         for intf in node.intfList():
             if intf.name != "lo":
                 node.cmd(f"ethtool -K {intf.name} tso off gso off gro off 2>/dev/null")
-
-
-def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
-    """Build and start ``topo`` in Mininet; registers the net with ``cleanup`` before building so
-    that a failure halfway still removes everything."""
-    if mode not in LINK_MODES[1:]:
-        raise TopologyError(f"build_network: link mode must be one of {', '.join(LINK_MODES[1:])}, got {mode!r}")
-    net = Mininet(topo=None, controller=None, link=Link, build=False, autoSetMacs=False,
-                  waitConnected=False)
-    cleanup.net = net
-    net.topo = topo
-    net.build()
-    if mode == "switch":
-        from . import softswitch
-        softswitch.configure_ports(net, topo)
-    if mode == "bmv2":     # queues and tables, applied by each switch's start()
-        from . import bmv2, softswitch
-        bmv2.configure(net, topo)
-    net.start()
-    disable_offloads(net)
-    if mode in ("switch", "bmv2"):   # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
-        softswitch.set_host_arp(net, topo)
-        if mode == "switch":         # (BMv2 switches programmed themselves in start())
-            softswitch.program(net, topo)
-        return net
-    configure_routing(net, topo)
-    apply_link_params(net, topo, mode)
-    if topo.layer2:
-        net.staticArp()
-    return net
 
 
 def bottleneck_intfs(net: Mininet, topo: EmuTopo) -> list:

@@ -399,7 +399,7 @@ def test_dumbbell_hosts_know_their_switch():
 
 def test_auto_link_mode_uses_the_switch_where_it_helps():
     from mltcp.emulation.runner import needs_ecn
-    from mltcp.emulation.topologies import _controlplane_available, resolve_link_mode, software_switch_class
+    from mltcp.emulation.network import _controlplane_available, resolve_link_mode, software_switch_class
     if software_switch_class() is None or not _controlplane_available():
         pytest.skip("software switch or control plane not importable")
     assert resolve_link_mode("auto", "dumbbell") == "switch"
