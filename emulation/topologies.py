@@ -32,6 +32,7 @@ import subprocess
 from collections import deque
 from dataclasses import dataclass
 
+from mininet.link import Intf, Link
 from mininet.net import Mininet
 from mininet.node import Switch
 from mininet.nodelib import LinuxBridge
@@ -63,6 +64,37 @@ class LinkParams:
         if self.ecn_threshold_pkts is not None and self.ecn_threshold_pkts < 1:
             raise TopologyError(f"{where}: ecn_threshold_pkts must be >= 1")
         return self
+
+    def link_opts(self) -> dict:
+        """The parameters as Mininet link options (``addLink(a, b, **opts)``), in TCLink's terms:
+        ``bw`` Mb/s, ``delay`` as a string with unit, ``max_queue_size`` packets, plus
+        ``ecn_threshold`` (packets). Only what is set."""
+        opts: dict = {}
+        if self.rate_mbps is not None:
+            opts["bw"] = self.rate_mbps
+        if self.delay_ms > 0:
+            opts["delay"] = f"{self.delay_ms:g}ms"
+        if self.buffer_bytes is not None:
+            opts["max_queue_size"] = max(1, self.buffer_bytes // 1500)
+        if self.ecn_threshold_pkts is not None:
+            opts["ecn_threshold"] = self.ecn_threshold_pkts
+        return opts
+
+    @classmethod
+    def from_link_opts(cls, bw=None, delay=None, max_queue_size=None, ecn_threshold=None) -> "LinkParams":
+        """The inverse of :meth:`link_opts` (``delay`` as "2ms", "500us" or a number of ms)."""
+        d = 0.0
+        if delay is not None:
+            txt = str(delay).strip()
+            for unit, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1e3)):
+                if txt.endswith(unit):
+                    d = float(txt[:-len(unit)]) * scale
+                    break
+            else:
+                d = float(txt)
+        return cls(rate_mbps=None if bw is None else float(bw), delay_ms=d,
+                   buffer_bytes=None if max_queue_size is None else int(max_queue_size) * 1500,
+                   ecn_threshold_pkts=None if ecn_threshold is None else int(ecn_threshold)).validate("link options")
 
 
 class Router(Switch):
@@ -143,7 +175,9 @@ class EmuTopo(Topo):
         return n
 
     def add_link(self, a: str, b: str, params: LinkParams | None = None, bottleneck=False):
-        self.addLink(a, b)
+        # the options travel on the link (Mininet's addLink(**opts)): ShapedLink applies them,
+        # a plain Link ignores them (the run's link mode applies them instead)
+        self.addLink(a, b, **(params.validate(f"link {a}-{b}").link_opts() if params is not None else {}))
         if params is not None and params != LinkParams():
             self.link_params[frozenset((a, b))] = params.validate(f"link {a}-{b}")
         if bottleneck:
@@ -335,6 +369,49 @@ def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
     else:
         raise TopologyError(f"tc_commands: link mode {mode!r} is not applied with tc")
     return cmds
+
+
+class ShapedIntf(Intf):
+    """A TCIntf-style interface: its ``config(bw=, delay=, max_queue_size=, ecn_threshold=)``
+    shapes its egress with :func:`tc_commands`, as link mode ``linux-tc`` (htb + RED + netem)
+    where this kernel has netem and red, else as ``htb`` (rate and drop-tail buffer; a delay or
+    ECN threshold it cannot apply is reported on stderr, never silently dropped)."""
+
+    def config(self, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, **params):
+        result = super().config(**params)
+        p = LinkParams.from_link_opts(bw, delay, max_queue_size, ecn_threshold)
+        if p == LinkParams():
+            return result
+        mode = "linux-tc" if qdisc_available("netem") and qdisc_available("red") else "htb"
+        if mode == "htb" and (p.delay_ms > 0 or p.ecn_threshold_pkts is not None):
+            import sys
+            print(f"*** {self.name}: this kernel has no netem/red: delay and ECN not applied "
+                  "(rate and buffer are); use mltcp emulate --link-mode switch for them", file=sys.stderr)
+        for cmd in tc_commands(self.name, p, mode):
+            _run(self.node, cmd)
+        return result
+
+
+class ShapedLink(Link):
+    """A link whose two interfaces are :class:`ShapedIntf` with the same options (as TCLink)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("cls1", ShapedIntf)
+        kwargs.setdefault("cls2", ShapedIntf)
+        super().__init__(*args, **kwargs)
+
+
+# ``mn --custom emulation/topologies.py --topo dumbbell[,n,bw,delay_ms,buffer_bytes] --link shaped
+# --switch lxbr --controller none`` (names as Mininet's own TOPOS/LINKS dicts)
+def _mn_dumbbell(n: int = 2, bw: float = 100.0, delay_ms: float = 0.0, buffer_bytes: int = 150_000,
+                 prefix: str = "") -> Dumbbell:
+    return Dumbbell(prefix=prefix, n=int(n), bottleneck=LinkParams(float(bw), float(delay_ms), int(buffer_bytes)))
+
+
+# Only the layer-2 dumbbell: Ring3 and LeafSpine route, and their routes come from
+# network.configure_routing after the start, which `mn` does not call.
+topos = {"dumbbell": _mn_dumbbell}
+links = {"shaped": ShapedLink}
 
 
 def features(mode: str) -> dict[str, bool]:
