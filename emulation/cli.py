@@ -153,7 +153,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
              rtt_calibration=True, switch_logs=None, pcap=False):
     from mltcp import scenario as scn
 
-    from .runner import EmulationError, choose_topology, needs_ecn, plan_from_scenario, rescale
+    from .runner import EmulationError, check_emulatable, choose_topology, needs_ecn, plan_from_scenario, rescale
     from .network import resolve_link_mode
     from .topologies import TopologyError, features
 
@@ -162,6 +162,10 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     try:
         sc = scn.load(scenario)
     except scn.ScenarioError as e:
+        fail(str(e))
+    try:
+        check_emulatable(sc)
+    except TopologyError as e:
         fail(str(e))
     _prereqs()
     try:

@@ -171,7 +171,27 @@ def check_ring_paths(sc) -> None:
         raise TopologyError(f"{sc.source}: jobs[2].path: the ring needs it to end on {paths[0][0]!r}")
 
 
+def check_emulatable(sc) -> None:
+    """Refuse what the emulation would run wrongly: it runs one flow per job on the job's
+    ``path``, with the scenario's ``compute_ms``. A job with several flows (``flows``, ``paths``,
+    ``pattern``), per-iteration compute times from a trace, or a ``[fabric]`` would be emulated
+    as something else, so it is an error, not an approximation."""
+    for i, j in enumerate(sc.jobs):
+        where = f"{sc.source}: jobs[{i}] ({j.name})"
+        if j.flows != 1 or j.flow_paths is not None:
+            raise TopologyError(f"{where}: flows = {j.flows}: the emulation runs one flow per job; "
+                                "multi-flow jobs and collectives (flows, paths, pattern) run in "
+                                "`mltcp simulate` only")
+        if j.compute_series:
+            raise TopologyError(f"{where}: trace: per-iteration compute times from a trace run in "
+                                "`mltcp simulate` only (the emulated senders draw compute_ms)")
+    if getattr(sc, "fabric", None) is not None:
+        raise TopologyError(f"{sc.source}: fabric: the emulation builds dumbbell, ring or leafspine "
+                            "topologies from [[links]]; a [fabric] runs in `mltcp simulate` only")
+
+
 def plan_from_scenario(sc, topology: str = "auto") -> Plan:
+    check_emulatable(sc)
     kind = choose_topology(sc) if topology == "auto" else topology
     if kind == "ring":
         check_ring_paths(sc)
