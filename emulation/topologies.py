@@ -40,6 +40,7 @@ from mininet.topo import Topo
 
 # bad topology parameters or a link feature this machine cannot provide: the same error type
 # as a bad topology file of the control plane
+from mltcp import offloads
 from mltcp.controlplane.topology import TopologyError
 
 LINK_MODES = ("auto", "htb", "linux-tc", "switch", "bmv2")
@@ -503,7 +504,7 @@ def disable_offloads(net: Mininet) -> None:
     for node in net.hosts + net.switches:
         for intf in node.intfList():
             if intf.name != "lo":
-                node.cmd(f"ethtool -K {intf.name} tso off gso off gro off 2>/dev/null")
+                node.cmd(offloads.shell_command(intf.name, checksum=False))
 
 
 def bottleneck_intfs(net: Mininet, topo: EmuTopo) -> list:
