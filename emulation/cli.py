@@ -1,4 +1,4 @@
-"""`mltcp emulate`: run a scenario in Mininet (see the README section 'Emulation').
+"""`mltcp emulate`: run a scenario in Mininet (see docs/design.md, "Emulation: `mltcp emulate`").
 
 Mounted as ``main_app.add_typer(mltcp.emulation.cli.app, name="emulate")``:
 
@@ -95,7 +95,7 @@ def emulate(
     cc: str = typer.Option("", help="base congestion control: reno | cubic | dcqcn (default: the scenario's)"),
     compare: bool = typer.Option(False, "--compare", help="also run the MLTCP variant and report speedups"),
     transport: str = typer.Option("kernel", help="udp (userspace MLTCP transport) | kernel (Linux TCP)"),
-    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch | bmv2 (see the README section 'Emulation')"),
+    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch | bmv2 (docs/design.md, Emulation: link modes)"),
     topology: str = typer.Option("auto", help="auto | dumbbell | ring | leafspine"),
     rate_mbps: float = typer.Option(None, help="run every link at this rate; job bytes scale with it"),
     delay_ms: float = typer.Option(None, help="one-way delay per link (needs link mode linux-tc or switch)"),

@@ -562,7 +562,7 @@ def per_job_avg(records: list[IterationRecord], warmup: int) -> dict[str, float]
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 
-LOOSE_OVERLAP = 0.2  # see interleaved_at_iteration in the README section "Emulation"
+LOOSE_OVERLAP = 0.2  # see interleaved_at_iteration in docs/design.md, "Emulation"
 
 
 def interleaved_at(records: list[IterationRecord], shares=None, threshold: float = LOOSE_OVERLAP,
