@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from . import netns
 from .runner import EmulationError, Plan, _Peer, arm_summary, run_arm, start_together, udp_available
-from .topologies import (LinkParams, bottleneck_intfs, build_network, make_topology, qdisc_drops,
-                         resolve_link_mode)
+from .network import build_network, resolve_link_mode
+from .topologies import LinkParams, bottleneck_intfs, make_topology, qdisc_drops
 
 
 def jain_index(xs: list[float]) -> float:
@@ -65,7 +65,7 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
     prefix = netns.run_prefix()
     with netns.Cleanup(prefix) as cl:
         cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
-        from .topologies import software_switch_class
+        from .network import software_switch_class
         topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=flows,
                              switch_cls=software_switch_class() if mode == "switch" else None)
         net = build_network(topo, mode, cl)

@@ -20,10 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mltcp import tools
+from mltcp import offloads, tools
 
 FRAME_BYTES = 1514      # a full-sized Ethernet frame: the unit of a rate given in Mb/s
-_OFFLOADS = "tx off tso off gso off gro off"
 
 
 def switch_argv(interfaces: dict[int, str], grpc_port: int, thrift_port: int, device_id: int = 0,
@@ -260,19 +259,9 @@ class Bmv2Switch(_MnSwitch):
             return "0" * 16
 
     def start(self, _controllers) -> None:
-        interfaces = {}
-        for intf in self.intfList():
-            if intf.name == "lo" or intf not in self.ports:
-                continue
-            interfaces[self.ports[intf]] = intf.name
-            self.cmd(f"ip link set {intf.name} up")
-            # TX checksum offload off on both ends: a veth hands a partial checksum along, which
-            # BMv2 would forward unfinished (the receiver then drops every UDP datagram)
-            self.cmd(f"ethtool -K {intf.name} {_OFFLOADS} >/dev/null 2>&1")
-            link = getattr(intf, "link", None)
-            if link is not None:
-                peer = link.intf2 if link.intf1 is intf else link.intf1
-                peer.node.cmd(f"ethtool -K {peer.name} {_OFFLOADS} >/dev/null 2>&1")
+        # ports up; TX checksum offload off on both ends: a veth hands a partial checksum along,
+        # which the switch would forward unfinished (the receiver then drops every UDP datagram)
+        interfaces = offloads.ready_switch_ports(self)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         pcaps = self.log_dir / f"{self.name}-pcap" if self.pcap else None
         if pcaps:

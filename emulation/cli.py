@@ -1,4 +1,4 @@
-"""`mltcp emulate`: run a scenario in Mininet (see the README section 'Emulation').
+"""`mltcp emulate`: run a scenario in Mininet (see docs/design.md, "Emulation: `mltcp emulate`").
 
 Mounted as ``main_app.add_typer(mltcp.emulation.cli.app, name="emulate")``:
 
@@ -95,7 +95,7 @@ def emulate(
     cc: str = typer.Option("", help="base congestion control: reno | cubic | dcqcn (default: the scenario's)"),
     compare: bool = typer.Option(False, "--compare", help="also run the MLTCP variant and report speedups"),
     transport: str = typer.Option("kernel", help="udp (userspace MLTCP transport) | kernel (Linux TCP)"),
-    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch | bmv2 (see the README section 'Emulation')"),
+    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch | bmv2 (docs/design.md, Emulation: link modes)"),
     topology: str = typer.Option("auto", help="auto | dumbbell | ring | leafspine"),
     rate_mbps: float = typer.Option(None, help="run every link at this rate; job bytes scale with it"),
     delay_ms: float = typer.Option(None, help="one-way delay per link (needs link mode linux-tc or switch)"),
@@ -153,14 +153,19 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
              rtt_calibration=True, switch_logs=None, pcap=False):
     from mltcp import scenario as scn
 
-    from .runner import EmulationError, choose_topology, needs_ecn, plan_from_scenario, rescale
-    from .topologies import TopologyError, features, resolve_link_mode
+    from .runner import EmulationError, check_emulatable, choose_topology, needs_ecn, plan_from_scenario, rescale
+    from .network import resolve_link_mode
+    from .topologies import TopologyError, features
 
     _check_args(rate_mbps, delay_ms, iterations, buffer_kb, peer_seconds if baseline_peer else None, out,
                 records, transport, topology, link_mode)
     try:
         sc = scn.load(scenario)
     except scn.ScenarioError as e:
+        fail(str(e))
+    try:
+        check_emulatable(sc)
+    except TopologyError as e:
         fail(str(e))
     _prereqs()
     try:
@@ -267,7 +272,8 @@ def emulate_topo(
     from mininet.log import setLogLevel
 
     from . import netns
-    from .topologies import LinkParams, TopologyError, build_network, make_topology, resolve_link_mode
+    from .network import build_network, resolve_link_mode
+    from .topologies import LinkParams, TopologyError, make_topology
     _check_args(rate_mbps=rate_mbps, link_mode=link_mode)
     if not 1 <= jobs <= MAX_TOPO_JOBS:
         fail(f"--jobs must be in [1, {MAX_TOPO_JOBS}], got {jobs}")
@@ -278,7 +284,7 @@ def emulate_topo(
     try:
         mode = resolve_link_mode(link_mode, kind)
         with netns.signals_raise(), netns.Cleanup(netns.run_prefix()) as cl:
-            from .topologies import switch_class_for
+            from .network import switch_class_for
             topo = make_topology(kind, cl.prefix, LinkParams(rate_mbps=rate_mbps), n_jobs=jobs,
                                  switch_cls=switch_class_for(mode))
             net = build_network(topo, mode, cl)

@@ -18,6 +18,8 @@ import time
 
 import typer
 
+from mltcp.traffic.kernel.transport import tcp_info
+
 from .peer_io import (JITTER, SEED, STRAGGLER_DELAY_S, STRAGGLER_PROB, check_send_mode, emit as _emit,
                       run_iterations, start_at)
 
@@ -29,9 +31,8 @@ app = typer.Typer(add_completion=False, help="Kernel-TCP job peer (runs inside e
 
 
 def tcp_info_retrans(sock: socket.socket) -> int:
-    """tcpi_total_retrans from TCP_INFO (the 24th u32 after 8 u8 fields)."""
-    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-    return struct.unpack_from("=8B24I", raw)[8 + 23]
+    """tcpi_total_retrans from TCP_INFO (the one parser: mltcp.traffic.kernel.transport.tcp_info)."""
+    return tcp_info(sock)["total_retrans"]
 
 
 def _recv_exact(conn: socket.socket, n: int, buf: bytearray) -> int:

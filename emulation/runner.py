@@ -24,8 +24,8 @@ from mltcp import compare, metrics
 from mltcp.records import IterationRecord
 
 from . import netns
-from .topologies import (EmuTopo, LinkParams, TopologyError, bottleneck_intfs, build_network, features,
-                         make_topology, qdisc_drops, resolve_link_mode)
+from .network import build_network, resolve_link_mode
+from .topologies import EmuTopo, LinkParams, TopologyError, bottleneck_intfs, features, make_topology, qdisc_drops
 
 TRANSPORTS = ("kernel", "udp")
 BASE_CCS = ("reno", "cubic", "dcqcn")
@@ -171,7 +171,27 @@ def check_ring_paths(sc) -> None:
         raise TopologyError(f"{sc.source}: jobs[2].path: the ring needs it to end on {paths[0][0]!r}")
 
 
+def check_emulatable(sc) -> None:
+    """Refuse what the emulation would run wrongly: it runs one flow per job on the job's
+    ``path``, with the scenario's ``compute_ms``. A job with several flows (``flows``, ``paths``,
+    ``pattern``), per-iteration compute times from a trace, or a ``[fabric]`` would be emulated
+    as something else, so it is an error, not an approximation."""
+    for i, j in enumerate(sc.jobs):
+        where = f"{sc.source}: jobs[{i}] ({j.name})"
+        if j.flows != 1 or j.flow_paths is not None:
+            raise TopologyError(f"{where}: flows = {j.flows}: the emulation runs one flow per job; "
+                                "multi-flow jobs and collectives (flows, paths, pattern) run in "
+                                "`mltcp simulate` only")
+        if j.compute_series:
+            raise TopologyError(f"{where}: trace: per-iteration compute times from a trace run in "
+                                "`mltcp simulate` only (the emulated senders draw compute_ms)")
+    if getattr(sc, "fabric", None) is not None:
+        raise TopologyError(f"{sc.source}: fabric: the emulation builds dumbbell, ring or leafspine "
+                            "topologies from [[links]]; a [fabric] runs in `mltcp simulate` only")
+
+
 def plan_from_scenario(sc, topology: str = "auto") -> Plan:
+    check_emulatable(sc)
     kind = choose_topology(sc) if topology == "auto" else topology
     if kind == "ring":
         check_ring_paths(sc)
@@ -451,7 +471,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
     wall0 = time.monotonic()
     with netns.Cleanup(prefix) as cl:
         cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
-        from .topologies import switch_class_for
+        from .network import switch_class_for
         topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
                              switch_cls=switch_class_for(mode, switch_logs, pcap))
         topo.switch_policy = getattr(plan.scenario_obj, "switch", None)   # in-network MLTCP
@@ -543,7 +563,7 @@ def per_job_avg(records: list[IterationRecord], warmup: int) -> dict[str, float]
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 
-LOOSE_OVERLAP = 0.2  # see interleaved_at_iteration in the README section "Emulation"
+LOOSE_OVERLAP = 0.2  # see interleaved_at_iteration in docs/design.md, "Emulation"
 
 
 def interleaved_at(records: list[IterationRecord], shares=None, threshold: float = LOOSE_OVERLAP,

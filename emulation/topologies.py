@@ -22,7 +22,7 @@ Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
 * ``linux-tc`` – htb rate + RED with ECN marking (threshold in packets) + netem delay, like
   Mininet's TCLink. Needs sch_netem and sch_red (absent here: a clear error says so).
 * ``switch`` – the project's userspace P4 switch (``mltcp-switch``) applies rate, delay, buffer
-  and queue-depth ECN on its ports (see :func:`software_switch_class`).
+  and queue-depth ECN on its ports (see :func:`mltcp.emulation.network.software_switch_class`).
 * ``bmv2`` – BMv2 ``simple_switch_grpc`` running p4c-compiled mltcp.p4 in place of mltcp-switch
   (mltcp.emulation.bmv2): rate and depth of each egress queue, queue-depth ECN; no delay.
 """
@@ -32,7 +32,7 @@ import subprocess
 from collections import deque
 from dataclasses import dataclass
 
-from mininet.link import Link
+from mininet.link import Intf, Link
 from mininet.net import Mininet
 from mininet.node import Switch
 from mininet.nodelib import LinuxBridge
@@ -40,6 +40,7 @@ from mininet.topo import Topo
 
 # bad topology parameters or a link feature this machine cannot provide: the same error type
 # as a bad topology file of the control plane
+from mltcp import offloads
 from mltcp.controlplane.topology import TopologyError
 
 LINK_MODES = ("auto", "htb", "linux-tc", "switch", "bmv2")
@@ -64,6 +65,37 @@ class LinkParams:
         if self.ecn_threshold_pkts is not None and self.ecn_threshold_pkts < 1:
             raise TopologyError(f"{where}: ecn_threshold_pkts must be >= 1")
         return self
+
+    def link_opts(self) -> dict:
+        """The parameters as Mininet link options (``addLink(a, b, **opts)``), in TCLink's terms:
+        ``bw`` Mb/s, ``delay`` as a string with unit, ``max_queue_size`` packets, plus
+        ``ecn_threshold`` (packets). Only what is set."""
+        opts: dict = {}
+        if self.rate_mbps is not None:
+            opts["bw"] = self.rate_mbps
+        if self.delay_ms > 0:
+            opts["delay"] = f"{self.delay_ms:g}ms"
+        if self.buffer_bytes is not None:
+            opts["max_queue_size"] = max(1, self.buffer_bytes // 1500)
+        if self.ecn_threshold_pkts is not None:
+            opts["ecn_threshold"] = self.ecn_threshold_pkts
+        return opts
+
+    @classmethod
+    def from_link_opts(cls, bw=None, delay=None, max_queue_size=None, ecn_threshold=None) -> "LinkParams":
+        """The inverse of :meth:`link_opts` (``delay`` as "2ms", "500us" or a number of ms)."""
+        d = 0.0
+        if delay is not None:
+            txt = str(delay).strip()
+            for unit, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1e3)):
+                if txt.endswith(unit):
+                    d = float(txt[:-len(unit)]) * scale
+                    break
+            else:
+                d = float(txt)
+        return cls(rate_mbps=None if bw is None else float(bw), delay_ms=d,
+                   buffer_bytes=None if max_queue_size is None else int(max_queue_size) * 1500,
+                   ecn_threshold_pkts=None if ecn_threshold is None else int(ecn_threshold)).validate("link options")
 
 
 class Router(Switch):
@@ -144,7 +176,9 @@ class EmuTopo(Topo):
         return n
 
     def add_link(self, a: str, b: str, params: LinkParams | None = None, bottleneck=False):
-        self.addLink(a, b)
+        # the options travel on the link (Mininet's addLink(**opts)): ShapedLink applies them,
+        # a plain Link ignores them (the run's link mode applies them instead)
+        self.addLink(a, b, **(params.validate(f"link {a}-{b}").link_opts() if params is not None else {}))
         if params is not None and params != LinkParams():
             self.link_params[frozenset((a, b))] = params.validate(f"link {a}-{b}")
         if bottleneck:
@@ -338,6 +372,49 @@ def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
     return cmds
 
 
+class ShapedIntf(Intf):
+    """A TCIntf-style interface: its ``config(bw=, delay=, max_queue_size=, ecn_threshold=)``
+    shapes its egress with :func:`tc_commands`, as link mode ``linux-tc`` (htb + RED + netem)
+    where this kernel has netem and red, else as ``htb`` (rate and drop-tail buffer; a delay or
+    ECN threshold it cannot apply is reported on stderr, never silently dropped)."""
+
+    def config(self, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, **params):
+        result = super().config(**params)
+        p = LinkParams.from_link_opts(bw, delay, max_queue_size, ecn_threshold)
+        if p == LinkParams():
+            return result
+        mode = "linux-tc" if qdisc_available("netem") and qdisc_available("red") else "htb"
+        if mode == "htb" and (p.delay_ms > 0 or p.ecn_threshold_pkts is not None):
+            import sys
+            print(f"*** {self.name}: this kernel has no netem/red: delay and ECN not applied "
+                  "(rate and buffer are); use mltcp emulate --link-mode switch for them", file=sys.stderr)
+        for cmd in tc_commands(self.name, p, mode):
+            _run(self.node, cmd)
+        return result
+
+
+class ShapedLink(Link):
+    """A link whose two interfaces are :class:`ShapedIntf` with the same options (as TCLink)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("cls1", ShapedIntf)
+        kwargs.setdefault("cls2", ShapedIntf)
+        super().__init__(*args, **kwargs)
+
+
+# ``mn --custom emulation/topologies.py --topo dumbbell[,n,bw,delay_ms,buffer_bytes] --link shaped
+# --switch lxbr --controller none`` (names as Mininet's own TOPOS/LINKS dicts)
+def _mn_dumbbell(n: int = 2, bw: float = 100.0, delay_ms: float = 0.0, buffer_bytes: int = 150_000,
+                 prefix: str = "") -> Dumbbell:
+    return Dumbbell(prefix=prefix, n=int(n), bottleneck=LinkParams(float(bw), float(delay_ms), int(buffer_bytes)))
+
+
+# Only the layer-2 dumbbell: Ring3 and LeafSpine route, and their routes come from
+# network.configure_routing after the start, which `mn` does not call.
+topos = {"dumbbell": _mn_dumbbell}
+links = {"shaped": ShapedLink}
+
+
 def features(mode: str) -> dict[str, bool]:
     """Which link features a link mode provides on this machine's kind of kernel."""
     return {
@@ -368,62 +445,6 @@ def qdisc_available(kind: str) -> bool:
         return r.returncode == 0
     finally:
         subprocess.run(["ip", "link", "del", dev + "a"], capture_output=True, check=False)
-
-
-def software_switch_class():
-    """The project's P4 software switch as a Mininet Switch class, or None if not importable."""
-    from .softswitch import switch_class
-    return switch_class()
-
-
-def switch_class_for(mode: str, log_dir=None, pcap: bool = False):
-    """The Mininet switch class of a link mode: mltcp-switch (``switch``), BMv2 (``bmv2``, with
-    its log folder), else None (the topology's kernel bridges or routers)."""
-    if mode == "switch":
-        return software_switch_class()
-    if mode == "bmv2":
-        from . import bmv2
-        return bmv2.switch_class(log_dir, pcap)
-    return None
-
-
-def _controlplane_available() -> bool:
-    """The control plane's client imports (its gRPC/protobuf packages are there); any other
-    error while importing it is a bug and is raised."""
-    try:
-        import mltcp.controlplane.client  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def resolve_link_mode(mode: str, topology: str | None = None, ecn: bool = False) -> str:
-    """The link mode to run: ``auto`` is ``switch`` on the dumbbell (one mltcp-switch on the
-    path), and on the routed topologies only when the links must mark ECN (``ecn``), which htb
-    cannot: there every router is an mltcp-switch process, and on a 2-core machine three of them
-    add about 8 ms to every round trip, more than the kernel routers of ``htb`` (README:
-    Emulation, link modes)."""
-    if mode not in LINK_MODES:
-        raise TopologyError(f"unknown link mode {mode!r}; choose from {', '.join(LINK_MODES)}")
-    if mode == "auto":
-        if ((topology in (None, "dumbbell") or ecn) and software_switch_class() is not None
-                and _controlplane_available()):
-            return "switch"
-        return "htb"
-    if mode == "switch" and (software_switch_class() is None or not _controlplane_available()):
-        raise TopologyError("link mode 'switch' needs the software switch (mltcp.emulation.switch) "
-                            "and the control plane (mltcp.controlplane), which are not importable")
-    if mode == "bmv2":
-        from mltcp import tools
-        why = tools.why_missing("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
-        if why or not _controlplane_available():
-            raise TopologyError(f"link mode 'bmv2' needs p4c and BMv2: {why or 'mltcp.controlplane not importable'}")
-    if mode == "linux-tc":
-        missing = [k for k in ("netem", "red") if not qdisc_available(k)]
-        if missing:
-            raise TopologyError(f"link mode 'linux-tc' needs qdisc(s) {', '.join(missing)}, which this "
-                                "kernel lacks; use --link-mode htb (rate + buffer only) or switch")
-    return mode
 
 
 def _run(node, cmd: list[str]) -> None:
@@ -483,37 +504,7 @@ def disable_offloads(net: Mininet) -> None:
     for node in net.hosts + net.switches:
         for intf in node.intfList():
             if intf.name != "lo":
-                node.cmd(f"ethtool -K {intf.name} tso off gso off gro off 2>/dev/null")
-
-
-def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
-    """Build and start ``topo`` in Mininet; registers the net with ``cleanup`` before building so
-    that a failure halfway still removes everything."""
-    if mode not in LINK_MODES[1:]:
-        raise TopologyError(f"build_network: link mode must be one of {', '.join(LINK_MODES[1:])}, got {mode!r}")
-    net = Mininet(topo=None, controller=None, link=Link, build=False, autoSetMacs=False,
-                  waitConnected=False)
-    cleanup.net = net
-    net.topo = topo
-    net.build()
-    if mode == "switch":
-        from . import softswitch
-        softswitch.configure_ports(net, topo)
-    if mode == "bmv2":     # queues and tables, applied by each switch's start()
-        from . import bmv2, softswitch
-        bmv2.configure(net, topo)
-    net.start()
-    disable_offloads(net)
-    if mode in ("switch", "bmv2"):   # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
-        softswitch.set_host_arp(net, topo)
-        if mode == "switch":         # (BMv2 switches programmed themselves in start())
-            softswitch.program(net, topo)
-        return net
-    configure_routing(net, topo)
-    apply_link_params(net, topo, mode)
-    if topo.layer2:
-        net.staticArp()
-    return net
+                node.cmd(offloads.shell_command(intf.name, checksum=False))
 
 
 def bottleneck_intfs(net: Mininet, topo: EmuTopo) -> list:

@@ -2,7 +2,7 @@
 
 Every number the simulator uses comes from here, so the same case can be rerun elsewhere.
 Errors name the file and the field (:class:`ScenarioError`; the CLI exits with status 2).
-See ``scenarios/*.toml`` and the README for the format.
+See ``scenarios/*.toml`` and docs/design.md ("The simulator") for the format.
 """
 from __future__ import annotations
 

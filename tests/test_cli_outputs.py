@@ -40,8 +40,18 @@ def alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def _start_compare():
-    p = subprocess.Popen([*CLI, "simulate", "paper-like", "--compare", "--json"], stdout=subprocess.PIPE,
+def _long_scenario(tmp_path) -> Path:
+    """two-jobs with 20,000 iterations: minutes of simulation, so the signal always lands while
+    the workers run (the built-in scenarios now finish in about a second)."""
+    src = (Path(__file__).resolve().parents[1] / "scenarios" / "two-jobs.toml").read_text()
+    assert "iterations = 60\n" in src
+    out = tmp_path / "long.toml"
+    out.write_text(src.replace("iterations = 60\n", "iterations = 20000\n", 1))
+    return out
+
+
+def _start_compare(tmp_path):
+    p = subprocess.Popen([*CLI, "simulate", str(_long_scenario(tmp_path)), "--compare", "--json"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     end = time.monotonic() + 60
     kids = set()
@@ -63,8 +73,8 @@ def _wait_gone(pids, timeout=10.0):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_simulate_compare_workers_die_with_their_parent(sig):
-    p, kids = _start_compare()
+def test_simulate_compare_workers_die_with_their_parent(sig, tmp_path):
+    p, kids = _start_compare(tmp_path)
     try:
         p.send_signal(sig)
         p.wait(timeout=20)

@@ -19,7 +19,8 @@ from mltcp.controlplane.bmv2 import parse_register_dump, parse_thrift_addr
 from mltcp.controlplane.client import ControlPlaneError
 from mltcp.controlplane.counters import bitstring_to_int
 from mltcp.emulation import bmv2
-from mltcp.emulation.topologies import LinkParams, TopologyError, features, resolve_link_mode
+from mltcp.emulation.topologies import LinkParams, TopologyError, features
+from mltcp.emulation.network import resolve_link_mode
 
 
 def test_queue_rate_is_full_sized_frames_per_second():
@@ -119,7 +120,8 @@ def test_dumbbell_through_bmv2_marks_ecn_keeps_pcaps_and_cleans_up(tmp_path):
 
     from mltcp.emulation import netns
     from mltcp.emulation.runner import JobPlan, Plan, run_arm
-    from mltcp.emulation.topologies import build_network, make_topology
+    from mltcp.emulation.network import build_network
+    from mltcp.emulation.topologies import make_topology
     setLogLevel("error")
 
     # the network alone: one BMv2 on the path (the receiver side is a kernel bridge); ping

@@ -399,7 +399,7 @@ def test_dumbbell_hosts_know_their_switch():
 
 def test_auto_link_mode_uses_the_switch_where_it_helps():
     from mltcp.emulation.runner import needs_ecn
-    from mltcp.emulation.topologies import _controlplane_available, resolve_link_mode, software_switch_class
+    from mltcp.emulation.network import _controlplane_available, resolve_link_mode, software_switch_class
     if software_switch_class() is None or not _controlplane_available():
         pytest.skip("software switch or control plane not importable")
     assert resolve_link_mode("auto", "dumbbell") == "switch"
@@ -410,3 +410,28 @@ def test_auto_link_mode_uses_the_switch_where_it_helps():
         resolve_link_mode("warp", "ring")
     assert not needs_ecn(scn.load("circular"), "reno")
     assert needs_ecn(scn.load("circular"), "dcqcn") and needs_ecn(scn.load("dcqcn-two-jobs"))
+
+
+@pytest.mark.parametrize("name, field", [("ring-allreduce", "flows = "), ("resnet50-pair", "flows = "),
+                                         ("fat-tree-10k", "")])
+def test_emulation_refuses_what_it_would_run_wrongly(name, field):
+    """Multi-flow jobs, collectives, trace compute times and fabrics run in the simulator only:
+    the emulation (one flow per job) refuses them instead of emulating something else."""
+    from mltcp.emulation.runner import check_emulatable, plan_from_scenario
+    sc = scn.load(name)
+    with pytest.raises(TopologyError, match=f"{field}.*simulate` only") as e:
+        check_emulatable(sc)
+    assert str(sc.source) in str(e.value)
+    with pytest.raises(TopologyError):
+        plan_from_scenario(sc)
+    check_emulatable(scn.load("two-jobs"))          # one flow per job: fine
+
+
+def test_emulate_cli_refuses_a_multi_flow_scenario_with_exit_2():
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "mltcp.cli", "emulate", "run", "ring-allreduce", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "ring-allreduce.toml" in p.stderr and "jobs[0]" in p.stderr and "flows = " in p.stderr
+    assert p.stdout == ""

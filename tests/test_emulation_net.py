@@ -13,7 +13,8 @@ import pytest
 
 from mltcp.emulation import netns
 from mltcp.emulation.runner import (EmulationError, JobPlan, Plan, have_mininet_prereqs, run_arm)
-from mltcp.emulation.topologies import LinkParams, build_network, make_topology
+from mltcp.emulation.topologies import LinkParams, make_topology
+from mltcp.emulation.network import build_network
 
 why = have_mininet_prereqs()
 pytestmark = [pytest.mark.root, pytest.mark.skipif(why is not None, reason=f"emulation {why}")]
@@ -77,14 +78,14 @@ def test_failure_midway_cleans_up():
 
 
 def test_exception_during_build_cleans_up(monkeypatch):
-    from mltcp.emulation import topologies
+    from mltcp.emulation import network
     seen = []
 
     def boom(net, topo):
         seen.extend(netns.root_links())
         raise RuntimeError("boom after links exist")
 
-    monkeypatch.setattr(topologies, "configure_routing", boom)
+    monkeypatch.setattr(network, "configure_routing", boom)
     prefix = netns.run_prefix()
     topo = make_topology("dumbbell", prefix, LinkParams(rate_mbps=50), n_jobs=2)
     with pytest.raises(RuntimeError, match="boom"):
@@ -95,7 +96,7 @@ def test_exception_during_build_cleans_up(monkeypatch):
 
 
 def _switch_ready():
-    from mltcp.emulation.topologies import _controlplane_available, software_switch_class
+    from mltcp.emulation.network import _controlplane_available, software_switch_class
     return software_switch_class() is not None and _controlplane_available()
 
 
@@ -108,7 +109,7 @@ def test_routed_topologies_route(kind, mode):
     traversals) is at least 20 ms."""
     if mode == "switch" and not _switch_ready():
         pytest.skip("software switch or control plane not importable")
-    from mltcp.emulation.topologies import software_switch_class
+    from mltcp.emulation.network import software_switch_class
     prefix = netns.run_prefix()
     bn = LinkParams(rate_mbps=50, buffer_bytes=30_000, delay_ms=5.0 if mode == "switch" else 0.0)
     pids = []
@@ -189,7 +190,7 @@ def test_switch_mode_delay_ecn_and_cleanup():
     bn = LinkParams(rate_mbps=50, delay_ms=2, buffer_bytes=45_000, ecn_threshold_pkts=5)
     with netns.Cleanup(prefix) as cl:
         topo = make_topology("dumbbell", prefix, bn, n_jobs=2,
-                             switch_cls=__import__("mltcp.emulation.topologies", fromlist=["x"]).software_switch_class())
+                             switch_cls=__import__("mltcp.emulation.network", fromlist=["x"]).software_switch_class())
         net = build_network(topo, "switch", cl)
         a, b = topo.job_pairs[0]
         out = net[a].cmd(f"ping -c 3 -i 0.2 -W 2 {topo.ip_of(b)}")
@@ -239,7 +240,8 @@ def test_ring_of_software_switches_runs_three_udp_jobs_with_ecn():
 
 
 def test_linux_tc_mode_needs_netem_and_red():
-    from mltcp.emulation.topologies import TopologyError, qdisc_available, resolve_link_mode
+    from mltcp.emulation.network import resolve_link_mode
+    from mltcp.emulation.topologies import TopologyError, qdisc_available
     have = qdisc_available("netem") and qdisc_available("red")
     if have:
         assert resolve_link_mode("linux-tc") == "linux-tc"

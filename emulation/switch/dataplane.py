@@ -25,10 +25,11 @@ import logging
 import select
 import socket
 import struct
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+
+from mltcp import offloads
 
 from .links import EgressQueue, LinkConfig
 from .pipeline import Pipeline
@@ -138,10 +139,7 @@ def open_port_socket(ifname: str) -> socket.socket:
 
 def disable_offloads(ifname: str, netns: str | None = None) -> None:
     """ethtool -K IF tx off tso off gso off gro off (optionally inside ``ip netns exec NS``)."""
-    cmd = ["ethtool", "-K", ifname, "tx", "off", "tso", "off", "gso", "off", "gro", "off"]
-    if netns:
-        cmd = ["ip", "netns", "exec", netns] + cmd
-    subprocess.run(cmd, check=True, capture_output=True)
+    offloads.disable(ifname, netns, check=True)
 
 
 def _mtu(ifname: str) -> int:

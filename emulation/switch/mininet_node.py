@@ -23,9 +23,10 @@ import subprocess
 
 from mininet.node import Switch
 
+from mltcp import offloads
+
 from .runtime import free_tcp_port, stop_switch, switch_command, wait_grpc
 
-_OFFLOADS = "tx off tso off gso off gro off"
 
 
 _handed_out: set[int] = set()
@@ -67,17 +68,9 @@ class MltcpSwitch(Switch):
             return "0" * 16
 
     def start(self, _controllers) -> None:
-        interfaces = {}
-        for intf in self.intfList():
-            if intf.name == "lo" or intf not in self.ports:
-                continue
-            interfaces[self.ports[intf]] = intf.name
-            self.cmd(f"ip link set {intf.name} up")
-            self.cmd(f"ethtool -K {intf.name} {_OFFLOADS} >/dev/null 2>&1")
-            link = getattr(intf, "link", None)
-            if link is not None:
-                peer = link.intf2 if link.intf1 is intf else link.intf1
-                peer.node.cmd(f"ethtool -K {peer.name} {_OFFLOADS} >/dev/null 2>&1")
+        # ports up; TX checksum offload off on both ends: a veth hands a partial checksum along,
+        # which the switch would forward unfinished (the receiver then drops every UDP datagram)
+        interfaces = offloads.ready_switch_ports(self)
         cmd = switch_command(interfaces, grpc_port=self.grpc_port, device_id=self.device_id,
                              grpc_host="127.0.0.1", **self.link_opts)
         log = open(self.log_file, "w")

@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 
+from mltcp import offloads
+
 
 def have_root_netns() -> str | None:
     """None if namespaces/veths can be made here, else the reason they cannot."""
@@ -70,10 +72,8 @@ class Testbed:
             if ns:
                 _ip("link", "set", name, "netns", ns)
             _sysctl(f"net.ipv6.conf.{name}.disable_ipv6", "1", ns)
-            if offloads_off and shutil.which("ethtool"):
-                cmd = (["ip", "netns", "exec", ns] if ns else []) + [
-                    "ethtool", "-K", name, "tx", "off", "tso", "off", "gso", "off", "gro", "off"]
-                subprocess.run(cmd, capture_output=True)
+            if offloads_off:
+                offloads.disable(name, ns)
             _ip("link", "set", name, "up", netns=ns)
         return a, b
 

@@ -2,7 +2,7 @@
 
     from mltcp.traffic.kernel import load, unload, mark_iteration_start, KernelTransport, Receiver
 
-See the README section "Kernel MLTCP". Loading needs root, BTF, clang and bpftool.
+See docs/kernel.md and docs/design.md ("Kernel MLTCP"). Loading needs root, BTF, clang and bpftool.
 """
 from .loader import KernelCCError, available, build, load, registered, status, unload
 from .maps import VARIANTS, Config, VariantMaps, mark_iteration_start

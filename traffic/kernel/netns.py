@@ -15,6 +15,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mltcp import offloads
+
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -94,7 +96,7 @@ class Dumbbell:
             run("ip", "addr", "add", ip, "dev", ifc, ns=ns)
             run("ip", "link", "set", ifc, "up", ns=ns)
             # Segments of one MSS on the wire, so the bfifo limit counts real packets.
-            run("ethtool", "-K", ifc, "tso", "off", "gso", "off", "gro", "off", ns=ns, check=False)
+            run(*offloads.ethtool_args(ifc, checksum=False), ns=ns, check=False)
 
     def build(self) -> "Dumbbell":
         if os.geteuid() != 0:

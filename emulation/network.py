@@ -1,0 +1,99 @@
+"""Which switches a run uses and how a topology becomes a running Mininet network.
+
+:mod:`mltcp.emulation.topologies` holds the topologies and link shaping and imports nothing else
+of the emulation; the software switch (:mod:`mltcp.emulation.softswitch`) and BMv2
+(:mod:`mltcp.emulation.bmv2`) build on it; this module sits above all three (no import cycle).
+"""
+from __future__ import annotations
+
+from mininet.link import Link
+from mininet.net import Mininet
+
+from .topologies import (LINK_MODES, EmuTopo, TopologyError, apply_link_params, configure_routing,
+                         disable_offloads, qdisc_available)
+
+
+def software_switch_class():
+    """The project's P4 software switch as a Mininet Switch class, or None if not importable."""
+    from .softswitch import switch_class
+    return switch_class()
+
+
+def switch_class_for(mode: str, log_dir=None, pcap: bool = False):
+    """The Mininet switch class of a link mode: mltcp-switch (``switch``), BMv2 (``bmv2``, with
+    its log folder), else None (the topology's kernel bridges or routers)."""
+    if mode == "switch":
+        return software_switch_class()
+    if mode == "bmv2":
+        from . import bmv2
+        return bmv2.switch_class(log_dir, pcap)
+    return None
+
+
+def _controlplane_available() -> bool:
+    """The control plane's client imports (its gRPC/protobuf packages are there); any other
+    error while importing it is a bug and is raised."""
+    try:
+        import mltcp.controlplane.client  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_link_mode(mode: str, topology: str | None = None, ecn: bool = False) -> str:
+    """The link mode to run: ``auto`` is ``switch`` on the dumbbell (one mltcp-switch on the
+    path), and on the routed topologies only when the links must mark ECN (``ecn``), which htb
+    cannot: there every router is an mltcp-switch process, and on a 2-core machine three of them
+    add about 8 ms to every round trip, more than the kernel routers of ``htb`` (docs/design.md:
+    Emulation, link modes)."""
+    if mode not in LINK_MODES:
+        raise TopologyError(f"unknown link mode {mode!r}; choose from {', '.join(LINK_MODES)}")
+    if mode == "auto":
+        if ((topology in (None, "dumbbell") or ecn) and software_switch_class() is not None
+                and _controlplane_available()):
+            return "switch"
+        return "htb"
+    if mode == "switch" and (software_switch_class() is None or not _controlplane_available()):
+        raise TopologyError("link mode 'switch' needs the software switch (mltcp.emulation.switch) "
+                            "and the control plane (mltcp.controlplane), which are not importable")
+    if mode == "bmv2":
+        from mltcp import tools
+        why = tools.why_missing("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
+        if why or not _controlplane_available():
+            raise TopologyError(f"link mode 'bmv2' needs p4c and BMv2: {why or 'mltcp.controlplane not importable'}")
+    if mode == "linux-tc":
+        missing = [k for k in ("netem", "red") if not qdisc_available(k)]
+        if missing:
+            raise TopologyError(f"link mode 'linux-tc' needs qdisc(s) {', '.join(missing)}, which this "
+                                "kernel lacks; use --link-mode htb (rate + buffer only) or switch")
+    return mode
+
+
+def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
+    """Build and start ``topo`` in Mininet; registers the net with ``cleanup`` before building so
+    that a failure halfway still removes everything."""
+    if mode not in LINK_MODES[1:]:
+        raise TopologyError(f"build_network: link mode must be one of {', '.join(LINK_MODES[1:])}, got {mode!r}")
+    net = Mininet(topo=None, controller=None, link=Link, build=False, autoSetMacs=False,
+                  waitConnected=False)
+    cleanup.net = net
+    net.topo = topo
+    net.build()
+    if mode == "switch":
+        from . import softswitch
+        softswitch.configure_ports(net, topo)
+    if mode == "bmv2":     # queues and tables, applied by each switch's start()
+        from . import bmv2, softswitch
+        bmv2.configure(net, topo)
+    net.start()
+    disable_offloads(net)
+    if mode in ("switch", "bmv2"):   # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
+        softswitch.set_host_arp(net, topo)
+        if mode == "switch":         # (BMv2 switches programmed themselves in start())
+            softswitch.program(net, topo)
+        return net
+    configure_routing(net, topo)
+    apply_link_params(net, topo, mode)
+    if topo.layer2:
+        net.staticArp()
+    return net
