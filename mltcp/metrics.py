@@ -83,3 +83,31 @@ def converged_at(records: list[IterationRecord], shares: dict[str, set[str]] | N
 
 def speedup(baseline: float, improved: float) -> float:
     return float(baseline / improved) if improved > 0 else float("nan")
+
+
+def reform_after_stragglers(records: list[IterationRecord], compute_s: dict[str, float], warmup: int = 0,
+                            threshold: float = OVERLAP_THRESHOLD, slow: float = 1.25) -> list[int]:
+    """Iterations the interleave needs to re-form after each straggler (issue 10).
+
+    A straggler is an iteration whose compute phase is over ``slow`` x its job's nominal compute
+    time; it counts when the job's previous iteration was interleaved (overlap <= ``threshold``).
+    The count is m >= 0 such that the straggling job's iterations i+1+m and i+2+m are both
+    interleaved again (0: the one after the straggler already is); a run that ends first gives the
+    iterations left (a lower bound)."""
+    ov = overlap_fractions(records)
+    by_job: dict[str, dict[int, IterationRecord]] = defaultdict(dict)
+    for r in records:
+        by_job[r.job][r.iteration] = r
+    out = []
+    for j, rs in by_job.items():
+        last = max(rs)
+        for i, r in sorted(rs.items()):
+            if i < warmup or r.comm_start - r.start <= slow * compute_s[j]:
+                continue
+            if ov.get((j, i - 1), 1.0) > threshold:
+                continue
+            m = 0
+            while i + 2 + m <= last and not (ov[(j, i + 1 + m)] <= threshold and ov[(j, i + 2 + m)] <= threshold):
+                m += 1
+            out.append(m)
+    return out

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
-from ..tracker import IterationTracker
+from ..tracker import GAP_RULES, IterationTracker
 from .base import Param
 from .cubic import Cubic
 from .dcqcn import Dcqcn
@@ -30,8 +30,8 @@ from .reno import Reno
 SHAPES = ("linear", "capped", "convex")
 BOUNDARIES = ("idle", "mark")
 # the hook vector (columns)
-SLOPE, INTERCEPT, SCALE_DECREASE, IDLE_FRACTION, MIN_IDLE, SHAPE, CAP, EXPONENT, DEC_START, DEC_END, BOUNDARY = range(11)
-HOOK_LEN = 11
+SLOPE, INTERCEPT, SCALE_DECREASE, IDLE_FRACTION, MIN_IDLE, SHAPE, CAP, EXPONENT, DEC_START, DEC_END, BOUNDARY, GAP_MIN2 = range(12)
+HOOK_LEN = 12
 
 
 @njit(cache=True)
@@ -99,6 +99,8 @@ class MLTCPHook:
     boundary = Param("idle", "", "iteration boundary: idle (gap rule) or mark (the framework marks each start)",
                      choices=BOUNDARIES)
     history = Param(3, "1", "bytes per iteration = median of the last `history` iterations")
+    idle_gap = Param("last", "", "the idle rule's reference gap: last (the last boundary gap) or min2 (the shorter "
+                     "of the last two: a straggler's long gap does not hide the next boundary)", choices=GAP_RULES)
 
     def __init__(self, aggressiveness: Callable | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -137,6 +139,7 @@ class MLTCPHook:
         mp[IDLE_FRACTION], mp[MIN_IDLE] = self.idle_fraction, self.idle_rule_min()
         mp[SHAPE] = float(SHAPES.index(self.shape))
         mp[BOUNDARY] = float(BOUNDARIES.index(self.boundary))
+        mp[GAP_MIN2] = float(self.idle_gap == "min2")
         return mp
 
     def idle_rule_min(self) -> float:
@@ -145,7 +148,7 @@ class MLTCPHook:
 
     def new_state(self, n=1, mss=1448, now=0.0):
         st = super().new_state(n, mss, now)
-        st.tracker = IterationTracker(n, self.idle_fraction, self.idle_rule_min(), self.history)
+        st.tracker = IterationTracker(n, self.idle_fraction, self.idle_rule_min(), self.history, self.idle_gap)
         return st
 
     def pkts_acked(self, st, acked, rtt, now):
