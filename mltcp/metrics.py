@@ -83,3 +83,37 @@ def converged_at(records: list[IterationRecord], shares: dict[str, set[str]] | N
 
 def speedup(baseline: float, improved: float) -> float:
     return float(baseline / improved) if improved > 0 else float("nan")
+
+
+def reform_after_stragglers(records: list[IterationRecord], compute_s: dict[str, float], warmup: int = 0,
+                            threshold: float = OVERLAP_THRESHOLD, slow: float = 1.25) -> list[int]:
+    """Iterations the interleave needs to re-form after each straggler (issue 10).
+
+    A straggler is an iteration whose compute phase is over ``slow`` x its job's nominal compute
+    time; it counts when the job's previous iteration was interleaved (overlap <= ``threshold``).
+    The count is m >= 0 such that the straggling job's iterations i+1+m and i+2+m are both
+    interleaved again (0: the one after the straggler already is). Events cut short by the run's
+    end or by another straggler (of any job) before the interleave re-formed are left out."""
+    ov = overlap_fractions(records)
+    by_job: dict[str, dict[int, IterationRecord]] = defaultdict(dict)
+    for r in records:
+        by_job[r.job][r.iteration] = r
+    slow_at = sorted(r.comm_start for r in records if r.comm_start - r.start > slow * compute_s[r.job])
+    out = []
+    for j, rs in by_job.items():
+        last = max(rs)
+        for i, r in sorted(rs.items()):
+            if i < warmup or r.comm_start - r.start <= slow * compute_s[j]:
+                continue
+            if ov.get((j, i - 1), 1.0) > threshold:
+                continue
+            m = 0
+            while i + 2 + m <= last and not (ov[(j, i + 1 + m)] <= threshold and ov[(j, i + 2 + m)] <= threshold):
+                m += 1
+            if i + 2 + m > last:
+                continue                      # the run ended first
+            done = rs[i + 2 + m].end
+            if any(r.comm_start < t < done for t in slow_at):
+                continue                      # another straggler came first: not this one's count
+            out.append(m)
+    return out

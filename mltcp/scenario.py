@@ -334,15 +334,7 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     cc_params = {k: ccr.get(k, dict, {}) for k in ("reno", "cubic", "dcqcn")}
     ccr.finish()
     mr = _Reader(src, "mltcp", r.get("mltcp", dict, {}))
-    mltcp = {k: mr.get(k, float, check=ok, why=why) for k, ok, why in (
-        ("slope", lambda v: 0 <= v <= 1000, "must be in [0, 1000]"),
-        ("intercept", lambda v: 0 < v <= 1000, "must be in (0, 1000]"),
-        ("idle_fraction", lambda v: 0 < v <= 1, "must be in (0, 1]")) if k in mr.t}
-    if "min_idle_ms" in mr.t:
-        mltcp["min_idle"] = mr.get("min_idle_ms", float, check=lambda v: 0 < v <= 1e6,
-                                   why="must be in (0, 1e6] ms") * 1e-3
-    if "scale_decrease" in mr.t:
-        mltcp["scale_decrease"] = mr.get("scale_decrease", bool)
+    mltcp = _hook_params(src, mr)
     mr.finish()
     policy = _switch_policy(src, r, links)
     r.finish()
@@ -678,6 +670,31 @@ def _check_size(src: str, jobs: list[Job], origin: list[int], links: dict[str, L
 
 
 # ---- congestion-control parameters in scenario units -> constructor arguments -------------------
+
+def _hook_params(src, mr) -> dict[str, Any]:
+    """``[mltcp]``: the keys, units and checks are the MLTCP hook's :class:`mltcp.cc.Param`
+    declarations (:func:`mltcp.cc.mltcp.hook_fields`); a DCQCN-only key is ignored by Reno/CUBIC."""
+    from .cc.mltcp import MLTCPHook, hook_fields
+    fields = hook_fields()
+    out: dict[str, Any] = {}
+    for k in list(mr.t):
+        if k not in fields:
+            continue                      # mr.finish() names it as unknown
+        prm = fields[k]
+        want = {bool: bool, int: int, str: str}.get(prm.kind, float)
+        v = mr.get(k, want)
+        try:
+            if prm.kind is float and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"must be a number (got {v!r})")
+            val = float(v) * prm.scale if prm.kind is float else prm.from_scenario(v)
+            msg = MLTCPHook.check(prm.name, val) or ("must be > 0" if prm.name == "min_idle" and not val > 0 else "")
+            if msg:
+                raise ValueError(msg)
+        except ValueError as e:
+            raise ScenarioError(src, f"mltcp.{k}", str(e)) from None
+        out[prm.name] = val
+    return out
+
 
 def cc_kwargs(sc: Scenario, base: str) -> dict[str, Any]:
     """The base algorithm's constructor arguments from ``[cc_params.<base>]`` (scenario units).

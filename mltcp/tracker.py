@@ -21,7 +21,8 @@ import math
 import numpy as np
 from numba import njit
 
-BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, HISTORY = range(6)   # HISTORY..: newest first
+BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, PREV_GAP, HISTORY = range(7)   # HISTORY..: newest first
+GAP_RULES = ("last", "min2")     # the idle threshold's reference gap: the last one, or the shorter of the last two
 
 
 @njit(cache=True)
@@ -45,11 +46,16 @@ def close(a, i):
 
 
 @njit(cache=True)
-def on_ack(a, i, acked, now, idle_fraction, min_idle):
+def on_ack(a, i, acked, now, idle_fraction, min_idle, min2=False):
+    """``min2``: the threshold is idle_fraction x the shorter of the last two boundary gaps, so one
+    straggler's long gap does not hide the next ordinary boundary (with ``last`` it does whenever
+    the ordinary gap < idle_fraction x the straggler's)."""
     if acked <= 0.0:
         return
     gap = now - a[i, LAST_ACTIVE]
-    if not math.isnan(gap) and gap > max(min_idle, idle_fraction * a[i, LAST_GAP]):
+    ref = min(a[i, LAST_GAP], a[i, PREV_GAP]) if min2 and a[i, PREV_GAP] > 0.0 else a[i, LAST_GAP]
+    if not math.isnan(gap) and gap > max(min_idle, idle_fraction * ref):
+        a[i, PREV_GAP] = a[i, LAST_GAP]
         a[i, LAST_GAP] = gap
         # an iteration already closed by iteration_start() holds no bytes yet: nothing to close
         if a[i, BYTES_CUR] > 0.0:
@@ -76,7 +82,11 @@ def _column(j):
 
 
 class IterationTracker:
-    def __init__(self, n: int = 1, idle_fraction: float = 0.9, min_idle: float = 1e-3, history: int = 3):
+    def __init__(self, n: int = 1, idle_fraction: float = 0.9, min_idle: float = 1e-3, history: int = 3,
+                 gap_rule: str = "last"):
+        if gap_rule not in GAP_RULES:
+            raise ValueError(f"gap_rule must be one of {GAP_RULES}")
+        self.min2 = gap_rule == "min2"
         if not 0 < idle_fraction:
             raise ValueError("idle_fraction must be > 0")
         if history < 1:
@@ -100,7 +110,7 @@ class IterationTracker:
     def on_ack(self, acked, now: float) -> None:
         acked = np.broadcast_to(np.asarray(acked, dtype=float), (len(self.a),))
         for i in np.flatnonzero(acked > 0):
-            on_ack(self.a, i, acked[i], now, self.idle_fraction, self.min_idle)
+            on_ack(self.a, i, acked[i], now, self.idle_fraction, self.min_idle, self.min2)
 
     def iteration_start(self, mask) -> None:
         """Explicit boundary from a framework that knows where its iterations start."""

@@ -190,9 +190,9 @@ def load(name_or_path: str) -> Space:
 
 
 # ---- the built-in design space ---------------------------------------------------------------------
-# The hook's knobs (today): slope, intercept (F = slope * r + intercept), scale_decrease (decrease
-# scaled by (0.8 - 0.6 r) / 0.5), the tracker's idle_fraction and min_idle_ms. Knobs the hook does
-# not have yet (F's shape, where F applies inside CUBIC and DCQCN) are specified in docs/tuning.md.
+# The hook's knobs (mltcp/cc/mltcp.py, all settable in [mltcp]): slope, intercept, F's shape (linear,
+# capped, convex: cap, exponent), scale_decrease and its two ends, the tracker's idle_fraction,
+# min_idle_ms, idle_gap (last / min2), boundary (idle / mark), history, and DCQCN's dcqcn_f_* flags.
 
 _F = {"mltcp.slope": {"low": 0.25, "high": 32.0, "log": True, "default": 4.0},
       "mltcp.intercept": {"low": 0.02, "high": 2.0, "log": True, "default": 0.25}}
@@ -200,7 +200,26 @@ _TRACKER = {"mltcp.idle_fraction": {"low": 0.2, "high": 0.98, "default": 0.9},
             "mltcp.min_idle_ms": {"low": 0.1, "high": 5.0, "log": True, "default": 1.0}}
 _DECREASE = {"mltcp.scale_decrease": {"choices": [False, True], "default": False}}
 
+_SHAPE = {"mltcp.shape": {"choices": ["linear", "capped", "convex"], "default": "linear"},
+          "mltcp.cap": {"low": 1.0, "high": 16.0, "log": True, "default": 4.0},
+          "mltcp.exponent": {"low": 0.5, "high": 4.0, "log": True, "default": 2.0}}
+_TRACKER2 = {**_TRACKER, "mltcp.idle_gap": {"choices": ["last", "min2"], "default": "last"},
+             "mltcp.boundary": {"choices": ["idle", "mark"], "default": "idle"}}
+_DCQCN_AT = {f"mltcp.dcqcn_f_{k}": {"choices": [d, not d], "default": d}
+             for k, d in (("rai", True), ("rhai", True), ("recovery", False), ("steps", False), ("timer", False))}
+
 BUILTIN: dict[str, dict] = {
+    "reno-hook": {"base": "reno", "description": "reno-full plus F's shape and the tracker's boundary "
+                  "(idle / mark) and idle-gap rule (last / min2).",
+                  "search": {**_F, **_SHAPE, **_TRACKER2, **_DECREASE,
+                             "cc_params.reno.beta": {"low": 0.2, "high": 0.5, "default": 0.5}}},
+    "cubic-hook": {"base": "cubic", "description": "cubic-growth plus F's shape, the tracker's boundary "
+                   "and idle-gap rule, CUBIC's beta for the MLTCP flows.",
+                   "search": {**_F, **_SHAPE, **_TRACKER2, **_DECREASE,
+                              "cc_params.cubic.beta": {"low": 0.5, "high": 0.9, "default": 0.7}}},
+    "dcqcn-hook": {"base": "dcqcn", "description": "where F applies in DCQCN (R_AI, R_HAI, fast recovery, "
+                   "stage thresholds, timer/byte counter), F's shape and the tracker's boundary.",
+                   "search": {**_F, **_SHAPE, **_TRACKER2, **_DCQCN_AT}},
     "reno-ai": {"base": "reno", "description": "F scales Reno's additive increase only (the public MLTCP-Reno).",
                 "fixed": {"mltcp.scale_decrease": False}, "search": {**_F, **_TRACKER}},
     "reno-md": {"base": "reno", "description": "F scales the additive increase and the decrease "

@@ -54,6 +54,7 @@ class Param:
     key_unit: str | None = None
     in_scenario: bool = True        # False: set by the caller (e.g. DCQCN's line rate), not by a file
     name: str = ""
+    choices: tuple = ()             # a str parameter's allowed values
 
     @property
     def kind(self) -> type:
@@ -61,6 +62,10 @@ class Param:
 
     def from_scenario(self, v: Any) -> Any:
         """Scenario value -> attribute value; ValueError with the reason when it does not fit."""
+        if self.kind is str:
+            if not isinstance(v, str) or (self.choices and v not in self.choices):
+                raise ValueError(f"must be one of {', '.join(map(repr, self.choices))} (got {v!r})")
+            return v
         if self.kind is bool:
             if not isinstance(v, bool):
                 raise ValueError(f"must be true or false (got {v!r})")

@@ -14,6 +14,8 @@ from .base import CWND, RATE, CaState, CongestionOps, Param, _vec
 MBPS = 1e6 / 8  # bytes/s per Mb/s
 
 LINE_RATE, G, RAI, RHAI, MIN_RATE, TIMER, BYTE_COUNTER, F_STEPS, ALPHA_INTERVAL = range(9)
+# where MLTCP's gain applies (mltcp.cc.mltcp.MLTCPDcqcn's dcqcn_f_* flags; the plain algorithm's gain is 1)
+F_ON_RAI, F_ON_RHAI, F_ON_RECOVERY, F_ON_STEPS, F_ON_TIMER = range(9, 14)
 TARGET, ALPHA, T_COUNT, B_COUNT, BYTES_ACC, NEXT_TIMER, LAST_ALPHA = range(7)
 
 
@@ -82,11 +84,24 @@ def on_timeout(p, tcp, ca, i, now, dscale, mss):
 @njit(cache=True)
 def increase(p, tcp, ca, i, gain):
     hi, lo = max(ca[i, T_COUNT], ca[i, B_COUNT]), min(ca[i, T_COUNT], ca[i, B_COUNT])
+    steps = max(1.0, round(p[F_STEPS] / gain)) if p[F_ON_STEPS] != 0.0 else p[F_STEPS]
     step = 0.0
-    if hi >= p[F_STEPS]:
-        step = (p[RHAI] if lo >= p[F_STEPS] else p[RAI]) * gain
+    if hi >= steps:
+        if lo >= steps:
+            step = p[RHAI] * (gain if p[F_ON_RHAI] != 0.0 else 1.0)
+        else:
+            step = p[RAI] * (gain if p[F_ON_RAI] != 0.0 else 1.0)
     ca[i, TARGET] = min(ca[i, TARGET] + step, p[LINE_RATE])
-    tcp[i, RATE] = min((tcp[i, RATE] + ca[i, TARGET]) / 2.0, p[LINE_RATE])
+    if p[F_ON_RECOVERY] != 0.0:
+        rate = tcp[i, RATE] + (ca[i, TARGET] - tcp[i, RATE]) * min(1.0, gain / 2.0)
+    else:
+        rate = (tcp[i, RATE] + ca[i, TARGET]) / 2.0
+    tcp[i, RATE] = min(rate, p[LINE_RATE])
+
+
+@njit(cache=True)
+def _period(p, gain):
+    return 1.0 / gain if p[F_ON_TIMER] != 0.0 else 1.0
 
 
 @njit(cache=True)
@@ -94,15 +109,16 @@ def on_timer(p, tcp, ca, i, now, gain):
     decay_alpha(p, ca, i, now)
     if now >= ca[i, NEXT_TIMER]:
         ca[i, T_COUNT] += 1.0
-        ca[i, NEXT_TIMER] = now + p[TIMER]
+        ca[i, NEXT_TIMER] = now + p[TIMER] * _period(p, gain)
         increase(p, tcp, ca, i, gain)
 
 
 @njit(cache=True)
 def on_sent(p, tcp, ca, i, sent, now, gain):
     ca[i, BYTES_ACC] += sent
-    if ca[i, BYTES_ACC] >= p[BYTE_COUNTER]:
-        ca[i, BYTES_ACC] -= p[BYTE_COUNTER]
+    bc = p[BYTE_COUNTER] * _period(p, gain)
+    if ca[i, BYTES_ACC] >= bc:
+        ca[i, BYTES_ACC] -= bc
         ca[i, B_COUNT] += 1.0
         increase(p, tcp, ca, i, gain)
 
@@ -127,7 +143,11 @@ class Dcqcn(CongestionOps):
 
     def kernel_params(self):
         return [self.line_rate, self.g, self.rai, self.rhai, self.min_rate, self.timer, self.byte_counter,
-                float(self.fast_recovery_steps), self.alpha_interval]
+                float(self.fast_recovery_steps), self.alpha_interval] + self.hook_flags()
+
+    def hook_flags(self) -> list[float]:
+        """F_ON_* (MLTCP's DCQCN variant sets them; here the gain is 1, so they change nothing)."""
+        return [1.0, 1.0, 0.0, 0.0, 0.0]
 
     @property
     def f(self) -> int:

@@ -38,10 +38,10 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
-from ..cc import BASE_OF, Linear, MLTCPHook, dispatch, make_cc
+from ..cc import ALGORITHMS, BASE_OF, Linear, MLTCPHook, dispatch, make_cc
 from ..cc.base import CWND, RATE, SSTHRESH
 from ..cc.dcqcn import NEXT_TIMER
-from ..cc.mltcp import linear, scaled_decrease
+from ..cc import mltcp as hook
 from ..records import IterationRecord
 from ..scenario import Scenario, cc_kwargs
 from .. import tracker as trk
@@ -82,19 +82,20 @@ def build_cc(sc: Scenario, cc_name: str):
     kw = cc_kwargs(sc, base)
     if base == "dcqcn":
         kw.setdefault("line_rate", max(sc.links[j.path[0]].rate_Bps for j in sc.jobs))
-    if cc_name != base:
-        kw.update(sc.mltcp_params)
+    if cc_name != base:            # [mltcp]: a key of another base's variant (dcqcn_f_*) does not apply
+        known = ALGORITHMS[cc_name].params
+        kw.update({k: v for k, v in sc.mltcp_params.items() if k in known})
     return make_cc(cc_name, **kw)
 
 
 def _hook_vector(cc) -> tuple[bool, np.ndarray]:
-    """MLTCP hook parameters for the compiled loop: slope, intercept, scale_decrease, idle rule."""
+    """MLTCP hook parameters for the compiled loop (:meth:`MLTCPHook.hook_vector`)."""
     if not isinstance(cc, MLTCPHook):
-        return False, np.zeros(5)
-    if not isinstance(cc.F, Linear):
-        raise ValueError("the simulator runs F(r) = slope * r + intercept; a custom aggressiveness "
-                         "function works with the real senders only")
-    return True, np.array([cc.F.slope, cc.F.intercept, float(cc.scale_decrease), cc.idle_fraction, cc.min_idle])
+        return False, np.zeros(hook.HOOK_LEN)
+    if not isinstance(cc.F, (Linear, hook.Shaped)):
+        raise ValueError("the simulator runs the hook's own F (shape linear, capped or convex); a custom "
+                         "aggressiveness function works with the real senders only")
+    return True, cc.hook_vector()
 
 
 @njit(cache=True)
@@ -108,12 +109,12 @@ def _slot_at(t, dt):
 
 @njit(cache=True)
 def _gain(mltcp, mp, tr, f):
-    return linear(mp[0], mp[1], trk.ratio(tr, f)) if mltcp else 1.0
+    return hook.gain(mp, trk.ratio(tr, f)) if mltcp else 1.0
 
 
 @njit(cache=True)
 def _dscale(mltcp, mp, tr, f):
-    return scaled_decrease(trk.ratio(tr, f)) if mltcp and mp[2] != 0.0 else 1.0
+    return hook.dscale(mp, trk.ratio(tr, f)) if mltcp else 1.0
 
 
 @njit(cache=True)
@@ -269,6 +270,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             it_marks[j] = 0.0
             flows_left[j] = job_ptr[j + 1] - job_ptr[j]
             for f in range(job_ptr[j], job_ptr[j + 1]):
+                if mltcp and mp[hook.BOUNDARY] == 1.0:   # explicit mark: the framework starts an iteration
+                    trk.iteration_start(tr, f)
                 rto = max(min_rto, srtt[f] + 4.0 * rttvar[f])
                 dispatch.tx_start(kind, p, tcp, ca, f, t, t - last_tx[f], rto, mss, ssai)
                 to_send[f] = flow_bytes[f]
@@ -301,7 +304,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                     rttvar[f] = 0.75 * rttvar[f] + 0.25 * abs(err)
                     srtt[f] += 0.125 * err
                     if mltcp:
-                        trk.on_ack(tr, f, a, t, mp[3], mp[4])
+                        trk.on_ack(tr, f, a, t, mp[hook.IDLE_FRACTION], mp[hook.MIN_IDLE], mp[hook.GAP_MIN2] != 0.0)
                     dispatch.pkts_acked(kind, p, tcp, ca, f, a, rtt_s, t)
                 in_rec = t < recovery_until[f]
                 # ECN echo / CNP: the Poisson chance of at least one marked packet among mk bytes

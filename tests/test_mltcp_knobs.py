@@ -1,0 +1,130 @@
+"""The MLTCP hook's named configurations (issue 10): F's shape, the decrease's ends, DCQCN's
+application points, the tracker's boundary and history, set from a scenario's [mltcp] table."""
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mltcp import scenario
+from mltcp.cc import MLTCPDcqcn, MLTCPReno, make_cc
+from mltcp.cc import mltcp as hook
+from mltcp.scenario import ScenarioError
+from mltcp.sim.engine import build_cc, simulate
+
+RTT = 100e-6
+
+
+def _at_ratio(cc, r, n=1):
+    """A fresh state whose tracker sits at bytes_ratio r (100 bytes per iteration learned)."""
+    st = cc.new_state(n)
+    cc.on_ack(st, np.full(n, 100.0), RTT, 0.0)
+    cc.on_ack(st, np.full(n, 100.0 * r), RTT, 1.0)     # the 1 s idle gap started a new iteration
+    assert st.tracker.bytes_ratio == pytest.approx(r)
+    return st
+
+
+@pytest.mark.parametrize("shape,kw,r,want", [
+    ("linear", {}, 0.5, 4.0 * 0.5 + 0.25),
+    ("capped", {"cap": 1.5}, 0.5, 1.5),
+    ("capped", {"cap": 5.0}, 0.5, 2.25),
+    ("convex", {"exponent": 2.0}, 0.5, 4.0 * 0.25 + 0.25),
+    ("convex", {"exponent": 3.0, "slope": 8.0, "intercept": 0.5}, 0.5, 8.0 * 0.125 + 0.5),
+])
+def test_F_shapes(shape, kw, r, want):
+    cc = MLTCPReno(shape=shape, **kw)
+    st = _at_ratio(cc, r)
+    assert cc.increase_gain(st)[0] == pytest.approx(want)
+    mp = cc.hook_vector()
+    assert hook.gain(mp, r) == pytest.approx(want)          # the kernel the simulator runs
+
+
+def test_reno_window_growth_follows_the_shape():
+    for shape, want in (("linear", 2.25), ("capped", 1.0)):
+        cc = MLTCPReno(shape=shape, cap=1.0)
+        st = _at_ratio(cc, 0.5)
+        st.cwnd[:], st.ssthresh[:] = 100 * 1448.0, 1.0
+        cc.cong_avoid(st, np.array([1448.0]), 1.0)
+        assert st.cwnd[0] == pytest.approx(100 * 1448 + want * 1448 / 100)
+
+
+def test_decrease_ends_are_knobs():
+    cc = MLTCPReno(scale_decrease=True, decrease_at_start=0.6, decrease_at_end=0.3)
+    st = _at_ratio(cc, 0.5)
+    st.cwnd[:] = 100 * 1448.0
+    cc.on_congestion(st, np.array([True]), "loss", 1.0)
+    assert st.cwnd[0] == pytest.approx(100 * 1448 * (1 - 0.45))      # removed: 0.6 + (0.3 - 0.6) * 0.5
+    default = MLTCPReno(scale_decrease=True)
+    assert default.decrease_scale(_at_ratio(default, 0.25))[0] == pytest.approx(hook.scaled_decrease(0.25))
+
+
+def test_dcqcn_application_points():
+    base = dict(line_rate=1000.0, rai=10.0, rhai=10.0, timer=1.0, fast_recovery_steps=0, alpha_interval=1e9)
+    # R_AI off: the step is the plain one; recovery on: Rc moves min(1, F/2) of the way to Rt (F = 2.25 -> all)
+    cc = MLTCPDcqcn(dcqcn_f_rai=False, dcqcn_f_rhai=False, dcqcn_f_recovery=True, **base)
+    st = _at_ratio(cc, 0.5)
+    st.rate[:], st.ca.target[:] = 100.0, 100.0
+    cc.on_timer(st, 5.0)
+    assert st.ca.target[0] == pytest.approx(110.0) and st.rate[0] == pytest.approx(110.0)
+    # timer on: the next expiry is timer / F away
+    cc = MLTCPDcqcn(dcqcn_f_timer=True, **base)
+    st = _at_ratio(cc, 0.5)
+    cc.on_timer(st, 5.0)
+    assert st.ca.next_timer[0] == pytest.approx(5.0 + 1.0 / 2.25)
+    # steps on: F = 2.25 turns 5 fast-recovery events into round(5 / 2.25) = 2
+    cc = MLTCPDcqcn(dcqcn_f_steps=True, **{**base, "fast_recovery_steps": 5})
+    st = _at_ratio(cc, 0.5)
+    st.rate[:], st.ca.target[:] = 100.0, 100.0
+    cc.on_timer(st, 5.0)
+    assert st.ca.target[0] == pytest.approx(100.0)         # T = 1 < 2
+    cc.on_timer(st, 7.0)
+    assert st.ca.target[0] == pytest.approx(100.0 + 2.25 * 10.0)   # T = 2: additive increase
+
+
+def test_mark_boundary_turns_the_idle_rule_off():
+    cc = MLTCPReno(boundary="mark", history=1)
+    st = cc.new_state(1)
+    cc.on_ack(st, np.array([100.0]), RTT, 0.0)
+    cc.on_ack(st, np.array([50.0]), RTT, 10.0)            # a long gap: no boundary
+    assert st.tracker.iteration[0] == 0 and st.tracker.bytes_cur[0] == 150.0
+    cc.iteration_start(st, np.array([True]))
+    cc.on_ack(st, np.array([30.0]), RTT, 11.0)
+    assert st.tracker.bytes_per_iter[0] == 150.0 and st.tracker.bytes_ratio[0] == pytest.approx(0.2)
+    assert st.tracker.history.shape == (1, 1)
+
+
+def _write(tmp_path, extra):
+    src = (Path(scenario.builtin_dir()) / "two-jobs.toml").read_text()
+    p = tmp_path / "s.toml"
+    p.write_text(src + "\n[mltcp]\n" + extra)
+    return p
+
+
+def test_scenario_table_sets_every_knob_and_names_bad_fields(tmp_path):
+    sc = scenario.load(str(_write(tmp_path, 'shape = "capped"\ncap = 2.0\nboundary = "mark"\nhistory = 5\n'
+                                            'decrease_at_start = 0.7\ndcqcn_f_timer = true\n')))
+    cc = build_cc(sc, "mltcp-reno")                       # the DCQCN-only key does not apply to Reno
+    assert (cc.shape, cc.cap, cc.boundary, cc.history, cc.decrease_at_start) == ("capped", 2.0, "mark", 5, 0.7)
+    assert build_cc(sc, "mltcp-dcqcn").dcqcn_f_timer is True
+    for bad, field in (('shape = "round"', "mltcp.shape"), ("history = 0", "mltcp.history"),
+                       ("decrease_at_end = 1.5", "mltcp.decrease_at_end"), ('cap = "x"', "mltcp.cap"),
+                       ("colour = 1", "mltcp.colour")):
+        with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
+            scenario.load(str(_write(tmp_path, bad + "\n")))
+
+
+def test_simulator_runs_the_named_configurations(tmp_path):
+    """Defaults are the old hook; each knob changes the run (the compiled loop reads them)."""
+    def run(extra, cc="mltcp-reno"):
+        sc = scenario.load(str(_write(tmp_path, extra)))
+        r = simulate(sc, cc)
+        return [x.duration for x in r.records], r.drops
+    ref = run("")
+    assert run('shape = "linear"\nboundary = "idle"\n') == ref
+    for extra in ('shape = "capped"\ncap = 1.0\n', 'shape = "convex"\n'):
+        assert run(extra) != ref, extra
+    # with clean compute gaps the idle rule finds exactly the marked boundaries; with a hair-trigger
+    # idle rule (short stalls count as boundaries) the mark boundary differs
+    trigger = "idle_fraction = 0.01\nmin_idle_ms = 0.02\n"
+    assert run('boundary = "mark"\n') == ref
+    assert run(trigger + 'boundary = "mark"\n') == ref != run(trigger)
