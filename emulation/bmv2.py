@@ -23,7 +23,6 @@ from pathlib import Path
 from mltcp import tools
 
 FRAME_BYTES = 1514      # a full-sized Ethernet frame: the unit of a rate given in Mb/s
-_OFFLOADS = "tx off tso off gso off gro off"
 
 
 def switch_argv(interfaces: dict[int, str], grpc_port: int, thrift_port: int, device_id: int = 0,
@@ -197,7 +196,9 @@ def read_stats(grpc_addr: str, thrift_port: int, device_id: int = 0, timeout_s: 
 
 try:
     from mininet.node import Switch as _MnSwitch
-except Exception:  # pragma: no cover - Mininet absent: the namespace helpers above still work
+
+    from .topologies import offloads_off
+except ImportError:  # pragma: no cover - Mininet absent: the namespace helpers above still work
     _MnSwitch = object
 
 
@@ -216,8 +217,9 @@ class Bmv2Switch(_MnSwitch):
     """
 
     def __init__(self, name, device_id: int = 0, log_dir: str | None = None, pcap: bool = False,
-                 debug: bool = False, **params):
+                 debug: bool = False, topo=None, **params):
         super().__init__(name, **params)
+        self.topo = topo      # an emulated topology: queues, routes and ECN are taken from it in start()
         self.device_id = device_id
         self.keep_logs = log_dir is not None
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix=f"bmv2-{name}-"))
@@ -245,19 +247,17 @@ class Bmv2Switch(_MnSwitch):
             return "0" * 16
 
     def start(self, _controllers) -> None:
+        if self.topo is not None:
+            configure(self, self.topo)
         interfaces = {}
         for intf in self.intfList():
             if intf.name == "lo" or intf not in self.ports:
                 continue
             interfaces[self.ports[intf]] = intf.name
-            self.cmd(f"ip link set {intf.name} up")
+            intf.ifconfig("up")
             # TX checksum offload off on both ends: a veth hands a partial checksum along, which
             # BMv2 would forward unfinished (the receiver then drops every UDP datagram)
-            self.cmd(f"ethtool -K {intf.name} {_OFFLOADS} >/dev/null 2>&1")
-            link = getattr(intf, "link", None)
-            if link is not None:
-                peer = link.intf2 if link.intf1 is intf else link.intf1
-                peer.node.cmd(f"ethtool -K {peer.name} {_OFFLOADS} >/dev/null 2>&1")
+            offloads_off(intf)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         pcaps = self.log_dir / f"{self.name}-pcap" if self.pcap else None
         if pcaps:
@@ -309,25 +309,20 @@ def use_shim_port(jobs) -> bool:
     return True
 
 
-def configure(net, topo) -> None:
-    """After net.build(), before net.start(): each BMv2 switch's queue shaping (rate in packets/s
-    of full-sized frames, depth in packets) per port, routes and ECN thresholds."""
-    from .softswitch import _peer, switch_tables
+def configure(sw: Bmv2Switch, topo) -> None:
+    """Before the switch runs (its start()): queue shaping (rate in packets/s of full-sized
+    frames, depth in packets) per port from the links' options, routes and ECN thresholds."""
+    from .softswitch import _linked_ports, port_params, switch_tables
 
-    for sw in net.switches:
-        if not isinstance(sw, Bmv2Switch):
+    queues = {}
+    for intf, port in _linked_ports(sw):
+        p = port_params(intf)
+        if p is None or (p.rate_mbps is None and p.buffer_bytes is None):
             continue
-        queues = {}
-        for intf, port in sw.ports.items():
-            if intf.name == "lo" or getattr(intf, "link", None) is None:
-                continue
-            p = topo.link_params.get(frozenset((sw.name, _peer(intf).node.name)))
-            if p is None or (p.rate_mbps is None and p.buffer_bytes is None):
-                continue
-            queues[port] = (None if p.rate_mbps is None else queue_rate_pps(p.rate_mbps),
-                            None if p.buffer_bytes is None else max(1, round(p.buffer_bytes / 1500)))
-        tables = switch_tables(net, topo, sw)
-        sw.queues, sw.routes, sw.ecn = queues, tables["routes"], tables["ecn"]
+        queues[port] = (None if p.rate_mbps is None else queue_rate_pps(p.rate_mbps),
+                        None if p.buffer_bytes is None else max(1, round(p.buffer_bytes / 1500)))
+    tables = switch_tables(topo, sw)
+    sw.queues, sw.routes, sw.ecn = queues, tables["routes"], tables["ecn"]
 
 
 def collect_stats(switches) -> int:

@@ -437,9 +437,9 @@ class ArmResult:
 
 
 def switch_stat_sources(net, topo: EmuTopo):
-    """([(switch, log file)], {switch: bottleneck ports}) to read drops/marks after the switches stop."""
+    """([(switch, stats file)], {switch: bottleneck ports}) to read drops/marks after the switches stop."""
     bn = {frozenset(b) for b in topo.bottlenecks}
-    logs = [(sw.name, sw.log_file) for sw in net.switches if hasattr(sw, "log_file")]
+    logs = [(sw.name, sw.stats_file) for sw in net.switches if hasattr(sw, "stats_file")]
     ports = {sw.name: {port for intf, port in sw.ports.items() if getattr(intf, "link", None)
                        and frozenset((intf.link.intf1.node.name, intf.link.intf2.node.name)) in bn}
              for sw in net.switches}

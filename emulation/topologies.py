@@ -28,7 +28,10 @@ Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
 """
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
+import zlib
 from collections import deque
 from dataclasses import dataclass
 
@@ -151,6 +154,7 @@ class EmuTopo(Topo):
         self.host_ip: dict[str, str] = {}          # name -> "a.b.c.d/len"
         self.host_router: dict[str, str] = {}      # routed topologies: host -> its router
         self.host_gw: dict[str, str] = {}          # routed topologies: host -> its gateway address
+        self.host_mac: dict[str, str] = {}         # fixed, so a P4 switch can program itself in start()
         self.switch_cls = switch_cls or (_PrefixBridge if self.layer2 else Router)
         self.make(**kw)
 
@@ -162,14 +166,18 @@ class EmuTopo(Topo):
         return self.prefix + short
 
     def add_sw(self, short: str) -> str:
-        return self.addSwitch(self.name(short), cls=self.switch_cls)
+        # the topology travels with the switch: a P4 switch class computes its tables from it
+        return self.addSwitch(self.name(short), cls=self.switch_cls, topo=self)
 
     def add_host(self, short: str, ip: str, gw: str | None = None) -> str:
-        opts = {"ip": ip}
+        h = zlib.crc32((self.prefix + short).encode())
+        mac = "02:4d:%02x:%02x:%02x:%02x" % ((h >> 24) & 255, (h >> 16) & 255, (h >> 8) & 255, h & 255)
+        opts = {"ip": ip, "mac": mac}
         if gw:
             opts["defaultRoute"] = f"via {gw}"
         n = self.addHost(self.name(short), **opts)
         self.host_ip[n] = ip
+        self.host_mac[n] = mac
         if gw:
             self.host_gw[n] = gw
         return n
@@ -182,6 +190,13 @@ class EmuTopo(Topo):
             self.link_params[frozenset((a, b))] = params.validate(f"link {a}-{b}")
         if bottleneck:
             self.bottlenecks.append((a, b))
+
+    def set_shaper(self, shaper: str) -> None:
+        """Who applies the links' options (see :class:`ShapedIntf`): tc on the interfaces
+        (``htb``, ``linux-tc``) or the switches on their ports (``switch``, ``bmv2``). Set
+        before the net is built."""
+        for *_ends, info in self.links(withInfo=True):
+            info["shaper"] = shaper
 
     def ip_of(self, host: str) -> str:
         return self.host_ip[host].split("/")[0]
@@ -372,23 +387,29 @@ def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
 
 
 class ShapedIntf(Intf):
-    """A TCIntf-style interface: its ``config(bw=, delay=, max_queue_size=, ecn_threshold=)``
-    shapes its egress with :func:`tc_commands`, as link mode ``linux-tc`` (htb + RED + netem)
-    where this kernel has netem and red, else as ``htb`` (rate and drop-tail buffer; a delay or
-    ECN threshold it cannot apply is reported on stderr, never silently dropped)."""
+    """A TCIntf-style interface: its ``config(bw=, delay=, max_queue_size=, ecn_threshold=,
+    shaper=)`` keeps the link's options as :attr:`link_params` and applies them per ``shaper``:
+    ``htb`` / ``linux-tc`` shape its egress with :func:`tc_commands`; ``switch`` / ``bmv2`` leave
+    it to the P4 switch on the link's end, which shapes its own port from :attr:`link_params`.
+    Without a shaper (``mn --custom``): ``linux-tc`` where this kernel has netem and red, else
+    ``htb`` (rate and drop-tail buffer; a delay or ECN threshold it cannot apply is reported on
+    stderr, never silently dropped)."""
 
-    def config(self, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, **params):
+    link_params = LinkParams()
+
+    def config(self, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, shaper=None, **params):
         result = super().config(**params)
         p = LinkParams.from_link_opts(bw, delay, max_queue_size, ecn_threshold)
-        if p == LinkParams():
+        self.link_params = p
+        if p == LinkParams() or shaper in ("switch", "bmv2"):
             return result
-        mode = "linux-tc" if qdisc_available("netem") and qdisc_available("red") else "htb"
-        if mode == "htb" and (p.delay_ms > 0 or p.ecn_threshold_pkts is not None):
-            import sys
-            print(f"*** {self.name}: this kernel has no netem/red: delay and ECN not applied "
-                  "(rate and buffer are); use mltcp emulate --link-mode switch for them", file=sys.stderr)
-        for cmd in tc_commands(self.name, p, mode):
-            _run(self.node, cmd)
+        if shaper is None:
+            shaper = "linux-tc" if qdisc_available("netem") and qdisc_available("red") else "htb"
+            if shaper == "htb" and (p.delay_ms > 0 or p.ecn_threshold_pkts is not None):
+                print(f"*** {self.name}: this kernel has no netem/red: delay and ECN not applied "
+                      "(rate and buffer are); use mltcp emulate --link-mode switch for them", file=sys.stderr)
+        for cmd in tc_commands(self.name, p, shaper):
+            run_checked(self.node, cmd)
         return result
 
 
@@ -446,22 +467,32 @@ def qdisc_available(kind: str) -> bool:
         subprocess.run(["ip", "link", "del", dev + "a"], capture_output=True, check=False)
 
 
-def _run(node, cmd: list[str]) -> None:
-    out = node.cmd(" ".join(cmd) + " 2>&1; echo rc=$?")
-    if not out.rstrip().endswith("rc=0"):
-        raise TopologyError(f"{node.name}: '{' '.join(cmd)}' failed: {out.strip()}")
+def run_checked(node, argv: list[str]) -> str:
+    """Run ``argv`` in ``node`` (Mininet's ``Node.pexec``); :class:`TopologyError` naming the node
+    and the command if it fails. Returns its output."""
+    out, err, rc = node.pexec(*argv)
+    if rc != 0:
+        raise TopologyError(f"{node.name}: '{' '.join(argv)}' failed (exit {rc}): {(err or out).strip()}")
+    return out
 
 
-def apply_link_params(net: Mininet, topo: EmuTopo, mode: str) -> None:
-    """Shape both ends of every link that has parameters (tc modes)."""
-    for link in net.links:
-        key = frozenset((link.intf1.node.name, link.intf2.node.name))
-        p = topo.link_params.get(key)
-        if p is None:
-            continue
-        for intf in (link.intf1, link.intf2):
-            for cmd in tc_commands(intf.name, p, mode):
-                _run(intf.node, cmd)
+def peer_intf(intf):
+    """The interface at the other end of ``intf``'s link."""
+    link = intf.link
+    return link.intf2 if link.intf1 is intf else link.intf1
+
+
+OFFLOADS = ("tx", "off", "tso", "off", "gso", "off", "gro", "off")
+
+
+def offloads_off(intf, both_ends: bool = True, what=OFFLOADS) -> None:
+    """``ethtool -K`` offloads off on ``intf`` (and its link's other end): queues then hold
+    wire-sized packets, and a switch reading frames with AF_PACKET gets finished checksums."""
+    ends = [intf]
+    if both_ends and getattr(intf, "link", None) is not None:
+        ends.append(peer_intf(intf))
+    for i in ends:
+        i.node.pexec("ethtool", "-K", i.name, *what)
 
 
 def configure_routing(net: Mininet, topo: EmuTopo) -> None:
@@ -489,12 +520,12 @@ def configure_routing(net: Mininet, topo: EmuTopo) -> None:
             subnet = topo.ip_of(h).rsplit(".", 1)[0] + ".0/24"
             hops = topo.next_hops_to_host(r, h)
             if len(hops) == 1:
-                _run(node, ["ip", "route", "replace", subnet, "via", peer_ip[(r, hops[0])]])
+                run_checked(node, ["ip", "route", "replace", subnet, "via", peer_ip[(r, hops[0])]])
             else:
                 nh = []
                 for n in hops:
                     nh += ["nexthop", "via", peer_ip[(r, n)]]
-                _run(node, ["ip", "route", "replace", subnet, *nh])
+                run_checked(node, ["ip", "route", "replace", subnet, *nh])
 
 
 def disable_offloads(net: Mininet) -> None:
@@ -503,7 +534,7 @@ def disable_offloads(net: Mininet) -> None:
     for node in net.hosts + net.switches:
         for intf in node.intfList():
             if intf.name != "lo":
-                node.cmd(f"ethtool -K {intf.name} tso off gso off gro off 2>/dev/null")
+                offloads_off(intf, both_ends=False, what=OFFLOADS[2:])
 
 
 def bottleneck_intfs(net: Mininet, topo: EmuTopo) -> list:
@@ -520,7 +551,6 @@ def qdisc_drops(intf) -> int:
     """Packets dropped by the qdiscs on ``intf`` (sum over the hierarchy's leaves, from tc -s)."""
     out = intf.node.cmd(f"tc -s qdisc show dev {intf.name}")
     total = 0
-    import re
     for block in re.split(r"\n(?=qdisc )", out):
         head = block.split("\n", 1)[0]
         if head.startswith("qdisc htb") and "parent" not in head:

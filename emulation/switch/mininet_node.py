@@ -28,6 +28,13 @@ from .runtime import free_tcp_port, stop_switch, switch_command, wait_grpc
 _OFFLOADS = "tx off tso off gso off gro off"
 
 
+def _peer(intf):
+    link = getattr(intf, "link", None)
+    if link is None:
+        return None
+    return link.intf2 if link.intf1 is intf else link.intf1
+
+
 _handed_out: set[int] = set()
 
 
@@ -72,12 +79,10 @@ class MltcpSwitch(Switch):
             if intf.name == "lo" or intf not in self.ports:
                 continue
             interfaces[self.ports[intf]] = intf.name
-            self.cmd(f"ip link set {intf.name} up")
-            self.cmd(f"ethtool -K {intf.name} {_OFFLOADS} >/dev/null 2>&1")
-            link = getattr(intf, "link", None)
-            if link is not None:
-                peer = link.intf2 if link.intf1 is intf else link.intf1
-                peer.node.cmd(f"ethtool -K {peer.name} {_OFFLOADS} >/dev/null 2>&1")
+            intf.ifconfig("up")
+            for end in (intf, _peer(intf)):
+                if end is not None:
+                    end.node.pexec("ethtool", "-K", end.name, *_OFFLOADS.split())
         cmd = switch_command(interfaces, grpc_port=self.grpc_port, device_id=self.device_id,
                              grpc_host="127.0.0.1", **self.link_opts)
         log = open(self.log_file, "w")
