@@ -554,34 +554,10 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
 
 # --------------------------------------------------------------------------- summaries
 
-def per_job_avg(records: list[IterationRecord], warmup: int) -> dict[str, float]:
-    """Average steady-state iteration time per job."""
-    out: dict[str, list[float]] = {}
-    for r in metrics.steady(records, warmup):
-        out.setdefault(r.job, []).append(r.duration)
-    return {k: sum(v) / len(v) for k, v in out.items()}
-
-
-LOOSE_OVERLAP = 0.2  # see interleaved_at_iteration in the README section "Emulation"
-
-
-def interleaved_at(records: list[IterationRecord], shares=None, threshold: float = LOOSE_OVERLAP,
-                   ok_fraction: float = 0.85, min_tail: int = 5) -> int | None:
-    """First iteration i whose overlap (the largest over the jobs, mltcp.metrics.overlap_fractions)
-    is below ``threshold`` and from which at least ``ok_fraction`` of the iterations are (at least
-    ``min_tail`` of them): interleaving that one late hiccup of a real host does not undo."""
-    ov = metrics.overlap_fractions(records, shares)
-    worst: dict[int, float] = {}
-    for (_, it), f in ov.items():
-        worst[it] = max(worst.get(it, 0.0), f)
-    its = sorted(worst)
-    for k, it in enumerate(its):
-        tail = its[k:]
-        if len(tail) < min_tail or worst[it] >= threshold:
-            continue
-        if sum(worst[t] < threshold for t in tail) >= ok_fraction * len(tail):
-            return it
-    return None
+# the metrics live in mltcp.metrics, shared with the simulator's report (mltcp.compare.side)
+per_job_avg = metrics.per_job_avg
+interleaved_at = metrics.interleaved_at
+LOOSE_OVERLAP = metrics.LOOSE_OVERLAP
 
 
 def arm_summary(arm: ArmResult, sc) -> dict:
@@ -592,11 +568,10 @@ def arm_summary(arm: ArmResult, sc) -> dict:
     little longer than in the model, and when it exceeds half the period even a perfect interleave
     keeps ~10 % overlap; and one late hiccup of a host should not erase an interleave."""
     d = compare.side(sc, arm.cc, arm.records, arm.drops, arm.ecn_marks or 0)
-    d["interleaved_at_iteration"] = interleaved_at(arm.records, compare.link_sharing(sc))
     if arm.ecn_marks is None:
         d["ecn_marks"] = None          # this link mode cannot mark: not "zero marks"
     d.update(retransmissions=sum(arm.retrans.values()), retransmissions_per_job=arm.retrans,
-             per_job_avg_iter_s=per_job_avg(arm.records, sc.warmup_iterations), wall_s=round(arm.wall_s, 2))
+             wall_s=round(arm.wall_s, 2))
     if arm.peer_stats:
         d["sender_stats"] = arm.peer_stats
     return d
