@@ -165,6 +165,8 @@ def program(grpc_addr: str, device_id: int, config: str | Path, routes, ecn,
 
 def _program_one(spec: dict) -> None:
     from mltcp.controlplane.client import connect
+
+    from .softswitch import apply_progress_policy
     from mltcp.controlplane.topology import Route
     with connect(spec["grpc"], device_id=spec["device_id"]) as sw:
         sw.push_pipeline(config_path=spec["config"])
@@ -172,19 +174,6 @@ def _program_one(spec: dict) -> None:
         for port, k in spec["ecn"]:
             sw.set_ecn_threshold(int(port), int(k))
         apply_progress_policy(sw, spec)
-
-
-def apply_progress_policy(conn, spec: dict) -> None:
-    """In-network MLTCP (docs/in-network.md): ``spec["progress"]`` = {"policy": {...}, "ports":
-    [[port, base ECN threshold or None], ...]} from softswitch.switch_tables; absent: off."""
-    pr = spec.get("progress")
-    if not pr:
-        return
-    from mltcp.progress_policy import from_table
-    t = dict(pr["policy"])
-    pol = from_table(t.pop("name"), t)
-    for port, k in pr["ports"]:
-        conn.set_progress_policy(int(port), pol, None if k is None else int(k))
 
 
 def read_stats(grpc_addr: str, thrift_port: int, device_id: int = 0, timeout_s: float = 60.0) -> dict:
@@ -210,7 +199,7 @@ def read_stats(grpc_addr: str, thrift_port: int, device_id: int = 0, timeout_s: 
 
 try:
     from mininet.node import Switch as _MnSwitch
-except Exception:  # pragma: no cover - Mininet absent: the namespace helpers above still work
+except ImportError:  # pragma: no cover - Mininet absent: the namespace helpers above still work
     _MnSwitch = object
 
 
@@ -229,8 +218,9 @@ class Bmv2Switch(_MnSwitch):
     """
 
     def __init__(self, name, device_id: int = 0, log_dir: str | None = None, pcap: bool = False,
-                 debug: bool = False, **params):
+                 debug: bool = False, topo=None, **params):
         super().__init__(name, **params)
+        self.topo = topo      # an emulated topology: queues, routes and ECN are taken from it in start()
         self.device_id = device_id
         self.keep_logs = log_dir is not None
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix=f"bmv2-{name}-"))
@@ -259,6 +249,8 @@ class Bmv2Switch(_MnSwitch):
             return "0" * 16
 
     def start(self, _controllers) -> None:
+        if self.topo is not None:
+            configure(self, self.topo)
         # ports up; TX checksum offload off on both ends: a veth hands a partial checksum along,
         # which the switch would forward unfinished (the receiver then drops every UDP datagram)
         interfaces = offloads.ready_switch_ports(self)
@@ -314,26 +306,21 @@ def use_shim_port(jobs) -> bool:
     return True
 
 
-def configure(net, topo) -> None:
-    """After net.build(), before net.start(): each BMv2 switch's queue shaping (rate in packets/s
-    of full-sized frames, depth in packets) per port, routes and ECN thresholds."""
-    from .softswitch import _peer, switch_tables
+def configure(sw: Bmv2Switch, topo) -> None:
+    """Before the switch runs (its start()): queue shaping (rate in packets/s of full-sized
+    frames, depth in packets) per port from the links' options, routes and ECN thresholds."""
+    from .softswitch import _linked_ports, port_params, switch_tables
 
-    for sw in net.switches:
-        if not isinstance(sw, Bmv2Switch):
+    queues = {}
+    for intf, port in _linked_ports(sw):
+        p = port_params(intf)
+        if p is None or (p.rate_mbps is None and p.buffer_bytes is None):
             continue
-        queues = {}
-        for intf, port in sw.ports.items():
-            if intf.name == "lo" or getattr(intf, "link", None) is None:
-                continue
-            p = topo.link_params.get(frozenset((sw.name, _peer(intf).node.name)))
-            if p is None or (p.rate_mbps is None and p.buffer_bytes is None):
-                continue
-            queues[port] = (None if p.rate_mbps is None else queue_rate_pps(p.rate_mbps),
-                            None if p.buffer_bytes is None else max(1, round(p.buffer_bytes / 1500)))
-        tables = switch_tables(net, topo, sw)
-        sw.queues, sw.routes, sw.ecn = queues, tables["routes"], tables["ecn"]
-        sw.progress = tables.get("progress")
+        queues[port] = (None if p.rate_mbps is None else queue_rate_pps(p.rate_mbps),
+                        None if p.buffer_bytes is None else max(1, round(p.buffer_bytes / 1500)))
+    tables = switch_tables(topo, sw)
+    sw.queues, sw.routes, sw.ecn = queues, tables["routes"], tables["ecn"]
+    sw.progress = tables.get("progress")
 
 
 def collect_stats(switches) -> int:

@@ -213,7 +213,7 @@ class Cleanup:
             delete_links(self.prefix)
             if self.remove_switch_logs:
                 import glob
-                for f in glob.glob(f"/tmp/mltcp-switch-{self.prefix}*.log"):
+                for f in glob.glob(f"/tmp/mltcp-switch-{self.prefix}*"):   # logs and stats files
                     with contextlib.suppress(OSError):
                         os.unlink(f)
         finally:

@@ -6,11 +6,10 @@ of the emulation; the software switch (:mod:`mltcp.emulation.softswitch`) and BM
 """
 from __future__ import annotations
 
-from mininet.link import Link
 from mininet.net import Mininet
 
-from .topologies import (LINK_MODES, EmuTopo, TopologyError, apply_link_params, configure_routing,
-                         disable_offloads, qdisc_available)
+from .topologies import (LINK_MODES, EmuTopo, ShapedLink, TopologyError, configure_routing, disable_offloads,
+                         qdisc_available)
 
 
 def software_switch_class():
@@ -71,29 +70,25 @@ def resolve_link_mode(mode: str, topology: str | None = None, ecn: bool = False)
 
 def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
     """Build and start ``topo`` in Mininet; registers the net with ``cleanup`` before building so
-    that a failure halfway still removes everything."""
+    that a failure halfway still removes everything. The links carry their options to
+    :class:`~mltcp.emulation.topologies.ShapedIntf`, which shapes them per ``mode`` (tc in
+    ``htb``/``linux-tc``); in ``switch``/``bmv2`` each P4 switch shapes its ports and programs
+    itself in its ``start()``."""
     if mode not in LINK_MODES[1:]:
         raise TopologyError(f"build_network: link mode must be one of {', '.join(LINK_MODES[1:])}, got {mode!r}")
-    net = Mininet(topo=None, controller=None, link=Link, build=False, autoSetMacs=False,
+    topo.set_shaper(mode)
+    net = Mininet(topo=None, controller=None, link=ShapedLink, build=False, autoSetMacs=False,
                   waitConnected=False)
     cleanup.net = net
     net.topo = topo
     net.build()
-    if mode == "switch":
-        from . import softswitch
-        softswitch.configure_ports(net, topo)
-    if mode == "bmv2":     # queues and tables, applied by each switch's start()
-        from . import bmv2, softswitch
-        bmv2.configure(net, topo)
     net.start()
     disable_offloads(net)
     if mode in ("switch", "bmv2"):   # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
-        softswitch.set_host_arp(net, topo)
-        if mode == "switch":         # (BMv2 switches programmed themselves in start())
-            softswitch.program(net, topo)
+        from .softswitch import set_host_arp
+        set_host_arp(net, topo)
         return net
     configure_routing(net, topo)
-    apply_link_params(net, topo, mode)
     if topo.layer2:
         net.staticArp()
     return net

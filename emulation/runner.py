@@ -437,9 +437,9 @@ class ArmResult:
 
 
 def switch_stat_sources(net, topo: EmuTopo):
-    """([(switch, log file)], {switch: bottleneck ports}) to read drops/marks after the switches stop."""
+    """([(switch, stats file)], {switch: bottleneck ports}) to read drops/marks after the switches stop."""
     bn = {frozenset(b) for b in topo.bottlenecks}
-    logs = [(sw.name, sw.log_file) for sw in net.switches if hasattr(sw, "log_file")]
+    logs = [(sw.name, sw.stats_file) for sw in net.switches if hasattr(sw, "stats_file")]
     ports = {sw.name: {port for intf, port in sw.ports.items() if getattr(intf, "link", None)
                        and frozenset((intf.link.intf1.node.name, intf.link.intf2.node.name)) in bn}
              for sw in net.switches}
@@ -555,34 +555,10 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
 
 # --------------------------------------------------------------------------- summaries
 
-def per_job_avg(records: list[IterationRecord], warmup: int) -> dict[str, float]:
-    """Average steady-state iteration time per job."""
-    out: dict[str, list[float]] = {}
-    for r in metrics.steady(records, warmup):
-        out.setdefault(r.job, []).append(r.duration)
-    return {k: sum(v) / len(v) for k, v in out.items()}
-
-
-LOOSE_OVERLAP = 0.2  # see interleaved_at_iteration in docs/design.md, "Emulation"
-
-
-def interleaved_at(records: list[IterationRecord], shares=None, threshold: float = LOOSE_OVERLAP,
-                   ok_fraction: float = 0.85, min_tail: int = 5) -> int | None:
-    """First iteration i whose overlap (the largest over the jobs, mltcp.metrics.overlap_fractions)
-    is below ``threshold`` and from which at least ``ok_fraction`` of the iterations are (at least
-    ``min_tail`` of them): interleaving that one late hiccup of a real host does not undo."""
-    ov = metrics.overlap_fractions(records, shares)
-    worst: dict[int, float] = {}
-    for (_, it), f in ov.items():
-        worst[it] = max(worst.get(it, 0.0), f)
-    its = sorted(worst)
-    for k, it in enumerate(its):
-        tail = its[k:]
-        if len(tail) < min_tail or worst[it] >= threshold:
-            continue
-        if sum(worst[t] < threshold for t in tail) >= ok_fraction * len(tail):
-            return it
-    return None
+# the metrics live in mltcp.metrics, shared with the simulator's report (mltcp.compare.side)
+per_job_avg = metrics.per_job_avg
+interleaved_at = metrics.interleaved_at
+LOOSE_OVERLAP = metrics.LOOSE_OVERLAP
 
 
 def arm_summary(arm: ArmResult, sc) -> dict:
@@ -593,11 +569,10 @@ def arm_summary(arm: ArmResult, sc) -> dict:
     little longer than in the model, and when it exceeds half the period even a perfect interleave
     keeps ~10 % overlap; and one late hiccup of a host should not erase an interleave."""
     d = compare.side(sc, arm.cc, arm.records, arm.drops, arm.ecn_marks or 0)
-    d["interleaved_at_iteration"] = interleaved_at(arm.records, compare.link_sharing(sc))
     if arm.ecn_marks is None:
         d["ecn_marks"] = None          # this link mode cannot mark: not "zero marks"
     d.update(retransmissions=sum(arm.retrans.values()), retransmissions_per_job=arm.retrans,
-             per_job_avg_iter_s=per_job_avg(arm.records, sc.warmup_iterations), wall_s=round(arm.wall_s, 2))
+             wall_s=round(arm.wall_s, 2))
     if arm.peer_stats:
         d["sender_stats"] = arm.peer_stats
     return d
@@ -708,8 +683,6 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
         ml = run_arm(plan, cc, transport, mltcp=True, link_mode=mode, on_record=cb("mltcp"),
                      switch_logs=logs("mltcp"), pcap=pcap)
     if records_dir is not None:
-        from pathlib import Path
-
         from mltcp.records import write_csv
         Path(records_dir).mkdir(parents=True, exist_ok=True)
         write_csv(base.records, Path(records_dir) / "baseline.csv")

@@ -13,25 +13,67 @@ by the root namespace's IP stack.
 """
 from __future__ import annotations
 
-import ast
 import json
 import os
 import sys
 import zlib
 
-from .topologies import EmuTopo, LinkParams, TopologyError, _run
+from .topologies import LinkParams, TopologyError, peer_intf, run_checked
 
 
 GATEWAY_MAC = "02:4d:4c:54:43:fe"   # locally administered; "MLTC" + fe
 
 
 def switch_class():
-    """MltcpSwitch, or None when the software switch is not importable."""
+    """:class:`ProgrammedSwitch` (mltcp-switch that configures and programs itself in start()),
+    or None when the software switch is not importable."""
     try:
         from mltcp.emulation.switch.mininet_node import mininet_switch_class
     except ImportError:  # its packages (grpcio, p4runtime) missing; other errors are bugs
         return None
-    return mininet_switch_class()
+    base = mininet_switch_class()
+
+    class ProgrammedSwitch(base):
+        """mltcp-switch as a Mininet switch of an emulated topology: ``start()`` takes each
+        port's rate/delay/buffer from its link's options (ShapedIntf.link_params), starts the
+        switch, then pushes mltcp.p4 and the routes/ECN thresholds computed from ``topo``."""
+
+        def __init__(self, name, topo=None, **params):
+            super().__init__(name, **params)
+            self.topo = topo
+            # per-port counters, written as JSON by mltcp-switch when it stops
+            self.stats_file = self.log_file.rsplit(".log", 1)[0] + ".stats.json"
+            self.link_opts["stats_file"] = self.stats_file
+
+        def start(self, controllers) -> None:
+            self.link_opts["port_config"] = port_config(self)
+            super().start(controllers)
+            if self.topo is not None:
+                program_switch(switch_tables(self.topo, self), self.name)
+
+    return ProgrammedSwitch
+
+
+def _linked_ports(sw):
+    """(intf, port) of ``sw``'s ports that have a link."""
+    return [(intf, port) for intf, port in sw.ports.items()
+            if intf.name != "lo" and getattr(intf, "link", None) is not None]
+
+
+def port_params(intf) -> LinkParams | None:
+    """The link options of ``intf`` (a ShapedIntf), None if it has none."""
+    p = getattr(intf, "link_params", None)
+    return None if p is None or p == LinkParams() else p
+
+
+def port_config(sw) -> dict[int, str]:
+    """mltcp-switch --port-config of every shaped port of ``sw``."""
+    cfg = {}
+    for intf, port in _linked_ports(sw):
+        p = port_params(intf)
+        if p is not None and port_spec(p):
+            cfg[port] = port_spec(p)
+    return cfg
 
 
 def port_spec(p: LinkParams) -> str:
@@ -46,49 +88,26 @@ def port_spec(p: LinkParams) -> str:
     return ",".join(parts)
 
 
-def _peer(intf):
-    link = intf.link
-    return link.intf2 if link.intf1 is intf else link.intf1
-
-
-def configure_ports(net, topo: EmuTopo) -> None:
-    """Before net.start(): per-port link parameters of every switch."""
-    for sw in net.switches:
-        if not hasattr(sw, "link_opts"):   # a kernel bridge beside the software switch
-            continue
-        cfg = {}
-        for intf, port in sw.ports.items():
-            if intf.name == "lo" or getattr(intf, "link", None) is None:
-                continue
-            p = topo.link_params.get(frozenset((sw.name, _peer(intf).node.name)))
-            if p is not None and port_spec(p):
-                cfg[port] = port_spec(p)
-        sw.link_opts["port_config"] = cfg
-
-
 def ecmp_pick(hops: list[str], host_ip: str) -> str:
     """One next hop out of several for a destination: mltcp.p4's LPM entry holds one action (no
     action selector), so equal-cost paths are split per destination host, by a hash of its address."""
     return sorted(hops)[zlib.crc32(host_ip.encode()) % len(hops)]
 
 
-def switch_tables(net, topo: EmuTopo, sw) -> dict:
-    """Routes (prefix, port, mac) and ECN thresholds (port, K) for switch ``sw``."""
-    port_to = {}   # neighbour node name -> sw's port towards it
-    for intf, port in sw.ports.items():
-        if getattr(intf, "link", None) is not None:
-            port_to[_peer(intf).node.name] = port
+def switch_tables(topo, sw) -> dict:
+    """Routes (prefix, port, mac) and ECN thresholds (port, K) for switch ``sw`` of ``topo`` (an
+    emulation.topologies.EmuTopo: host addresses, MACs and next hops)."""
+    port_to = {peer_intf(intf).node.name: port for intf, port in _linked_ports(sw)}
     routes, ecn = [], []
-    for h in net.hosts:
-        hops = topo.next_hops_to_host(sw.name, h.name)
-        nxt = h.name if not hops else ecmp_pick(hops, h.IP())
+    for h in topo.hosts():
+        hops = topo.next_hops_to_host(sw.name, h)
+        ip = topo.ip_of(h)
+        nxt = h if not hops else ecmp_pick(hops, ip)
         if nxt not in port_to:
-            raise TopologyError(f"switch {sw.name}: no port towards {nxt} (route to host {h.name})")
-        routes.append([f"{h.IP()}/32", port_to[nxt], h.MAC()])
-    for intf, port in sw.ports.items():
-        if getattr(intf, "link", None) is None:
-            continue
-        p = topo.link_params.get(frozenset((sw.name, _peer(intf).node.name)))
+            raise TopologyError(f"switch {sw.name}: no port towards {nxt} (route to host {h})")
+        routes.append([f"{ip}/32", port_to[nxt], topo.host_mac[h]])
+    for intf, port in _linked_ports(sw):
+        p = port_params(intf)
         if p is not None and p.ecn_threshold_pkts:
             ecn.append([port, p.ecn_threshold_pkts])
     out = {"grpc": sw.grpc_address, "device_id": sw.device_id, "routes": routes, "ecn": ecn}
@@ -101,24 +120,15 @@ def switch_tables(net, topo: EmuTopo, sw) -> dict:
     return out
 
 
-def set_host_arp(net, topo: EmuTopo) -> None:
+def set_host_arp(net, topo) -> None:
     """Static ARP: on the dumbbell every host knows every other's MAC; on a routed topology each
     host's gateway address resolves to :data:`GATEWAY_MAC` (mltcp.p4 answers no ARP)."""
     if topo.layer2:
         net.staticArp()
         return
     for h in net.hosts:
-        _run(h, ["ip", "neigh", "replace", topo.host_gw[h.name], "lladdr", GATEWAY_MAC,
+        run_checked(h, ["ip", "neigh", "replace", topo.host_gw[h.name], "lladdr", GATEWAY_MAC,
                  "dev", h.defaultIntf().name, "nud", "permanent"])
-
-
-def program(net, topo: EmuTopo, timeout_s: float = 120.0) -> None:
-    """After net.start(): push mltcp.p4's pipeline and the tables to every switch, in this
-    process (each switch over its own P4Runtime connection)."""
-    for sw in net.switches:
-        if not hasattr(sw, "grpc_address"):   # a kernel bridge: nothing to program
-            continue
-        program_switch(switch_tables(net, topo, sw), sw.name, timeout_s)
 
 
 def program_switch(spec: dict, name: str | None = None, timeout_s: float = 120.0) -> None:
@@ -135,40 +145,48 @@ def program_switch(spec: dict, name: str | None = None, timeout_s: float = 120.0
             conn.install_routes([Route(p, int(port), mac) for p, port, mac in spec["routes"]])
             for port, k in spec["ecn"]:
                 conn.set_ecn_threshold(int(port), int(k))
-            from .bmv2 import apply_progress_policy
             apply_progress_policy(conn, spec)
     except ControlPlaneError as e:
         raise TopologyError(f"programming switch {name} failed: {e}") from e
 
 
-def port_stats_from_log(path: str) -> dict[int, dict]:
-    """The per-port statistics mltcp-switch logs when it stops ({} if absent)."""
+def apply_progress_policy(conn, spec: dict) -> None:
+    """In-network MLTCP (docs/in-network.md): ``spec["progress"]`` = {"policy": {...}, "ports":
+    [[port, base ECN threshold or None], ...]} from switch_tables; absent: off."""
+    pr = spec.get("progress")
+    if not pr:
+        return
+    from mltcp.progress_policy import from_table
+    t = dict(pr["policy"])
+    pol = from_table(t.pop("name"), t)
+    for port, k in pr["ports"]:
+        conn.set_progress_policy(int(port), pol, None if k is None else int(k))
+
+
+def port_stats(path: str) -> dict[int, dict]:
+    """The per-port statistics mltcp-switch wrote to ``--stats-file`` when it stopped ({} if it
+    wrote none)."""
     try:
         with open(path) as fh:
-            lines = [l for l in fh if "port stats" in l]
-    except OSError:
-        return {}
-    if not lines:
-        return {}
-    try:
-        return ast.literal_eval(lines[-1].split("port stats", 1)[1].strip())
-    except (ValueError, SyntaxError):
+            return {int(port): st for port, st in json.load(fh).items()}
+    except (OSError, ValueError):
         return {}
 
 
 def collect_stats(switches, bottleneck_ports: dict[str, set[int]]) -> tuple[int, int]:
-    """(queue drops, ECN marks) on the bottleneck ports, from the stopped switches' logs; removes
-    the log files."""
+    """(queue drops, ECN marks) on the bottleneck ports, from the stopped switches' stats files
+    ([(switch name, stats file)]); removes them and the switches' logs beside them."""
     drops = marks = 0
-    for name, log in switches:
-        st = port_stats_from_log(log)
+    for name, path in switches:
+        st = port_stats(path)
         for port in bottleneck_ports.get(name, set()):
             drops += int(st.get(port, {}).get("dropped", 0))
             marks += int(st.get(port, {}).get("ecn_marked", 0))
-        try:
-            os.unlink(log)
-        except OSError:
-            pass
+        for f in (path, path.rsplit(".stats.json", 1)[0] + ".log"):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
     return drops, marks
 
 

@@ -28,7 +28,10 @@ Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
 """
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
+import zlib
 from collections import deque
 from dataclasses import dataclass
 
@@ -152,6 +155,7 @@ class EmuTopo(Topo):
         self.host_ip: dict[str, str] = {}          # name -> "a.b.c.d/len"
         self.host_router: dict[str, str] = {}      # routed topologies: host -> its router
         self.host_gw: dict[str, str] = {}          # routed topologies: host -> its gateway address
+        self.host_mac: dict[str, str] = {}         # fixed, so a P4 switch can program itself in start()
         self.switch_cls = switch_cls or (_PrefixBridge if self.layer2 else Router)
         self.make(**kw)
 
@@ -163,14 +167,18 @@ class EmuTopo(Topo):
         return self.prefix + short
 
     def add_sw(self, short: str) -> str:
-        return self.addSwitch(self.name(short), cls=self.switch_cls)
+        # the topology travels with the switch: a P4 switch class computes its tables from it
+        return self.addSwitch(self.name(short), cls=self.switch_cls, topo=self)
 
     def add_host(self, short: str, ip: str, gw: str | None = None) -> str:
-        opts = {"ip": ip}
+        h = zlib.crc32((self.prefix + short).encode())
+        mac = "02:4d:%02x:%02x:%02x:%02x" % ((h >> 24) & 255, (h >> 16) & 255, (h >> 8) & 255, h & 255)
+        opts = {"ip": ip, "mac": mac}
         if gw:
             opts["defaultRoute"] = f"via {gw}"
         n = self.addHost(self.name(short), **opts)
         self.host_ip[n] = ip
+        self.host_mac[n] = mac
         if gw:
             self.host_gw[n] = gw
         return n
@@ -183,6 +191,13 @@ class EmuTopo(Topo):
             self.link_params[frozenset((a, b))] = params.validate(f"link {a}-{b}")
         if bottleneck:
             self.bottlenecks.append((a, b))
+
+    def set_shaper(self, shaper: str) -> None:
+        """Who applies the links' options (see :class:`ShapedIntf`): tc on the interfaces
+        (``htb``, ``linux-tc``) or the switches on their ports (``switch``, ``bmv2``). Set
+        before the net is built."""
+        for *_ends, info in self.links(withInfo=True):
+            info["shaper"] = shaper
 
     def ip_of(self, host: str) -> str:
         return self.host_ip[host].split("/")[0]
@@ -373,23 +388,29 @@ def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
 
 
 class ShapedIntf(Intf):
-    """A TCIntf-style interface: its ``config(bw=, delay=, max_queue_size=, ecn_threshold=)``
-    shapes its egress with :func:`tc_commands`, as link mode ``linux-tc`` (htb + RED + netem)
-    where this kernel has netem and red, else as ``htb`` (rate and drop-tail buffer; a delay or
-    ECN threshold it cannot apply is reported on stderr, never silently dropped)."""
+    """A TCIntf-style interface: its ``config(bw=, delay=, max_queue_size=, ecn_threshold=,
+    shaper=)`` keeps the link's options as :attr:`link_params` and applies them per ``shaper``:
+    ``htb`` / ``linux-tc`` shape its egress with :func:`tc_commands`; ``switch`` / ``bmv2`` leave
+    it to the P4 switch on the link's end, which shapes its own port from :attr:`link_params`.
+    Without a shaper (``mn --custom``): ``linux-tc`` where this kernel has netem and red, else
+    ``htb`` (rate and drop-tail buffer; a delay or ECN threshold it cannot apply is reported on
+    stderr, never silently dropped)."""
 
-    def config(self, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, **params):
+    link_params = LinkParams()
+
+    def config(self, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, shaper=None, **params):
         result = super().config(**params)
         p = LinkParams.from_link_opts(bw, delay, max_queue_size, ecn_threshold)
-        if p == LinkParams():
+        self.link_params = p
+        if p == LinkParams() or shaper in ("switch", "bmv2"):
             return result
-        mode = "linux-tc" if qdisc_available("netem") and qdisc_available("red") else "htb"
-        if mode == "htb" and (p.delay_ms > 0 or p.ecn_threshold_pkts is not None):
-            import sys
-            print(f"*** {self.name}: this kernel has no netem/red: delay and ECN not applied "
-                  "(rate and buffer are); use mltcp emulate --link-mode switch for them", file=sys.stderr)
-        for cmd in tc_commands(self.name, p, mode):
-            _run(self.node, cmd)
+        if shaper is None:
+            shaper = "linux-tc" if qdisc_available("netem") and qdisc_available("red") else "htb"
+            if shaper == "htb" and (p.delay_ms > 0 or p.ecn_threshold_pkts is not None):
+                print(f"*** {self.name}: this kernel has no netem/red: delay and ECN not applied "
+                      "(rate and buffer are); use mltcp emulate --link-mode switch for them", file=sys.stderr)
+        for cmd in tc_commands(self.name, p, shaper):
+            run_checked(self.node, cmd)
         return result
 
 
@@ -447,22 +468,19 @@ def qdisc_available(kind: str) -> bool:
         subprocess.run(["ip", "link", "del", dev + "a"], capture_output=True, check=False)
 
 
-def _run(node, cmd: list[str]) -> None:
-    out = node.cmd(" ".join(cmd) + " 2>&1; echo rc=$?")
-    if not out.rstrip().endswith("rc=0"):
-        raise TopologyError(f"{node.name}: '{' '.join(cmd)}' failed: {out.strip()}")
+def run_checked(node, argv: list[str]) -> str:
+    """Run ``argv`` in ``node`` (Mininet's ``Node.pexec``); :class:`TopologyError` naming the node
+    and the command if it fails. Returns its output."""
+    out, err, rc = node.pexec(*argv)
+    if rc != 0:
+        raise TopologyError(f"{node.name}: '{' '.join(argv)}' failed (exit {rc}): {(err or out).strip()}")
+    return out
 
 
-def apply_link_params(net: Mininet, topo: EmuTopo, mode: str) -> None:
-    """Shape both ends of every link that has parameters (tc modes)."""
-    for link in net.links:
-        key = frozenset((link.intf1.node.name, link.intf2.node.name))
-        p = topo.link_params.get(key)
-        if p is None:
-            continue
-        for intf in (link.intf1, link.intf2):
-            for cmd in tc_commands(intf.name, p, mode):
-                _run(intf.node, cmd)
+def peer_intf(intf):
+    """The interface at the other end of ``intf``'s link."""
+    link = intf.link
+    return link.intf2 if link.intf1 is intf else link.intf1
 
 
 def configure_routing(net: Mininet, topo: EmuTopo) -> None:
@@ -490,12 +508,12 @@ def configure_routing(net: Mininet, topo: EmuTopo) -> None:
             subnet = topo.ip_of(h).rsplit(".", 1)[0] + ".0/24"
             hops = topo.next_hops_to_host(r, h)
             if len(hops) == 1:
-                _run(node, ["ip", "route", "replace", subnet, "via", peer_ip[(r, hops[0])]])
+                run_checked(node, ["ip", "route", "replace", subnet, "via", peer_ip[(r, hops[0])]])
             else:
                 nh = []
                 for n in hops:
                     nh += ["nexthop", "via", peer_ip[(r, n)]]
-                _run(node, ["ip", "route", "replace", subnet, *nh])
+                run_checked(node, ["ip", "route", "replace", subnet, *nh])
 
 
 def disable_offloads(net: Mininet) -> None:
@@ -521,7 +539,6 @@ def qdisc_drops(intf) -> int:
     """Packets dropped by the qdiscs on ``intf`` (sum over the hierarchy's leaves, from tc -s)."""
     out = intf.node.cmd(f"tc -s qdisc show dev {intf.name}")
     total = 0
-    import re
     for block in re.split(r"\n(?=qdisc )", out):
         head = block.split("\n", 1)[0]
         if head.startswith("qdisc htb") and "parent" not in head:

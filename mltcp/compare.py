@@ -21,7 +21,9 @@ def link_sharing(sc: Scenario) -> dict[str, set[str]]:
 def side(sc: Scenario, cc: str, records: list[IterationRecord], drops: float, marks: float) -> dict:
     s = metrics.summary(records, sc.warmup_iterations)
     return {"cc": cc, **s, "drops": round(float(drops), 1), "ecn_marks": round(float(marks), 1),
-            "converged_at_iteration": metrics.converged_at(records, link_sharing(sc))}
+            "converged_at_iteration": metrics.converged_at(records, link_sharing(sc)),
+            "interleaved_at_iteration": metrics.interleaved_at(records, link_sharing(sc)),
+            "per_job_avg_iter_s": metrics.per_job_avg(records, sc.warmup_iterations)}
 
 
 def ideal_iter_s(sc: Scenario) -> float:

@@ -117,3 +117,33 @@ def reform_after_stragglers(records: list[IterationRecord], compute_s: dict[str,
                 continue                      # another straggler came first: not this one's count
             out.append(m)
     return out
+
+
+def per_job_avg(records: list[IterationRecord], warmup: int) -> dict[str, float]:
+    """Average steady-state iteration time per job."""
+    out: dict[str, list[float]] = {}
+    for r in steady(records, warmup):
+        out.setdefault(r.job, []).append(r.duration)
+    return {k: sum(v) / len(v) for k, v in out.items()}
+
+
+LOOSE_OVERLAP = 0.2  # interleaved_at: the loose overlap threshold (docs/design.md, Emulation)
+
+
+def interleaved_at(records: list[IterationRecord], shares=None, threshold: float = LOOSE_OVERLAP,
+                   ok_fraction: float = 0.85, min_tail: int = 5) -> int | None:
+    """First iteration i whose overlap (the largest over the jobs, mltcp.overlap_fractions)
+    is below ``threshold`` and from which at least ``ok_fraction`` of the iterations are (at least
+    ``min_tail`` of them): interleaving that one late hiccup of a real host does not undo."""
+    ov = overlap_fractions(records, shares)
+    worst: dict[int, float] = {}
+    for (_, it), f in ov.items():
+        worst[it] = max(worst.get(it, 0.0), f)
+    its = sorted(worst)
+    for k, it in enumerate(its):
+        tail = its[k:]
+        if len(tail) < min_tail or worst[it] >= threshold:
+            continue
+        if sum(worst[t] < threshold for t in tail) >= ok_fraction * len(tail):
+            return it
+    return None

@@ -28,7 +28,6 @@ from mltcp import offloads
 from .runtime import free_tcp_port, stop_switch, switch_command, wait_grpc
 
 
-
 _handed_out: set[int] = set()
 
 
