@@ -244,3 +244,112 @@ def test_tx_start_restart_after_idle_and_cubic_epoch_shift():
     st.cwnd[:] = 12 * MSS
     cc.cwnd_event(st, TX_START, 9.0, idle=5.0, rto=0.2)            # never below the initial window
     assert st.cwnd[0] == 10 * MSS
+
+
+# ---- CUBIC slow-start exit: HyStart (Linux / ns-3) and HyStart++ (RFC 9406) ----------------------
+
+def _ss_ack(cc, st, nbytes, rtt, now):
+    cc.on_ack(st, np.array([float(nbytes)]), np.array([rtt]), now)
+
+
+def test_hystart_ack_train_ends_slow_start_at_train_fraction_of_min_rtt():
+    for train in (0.5, 1.0):
+        cc = Cubic(hystart_train=train)
+        st = cc.new_state(1, mss=MSS)
+        st.cwnd[:] = 100 * MSS                        # one round = 100 ACKs = 2 ms of train
+        t, dmin = 1.0, 400e-6
+        _ss_ack(cc, st, MSS, dmin, t)                 # starts the round (train start)
+        while st.ssthresh[0] == np.inf:
+            t += 20e-6                                # ACKs 20 us apart: one train
+            _ss_ack(cc, st, MSS, dmin, t)
+            assert t < 1.01
+        assert st.ca.hs_found[0] == 1.0 and 0 <= st.cwnd[0] - st.ssthresh[0] < 0.1 * MSS   # exit: ssthresh = cwnd
+        assert t - 1.0 == pytest.approx(train * dmin, abs=21e-6)
+        before = st.cwnd[0]
+        _ss_ack(cc, st, MSS, dmin, t + 20e-6)         # avoidance now: far less than one MSS per ACK
+        assert st.cwnd[0] - before < 0.5 * MSS
+
+
+def test_hystart_delay_rule_and_low_window():
+    def run(rtts, cwnd_seg=20):
+        """First ACK: min RTT 1 ms; then ACKs 3 ms apart (no train), the second one ending the round."""
+        cc = Cubic()
+        st = cc.new_state(1, mss=MSS)
+        st.cwnd[:] = cwnd_seg * MSS
+        _ss_ack(cc, st, 1, 1e-3, 1.0)
+        _ss_ack(cc, st, cwnd_seg * MSS, rtts[0], 1.003)      # the first round is acknowledged
+        for n, r in enumerate(rtts[1:]):
+            _ss_ack(cc, st, 1, r, 1.006 + 3e-3 * n)
+        return st
+    st = run([50e-3] * 12, cwnd_seg=6)                       # below 16 segments: no exit however late
+    assert st.ssthresh[0] == np.inf
+    st = run([4.9e-3] * 12)                                  # threshold clamp(1 ms / 8) = 4 ms: 4.9 < 5
+    assert st.ssthresh[0] == np.inf
+    st = run([5.5e-3] * 7)                                   # 7 samples: not yet
+    assert st.ssthresh[0] == np.inf
+    st = run([5.5e-3] * 9)                                   # 8 samples over 1 + 4 ms: exit
+    assert 0 <= st.cwnd[0] - st.ssthresh[0] < 0.1 * MSS and st.ca.hs_found[0] == 1.0
+
+
+def test_hystart_off_is_plain_slow_start_and_timeout_rearms():
+    cc = Cubic(hystart=0)
+    st = cc.new_state(1, mss=MSS)
+    st.cwnd[:] = 20 * MSS
+    for n in range(100):
+        _ss_ack(cc, st, MSS, 400e-6, 1.0 + 20e-6 * n)
+    assert st.ssthresh[0] == np.inf and st.cwnd[0] == 120 * MSS
+    cc = Cubic()
+    st = cc.new_state(1, mss=MSS)
+    st.cwnd[:] = 20 * MSS
+    for n in range(40):
+        _ss_ack(cc, st, MSS, 400e-6, 1.0 + 20e-6 * n)
+    assert st.ca.hs_found[0] == 1.0
+    cc.on_timeout(st, np.array([True]), 2.0)
+    assert st.ca.hs_found[0] == 0.0 and st.ca.delay_min[0] == 0.0   # HyStart runs again after an RTO
+    with pytest.raises(ValueError, match="hystart"):
+        Cubic(hystart=3)
+
+
+def test_hystart_plus_plus_conservative_slow_start_then_avoidance():
+    cc = Cubic(hystart=2)
+    st = cc.new_state(1, mss=MSS)
+    st.cwnd[:] = 20 * MSS
+    t = 1.0
+
+    def round_of(rtt, n=10):
+        nonlocal t
+        end = st.ca.hs_end[0]
+        while st.ca.hs_acked[0] < end or st.ca.hs_acked[0] == 0.0:
+            t += 1e-3
+            _ss_ack(cc, st, MSS, rtt, t)
+        for _ in range(n - 1):                        # the rest of the round's samples
+            if st.ca.hs_acked[0] + MSS >= st.ca.hs_end[0]:
+                break
+            t += 1e-3
+            _ss_ack(cc, st, MSS, rtt, t)
+
+    round_of(1e-3)
+    round_of(1e-3)
+    assert st.ca.hs_css[0] == -1.0 and st.ssthresh[0] == np.inf
+    round_of(6e-3)                                    # >= 1 ms + 4 ms over the last round: CSS
+    assert st.ca.hs_css[0] >= 0.0 and st.ca.hs_css_base[0] == pytest.approx(6e-3)
+    before = st.cwnd[0]
+    t += 1e-3
+    _ss_ack(cc, st, 4 * MSS, 6e-3, t)
+    assert st.cwnd[0] - before == pytest.approx(MSS)  # growth divided by 4
+    for _ in range(6):
+        round_of(6e-3)
+        if st.ssthresh[0] != np.inf:
+            break
+    assert 0 <= st.cwnd[0] - st.ssthresh[0] < 0.1 * MSS and st.ca.hs_found[0] == 1.0   # CSS_ROUNDS in CSS, then avoidance
+    # a spurious delay increase: the RTT falls below the baseline in CSS -> back to slow start
+    cc = Cubic(hystart=2)
+    st = cc.new_state(1, mss=MSS)
+    st.cwnd[:] = 20 * MSS
+    t = 1.0
+    round_of(1e-3)
+    round_of(6e-3)
+    assert st.ca.hs_css[0] >= 0.0
+    t += 1e-3
+    _ss_ack(cc, st, MSS, 2e-3, t)
+    assert st.ca.hs_css[0] == -1.0 and st.ssthresh[0] == np.inf

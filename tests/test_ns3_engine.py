@@ -57,6 +57,16 @@ def test_unsupported_algorithms_and_parameters_are_named():
     sc.cc_params["reno"] = {"beta": 0.3}
     with pytest.raises(ScenarioError, match=r"cc_params\.reno\.beta"):
         ns3_engine.check(sc, "reno")
+    sc.cc_params["reno"] = {}
+    sc.cc_params["cubic"] = {"hystart": 2}
+    with pytest.raises(ScenarioError, match=r"cc_params\.cubic\.hystart.*HyStart\+\+"):
+        ns3_engine.check(sc, "cubic")
+    sc.cc_params["cubic"] = {"hystart_train": 0.5}
+    with pytest.raises(ScenarioError, match=r"cc_params\.cubic\.hystart_train"):
+        ns3_engine.check(sc, "mltcp-cubic")
+    ns3_engine.check(sc, "reno")                       # CUBIC settings do not concern Reno
+    sc.cc_params["cubic"] = {"hystart": 0, "hystart_train": 1.0}
+    ns3_engine.check(sc, "cubic")
 
 
 def test_ratios_are_fast_over_ns3_per_iteration():

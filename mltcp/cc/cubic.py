@@ -1,6 +1,16 @@
-"""CUBIC (RFC 9438): window W(t) = C (t - K)^3 + W_max, with the Reno-friendly region.
+"""CUBIC (RFC 9438): window W(t) = C (t - K)^3 + W_max, with the Reno-friendly region, and
+hybrid slow start to leave slow start before the buffer overflows.
 
-Windows are tracked in segments internally (as the RFC writes them) and exposed in bytes."""
+Windows are tracked in segments internally (as the RFC writes them) and exposed in bytes.
+
+Slow-start exit (``hystart``): 1 = HyStart as Linux ``tcp_cubic`` and ns-3 ``TcpCubic`` run it
+(default): from 16 segments on, slow start ends (ssthresh = cwnd) when a round's ACK train lasts
+longer than ``hystart_train`` x the minimum RTT (Linux 0.5 without pacing, ns-3 1.0), or when the
+round's minimum RTT (after 8 samples) exceeds the minimum RTT by clamp(min RTT / 8, 4 ms, 16 ms);
+it runs once per connection and again after a retransmission timeout. 2 = HyStart++ (RFC 9406):
+the delay rule against the previous round's minimum, then conservative slow start (growth / 4)
+for 5 rounds before avoidance, back to slow start if the RTT falls below the baseline. 0 = off.
+A round ends when a window's worth of bytes (the cwnd at its start) has been acknowledged."""
 from __future__ import annotations
 
 import math
@@ -8,25 +18,112 @@ import math
 import numpy as np
 from numba import njit
 
-from .base import CWND, CaState, CongestionOps, Param, reduce_to, slow_start, timeout_to
+from .base import CWND, SSTHRESH, CaState, CongestionOps, Param, reduce_to, slow_start, timeout_to
 
-C, BETA, FAST_CONVERGENCE = 0, 1, 2                   # parameter vector
-W_MAX, W_LAST_MAX, EPOCH, K, W_EST, RTT = range(6)    # CubicState columns
+C, BETA, FAST_CONVERGENCE, HYSTART, HYSTART_TRAIN = range(5)     # parameter vector
+W_MAX, W_LAST_MAX, EPOCH, K, W_EST, RTT = range(6)                 # CubicState columns
+(DELAY_MIN, HS_FOUND, HS_ACKED, HS_END, HS_ROUND_T, HS_LAST_ACK, HS_CUR_RTT, HS_LAST_RTT,
+ HS_SAMPLES, HS_CSS, HS_CSS_BASE) = range(6, 17)
+
+HS_OFF, HS_LINUX, HS_PLUS = 0, 1, 2
+HS_LOW_WINDOW = 16           # segments (Linux hystart_low_window, ns-3 HyStartLowWindow)
+HS_MIN_SAMPLES = 8           # Linux HYSTART_MIN_SAMPLES, RFC 9406 N_RTT_SAMPLE
+HS_ACK_DELTA = 2e-3          # ACKs closer than this form a train (Linux hystart_ack_delta_us)
+HS_DELAY_LO, HS_DELAY_HI = 4e-3, 16e-3    # clamp of the delay threshold (RFC 9406 MIN/MAX_RTT_THRESH)
+CSS_GROWTH_DIVISOR, CSS_ROUNDS = 4.0, 5   # RFC 9406 conservative slow start
 
 
 class CubicState(CaState):
-    fields = ("w_max", "w_last_max", "epoch", "k", "w_est", "rtt")
+    fields = ("w_max", "w_last_max", "epoch", "k", "w_est", "rtt",
+              "delay_min", "hs_found", "hs_acked", "hs_end", "hs_round_t", "hs_last_ack",
+              "hs_cur_rtt", "hs_last_rtt", "hs_samples", "hs_css", "hs_css_base")
+
+
+@njit(cache=True)
+def hystart_reset(ca, i):
+    """Forget the slow-start exit (connection start, retransmission timeout: Linux bictcp_reset)."""
+    ca[i, DELAY_MIN] = 0.0
+    ca[i, HS_FOUND] = 0.0
+    ca[i, HS_ACKED] = 0.0
+    ca[i, HS_END] = 0.0           # the first ACK starts a round
+    ca[i, HS_CUR_RTT] = np.inf
+    ca[i, HS_LAST_RTT] = np.inf
+    ca[i, HS_SAMPLES] = 0.0
+    ca[i, HS_CSS] = -1.0          # not in conservative slow start
 
 
 @njit(cache=True)
 def init(p, tcp, ca, i, now):
     ca[i, :] = 0.0
     ca[i, EPOCH] = np.nan        # no congestion-avoidance epoch yet
+    hystart_reset(ca, i)
 
 
 @njit(cache=True)
 def pkts_acked(p, tcp, ca, i, acked, rtt, now):
     ca[i, RTT] = rtt
+    if rtt > 0.0 and (ca[i, DELAY_MIN] == 0.0 or rtt < ca[i, DELAY_MIN]):
+        ca[i, DELAY_MIN] = rtt
+
+
+@njit(cache=True)
+def _leave_slow_start(tcp, ca, i):
+    ca[i, HS_FOUND] = 1.0
+    ca[i, HS_CSS] = -1.0
+    tcp[i, SSTHRESH] = tcp[i, CWND]
+
+
+@njit(cache=True)
+def hystart_update(p, tcp, ca, i, acked, now, mss):
+    """One ACK (batch) in slow start: round bookkeeping and the exit rules. Returns the factor
+    slow-start growth is scaled by (1, or 1/4 in HyStart++'s conservative slow start)."""
+    mode = p[HYSTART]
+    if mode == HS_OFF or ca[i, HS_FOUND] != 0.0:
+        return 1.0
+    cwnd = tcp[i, CWND]
+    rtt = ca[i, RTT]
+    ca[i, HS_ACKED] += acked
+    if ca[i, HS_ACKED] >= ca[i, HS_END]:          # a new round: the last one's window is acknowledged
+        ca[i, HS_END] = ca[i, HS_ACKED] + cwnd
+        ca[i, HS_ROUND_T] = now
+        ca[i, HS_LAST_ACK] = now
+        ca[i, HS_LAST_RTT] = ca[i, HS_CUR_RTT]
+        ca[i, HS_CUR_RTT] = np.inf
+        ca[i, HS_SAMPLES] = 0.0
+        if ca[i, HS_CSS] >= 0.0:
+            ca[i, HS_CSS] += 1.0
+            if ca[i, HS_CSS] >= CSS_ROUNDS:       # RFC 9406: CSS_ROUNDS in CSS, then avoidance
+                _leave_slow_start(tcp, ca, i)
+                return 1.0
+    if rtt > 0.0:
+        ca[i, HS_CUR_RTT] = min(ca[i, HS_CUR_RTT], rtt)
+        ca[i, HS_SAMPLES] += 1.0
+    if cwnd < HS_LOW_WINDOW * mss:
+        return 1.0
+    if mode == HS_LINUX:
+        if now - ca[i, HS_LAST_ACK] <= HS_ACK_DELTA:      # the ACK train goes on
+            ca[i, HS_LAST_ACK] = now
+            if now - ca[i, HS_ROUND_T] > p[HYSTART_TRAIN] * ca[i, DELAY_MIN]:
+                _leave_slow_start(tcp, ca, i)
+                return 1.0
+        dmin = ca[i, DELAY_MIN]
+        if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and \
+                ca[i, HS_CUR_RTT] > dmin + min(max(dmin / 8.0, HS_DELAY_LO), HS_DELAY_HI):
+            _leave_slow_start(tcp, ca, i)
+        return 1.0
+    # HyStart++ (RFC 9406 4.2)
+    if ca[i, HS_CSS] >= 0.0:
+        if ca[i, HS_CUR_RTT] < ca[i, HS_CSS_BASE]:        # the delay increase was spurious
+            ca[i, HS_CSS] = -1.0
+            return 1.0
+        return 1.0 / CSS_GROWTH_DIVISOR
+    last = ca[i, HS_LAST_RTT]
+    if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and ca[i, HS_CUR_RTT] < np.inf and last < np.inf and \
+            ca[i, HS_CUR_RTT] >= last + min(max(last / 8.0, HS_DELAY_LO), HS_DELAY_HI):
+        ca[i, HS_CSS] = 0.0
+        ca[i, HS_CSS_BASE] = ca[i, HS_CUR_RTT]
+        return 1.0 / CSS_GROWTH_DIVISOR
+    return 1.0
 
 
 @njit(cache=True)
@@ -42,7 +139,11 @@ def w_cubic(p, ca, i, t):
 
 @njit(cache=True)
 def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
-    left = slow_start(tcp, i, acked)
+    if tcp[i, CWND] < tcp[i, SSTHRESH]:
+        f = hystart_update(p, tcp, ca, i, acked, now, mss)
+        left = slow_start(tcp, i, acked * f) / f
+    else:
+        left = acked
     if left <= 0.0:
         return
     seg = tcp[i, CWND] / mss
@@ -52,7 +153,7 @@ def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
         ca[i, K] = k_of(p, ca[i, W_MAX], seg)
         ca[i, W_EST] = seg
         ca[i, EPOCH] = now
-    t = now - ca[i, EPOCH] + ca[i, RTT]
+    t = now - ca[i, EPOCH] + (ca[i, DELAY_MIN] if ca[i, DELAY_MIN] > 0.0 else ca[i, RTT])  # Linux: + delay_min
     target = min(max(w_cubic(p, ca, i, t), seg), 1.5 * seg)
     acked_seg = left / mss
     cubic_inc = gain * (target - seg) / seg * acked_seg
@@ -80,6 +181,7 @@ def on_congestion(p, tcp, ca, i, ecn, now, dscale, mss):
 
 @njit(cache=True)
 def on_timeout(p, tcp, ca, i, now, dscale, mss):
+    hystart_reset(ca, i)          # Linux: CA_Loss resets CUBIC and HyStart (slow start probes again)
     ca[i, EPOCH] = np.nan
     ca[i, W_MAX] = tcp[i, CWND] / mss
     timeout_to(tcp, i, ssthresh(p, tcp, ca, i, dscale), mss)
@@ -100,13 +202,17 @@ class Cubic(CongestionOps):
     c = Param(0.4, "segments/s^3", "cubic growth constant C")
     beta = Param(0.7, "1", "window kept after a reduction (beta_cubic)")
     fast_convergence = Param(True, "bool", "lower W_max when a flow loses before regaining it (RFC 9438 4.7)")
+    hystart = Param(1, "mode", "slow-start exit: 0 off, 1 HyStart (Linux, ns-3), 2 HyStart++ (RFC 9406)")
+    hystart_train = Param(0.5, "min RTT", "HyStart ACK-train length that ends slow start (Linux 0.5, ns-3 1.0)")
 
     k_init, k_pkts_acked, k_cong_avoid = staticmethod(init), staticmethod(pkts_acked), staticmethod(cong_avoid)
     k_ssthresh, k_on_congestion, k_on_timeout = staticmethod(ssthresh), staticmethod(on_congestion), staticmethod(on_timeout)
     k_cwnd_event = staticmethod(cwnd_event)
 
     def kernel_params(self):
-        return [self.c, self.beta, float(self.fast_convergence)]
+        if self.hystart not in (HS_OFF, HS_LINUX, HS_PLUS):
+            raise ValueError(f"cubic: hystart must be 0 (off), 1 (HyStart) or 2 (HyStart++), got {self.hystart!r}")
+        return [self.c, self.beta, float(self.fast_convergence), float(self.hystart), float(self.hystart_train)]
 
     @property
     def alpha(self) -> float:

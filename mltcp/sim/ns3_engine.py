@@ -96,6 +96,12 @@ def check(sc: Scenario, cc_name: str) -> None:
     reno = sc.cc_params.get("reno", {})
     if "beta" in reno and float(reno["beta"]) != 0.5:
         raise ScenarioError(sc.source, "cc_params.reno.beta", "ns-3's TcpNewReno halves its window: only 0.5 is supported by the ns-3 engine")
+    cub = sc.cc_params.get("cubic", {})
+    if "cubic" in cc_name and cub.get("hystart", 1) not in (0, 1):
+        raise ScenarioError(sc.source, "cc_params.cubic.hystart", "ns-3's TcpCubic has HyStart (1) or none (0), not HyStart++ (2)")
+    if "cubic" in cc_name and "hystart_train" in cub and float(cub["hystart_train"]) != 1.0:
+        raise ScenarioError(sc.source, "cc_params.cubic.hystart_train",
+                            "ns-3's TcpCubic ends slow start at an ACK train of one minimum RTT: only 1.0 is supported by the ns-3 engine")
     for j in sc.jobs:
         if j.flow_bytes() >= 2**31:
             raise ScenarioError(sc.source, f"jobs.{j.name}.bytes", "more than 2 GB per flow and iteration is not supported by the ns-3 engine")
@@ -166,7 +172,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     if ecn_links:
         sd("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
     cub = sc.cc_params.get("cubic", {})
-    sd("ns3::TcpCubic::HyStart", ns.BooleanValue(opt.hystart))
+    sd("ns3::TcpCubic::HyStart", ns.BooleanValue(opt.hystart and cub.get("hystart", 1) != 0))
     if "c" in cub:
         sd("ns3::TcpCubic::C", ns.DoubleValue(float(cub["c"])))
     if "beta" in cub:
