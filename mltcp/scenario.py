@@ -674,7 +674,7 @@ def _check_size(src: str, jobs: list[Job], origin: list[int], links: dict[str, L
 def _hook_params(src, mr) -> dict[str, Any]:
     """``[mltcp]``: the keys, units and checks are the MLTCP hook's :class:`mltcp.cc.Param`
     declarations (:func:`mltcp.cc.mltcp.hook_fields`); a DCQCN-only key is ignored by Reno/CUBIC."""
-    from .cc.mltcp import MLTCPHook, hook_fields
+    from .cc.mltcp import hook_fields
     fields = hook_fields()
     out: dict[str, Any] = {}
     for k in list(mr.t):
@@ -687,7 +687,7 @@ def _hook_params(src, mr) -> dict[str, Any]:
             if prm.kind is float and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise ValueError(f"must be a number (got {v!r})")
             val = float(v) * prm.scale if prm.kind is float else prm.from_scenario(v)
-            msg = MLTCPHook.check(prm.name, val) or ("must be > 0" if prm.name == "min_idle" and not val > 0 else "")
+            msg = prm.refuse(val)
             if msg:
                 raise ValueError(msg)
         except ValueError as e:

@@ -128,3 +128,14 @@ def test_simulator_runs_the_named_configurations(tmp_path):
     trigger = "idle_fraction = 0.01\nmin_idle_ms = 0.02\n"
     assert run('boundary = "mark"\n') == ref
     assert run(trigger + 'boundary = "mark"\n') == ref != run(trigger)
+
+
+@pytest.mark.parametrize("kw, msg", [({"slope": -1.0}, "slope must be in [0, 1000]"),
+                                     ({"intercept": 0.0}, "intercept must be in (0, 1000]"),
+                                     ({"min_idle": 0.0}, "min_idle must be in (0, inf]"),
+                                     ({"history": 0}, "history must be in [1, 64]"),
+                                     ({"decrease_at_end": 1.0}, "decrease_at_end must be in (0, 1)")])
+def test_constructor_refuses_values_outside_the_declared_bounds(kw, msg):
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        MLTCPReno(**kw)
+    MLTCPReno(**{k: (0.5 if isinstance(v, float) else 3) for k, v in kw.items()})   # in bounds: accepted

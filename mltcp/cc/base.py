@@ -55,6 +55,16 @@ class Param:
     in_scenario: bool = True        # False: set by the caller (e.g. DCQCN's line rate), not by a file
     name: str = ""
     choices: tuple = ()             # a str parameter's allowed values
+    bounds: str = ""                # a number's allowed interval, e.g. "(0, 1]" or "[1, 64]"
+
+    def refuse(self, v: Any) -> str:
+        """Why ``v`` (attribute units) is outside ``bounds`` ('' = fine)."""
+        if not self.bounds or isinstance(v, (str, bool)):
+            return ""
+        lo, hi = (float(x) for x in self.bounds[1:-1].split(","))
+        ok_lo = v > lo if self.bounds[0] == "(" else v >= lo
+        ok_hi = v < hi if self.bounds[-1] == ")" else v <= hi
+        return "" if ok_lo and ok_hi else f"must be in {self.bounds}"
 
     @property
     def kind(self) -> type:
@@ -198,6 +208,8 @@ class CongestionOps:
             raise TypeError(f"{self.name}: unknown parameter {unknown[0]!r} (known: {', '.join(self.params)})")
         for k, prm in self.params.items():
             setattr(self, k, kw.get(k, prm.default))
+            if prm.refuse(getattr(self, k)):
+                raise ValueError(f"{self.name}: {k} {prm.refuse(getattr(self, k))}")
         self.p = np.asarray(self.kernel_params(), dtype=float)
 
     def kernel_params(self) -> list[float]:

@@ -83,64 +83,14 @@ class Shaped:
         return out.reshape(r.shape) if r.ndim else float(out[0])
 
 
-class MLTCPHook:
-    """Mixed in before a base algorithm; everything else is the base algorithm unchanged."""
-    slope = Param(4.0, "1", "F(r) = slope * r + intercept")
-    intercept = Param(0.25, "1", "F(0): the gain at the start of an iteration")
-    shape = Param("linear", "", "F's shape: linear, capped (min(cap, linear)), convex (slope r^exponent + intercept)",
-                  choices=SHAPES)
-    cap = Param(math.inf, "1", "the capped shape's ceiling")
-    exponent = Param(2.0, "1", "the convex shape's power")
-    scale_decrease = Param(False, "bool", "also scale the decrease (decrease_at_start .. decrease_at_end)")
-    decrease_at_start = Param(0.8, "1", "fraction of the window removed at r = 0 (Reno terms)")
-    decrease_at_end = Param(0.2, "1", "fraction of the window removed at r = 1 (Reno terms)")
-    idle_fraction = Param(0.9, "1", "an idle gap over this x the last compute gap starts an iteration")
-    min_idle = Param(1e-3, "s", "shortest idle gap that starts an iteration", key="min_idle_ms", scale=1e-3, key_unit="ms")
-    boundary = Param("idle", "", "iteration boundary: idle (gap rule) or mark (the framework marks each start)",
-                     choices=BOUNDARIES)
-    history = Param(3, "1", "bytes per iteration = median of the last `history` iterations")
-    idle_gap = Param("last", "", "the idle rule's reference gap: last (the last boundary gap) or min2 (the shorter "
-                     "of the last two: a straggler's long gap does not hide the next boundary)", choices=GAP_RULES)
-
-    def __init__(self, aggressiveness: Callable | None = None, **kwargs):
-        super().__init__(**kwargs)
-        for name, v in self.hook_values().items():
-            msg = self.check(name, v)
-            if msg:
-                raise ValueError(f"{self.name}: {name} {msg}")
-        self.F = aggressiveness or (Linear(self.slope, self.intercept) if self.shape == "linear"
-                                    else Shaped(self.hook_vector()))
-
-    def hook_values(self) -> dict:
-        return {k: getattr(self, k) for k in vars(MLTCPHook) if isinstance(vars(MLTCPHook)[k], Param)}
-
-    @staticmethod
-    def check(name: str, v) -> str:
-        """Why a hook value is refused ('' = fine); the scenario loader uses it too."""
-        if name in ("slope",) and not 0 <= v <= 1000:
-            return "must be in [0, 1000]"
-        if name in ("intercept", "exponent") and not 0 < v <= 1000:
-            return "must be in (0, 1000]"
-        if name == "cap" and not v > 0:
-            return "must be > 0"
-        if name in ("decrease_at_start", "decrease_at_end") and not 0 < v < 1:
-            return "must be in (0, 1)"
-        if name == "idle_fraction" and not 0 < v <= 1:
-            return "must be in (0, 1]"
-        if name == "history" and not 1 <= v <= 64:
-            return "must be in [1, 64]"
-        return ""
-
-    def hook_vector(self) -> np.ndarray:
-        mp = np.zeros(HOOK_LEN)
-        mp[[SLOPE, INTERCEPT, CAP, EXPONENT, DEC_START, DEC_END]] = (
-            self.slope, self.intercept, self.cap, self.exponent, self.decrease_at_start, self.decrease_at_end)
-        mp[SCALE_DECREASE] = float(self.scale_decrease)
-        mp[IDLE_FRACTION], mp[MIN_IDLE] = self.idle_fraction, self.idle_rule_min()
-        mp[SHAPE] = float(SHAPES.index(self.shape))
-        mp[BOUNDARY] = float(BOUNDARIES.index(self.boundary))
-        mp[GAP_MIN2] = float(self.idle_gap == "min2")
-        return mp
+class IterationTracking:
+    """Where bytes_ratio comes from: the iteration tracker's settings and its per-ACK feed."""
+    idle_fraction = Param(0.9, "1", "an idle gap > this x the last compute gap starts an iteration", bounds="(0, 1]")
+    min_idle = Param(1e-3, "s", "shortest idle gap that starts an iteration", key="min_idle_ms", scale=1e-3,
+                     key_unit="ms", bounds="(0, inf]")
+    boundary = Param("idle", "", "iteration boundary: idle (gap rule) or mark (framework marks)", choices=BOUNDARIES)
+    history = Param(3, "1", "bytes per iteration = median of the last `history` iterations", bounds="[1, 64]")
+    idle_gap = Param("last", "", "idle rule's reference gap: last, or min2 (shorter of the last two)", choices=GAP_RULES)
 
     def idle_rule_min(self) -> float:
         """The idle rule's shortest gap; with explicit marks the idle rule is off (never fires)."""
@@ -158,14 +108,41 @@ class MLTCPHook:
     def iteration_start(self, st, mask):
         st.tracker.iteration_start(mask)
 
+
+class MLTCPHook(IterationTracking):
+    """Mixed in before a base algorithm: F(bytes_ratio) scales its increase (and optionally its
+    decrease); everything else is the base algorithm unchanged."""
+    slope = Param(4.0, "1", "F(r) = slope * r + intercept", bounds="[0, 1000]")
+    intercept = Param(0.25, "1", "F(0): the gain at the start of an iteration", bounds="(0, 1000]")
+    shape = Param("linear", "", "F: linear, capped (min(cap, linear)), convex (slope r^exp + intercept)", choices=SHAPES)
+    cap = Param(math.inf, "1", "the capped shape's ceiling", bounds="(0, inf]")
+    exponent = Param(2.0, "1", "the convex shape's power", bounds="(0, 1000]")
+    scale_decrease = Param(False, "bool", "also scale the decrease (decrease_at_start .. decrease_at_end)")
+    decrease_at_start = Param(0.8, "1", "fraction of the window removed at r = 0 (Reno terms)", bounds="(0, 1)")
+    decrease_at_end = Param(0.2, "1", "fraction of the window removed at r = 1 (Reno terms)", bounds="(0, 1)")
+
+    def __init__(self, aggressiveness: Callable | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.F = aggressiveness or (Linear(self.slope, self.intercept) if self.shape == "linear"
+                                    else Shaped(self.hook_vector()))
+
+    def hook_vector(self) -> np.ndarray:
+        """The hook's numbers for the kernels (the columns at the top of this module)."""
+        mp = np.zeros(HOOK_LEN)
+        mp[[SLOPE, INTERCEPT, CAP, EXPONENT, DEC_START, DEC_END, IDLE_FRACTION, MIN_IDLE]] = (
+            self.slope, self.intercept, self.cap, self.exponent, self.decrease_at_start, self.decrease_at_end,
+            self.idle_fraction, self.idle_rule_min())
+        mp[[SCALE_DECREASE, SHAPE, BOUNDARY, GAP_MIN2]] = (
+            self.scale_decrease, SHAPES.index(self.shape), BOUNDARIES.index(self.boundary), self.idle_gap == "min2")
+        return mp
+
     def increase_gain(self, st):
         return self.F(st.tracker.bytes_ratio)
 
     def decrease_scale(self, st):
         if not self.scale_decrease:
             return 1.0
-        mp = self.hook_vector()
-        return np.array([dscale(mp, float(r)) for r in st.tracker.bytes_ratio])
+        return np.array([dscale(self.hook_vector(), float(r)) for r in st.tracker.bytes_ratio])
 
 
 class MLTCPReno(MLTCPHook, Reno):
@@ -186,8 +163,7 @@ class MLTCPDcqcn(MLTCPHook, Dcqcn):
     dcqcn_f_timer = Param(False, "bool", "timer and byte counter fire every timer / F, byte_counter / F")
 
     def hook_flags(self):
-        return [float(self.dcqcn_f_rai), float(self.dcqcn_f_rhai), float(self.dcqcn_f_recovery),
-                float(self.dcqcn_f_steps), float(self.dcqcn_f_timer)]
+        return [float(getattr(self, f"dcqcn_f_{k}")) for k in ("rai", "rhai", "recovery", "steps", "timer")]
 
 
 def hook_fields() -> dict[str, Param]:
@@ -195,6 +171,6 @@ def hook_fields() -> dict[str, Param]:
     out = {}
     for cls in (MLTCPReno, MLTCPCubic, MLTCPDcqcn):
         for name, prm in cls.params.items():
-            if name in cls.__dict__ or name in vars(MLTCPHook):
+            if name in cls.__dict__ or name in vars(MLTCPHook) or name in vars(IterationTracking):
                 out[prm.key] = prm
     return out
