@@ -34,8 +34,10 @@ def main() -> int:
 
     from mltcp import scenario as scn
     from mltcp.emulation.baseline import baseline_peer
-    from mltcp.emulation.runner import (EmulationError, have_mininet_prereqs, kernel_cc_name,
-                                        plan_from_scenario, rescale, run_experiment, udp_available)
+    from mltcp.emulation.netns import have_mininet_prereqs
+    from mltcp.emulation.peers import kernel_cc_name, udp_available
+    from mltcp.emulation.plan import EmulationError, plan_from_scenario, rescale
+    from mltcp.emulation.runner import run_experiment
     why = have_mininet_prereqs()
     if why:
         print(f"bench_emulation: skipped ({why})")

@@ -12,8 +12,11 @@ import time
 from dataclasses import dataclass
 
 from . import netns
-from .runner import EmulationError, Plan, _Peer, arm_summary, run_arm, start_together, udp_available
+from .arm import run_arm, switch_stat_sources
 from .network import build_network, resolve_link_mode
+from .peers import Peer, start_together, udp_available
+from .plan import EmulationError, Plan
+from .report import arm_summary
 from .topologies import LinkParams, bottleneck_intfs, make_topology, qdisc_drops
 
 
@@ -74,8 +77,8 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
         for i, (a, b) in enumerate(topo.job_pairs):
             r_argv, s_argv = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, -1.0, f"flow{i}", prefix)
             r_argv[r_argv.index("--t0") + 1] = "0.0"      # receivers time against the epoch
-            recvs.append(_Peer(net[b], r_argv, f"recv:flow{i}", q, cl))
-            sends.append(_Peer(net[a], s_argv, f"send:flow{i}", q, cl))
+            recvs.append(Peer(net[b], r_argv, f"recv:flow{i}", q, cl))
+            sends.append(Peer(net[a], s_argv, f"send:flow{i}", q, cl))
         start_together({p.tag: p for p in sends}, q, timeout_s=60)
         got: dict[str, tuple[int, float, float]] = {}   # flow -> (bytes, first, last)
         retrans = 0
@@ -100,7 +103,6 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
             if p.proc.returncode != 0:
                 raise EmulationError(f"{p.tag} exited {p.proc.returncode}: {' | '.join(p.err[-3:])}")
         if mode == "switch":
-            from .runner import switch_stat_sources
             sources = switch_stat_sources(net, topo)
         else:
             drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))

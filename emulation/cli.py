@@ -35,7 +35,7 @@ app = typer.Typer(cls=_DefaultRun, add_completion=False, no_args_is_help=True,
 
 
 def _prereqs() -> None:
-    from .runner import have_mininet_prereqs
+    from .netns import have_mininet_prereqs
     why = have_mininet_prereqs()
     if why:
         fail(f"emulation {why} (Mininet needs root, mnexec, ip, tc and brctl)")
@@ -153,7 +153,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
              rtt_calibration=True, switch_logs=None, pcap=False):
     from mltcp import scenario as scn
 
-    from .runner import EmulationError, check_emulatable, choose_topology, needs_ecn, plan_from_scenario, rescale
+    from .plan import EmulationError, check_emulatable, choose_topology, needs_ecn, plan_from_scenario, rescale
     from .network import resolve_link_mode
     from .topologies import TopologyError, features
 

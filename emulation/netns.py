@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -226,3 +227,13 @@ class Cleanup:
         if exc_type is not None:
             self.remove_switch_logs = True   # nobody will read them
         self.run()
+
+
+def have_mininet_prereqs() -> str | None:
+    """None if this process can run Mininet networks, else the reason it cannot."""
+    if os.geteuid() != 0:
+        return "needs root"
+    for tool in ("mnexec", "ip", "tc", "brctl"):
+        if shutil.which(tool) is None:
+            return f"{tool} not found"
+    return None

@@ -104,7 +104,7 @@ def test_cli_pcap_needs_switch_logs_and_bmv2():
 # ------------------------------------------------------------------ real BMv2 in Mininet
 
 def _bm_why():
-    from mltcp.emulation.runner import have_mininet_prereqs
+    from mltcp.emulation.netns import have_mininet_prereqs
     return have_mininet_prereqs() or tools.why_missing("p4c-bm2-ss", "simple_switch_grpc",
                                                        "simple_switch_CLI")
 
@@ -119,7 +119,8 @@ def test_dumbbell_through_bmv2_marks_ecn_keeps_pcaps_and_cleans_up(tmp_path):
     from mininet.log import setLogLevel
 
     from mltcp.emulation import netns
-    from mltcp.emulation.runner import JobPlan, Plan, run_arm
+    from mltcp.emulation.arm import run_arm
+    from mltcp.emulation.plan import JobPlan, Plan
     from mltcp.emulation.network import build_network
     from mltcp.emulation.topologies import make_topology
     setLogLevel("error")

@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from mltcp.emulation import netns
-from mltcp.emulation.runner import have_mininet_prereqs, udp_available
+from mltcp.emulation.netns import have_mininet_prereqs
+from mltcp.emulation.peers import udp_available
 
 why = have_mininet_prereqs()
 pytestmark = [pytest.mark.root, pytest.mark.integration,

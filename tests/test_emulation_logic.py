@@ -4,8 +4,11 @@ import pytest
 from mltcp import scenario as scn
 from mltcp.emulation import netns
 from mltcp.emulation.baseline import jain_index
-from mltcp.emulation.runner import (ArmResult, JobPlan, arm_summary, choose_topology, kernel_cc_name,
-                                    link_params_of, peer_commands, per_job_avg, plan_from_scenario, rescale)
+from mltcp.emulation.arm import ArmResult
+from mltcp.emulation.peers import kernel_cc_name, peer_commands
+from mltcp.emulation.plan import JobPlan, choose_topology, link_params_of, plan_from_scenario, rescale
+from mltcp.emulation.report import arm_summary
+from mltcp.metrics import per_job_avg
 from mltcp.emulation.topologies import LinkParams, TopologyError, tc_commands
 from mltcp.records import IterationRecord
 
@@ -174,7 +177,7 @@ def test_interleaved_at_uses_loose_threshold():
 
 
 def test_interleaved_at_tolerates_one_late_hiccup_not_many():
-    from mltcp.emulation.runner import interleaved_at
+    from mltcp.metrics import interleaved_at
 
     def run(bad):
         recs = []
@@ -188,7 +191,7 @@ def test_interleaved_at_tolerates_one_late_hiccup_not_many():
 
 
 def test_peer_commands_udp():
-    from mltcp.emulation.runner import udp_available
+    from mltcp.emulation.peers import udp_available
     if not udp_available():
         pytest.skip("userspace transport not importable")
     job = JobPlan("j", 1000, 0.1, 0.0, 3, "s", "r", "10.0.0.2", 5001, job_id=4, line_rate_mbps=100)
@@ -218,7 +221,7 @@ def test_plan_carries_scenario_rto_and_idle_restart_stretched_by_dilation():
 
 
 def test_udp_peer_commands_pass_rto_idle_restart_and_nic_rate():
-    from mltcp.emulation.runner import nic_rate_mbps
+    from mltcp.emulation.plan import nic_rate_mbps
     job = JobPlan("j", 1000, 0.1, 0.0, 3, "s", "r", "10.0.0.2", 5001, line_rate_mbps=100.0,
                   min_rto_s=2.0, idle_restart=False)
     _, send = peer_commands(job, "udp", "mltcp-reno", 0.0)
@@ -233,7 +236,7 @@ def test_udp_peer_commands_pass_rto_idle_restart_and_nic_rate():
 
 
 def test_payload_rate_scales_links_by_header_overhead():
-    from mltcp.emulation.runner import payload_rate_plan, wire_factor
+    from mltcp.emulation.plan import payload_rate_plan, wire_factor
     from mltcp.traffic.transport import wire
     assert wire_factor("udp") == pytest.approx(1514 / wire.DEFAULT_PAYLOAD)
     assert wire_factor("kernel") == pytest.approx(1514 / 1448)
@@ -267,7 +270,7 @@ def test_switch_dumbbell_has_one_userspace_switch_and_return_delay():
 
 
 def test_route_rto_commands_for_kernel_tcp():
-    from mltcp.emulation.runner import route_rto_commands
+    from mltcp.emulation.peers import route_rto_commands
     shown = ("10.0.0.0/24 dev ma1-eth0 proto kernel scope link src 10.0.0.1 linkdown\n"
              "default via 10.1.1.254 dev h-eth0 rto_min 300ms\n"
              "broadcast 10.0.0.255 dev x table local\n")
@@ -278,7 +281,7 @@ def test_route_rto_commands_for_kernel_tcp():
 
 
 def test_calibrated_delay_takes_the_hosts_rtt_off_every_link_traversal():
-    from mltcp.emulation.runner import calibrated_delay_ms
+    from mltcp.emulation.calibrate import calibrated_delay_ms
     assert calibrated_delay_ms(1.0, 1.8, hops=1) == pytest.approx(0.1)    # 2 x 0.1 + 1.8 = 2.0 ms
     assert calibrated_delay_ms(1.0, 1.8, hops=2) == pytest.approx(0.55)   # 4 x 0.55 + 1.8 = 4.0 ms
     assert calibrated_delay_ms(0.5, 3.0, hops=1) == 0.0                   # hosts alone exceed it
@@ -287,11 +290,11 @@ def test_calibrated_delay_takes_the_hosts_rtt_off_every_link_traversal():
 
 
 def test_calibrate_rtt_lowers_the_plans_delay_and_says_so(monkeypatch):
-    import mltcp.emulation.runner as runner
+    import mltcp.emulation.calibrate as calibrate
     plan = plan_from_scenario(_sc([["L"], ["L"]]))
     plan.bottleneck = LinkParams(rate_mbps=100, delay_ms=1.0, buffer_bytes=50_000)
-    monkeypatch.setattr(runner, "measure_host_rtt", lambda p, t, m: {"host_rtt_ms": 1.6, "wall_s": 1.0})
-    cal = runner.calibrate_rtt(plan, "udp", "switch")
+    monkeypatch.setattr(calibrate, "measure_host_rtt", lambda p, t, m: {"host_rtt_ms": 1.6, "wall_s": 1.0})
+    cal = calibrate.calibrate_rtt(plan, "udp", "switch")
     assert plan.bottleneck.delay_ms == pytest.approx(0.2)
     assert cal["scenario_rtt_ms"] == 2.0 and cal["link_delay_ms"] == pytest.approx(0.2)
     assert any("RTT calibration" in n for n in plan.notes)
@@ -299,7 +302,7 @@ def test_calibrate_rtt_lowers_the_plans_delay_and_says_so(monkeypatch):
     for transport, mode in (("kernel", "switch"), ("udp", "htb")):
         p = plan_from_scenario(_sc([["L"], ["L"]]))
         p.bottleneck = LinkParams(rate_mbps=100, delay_ms=1.0)
-        assert runner.calibrate_rtt(p, transport, mode) is None and p.bottleneck.delay_ms == 1.0
+        assert calibrate.calibrate_rtt(p, transport, mode) is None and p.bottleneck.delay_ms == 1.0
 
 
 def test_plan_and_peer_commands_carry_jitter_and_stragglers_to_both_peers():
@@ -398,7 +401,7 @@ def test_dumbbell_hosts_know_their_switch():
 
 
 def test_auto_link_mode_uses_the_switch_where_it_helps():
-    from mltcp.emulation.runner import needs_ecn
+    from mltcp.emulation.plan import needs_ecn
     from mltcp.emulation.network import _controlplane_available, resolve_link_mode, software_switch_class
     if software_switch_class() is None or not _controlplane_available():
         pytest.skip("software switch or control plane not importable")
@@ -417,7 +420,7 @@ def test_auto_link_mode_uses_the_switch_where_it_helps():
 def test_emulation_refuses_what_it_would_run_wrongly(name, field):
     """Multi-flow jobs, collectives, trace compute times and fabrics run in the simulator only:
     the emulation (one flow per job) refuses them instead of emulating something else."""
-    from mltcp.emulation.runner import check_emulatable, plan_from_scenario
+    from mltcp.emulation.plan import check_emulatable, plan_from_scenario
     sc = scn.load(name)
     with pytest.raises(TopologyError, match=f"{field}.*simulate` only") as e:
         check_emulatable(sc)

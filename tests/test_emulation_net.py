@@ -12,7 +12,9 @@ import time
 import pytest
 
 from mltcp.emulation import netns
-from mltcp.emulation.runner import (EmulationError, JobPlan, Plan, have_mininet_prereqs, run_arm)
+from mltcp.emulation.arm import run_arm
+from mltcp.emulation.netns import have_mininet_prereqs
+from mltcp.emulation.plan import EmulationError, JobPlan, Plan
 from mltcp.emulation.topologies import LinkParams, make_topology
 from mltcp.emulation.network import build_network
 
@@ -185,7 +187,8 @@ def test_sigint_cleans_up(tmp_path):
 @pytest.mark.integration
 @pytest.mark.skipif(not _switch_ready(), reason="software switch or control plane not importable")
 def test_switch_mode_delay_ecn_and_cleanup():
-    from mltcp.emulation.runner import calibrate_rtt, udp_available
+    from mltcp.emulation.calibrate import calibrate_rtt
+    from mltcp.emulation.peers import udp_available
     prefix = netns.run_prefix()
     bn = LinkParams(rate_mbps=50, delay_ms=2, buffer_bytes=45_000, ecn_threshold_pkts=5)
     with netns.Cleanup(prefix) as cl:
@@ -225,7 +228,7 @@ def test_switch_mode_delay_ecn_and_cleanup():
 def test_ring_of_software_switches_runs_three_udp_jobs_with_ecn():
     """The circular dependency on three mltcp-switch routers: every job's records arrive, the
     bottleneck ports' ECN marks and drops are read from the three switches' logs."""
-    from mltcp.emulation.runner import udp_available
+    from mltcp.emulation.peers import udp_available
     if not udp_available():
         pytest.skip("userspace transport not importable")
     prefix = netns.run_prefix()

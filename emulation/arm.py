@@ -1,0 +1,137 @@
+"""One arm of an experiment: build the network, run every job's peers once with one congestion
+control, collect the per-iteration records and the switches' drop/mark counters, tear down."""
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from mltcp.records import IterationRecord
+
+from . import netns
+from .network import build_network, resolve_link_mode
+from .peers import Peer, kernel_cc_name, peer_commands, set_kernel_min_rto, start_together
+from .plan import EmulationError, Plan, assign_endpoints, expected_duration
+from .topologies import EmuTopo, bottleneck_intfs, features, make_topology, qdisc_drops
+
+@dataclass
+class ArmResult:
+    cc: str
+    records: list[IterationRecord]
+    drops: int
+    ecn_marks: int | None
+    retrans: dict[str, int]
+    link_mode: str
+    wall_s: float
+    peer_stats: dict = field(default_factory=dict)   # job -> the sender's per-flow counters (udp)
+
+
+def switch_stat_sources(net, topo: EmuTopo):
+    """([(switch, stats file)], {switch: bottleneck ports}) to read drops/marks after the switches stop."""
+    bn = {frozenset(b) for b in topo.bottlenecks}
+    logs = [(sw.name, sw.stats_file) for sw in net.switches if hasattr(sw, "stats_file")]
+    ports = {sw.name: {port for intf, port in sw.ports.items() if getattr(intf, "link", None)
+                       and frozenset((intf.link.intf1.node.name, intf.link.intf2.node.name)) in bn}
+             for sw in net.switches}
+    return logs, ports
+
+
+def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False, link_mode: str = "auto",
+            on_record: Callable[[IterationRecord], None] | None = None,
+            fail_after_records: int | None = None, timeout_s: float | None = None,
+            switch_logs=None, pcap: bool = False) -> ArmResult:
+    """Build the network, run all jobs once with one congestion control, tear everything down.
+
+    ``fail_after_records`` raises after that many records (tests use it to check cleanup).
+    ``switch_logs`` (link mode bmv2): keep the switches' logs, and with ``pcap`` their per-port
+    pcaps, in that folder."""
+    mode = resolve_link_mode(link_mode, plan.topology)
+    if transport == "kernel":
+        wire_cc = kernel_cc_name(cc, mltcp)
+    else:
+        wire_cc = f"mltcp-{cc}" if mltcp else cc
+    prefix = netns.run_prefix()
+    wall0 = time.monotonic()
+    with netns.Cleanup(prefix) as cl:
+        cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
+        from .network import switch_class_for
+        topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
+                             switch_cls=switch_class_for(mode, switch_logs, pcap))
+        topo.switch_policy = getattr(plan.scenario_obj, "switch", None)   # in-network MLTCP
+        assign_endpoints(plan, topo)
+        if mode == "bmv2":
+            from .bmv2 import use_shim_port
+            use_shim_port(plan.jobs)
+        net = build_network(topo, mode, cl)
+        if transport == "kernel":   # the scenario's RTO (stretched by --dilate), as the model's
+            set_kernel_min_rto(net, min(j.min_rto_s for j in plan.jobs))
+        if transport == "kernel" and features(mode)["ecn"]:
+            for h in net.hosts:   # ECN-capable kernel TCP where the links can mark
+                h.cmd("sysctl -qw net.ipv4.tcp_ecn=1")
+        q: queue.Queue = queue.Queue()
+        receivers, senders = {}, {}
+        for job in plan.jobs:
+            r_argv, _ = peer_commands(job, transport, wire_cc, 0.0, prefix)
+            receivers[job.name] = Peer(net[job.receiver], r_argv, f"recv:{job.name}", q, cl)
+        for job in plan.jobs:
+            _, s_argv = peer_commands(job, transport, wire_cc, -1.0, prefix)
+            senders[job.name] = Peer(net[job.sender], s_argv, f"send:{job.name}", q, cl)
+        start_together(senders, q, timeout_s=60 + 2 * len(plan.jobs))
+        records: list[IterationRecord] = []
+        retrans: dict[str, int] = {}
+        peer_stats: dict[str, list] = {}
+        done: set[str] = set()
+        limit = timeout_s or (3 * expected_duration(plan, None) + 30)
+        deadline = time.monotonic() + limit
+        while len(done) < len(senders):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EmulationError(f"emulation did not finish within {limit:.0f} s "
+                                     f"({len(records)} records collected)")
+            try:
+                tag, msg = q.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            kind, name = tag.split(":", 1)
+            if msg["type"] == "iter":
+                rec = IterationRecord(msg["job"], int(msg["iteration"]), float(msg["start"]),
+                                      float(msg["comm_start"]), float(msg["end"]), float(msg["bytes"]),
+                                      float(msg.get("drops", 0)), float(msg.get("marks", 0)))
+                records.append(rec)
+                if on_record:
+                    on_record(rec)
+                if fail_after_records is not None and len(records) >= fail_after_records:
+                    raise EmulationError(f"injected failure after {len(records)} records")
+            elif msg["type"] == "summary":
+                retrans[msg["job"]] = int(msg.get("retrans", 0))
+                if msg.get("flows"):
+                    peer_stats[msg["job"]] = msg["flows"]
+            elif msg["type"] == "eof" and kind == "send":
+                p = senders[name].proc
+                p.wait(timeout=5)
+                if p.returncode != 0:
+                    raise EmulationError(f"sender of {name} exited {p.returncode}: {' | '.join(senders[name].err[-3:])}")
+                done.add(name)
+            elif msg["type"] == "eof" and kind == "recv":
+                p = receivers[name].proc
+                p.wait(timeout=5)
+                if p.returncode not in (0, None) and name not in done:
+                    raise EmulationError(f"receiver of {name} exited {p.returncode}: "
+                                         f"{' | '.join(receivers[name].err[-3:])}")
+        if mode == "switch":
+            sw_logs, bn_ports = switch_stat_sources(net, topo)
+        elif mode == "bmv2":
+            bm_switches = [sw for sw in net.switches if hasattr(sw, "thrift_port")]
+        else:
+            drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))
+            marks = None if mode == "htb" else 0
+    if mode == "switch":  # the switches log their port statistics when they stop
+        from .softswitch import collect_stats
+        drops, marks = collect_stats(sw_logs, bn_ports)
+    elif mode == "bmv2":  # the switches read their ECN-mark counters when they stop
+        from .bmv2 import collect_stats, estimated_drops
+        marks = collect_stats(bm_switches)
+        drops = estimated_drops(records, peer_stats)   # BMv2 has no readable queue-drop counter
+    return ArmResult(wire_cc, sorted(records, key=lambda r: (r.job, r.iteration)), drops, marks, retrans,
+                     mode, time.monotonic() - wall0, peer_stats)

@@ -1,0 +1,175 @@
+"""The job peers inside the emulated hosts, seen from the runner: their command lines, the kernel
+settings they need (TCP_CONGESTION name, per-route minimum RTO), and their supervision (one
+:class:`Peer` per subprocess, its stdout JSON lines on a shared queue, a common start epoch)."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+from . import netns
+from .plan import TRANSPORTS, EmulationError, JobPlan, nic_rate_mbps
+
+def compute_args(job: JobPlan) -> list[str]:
+    """The sender options of the job's compute-time model (none when it is constant)."""
+    out = []
+    if job.jitter:
+        out += ["--jitter", repr(job.jitter)]
+    if job.straggler_prob:
+        out += ["--straggler-prob", repr(job.straggler_prob), "--straggler-delay-s", repr(job.straggler_delay_s)]
+    if out and job.seed is not None:
+        out += ["--seed", str(job.seed)]
+    return out
+
+
+def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "") -> tuple[list[str], list[str]]:
+    """(receiver argv, sender argv) for one job; ``run`` tags kernel peers' command lines."""
+    py = sys.executable
+    if transport == "kernel":
+        tag = ["--run", run] if run else []
+        recv = [py, "-m", "mltcp.emulation.kernel_peer", "recv", *tag, "--port", str(job.port), "--t0", repr(t0)]
+        send = [py, "-m", "mltcp.emulation.kernel_peer", "send", *tag, "--host", job.dst_ip, "--port", str(job.port),
+                "--job", job.name, "--cc", cc, "--iterations", str(job.iterations), "--bytes", str(job.bytes),
+                "--compute-s", repr(job.compute_s), "--t0", repr(t0),
+                "--start-offset-s", repr(job.start_offset_s), *compute_args(job)]
+        if job.line_rate_mbps > 0 and os.environ.get("MLTCP_KERNEL_PACING", "1") != "0":
+            # paced like a NIC of the link's rate, as the udp sender and the model (docs/kernel.md)
+            send += ["--nic-rate-mbps", repr(job.line_rate_mbps)]
+        return recv, send
+    if transport == "udp":
+        if not udp_available():
+            raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport), "
+                                 "which is not importable in this checkout")
+        m = [py, "-m", "mltcp.emulation.udp_peer"]
+        tag = ["--run", run] if run else []
+        recv = [*m, "recv", *tag, "--port", str(job.port), "--t0", repr(t0)]
+        send = [*m, "send", *tag, "--host", job.dst_ip, "--port", str(job.port), "--job", job.name,
+                "--job-id", str(job.job_id), "--cc", cc, "--iterations", str(job.iterations),
+                "--bytes", str(job.bytes), "--compute-s", repr(job.compute_s), "--t0", repr(t0),
+                "--start-offset-s", repr(job.start_offset_s), "--line-rate-mbps", repr(job.line_rate_mbps),
+                "--min-rto-s", repr(job.min_rto_s), *compute_args(job)]
+        if job.line_rate_mbps > 0:
+            send += ["--nic-rate-mbps", repr(nic_rate_mbps(job.line_rate_mbps))]
+        if not job.idle_restart:
+            send.append("--no-idle-restart")
+        return recv, send
+    raise EmulationError(f"unknown transport {transport!r}; choose from {', '.join(TRANSPORTS)}")
+
+
+def udp_available() -> bool:
+    """Whether the userspace MLTCP transport (mltcp.traffic.transport) can be imported."""
+    try:
+        import importlib
+        importlib.import_module("mltcp.traffic.transport.transport")
+        importlib.import_module("mltcp.traffic.transport.receiver")
+    except Exception:
+        return False
+    return True
+
+
+def kernel_cc_name(cc: str, mltcp: bool) -> str:
+    """Kernel TCP_CONGESTION name for an arm; MLTCP needs the BPF struct_ops algorithm registered."""
+    if not mltcp:
+        if cc not in ("reno", "cubic"):
+            raise EmulationError(f"kernel transport supports --cc reno or cubic, not {cc}")
+        return cc
+    avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    for name in (f"mltcp_{cc}", f"bpf_mltcp_{cc}"):
+        if name in avail:
+            return name
+    raise EmulationError(f"kernel MLTCP-{cc} is not registered (tcp_available_congestion_control: "
+                         f"{' '.join(avail)}); load the BPF congestion control from traffic/kernel first")
+
+
+_ROUTE_FLAGS = {"linkdown", "dead", "offload", "trap", "offload_failed", "rt_offload", "rt_trap"}
+
+
+def route_rto_commands(route_lines: str, min_rto_s: float) -> list[str]:
+    """``ip route change`` lines that give every route in ``ip route show`` output the minimum RTO
+    ``min_rto_s`` (Linux's per-route ``rto_min``): kernel TCP then times out, and restarts its
+    window after idle, on the scenario's (possibly dilated) RTO instead of its fixed 200 ms."""
+    out = []
+    for line in route_lines.splitlines():
+        toks = [t for t in line.split() if t not in _ROUTE_FLAGS]
+        if not toks or toks[0] in ("broadcast", "local", "multicast", "unreachable", "blackhole", "prohibit"):
+            continue
+        if "rto_min" in toks:                      # replace an existing value
+            i = toks.index("rto_min")
+            del toks[i:i + 2]
+        out.append("ip route change " + " ".join(toks) + f" rto_min {max(1, round(min_rto_s * 1e3))}ms")
+    return out
+
+
+def set_kernel_min_rto(net, min_rto_s: float) -> None:
+    for h in net.hosts:
+        for cmd in route_rto_commands(h.cmd("ip -4 route show"), min_rto_s):
+            res = h.cmd(cmd + " 2>&1; echo rc=$?")
+            if not res.rstrip().endswith("rc=0"):
+                raise EmulationError(f"{h.name}: '{cmd}' failed: {res.strip()}")
+
+
+class Peer:
+    """A subprocess in a host whose stdout JSON lines are pushed onto a shared queue."""
+
+    def __init__(self, node, argv: list[str], tag: str, q: queue.Queue, cleanup: netns.Cleanup):
+        self.tag = tag
+        self.proc = cleanup.add_proc(node.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, text=True, bufsize=1))
+        self.err: list[str] = []
+        threading.Thread(target=self._read_out, args=(q,), daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read_out(self, q):
+        for line in self.proc.stdout:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                q.put((self.tag, json.loads(line)))
+            except json.JSONDecodeError:
+                q.put((self.tag, {"type": "text", "text": line}))
+        q.put((self.tag, {"type": "eof"}))
+
+    def _read_err(self):
+        for line in self.proc.stderr:
+            self.err.append(line.rstrip())
+
+    def go(self, t0: float) -> None:
+        """Hand the run's start epoch to a peer waiting after its ready line."""
+        self.proc.stdin.write(f"{t0!r}\n")
+        self.proc.stdin.flush()
+
+
+def start_together(senders: dict, q: queue.Queue, timeout_s: float, lead_s: float = 0.3) -> float:
+    """Wait for every sender's ready line, then give them all one start epoch; returns it.
+    Messages other than ready that arrive meanwhile go back on the queue."""
+    waiting = {p.tag for p in senders.values()}
+    held = []
+    deadline = time.monotonic() + timeout_s
+    while waiting:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise EmulationError(f"peers not ready after {timeout_s:.0f} s: {', '.join(sorted(waiting))}")
+        try:
+            tag, msg = q.get(timeout=min(left, 0.5))
+        except queue.Empty:
+            continue
+        if msg["type"] == "ready":
+            waiting.discard(tag)
+        elif msg["type"] == "eof" and tag in waiting:
+            p = next(p for p in senders.values() if p.tag == tag)
+            p.proc.wait(timeout=5)
+            raise EmulationError(f"{tag} exited {p.proc.returncode} before it was ready: "
+                                 f"{' | '.join(p.err[-3:])}")
+        else:
+            held.append((tag, msg))
+    for item in held:
+        q.put(item)
+    t0 = time.time() + lead_s
+    for p in senders.values():
+        p.go(t0)
+    return t0
