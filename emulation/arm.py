@@ -11,7 +11,7 @@ from mltcp.records import IterationRecord
 
 from . import netns
 from .network import build_network, resolve_link_mode
-from .peers import Peer, kernel_cc_name, peer_commands, set_kernel_min_rto, start_together
+from .peers import Peer, kernel_cc_name, peer_commands, sender_doc, set_kernel_min_rto, start_together
 from .plan import EmulationError, Plan, assign_endpoints, expected_duration
 from .topologies import EmuTopo, bottleneck_intfs, features, make_topology, qdisc_drops
 
@@ -72,11 +72,12 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         q: queue.Queue = queue.Queue()
         receivers, senders = {}, {}
         for job in plan.jobs:
-            r_argv, _ = peer_commands(job, transport, wire_cc, 0.0, prefix)
+            r_argv, _ = peer_commands(job, transport, prefix)
             receivers[job.name] = Peer(net[job.receiver], r_argv, f"recv:{job.name}", q, cl)
         for job in plan.jobs:
-            _, s_argv = peer_commands(job, transport, wire_cc, -1.0, prefix)
-            senders[job.name] = Peer(net[job.sender], s_argv, f"send:{job.name}", q, cl)
+            _, s_argv = peer_commands(job, transport, prefix)
+            senders[job.name] = Peer(net[job.sender], s_argv, f"send:{job.name}", q, cl,
+                                     doc=sender_doc(job, transport, wire_cc))
         start_together(senders, q, timeout_s=60 + 2 * len(plan.jobs))
         records: list[IterationRecord] = []
         retrans: dict[str, int] = {}

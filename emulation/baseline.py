@@ -46,19 +46,20 @@ class BulkResult:
 
 
 def bulk_commands(transport: str, cc: str, dst_ip: str, port: int, seconds: float, t0: float, job: str,
-                  run: str = ""):
+                  run: str = "") -> tuple[list[str], list[str], dict]:
+    """(receiver argv, sender argv, sender's job document) of one long-lived flow."""
     import sys
-    if transport == "kernel":
-        m = [sys.executable, "-m", "mltcp.emulation.kernel_peer"]
-        return ([*m, "recv", "--run", run, "--port", str(port), "--bulk", "--t0", repr(t0)],
-                [*m, "send", "--run", run, "--host", dst_ip, "--port", str(port), "--cc", cc, "--job", job,
-                 "--bulk-s", repr(seconds), "--t0", repr(t0)])
-    if not udp_available():
+
+    from mltcp.traffic.driver import JobSpec
+    if transport not in ("kernel", "udp"):
+        raise EmulationError(f"unknown transport {transport!r}")
+    if transport == "udp" and not udp_available():
         raise EmulationError("userspace transport (mltcp.traffic.transport) not available")
-    m = [sys.executable, "-m", "mltcp.emulation.udp_peer"]
-    return ([*m, "recv", "--run", run, "--port", str(port), "--bulk", "--t0", repr(t0)],
-            [*m, "send", "--run", run, "--host", dst_ip, "--port", str(port), "--cc", cc, "--job", job,
-             "--bulk-s", repr(seconds), "--t0", repr(t0)])
+    m = [sys.executable, "-m", f"mltcp.emulation.{transport}_peer"]
+    doc = {"spec": JobSpec.of(0, 0.0, 0, name=job, iterations=0).to_dict(), "host": dst_ip, "port": port,
+           "cc": cc, "t0": t0, "bulk_s": seconds}
+    return ([*m, "recv", "--run", run, "--port", str(port), "--bulk", "--t0", "0.0"],
+            [*m, "send", "--run", run, "--spec", "-"], doc)
 
 
 def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, seconds: float = 10.0,
@@ -75,10 +76,10 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
         q: queue.Queue = queue.Queue()
         recvs, sends = [], []
         for i, (a, b) in enumerate(topo.job_pairs):
-            r_argv, s_argv = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, -1.0, f"flow{i}", prefix)
-            r_argv[r_argv.index("--t0") + 1] = "0.0"      # receivers time against the epoch
+            r_argv, s_argv, doc = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, -1.0,
+                                                f"flow{i}", prefix)   # receivers time against the epoch
             recvs.append(Peer(net[b], r_argv, f"recv:flow{i}", q, cl))
-            sends.append(Peer(net[a], s_argv, f"send:flow{i}", q, cl))
+            sends.append(Peer(net[a], s_argv, f"send:flow{i}", q, cl, doc=doc))
         start_together({p.tag: p for p in sends}, q, timeout_s=60)
         got: dict[str, tuple[int, float, float]] = {}   # flow -> (bytes, first, last)
         retrans = 0

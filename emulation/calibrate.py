@@ -25,8 +25,9 @@ def measure_host_rtt(plan: Plan, transport: str, link_mode: str, iterations: int
     the same topology, rate and buffer with zero link delay; the median RTT its sender sees (the
     link then adds only one frame's serialization, 0.12 ms at 100 Mb/s)."""
     first = plan.jobs[0]
-    job = dataclasses.replace(first, iterations=iterations, compute_s=min(first.compute_s, 0.05),
-                              start_offset_s=0.0)
+    short = dataclasses.replace(first.job, iterations=iterations, compute_s=min(first.job.compute_s, 0.05),
+                                start_offset_s=0.0)
+    job = dataclasses.replace(first, spec=dataclasses.replace(first.spec, job=short))
     cal = dataclasses.replace(plan, jobs=[job], bottleneck=dataclasses.replace(plan.bottleneck, delay_ms=0.0))
     arm = run_arm(cal, "reno", transport, mltcp=False, link_mode=link_mode)
     rtt = (rtt_seen(arm) or {}).get(job.name)

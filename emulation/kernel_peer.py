@@ -2,10 +2,11 @@
 
 Runs inside Mininet hosts as ``python -m mltcp.emulation.kernel_peer recv|send ...``.
 
-Iteration mode (``send --iterations N``): per iteration, sleep the compute time, then send a
+The sender reads one JSON job document (``send --spec FILE|-``, see
+:func:`mltcp.emulation.peer_io.read_send_doc`). Iteration mode (the job's ``iterations``): per iteration, sleep the compute time, then send a
 12-byte header (iteration uint32, nbytes uint64) and ``nbytes`` of payload on one long-lived
 connection; the receiver answers with the iteration number once all bytes arrived, which ends the
-iteration. Bulk mode (``send --bulk-s D``): send for D seconds; the receiver reports goodput.
+iteration. Bulk mode (``bulk_s`` D): send for D seconds; the receiver reports goodput.
 
 Every record is one JSON line on stdout; times are seconds since ``--t0`` (a wall-clock epoch
 shared by all peers of a run). The congestion control is set per socket with TCP_CONGESTION.
@@ -20,12 +21,15 @@ import typer
 
 from mltcp.traffic.kernel.transport import tcp_info
 
-from .peer_io import (JITTER, SEED, STRAGGLER_DELAY_S, STRAGGLER_PROB, check_send_mode, emit as _emit,
-                      run_iterations, start_at)
+from .peer_io import emit as _emit
+from .peer_io import read_send_doc, run_iterations, start_at
 
 HDR = struct.Struct("!IQ")
 ACK = struct.Struct("!I")
 CHUNK = 1 << 16
+# The kernel sender's fields of the job document, beyond peer_io.SEND_FIELDS: ``mark`` tells the
+# kernel MLTCP each iteration's start through the BPF program's map (default: its idle-gap detection).
+KERNEL_FIELDS = {"mark": (bool, False)}
 
 app = typer.Typer(add_completion=False, help="Kernel-TCP job peer (runs inside emulated hosts).")
 
@@ -143,58 +147,39 @@ def _connect(host: str, port: int, cc: str, timeout_s: float, pacing_mbit: float
 
 
 @app.command()
-def send(host: str = typer.Option(..., help="receiver address"),
-         port: int = typer.Option(...),
-         job: str = typer.Option("job0"),
-         cc: str = typer.Option("reno", help="kernel congestion control (TCP_CONGESTION)"),
-         iterations: int = typer.Option(0, help="iterations to run (iteration mode)"),
-         nbytes: int = typer.Option(0, "--bytes", help="bytes per iteration"),
-         compute_s: float = typer.Option(0.0, help="compute time before each communication"),
-         t0: float = typer.Option(0.0, help="epoch the run's times are relative to (< 0: read it from stdin "
-                                                 "after printing a ready line)"),
-         start_offset_s: float = typer.Option(0.0, help="first iteration starts at t0 + this"),
-         bulk_s: float = typer.Option(0.0, help="bulk mode: send for this many seconds"),
-         nic_rate_mbps: float = typer.Option(0.0, help="the sender's NIC rate in frame Mbit/s: TCP paces its "
-                                                      "payload at rate x 1448/1514 (SO_MAX_PACING_RATE); 0: unpaced"),
-         mark: bool = typer.Option(False, "--mark", help="MLTCP congestion control: mark each iteration's start "
-                                                         "in the BPF program's map (default: its idle-gap detection)"),
-         jitter: float = JITTER,
-         straggler_prob: float = STRAGGLER_PROB,
-         straggler_delay_s: float = STRAGGLER_DELAY_S,
-         seed: int = SEED,
+def send(spec: str = typer.Option("-", help="the job document (JSON; peer_io.read_send_doc): a file, or - for "
+                                           "one line of stdin"),
          run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
     """Connect to the receiver and run the job's iterations (or a bulk transfer)."""
-    check_send_mode("kernel_peer", iterations, nbytes, bulk_s)
-    if nic_rate_mbps < 0:
-        raise SystemExit(f"kernel_peer send: --nic-rate-mbps must be >= 0, got {nic_rate_mbps}")
+    job, o = read_send_doc(spec, "kernel_peer", KERNEL_FIELDS)
+    cc = o["cc"]
     marks = None
-    if mark:
+    if o["mark"]:
         from mltcp.traffic.kernel.maps import VARIANTS, MapsError, VariantMaps
         variant = cc.removeprefix("bpf_")
         if variant not in VARIANTS:
-            raise SystemExit(f"kernel_peer send: --mark needs an MLTCP congestion control, not {cc!r}")
+            raise SystemExit(f"kernel_peer send: mark needs an MLTCP congestion control, not {cc!r}")
         try:
             marks = VariantMaps(variant)
         except (MapsError, OSError) as e:
-            raise SystemExit(f"kernel_peer send: --mark: cannot open the maps of {variant}: {e}") from None
+            raise SystemExit(f"kernel_peer send: mark: cannot open the maps of {variant}: {e}") from None
     from mltcp.traffic.kernel.transport import pacing_rate_for_link
-    s = _connect(host, port, cc, timeout_s=10.0,
-                 pacing_mbit=pacing_rate_for_link(nic_rate_mbps) if nic_rate_mbps > 0 else 0.0)
+    nic = o["nic_rate_mbps"]
+    s = _connect(o["host"], o["port"], cc, timeout_s=10.0, pacing_mbit=pacing_rate_for_link(nic) if nic > 0 else 0.0)
     conn = IterationSocket(s, marks)
-    t0 = start_at(t0, start_offset_s)
-    if bulk_s > 0:
-        end_at = time.time() + bulk_s
+    if o["bulk_s"] > 0:
+        start_at(o["t0"], job.start_offset_s)
+        end_at = time.time() + o["bulk_s"]
         sent = 0
         while time.time() < end_at:
             sent += s.send(conn.payload)
         s.shutdown(socket.SHUT_WR)
         s.recv(1)  # wait for the receiver's close so everything was delivered
-        _emit({"type": "summary", "job": job, "cc": cc, "bytes": sent, "retrans": tcp_info_retrans(s)})
+        _emit({"type": "summary", "job": job.label, "cc": cc, "bytes": sent, "retrans": tcp_info_retrans(s)})
         s.close()
         return
-    run_iterations(conn, job, iterations, nbytes, compute_s, t0, jitter, straggler_prob,
-                   straggler_delay_s, seed)
-    _emit({"type": "summary", "job": job, "cc": cc, "retrans": tcp_info_retrans(s)})
+    run_iterations(conn, job, o["t0"])
+    _emit({"type": "summary", "job": job.label, "cc": cc, "retrans": tcp_info_retrans(s)})
     s.close()
 
 

@@ -1,19 +1,62 @@
-"""What the job peers inside emulated hosts share: JSON lines to the runner, the run's start epoch,
-and the iteration loop (:func:`mltcp.traffic.driver.run_job`, with the scenario's compute jitter
-and stragglers)."""
+"""What the job peers inside emulated hosts share: the sender's job document (one JSON object,
+:func:`read_send_doc`), JSON lines to the runner, the run's start epoch, and the iteration loop
+(:func:`mltcp.traffic.driver.run_job`, with the scenario's compute jitter and stragglers)."""
 from __future__ import annotations
 
 import json
 import sys
 import time
+from pathlib import Path
 
-import typer
+from mltcp.traffic.driver import JobSpec, run_job
 
-# The sender options of the compute-time model, the same in every peer (udp_peer, kernel_peer).
-JITTER = typer.Option(0.0, help="std-dev of the compute time, fraction of --compute-s")
-STRAGGLER_PROB = typer.Option(0.0, help="probability that an iteration's compute straggles")
-STRAGGLER_DELAY_S = typer.Option(0.0, help="extra compute of a straggling iteration")
-SEED = typer.Option(None, help="seed of the jitter/straggler draws")
+# The fields every sender document has (type, default; no default: required). A peer adds its own.
+SEND_FIELDS: dict[str, tuple[type | tuple, object]] = {
+    "spec": (dict, ...),                  # mltcp.traffic.driver.JobSpec.to_dict()
+    "host": (str, ...),                   # the receiver's address
+    "port": (int, ...),
+    "cc": (str, "reno"),
+    "t0": ((int, float), 0.0),            # epoch of the run (< 0: read it from stdin after a ready line)
+    "nic_rate_mbps": ((int, float), 0.0),  # pace like a NIC of this rate (0: unpaced)
+    "bulk_s": ((int, float), 0.0),        # bulk mode: send for this many seconds instead of iterating
+}
+
+
+def read_send_doc(source: str, peer: str, extra: dict | None = None) -> tuple[JobSpec, dict]:
+    """The sender's job document from file ``source`` or, for ``-``, one line of stdin (the run's
+    start epoch may follow on the next line): (its JobSpec, the other fields with defaults filled).
+    A bad document exits naming ``peer``, the source and the field."""
+    fields = dict(SEND_FIELDS, **(extra or {}))
+    where = "stdin" if source == "-" else source
+    try:
+        text = sys.stdin.readline() if source == "-" else Path(source).read_text()
+        doc = json.loads(text)
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"{peer} send: {where}: not a JSON job document: {e}") from None
+    if not isinstance(doc, dict):
+        raise SystemExit(f"{peer} send: {where}: expected a JSON object")
+    unknown = sorted(set(doc) - set(fields))
+    if unknown:
+        raise SystemExit(f"{peer} send: {where}: unknown field(s) {', '.join(unknown)}")
+    opts = {}
+    for name, (typ, default) in fields.items():
+        if name not in doc:
+            if default is ...:
+                raise SystemExit(f"{peer} send: {where}: field {name!r} is required")
+            opts[name] = default
+            continue
+        v = doc[name]
+        if (isinstance(v, bool) and typ is not bool) or not isinstance(v, typ):
+            raise SystemExit(f"{peer} send: {where}: field {name!r}: wrong type {type(v).__name__}")
+        opts[name] = v
+    try:
+        spec = JobSpec.from_dict(opts.pop("spec"))
+    except ValueError as e:
+        raise SystemExit(f"{peer} send: {where}: {e}") from None
+    if opts["nic_rate_mbps"] < 0:
+        raise SystemExit(f"{peer} send: {where}: nic_rate_mbps must be >= 0, got {opts['nic_rate_mbps']}")
+    check_send_mode(peer, spec, opts["bulk_s"])
+    return spec, opts
 
 
 def emit(rec: dict) -> None:
@@ -34,12 +77,12 @@ def sync_t0(t0: float) -> float:
     return float(line)
 
 
-def check_send_mode(peer: str, iterations: int, nbytes: int, bulk_s: float) -> None:
+def check_send_mode(peer: str, spec: JobSpec, bulk_s: float) -> None:
     """Exactly one of iteration mode (with bytes) and bulk mode, else exit naming ``peer``."""
-    if (iterations <= 0) == (bulk_s <= 0):
-        raise SystemExit(f"{peer} send: give exactly one of --iterations N (with --bytes) or --bulk-s D")
-    if iterations > 0 and nbytes <= 0:
-        raise SystemExit(f"{peer} send: --bytes must be > 0")
+    if (spec.job.iterations <= 0) == (bulk_s <= 0):
+        raise SystemExit(f"{peer} send: give exactly one of spec.job.iterations N (with bytes_per_iter) or bulk_s D")
+    if spec.job.iterations > 0 and spec.bytes_per_iter <= 0:
+        raise SystemExit(f"{peer} send: spec.job.bytes_per_iter must be > 0")
 
 
 def start_at(t0: float, start_offset_s: float) -> float:
@@ -51,18 +94,12 @@ def start_at(t0: float, start_offset_s: float) -> float:
     return t0
 
 
-def run_iterations(transport, job: str, iterations: int, nbytes: int, compute_s: float, t0: float,
-                   jitter: float = 0.0, straggler_prob: float = 0.0, straggler_delay_s: float = 0.0,
-                   seed: int | None = None) -> None:
+def run_iterations(transport, spec: JobSpec, t0: float) -> None:
     """The job's compute/communicate loop over ``transport`` (anything with ``send_iteration``),
-    one ``iter`` JSON line per iteration, times in seconds since the wall-clock epoch ``t0``."""
-    from mltcp.traffic.driver import JobSpec, run_job
-
-    spec = JobSpec(job_id=0, compute_s=compute_s, bytes_per_iter=nbytes, jitter=jitter,
-                   straggler_prob=straggler_prob, straggler_delay_s=straggler_delay_s, name=job, seed=seed)
-
+    from the run's epoch (:func:`sync_t0` of ``t0``) plus the job's start offset; one ``iter`` JSON
+    line per iteration, times in seconds since that epoch."""
     def out(r):
         emit({"type": "iter", "job": r.job, "iteration": r.iteration, "start": r.start,
               "comm_start": r.comm_start, "end": r.end, "bytes": r.bytes, "drops": r.drops, "marks": r.marks})
 
-    run_job(spec, transport, iterations, clock=time.time, epoch=t0, on_record=out)
+    run_job(spec, transport, spec.job.iterations, clock=time.time, epoch=sync_t0(t0), on_record=out)

@@ -14,50 +14,36 @@ import time
 from . import netns
 from .plan import TRANSPORTS, EmulationError, JobPlan, nic_rate_mbps
 
-def compute_args(job: JobPlan) -> list[str]:
-    """The sender options of the job's compute-time model (none when it is constant)."""
-    out = []
-    if job.jitter:
-        out += ["--jitter", repr(job.jitter)]
-    if job.straggler_prob:
-        out += ["--straggler-prob", repr(job.straggler_prob), "--straggler-delay-s", repr(job.straggler_delay_s)]
-    if out and job.seed is not None:
-        out += ["--seed", str(job.seed)]
-    return out
+PEER_MODULES = {"kernel": "mltcp.emulation.kernel_peer", "udp": "mltcp.emulation.udp_peer"}
 
 
-def peer_commands(job: JobPlan, transport: str, cc: str, t0: float, run: str = "") -> tuple[list[str], list[str]]:
-    """(receiver argv, sender argv) for one job; ``run`` tags kernel peers' command lines."""
-    py = sys.executable
+def peer_commands(job: JobPlan, transport: str, run: str = "", t0: float = 0.0) -> tuple[list[str], list[str]]:
+    """(receiver argv, sender argv) for one job; ``run`` tags the peers' command lines. The sender
+    reads its job from one JSON document on stdin (:func:`sender_doc`, written by :class:`Peer`)."""
+    if transport not in PEER_MODULES:
+        raise EmulationError(f"unknown transport {transport!r}; choose from {', '.join(TRANSPORTS)}")
+    if transport == "udp" and not udp_available():
+        raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport), "
+                             "which is not importable in this checkout")
+    m = [sys.executable, "-m", PEER_MODULES[transport]]
+    tag = ["--run", run] if run else []
+    return [*m, "recv", *tag, "--port", str(job.port), "--t0", repr(t0)], [*m, "send", *tag, "--spec", "-"]
+
+
+def sender_doc(job: JobPlan, transport: str, cc: str, t0: float = -1.0) -> dict:
+    """The JSON document a job's sender runs from (:func:`mltcp.emulation.peer_io.read_send_doc`):
+    the job's :class:`~mltcp.traffic.driver.JobSpec`, where to send, the congestion control, the
+    run's epoch (< 0: sent on stdin once every sender is ready) and the transport's settings."""
+    doc = {"spec": job.spec.to_dict(), "host": job.dst_ip, "port": job.port, "cc": cc, "t0": t0}
     if transport == "kernel":
-        tag = ["--run", run] if run else []
-        recv = [py, "-m", "mltcp.emulation.kernel_peer", "recv", *tag, "--port", str(job.port), "--t0", repr(t0)]
-        send = [py, "-m", "mltcp.emulation.kernel_peer", "send", *tag, "--host", job.dst_ip, "--port", str(job.port),
-                "--job", job.name, "--cc", cc, "--iterations", str(job.iterations), "--bytes", str(job.bytes),
-                "--compute-s", repr(job.compute_s), "--t0", repr(t0),
-                "--start-offset-s", repr(job.start_offset_s), *compute_args(job)]
         if job.line_rate_mbps > 0 and os.environ.get("MLTCP_KERNEL_PACING", "1") != "0":
             # paced like a NIC of the link's rate, as the udp sender and the model (docs/kernel.md)
-            send += ["--nic-rate-mbps", repr(job.line_rate_mbps)]
-        return recv, send
-    if transport == "udp":
-        if not udp_available():
-            raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport), "
-                                 "which is not importable in this checkout")
-        m = [py, "-m", "mltcp.emulation.udp_peer"]
-        tag = ["--run", run] if run else []
-        recv = [*m, "recv", *tag, "--port", str(job.port), "--t0", repr(t0)]
-        send = [*m, "send", *tag, "--host", job.dst_ip, "--port", str(job.port), "--job", job.name,
-                "--job-id", str(job.job_id), "--cc", cc, "--iterations", str(job.iterations),
-                "--bytes", str(job.bytes), "--compute-s", repr(job.compute_s), "--t0", repr(t0),
-                "--start-offset-s", repr(job.start_offset_s), "--line-rate-mbps", repr(job.line_rate_mbps),
-                "--min-rto-s", repr(job.min_rto_s), *compute_args(job)]
-        if job.line_rate_mbps > 0:
-            send += ["--nic-rate-mbps", repr(nic_rate_mbps(job.line_rate_mbps))]
-        if not job.idle_restart:
-            send.append("--no-idle-restart")
-        return recv, send
-    raise EmulationError(f"unknown transport {transport!r}; choose from {', '.join(TRANSPORTS)}")
+            doc["nic_rate_mbps"] = job.line_rate_mbps
+        return doc
+    doc.update(line_rate_mbps=job.line_rate_mbps, min_rto_s=job.min_rto_s, idle_restart=job.idle_restart)
+    if job.line_rate_mbps > 0:
+        doc["nic_rate_mbps"] = nic_rate_mbps(job.line_rate_mbps)
+    return doc
 
 
 def udp_available() -> bool:
@@ -113,12 +99,17 @@ def set_kernel_min_rto(net, min_rto_s: float) -> None:
 
 
 class Peer:
-    """A subprocess in a host whose stdout JSON lines are pushed onto a shared queue."""
+    """A subprocess in a host whose stdout JSON lines are pushed onto a shared queue; ``doc`` (a
+    sender's job document, :func:`sender_doc`) goes to its stdin as one line first."""
 
-    def __init__(self, node, argv: list[str], tag: str, q: queue.Queue, cleanup: netns.Cleanup):
+    def __init__(self, node, argv: list[str], tag: str, q: queue.Queue, cleanup: netns.Cleanup,
+                 doc: dict | None = None):
         self.tag = tag
         self.proc = cleanup.add_proc(node.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, text=True, bufsize=1))
+        if doc is not None:   # the sender's job document: one line on its stdin
+            self.proc.stdin.write(json.dumps(doc) + "\n")
+            self.proc.stdin.flush()
         self.err: list[str] = []
         threading.Thread(target=self._read_out, args=(q,), daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()

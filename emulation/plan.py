@@ -6,8 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from mltcp.traffic.driver import JobSpec
+from mltcp.workload import Job
 
 from .topologies import EmuTopo, LinkParams, TopologyError
+
+if TYPE_CHECKING:
+    from mltcp.scenario import Scenario
 
 TRANSPORTS = ("kernel", "udp")
 BASE_CCS = ("reno", "cubic", "dcqcn")
@@ -22,23 +29,32 @@ class EmulationError(RuntimeError):
 
 @dataclass
 class JobPlan:
-    name: str
-    bytes: int
-    compute_s: float
-    start_offset_s: float
-    iterations: int
+    """One job of a run: its :class:`~mltcp.traffic.driver.JobSpec` (the scenario's workload
+    :class:`~mltcp.workload.Job`, its shim id, the seed of its compute draws), which its sender
+    receives as one JSON document, and where and how it runs."""
+    spec: JobSpec
     sender: str = ""
     receiver: str = ""
     dst_ip: str = ""
     port: int = 0
-    job_id: int = 0
     line_rate_mbps: float = 0.0
     min_rto_s: float = 0.2          # the scenario's (after --dilate: stretched) minimum RTO
     idle_restart: bool = True       # the scenario's slow_start_after_idle
-    jitter: float = 0.0             # compute-time model of mltcp.workload.Job
-    straggler_prob: float = 0.0
-    straggler_delay_s: float = 0.0
-    seed: int | None = None         # of the jitter/straggler draws
+
+    @property
+    def name(self) -> str:
+        return self.spec.label
+
+    @property
+    def job(self) -> Job:
+        return self.spec.job
+
+
+def job_plan(name: str, nbytes: int, compute_s: float, start_offset_s: float = 0.0, iterations: int = 1,
+             job_id: int = 0, seed: int | None = None, **placement) -> JobPlan:
+    """A JobPlan from a job's numbers (benches and tests; runs build theirs from a scenario)."""
+    job = Job(name, compute_s, nbytes, [], start_offset_s=start_offset_s, iterations=iterations)
+    return JobPlan(JobSpec(job, job_id, seed=seed), **placement)
 
 
 @dataclass
@@ -48,7 +64,7 @@ class Plan:
     bottleneck: LinkParams
     jobs: list[JobPlan]
     warmup: int
-    scenario_obj: object = None   # the (possibly rescaled) mltcp.scenario.Scenario
+    scenario_obj: Scenario | None = None   # the (possibly rescaled) scenario
     notes: list[str] = field(default_factory=list)
 
 
@@ -181,10 +197,8 @@ def plan_from_scenario(sc, topology: str = "auto") -> Plan:
     # The minimum RTO and the cwnd restart after idle travel with the scenario: with --dilate the
     # RTO is stretched like the compute time, so "idle for longer than an RTO" (which halves the
     # window at each iteration start) happens in the emulation exactly when it does in the model.
-    jobs = [JobPlan(j.name, int(round(j.bytes_per_iter)), j.compute_s, j.start_offset_s, j.iterations,
-                    min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle, jitter=j.jitter,
-                    straggler_prob=j.straggler_prob, straggler_delay_s=j.straggler_delay_s,
-                    seed=None if sc.seed is None else sc.seed * 1000 + i)
+    jobs = [JobPlan(JobSpec(dataclasses.replace(j), i, seed=None if sc.seed is None else sc.seed * 1000 + i),
+                    min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle)
             for i, j in enumerate(sc.jobs)]
     notes = []
     if any(j.jitter or j.straggler_prob for j in sc.jobs):
@@ -239,12 +253,12 @@ def assign_endpoints(plan: Plan, topo: EmuTopo) -> None:
                             f"scenario {plan.scenario} has {len(plan.jobs)} jobs")
     for i, (job, (s, r)) in enumerate(zip(plan.jobs, topo.job_pairs)):
         job.sender, job.receiver, job.dst_ip, job.port = s, r, topo.ip_of(r), PORT_BASE + i
-        job.job_id = i
+        job.spec.job_id = i
         job.line_rate_mbps = plan.bottleneck.rate_mbps or 0.0
 
 
 def expected_duration(plan: Plan, rate_mbps: float | None) -> float:
     rate = (rate_mbps or plan.bottleneck.rate_mbps or 1000) * 1e6 / 8
     n = len(plan.jobs)
-    per_iter = max(j.compute_s + n * j.bytes / rate for j in plan.jobs)
-    return max(j.start_offset_s for j in plan.jobs) + per_iter * max(j.iterations for j in plan.jobs)
+    per_iter = max(j.job.compute_s + n * j.spec.bytes_per_iter / rate for j in plan.jobs)
+    return max(j.job.start_offset_s for j in plan.jobs) + per_iter * max(j.job.iterations for j in plan.jobs)

@@ -82,7 +82,7 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     out["emulation"] = {
         "topology": plan.topology, "transport": transport, "link_mode": mode, "features": features(mode),
         "bottleneck": dataclasses.asdict(plan.bottleneck), "jobs": len(plan.jobs),
-        "iterations": max(j.iterations for j in plan.jobs), "notes": plan.notes,
+        "iterations": max(j.job.iterations for j in plan.jobs), "notes": plan.notes,
         "rtt_calibration": calibration,
         "rtt_ms": {"baseline": rtt_seen(base), **({"mltcp": rtt_seen(ml)} if ml is not None else {})}}
     return out

@@ -93,3 +93,33 @@ class Job:
         if self.straggler_prob > 0:
             base = base + (rng.random(n) < self.straggler_prob) * self.straggler_delay_s
         return base
+
+    # What a job's sender needs of it (one flow, its compute model, its count): the fields of the
+    # JSON job document handed to the emulation's peers (mltcp.traffic.driver.JobSpec.to_dict).
+    SENDER_FIELDS = ("name", "compute_s", "bytes_per_iter", "start_offset_s", "jitter", "straggler_prob",
+                     "straggler_delay_s", "iterations")
+
+    def sender_dict(self) -> dict:
+        """The job as its sender runs it (:data:`SENDER_FIELDS`), JSON-able."""
+        return {f: getattr(self, f) for f in self.SENDER_FIELDS}
+
+    @classmethod
+    def from_sender_dict(cls, d: dict, where: str = "job") -> "Job":
+        """Inverse of :meth:`sender_dict`; an unknown or missing field or a wrong type is a
+        ValueError naming ``where`` and the field."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected an object, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(cls.SENDER_FIELDS))
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+        if "name" not in d or not isinstance(d["name"], str):
+            raise ValueError(f"{where}.name: a string is required")
+        kw = {}
+        for f in cls.SENDER_FIELDS[1:]:
+            if f in d:
+                v = d[f]
+                ok = isinstance(v, int) if f == "iterations" else isinstance(v, (int, float))
+                if isinstance(v, bool) or not ok:
+                    raise ValueError(f"{where}.{f}: expected a number, got {v!r}")
+                kw[f] = v
+        return cls(d["name"], kw.pop("compute_s", 0.0), kw.pop("bytes_per_iter", 0), [], **kw)

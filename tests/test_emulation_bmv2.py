@@ -120,7 +120,7 @@ def test_dumbbell_through_bmv2_marks_ecn_keeps_pcaps_and_cleans_up(tmp_path):
 
     from mltcp.emulation import netns
     from mltcp.emulation.arm import run_arm
-    from mltcp.emulation.plan import JobPlan, Plan
+    from mltcp.emulation.plan import Plan, job_plan
     from mltcp.emulation.network import build_network
     from mltcp.emulation.topologies import make_topology
     setLogLevel("error")
@@ -143,7 +143,7 @@ def test_dumbbell_through_bmv2_marks_ecn_keeps_pcaps_and_cleans_up(tmp_path):
     assert (tmp_path / "net" / f"{prefix}s1.log").is_file()
 
     # two UDP Reno jobs that queue up at 20 Mb/s: ECN marks counted by mltcp.p4 on BMv2
-    jobs = [JobPlan("j0", 400_000, 0.05, 0.0, 4), JobPlan("j1", 400_000, 0.05, 0.01, 4)]
+    jobs = [job_plan("j0", 400_000, 0.05, 0.0, 4), job_plan("j1", 400_000, 0.05, 0.01, 4)]
     plan = Plan("t", "dumbbell", bn, jobs, warmup=1)
     arm = run_arm(plan, "reno", "udp", link_mode="bmv2", switch_logs=tmp_path / "arm", pcap=True)
     assert arm.link_mode == "bmv2" and len(arm.records) == 8

@@ -5,8 +5,8 @@ from mltcp import scenario as scn
 from mltcp.emulation import netns
 from mltcp.emulation.baseline import jain_index
 from mltcp.emulation.arm import ArmResult
-from mltcp.emulation.peers import kernel_cc_name, peer_commands
-from mltcp.emulation.plan import JobPlan, choose_topology, link_params_of, plan_from_scenario, rescale
+from mltcp.emulation.peers import kernel_cc_name, peer_commands, sender_doc
+from mltcp.emulation.plan import choose_topology, job_plan, link_params_of, plan_from_scenario, rescale
 from mltcp.emulation.report import arm_summary
 from mltcp.metrics import per_job_avg
 from mltcp.emulation.topologies import LinkParams, TopologyError, tc_commands
@@ -125,17 +125,23 @@ def test_rescale_dilate_stretches_time_keeps_bytes():
 def test_plan_from_scenario():
     plan = plan_from_scenario(_sc([["L"], ["L"]], start_offset_ms=5))
     assert plan.topology == "dumbbell"
-    assert [j.bytes for j in plan.jobs] == [1_000_000, 1_000_000]
-    assert plan.jobs[0].start_offset_s == pytest.approx(0.005)
+    assert [j.spec.bytes_per_iter for j in plan.jobs] == [1_000_000, 1_000_000]
+    assert plan.jobs[0].job.start_offset_s == pytest.approx(0.005)
+
+
+def _placed(**kw):
+    return job_plan("j", 1000, 0.1, 0.0, 3, sender="s", receiver="r", dst_ip="10.0.0.2", port=5001, **kw)
 
 
 def test_peer_commands_kernel_and_tag():
-    job = JobPlan("j", 1000, 0.1, 0.0, 3, "s", "r", "10.0.0.2", 5001)
-    recv, send = peer_commands(job, "kernel", "cubic", 123.0, "mabcde")
+    job = _placed()
+    recv, send = peer_commands(job, "kernel", "mabcde")
     assert "mltcp.emulation.kernel_peer" in recv and "recv" in recv
-    assert send[send.index("--cc") + 1] == "cubic"
-    assert send[send.index("--host") + 1] == "10.0.0.2"
+    assert send[send.index("--spec") + 1] == "-"                  # the job comes as JSON on stdin
     assert "mabcde" in send and "mabcde" in recv
+    doc = sender_doc(job, "kernel", "cubic")
+    assert (doc["cc"], doc["host"], doc["port"], doc["t0"]) == ("cubic", "10.0.0.2", 5001, -1.0)
+    assert doc["spec"]["job"]["bytes_per_iter"] == 1000 and doc["spec"]["job"]["iterations"] == 3
 
 
 def test_kernel_cc_name():
@@ -194,11 +200,44 @@ def test_peer_commands_udp():
     from mltcp.emulation.peers import udp_available
     if not udp_available():
         pytest.skip("userspace transport not importable")
-    job = JobPlan("j", 1000, 0.1, 0.0, 3, "s", "r", "10.0.0.2", 5001, job_id=4, line_rate_mbps=100)
-    recv, send = peer_commands(job, "udp", "mltcp-reno", 1.0, "mabcde")
+    job = _placed(line_rate_mbps=100)
+    job.spec.job_id = 4
+    recv, send = peer_commands(job, "udp", "mabcde")
     assert "mltcp.emulation.udp_peer" in send
-    assert send[send.index("--cc") + 1] == "mltcp-reno"
-    assert send[send.index("--job-id") + 1] == "4"
+    doc = sender_doc(job, "udp", "mltcp-reno")
+    assert doc["cc"] == "mltcp-reno" and doc["spec"]["job_id"] == 4
+
+
+def test_sender_doc_is_what_the_peers_read(tmp_path):
+    """The runner's document, through JSON, gives the peer the same JobSpec and settings; a bad
+    document stops the peer naming the field."""
+    import json
+
+    from mltcp.emulation import kernel_peer, udp_peer
+    from mltcp.emulation.peer_io import read_send_doc
+    sc = _sc([["L"], ["L"]], jitter=0.05, straggler_prob=0.2, straggler_delay_ms=30)
+    plan = plan_from_scenario(sc)
+    job = plan.jobs[1]
+    job.dst_ip, job.port, job.line_rate_mbps = "10.0.0.4", 5002, 100.0
+    for transport, extra in (("udp", udp_peer.UDP_FIELDS), ("kernel", kernel_peer.KERNEL_FIELDS)):
+        f = tmp_path / f"{transport}.json"
+        f.write_text(json.dumps(sender_doc(job, transport, "reno")))
+        spec, opts = read_send_doc(str(f), "peer", extra)
+        assert spec.to_dict() == job.spec.to_dict() and (opts["host"], opts["port"], opts["t0"]) == ("10.0.0.4", 5002, -1.0)
+        assert (spec.compute_times(30) == job.spec.compute_times(30)).all()
+    f.write_text(json.dumps(dict(sender_doc(job, "kernel", "reno"), nbytes=5)))
+    with pytest.raises(SystemExit, match="unknown field.*nbytes"):
+        read_send_doc(str(f), "kernel_peer", kernel_peer.KERNEL_FIELDS)
+    d = sender_doc(job, "kernel", "reno")
+    del d["port"]
+    f.write_text(json.dumps(d))
+    with pytest.raises(SystemExit, match="'port' is required"):
+        read_send_doc(str(f), "kernel_peer", kernel_peer.KERNEL_FIELDS)
+    d = sender_doc(job, "udp", "reno")
+    d["spec"]["job"]["bytes_per_iter"] = -3
+    f.write_text(json.dumps(d))
+    with pytest.raises(SystemExit, match="bytes_per_iter must be >= 0"):
+        read_send_doc(str(f), "udp_peer", udp_peer.UDP_FIELDS)
 
 
 def test_jain_index():
@@ -220,19 +259,17 @@ def test_plan_carries_scenario_rto_and_idle_restart_stretched_by_dilation():
     assert all(j.idle_restart == sc.slow_start_after_idle for j in plan.jobs)
 
 
-def test_udp_peer_commands_pass_rto_idle_restart_and_nic_rate():
+def test_udp_sender_doc_passes_rto_idle_restart_and_nic_rate():
     from mltcp.emulation.plan import nic_rate_mbps
-    job = JobPlan("j", 1000, 0.1, 0.0, 3, "s", "r", "10.0.0.2", 5001, line_rate_mbps=100.0,
-                  min_rto_s=2.0, idle_restart=False)
-    _, send = peer_commands(job, "udp", "mltcp-reno", 0.0)
-    assert float(send[send.index("--min-rto-s") + 1]) == 2.0
-    assert "--no-idle-restart" in send
-    nic = float(send[send.index("--nic-rate-mbps") + 1])
+    job = _placed(line_rate_mbps=100.0, min_rto_s=2.0, idle_restart=False)
+    doc = sender_doc(job, "udp", "mltcp-reno")
+    assert doc["min_rto_s"] == 2.0 and doc["idle_restart"] is False
+    nic = doc["nic_rate_mbps"]
     assert nic == pytest.approx(nic_rate_mbps(100.0))
     assert nic < 100.0 and nic * 1514 / 1500 == pytest.approx(100.0)   # datagrams fill the link's frames
     job.idle_restart, job.line_rate_mbps = True, 0.0
-    _, send = peer_commands(job, "udp", "reno", 0.0)
-    assert "--no-idle-restart" not in send and "--nic-rate-mbps" not in send
+    doc = sender_doc(job, "udp", "reno")
+    assert doc["idle_restart"] is True and "nic_rate_mbps" not in doc
 
 
 def test_payload_rate_scales_links_by_header_overhead():
@@ -305,24 +342,15 @@ def test_calibrate_rtt_lowers_the_plans_delay_and_says_so(monkeypatch):
         assert calibrate.calibrate_rtt(p, transport, mode) is None and p.bottleneck.delay_ms == 1.0
 
 
-def test_plan_and_peer_commands_carry_jitter_and_stragglers_to_both_peers():
-    import typer.main
-
-    from mltcp.emulation import kernel_peer, udp_peer
+def test_plan_and_sender_doc_carry_jitter_and_stragglers_to_both_peers():
     sc = _sc([["L"], ["L"]], jitter=0.05, straggler_prob=0.2, straggler_delay_ms=30)
     plan = plan_from_scenario(sc)
-    assert [(j.jitter, j.straggler_prob) for j in plan.jobs] == [(0.05, 0.2), (0.05, 0.2)]
-    assert plan.jobs[0].straggler_delay_s == pytest.approx(0.03)
-    assert plan.jobs[0].seed != plan.jobs[1].seed              # jobs draw independently
-    for transport, app in (("udp", udp_peer.app), ("kernel", kernel_peer.app)):
-        _, send = peer_commands(plan.jobs[0], transport, "reno", 0.0)
-        assert float(send[send.index("--jitter") + 1]) == 0.05
-        assert float(send[send.index("--straggler-delay-s") + 1]) == pytest.approx(0.03)
-        known = {o for p in typer.main.get_command(app).commands["send"].params for o in p.opts}
-        assert {"--jitter", "--straggler-prob", "--straggler-delay-s", "--seed"} <= known
-    constant = plan_from_scenario(_sc([["L"]]))
-    _, send = peer_commands(constant.jobs[0], "kernel", "reno", 0.0)
-    assert "--jitter" not in send and "--straggler-prob" not in send
+    assert [(j.job.jitter, j.job.straggler_prob) for j in plan.jobs] == [(0.05, 0.2), (0.05, 0.2)]
+    assert plan.jobs[0].job.straggler_delay_s == pytest.approx(0.03)
+    assert plan.jobs[0].spec.seed != plan.jobs[1].spec.seed              # jobs draw independently
+    for transport in ("udp", "kernel"):
+        job = sender_doc(plan.jobs[0], transport, "reno")["spec"]["job"]
+        assert job["jitter"] == 0.05 and job["straggler_delay_s"] == pytest.approx(0.03)
 
 
 def test_peers_run_iterations_through_the_driver_with_stragglers(capsys):
@@ -337,7 +365,9 @@ def test_peers_run_iterations_through_the_driver_with_stragglers(capsys):
             self.retransmits += 2
 
     import time
-    run_iterations(Fake(), "j", 3, 1000, 0.01, time.time(), straggler_prob=1.0, straggler_delay_s=0.02, seed=1)
+    from mltcp.traffic.driver import JobSpec
+    spec = JobSpec.of(0, 0.01, 1000, seed=1, name="j", iterations=3, straggler_prob=1.0, straggler_delay_s=0.02)
+    run_iterations(Fake(), spec, time.time())
     recs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["iteration"] for r in recs] == [0, 1, 2] and all(r["type"] == "iter" for r in recs)
     assert all(r["comm_start"] - r["start"] >= 0.029 for r in recs)   # 10 ms compute + 20 ms straggling

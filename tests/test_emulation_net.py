@@ -14,7 +14,7 @@ import pytest
 from mltcp.emulation import netns
 from mltcp.emulation.arm import run_arm
 from mltcp.emulation.netns import have_mininet_prereqs
-from mltcp.emulation.plan import EmulationError, JobPlan, Plan
+from mltcp.emulation.plan import EmulationError, Plan, job_plan
 from mltcp.emulation.topologies import LinkParams, make_topology
 from mltcp.emulation.network import build_network
 
@@ -40,7 +40,7 @@ def assert_clean(prefix, pids=()):
 
 def small_plan(iterations=5):
     bn = LinkParams(rate_mbps=50, buffer_bytes=60_000)
-    jobs = [JobPlan("j0", 300_000, 0.05, 0.0, iterations), JobPlan("j1", 300_000, 0.05, 0.02, iterations)]
+    jobs = [job_plan("j0", 300_000, 0.05, 0.0, iterations), job_plan("j1", 300_000, 0.05, 0.02, iterations)]
     return Plan("test", "dumbbell", bn, jobs, warmup=1)
 
 
@@ -204,8 +204,8 @@ def test_switch_mode_delay_ecn_and_cleanup():
     rtt_min = float(out.split("rtt min/avg/max/mdev = ")[1].split("/")[0])
     assert rtt_min >= 4.0          # 2 ms each way on the bottleneck
     assert_clean(prefix, pids)
-    plan = Plan("t", "dumbbell", bn, [JobPlan("j0", 400_000, 0.05, 0.0, 4),
-                                      JobPlan("j1", 400_000, 0.05, 0.01, 4)], warmup=1)
+    plan = Plan("t", "dumbbell", bn, [job_plan("j0", 400_000, 0.05, 0.0, 4),
+                                      job_plan("j1", 400_000, 0.05, 0.01, 4)], warmup=1)
     arm = run_arm(plan, "reno", "kernel", link_mode="switch")   # hosts get tcp_ecn=1 here
     assert len(arm.records) == 8 and arm.ecn_marks > 0
     assert_clean(prefix)
@@ -233,7 +233,7 @@ def test_ring_of_software_switches_runs_three_udp_jobs_with_ecn():
         pytest.skip("userspace transport not importable")
     prefix = netns.run_prefix()
     bn = LinkParams(rate_mbps=20, delay_ms=1.0, buffer_bytes=45_000, ecn_threshold_pkts=5)
-    jobs = [JobPlan(n, 300_000, 0.05, 0.01 * i, 3) for i, n in enumerate(("X", "Y", "Z"))]
+    jobs = [job_plan(n, 300_000, 0.05, 0.01 * i, 3) for i, n in enumerate(("X", "Y", "Z"))]
     arm = run_arm(Plan("t", "ring", bn, jobs, warmup=1), "reno", "udp", link_mode="switch")
     assert sorted((r.job, r.iteration) for r in arm.records) == [(j, i) for j in "XYZ" for i in range(3)]
     assert all(r.bytes == 300_000 for r in arm.records)

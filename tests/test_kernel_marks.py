@@ -1,5 +1,6 @@
 """Iteration marks from applications, map lookup without bpftool, and NIC-rate pacing of kernel
 TCP sockets. The root parts register the BPF congestion controls (helper 'kernel' only)."""
+import json
 import socket
 import subprocess
 import sys
@@ -35,11 +36,16 @@ def test_set_pacing_sets_the_socket_limit_and_rejects_nonsense():
         s.close()
 
 
+def _doc(port: int, cc: str, iterations: int, nbytes: int, compute_s: float = 0.0, mark: bool = True) -> str:
+    from mltcp.traffic.driver import JobSpec
+    spec = JobSpec.of(0, compute_s, nbytes, iterations=iterations)
+    return json.dumps({"spec": spec.to_dict(), "host": "127.0.0.1", "port": port, "cc": cc, "mark": mark}) + "\n"
+
+
 def test_kernel_peer_rejects_mark_with_a_base_cc():
-    r = subprocess.run([sys.executable, "-m", "mltcp.emulation.kernel_peer", "send", "--host", "127.0.0.1",
-                        "--port", "9", "--cc", "reno", "--iterations", "1", "--bytes", "10", "--mark"],
+    r = subprocess.run([sys.executable, "-m", "mltcp.emulation.kernel_peer", "send"], input=_doc(9, "reno", 1, 10),
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0 and "--mark needs an MLTCP congestion control" in r.stderr
+    assert r.returncode != 0 and "mark needs an MLTCP congestion control" in r.stderr
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +108,7 @@ def test_kernel_peer_marks_every_iteration():
         assert '"listening"' in recv.stdout.readline()
         with maps.VariantMaps("mltcp_reno") as vm:
             old = vm.marks()
-            send = subprocess.run([*peer, "send", "--host", "127.0.0.1", "--port", str(port), "--cc", "mltcp_reno",
-                                   "--iterations", "4", "--bytes", "200000", "--compute-s", "0.01", "--mark"],
+            send = subprocess.run([*peer, "send"], input=_doc(port, "mltcp_reno", 4, 200_000, 0.01),
                                   capture_output=True, text=True, timeout=60)
             assert send.returncode == 0, send.stderr
             new = {p: g for p, g in vm.marks().items() if old.get(p) != g}

@@ -155,7 +155,7 @@ def test_real_capture_of_a_transport_run(tmp_path):
             if "listening" not in line:
                 pytest.skip(f"tcpdump did not start: {line}")
             with UdpTransport([rx.addr], cc="mltcp-reno", job_id=3, timeout=30) as tr:
-                sent = run_job(JobSpec(job_id=3, compute_s=0.02, bytes_per_iter=300_000), tr, 4)
+                sent = run_job(JobSpec.of(job_id=3, compute_s=0.02, bytes_per_iter=300_000), tr, 4)
             # tcpdump may lag behind (busy machine) and stops without draining on SIGINT:
             # wait until the file stops growing
             size, still, deadline = -1, 0, time.monotonic() + 20

@@ -128,7 +128,7 @@ def send(
     if params and not cc.startswith("mltcp-"):
         fail("--slope/--intercept apply to the mltcp-* algorithms only")
     try:
-        spec = JobSpec(job_id=job, compute_s=comp, bytes_per_iter=size, peers=peers, jitter=jitter,
+        spec = JobSpec.of(job_id=job, compute_s=comp, bytes_per_iter=size, peers=peers, jitter=jitter,
                        straggler_prob=straggler_prob,
                        straggler_delay_s=_conv(parse_duration, straggler_delay, "--straggler-delay", 0, MAX_SECONDS),
                        start_offset_s=_conv(parse_duration, start_offset, "--start-offset", 0, MAX_SECONDS),

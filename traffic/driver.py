@@ -19,58 +19,84 @@ from mltcp.workload import Job
 
 @dataclass
 class JobSpec:
-    """What the driver needs to know about a job. Maps one to one onto :class:`mltcp.workload.Job`
-    (see :meth:`from_job`), plus the peers its flows go to."""
-    job_id: int
-    compute_s: float
-    bytes_per_iter: int
+    """A job as a sender runs it: its workload (one :class:`mltcp.workload.Job`, the same object
+    the scenario and the simulator use), the job id its shim carries, where its flows go and the
+    seed of its compute-time draws. It travels to the emulation's peers as one JSON document
+    (:meth:`to_dict` / :meth:`from_dict`)."""
+    job: Job
+    job_id: int = 0
     peers: list = field(default_factory=list)
-    jitter: float = 0.0             # std-dev of compute time, fraction of compute_s
-    straggler_prob: float = 0.0
-    straggler_delay_s: float = 0.0
-    start_offset_s: float = 0.0
-    name: str | None = None
     seed: int | None = None
 
     def __post_init__(self):
         for f in ("compute_s", "bytes_per_iter", "jitter", "straggler_prob", "straggler_delay_s", "start_offset_s"):
-            v = getattr(self, f)
+            v = getattr(self.job, f)
             if not v >= 0:
                 raise ValueError(f"job {self.job_id}: {f} must be >= 0, got {v!r}")
-        if self.straggler_prob > 1:
-            raise ValueError(f"job {self.job_id}: straggler_prob must be <= 1, got {self.straggler_prob}")
+        if self.job.straggler_prob > 1:
+            raise ValueError(f"job {self.job_id}: straggler_prob must be <= 1, got {self.job.straggler_prob}")
         if not 0 <= self.job_id <= 0xFFFF:
             raise ValueError(f"job_id must fit the shim's 16 bits, got {self.job_id}")
 
+    @classmethod
+    def of(cls, job_id: int, compute_s: float, bytes_per_iter: int, peers=(), seed: int | None = None,
+           name: str | None = None, **workload) -> "JobSpec":
+        """A spec from the workload's numbers (``workload``: the other :class:`Job` fields)."""
+        return cls(Job(name or f"job{job_id}", compute_s, bytes_per_iter, [], **workload), job_id, list(peers), seed)
+
     @property
     def label(self) -> str:
-        return self.name or f"job{self.job_id}"
+        return self.job.name
 
-    @classmethod
-    def from_job(cls, job: Job, job_id: int, peers=(), seed: int | None = None) -> "JobSpec":
-        return cls(job_id=job_id, compute_s=job.compute_s, bytes_per_iter=int(job.bytes_per_iter),
-                   peers=list(peers), jitter=job.jitter, straggler_prob=job.straggler_prob,
-                   straggler_delay_s=job.straggler_delay_s, start_offset_s=job.start_offset_s,
-                   name=job.name, seed=seed)
+    @property
+    def compute_s(self) -> float:
+        return self.job.compute_s
+
+    @property
+    def bytes_per_iter(self) -> int:
+        return int(round(self.job.bytes_per_iter))
+
+    @property
+    def start_offset_s(self) -> float:
+        return self.job.start_offset_s
 
     def compute_times(self, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
         rng = rng if rng is not None else np.random.default_rng(self.seed)
-        job = Job(self.label, self.compute_s, self.bytes_per_iter, [], jitter=self.jitter,
-                  straggler_prob=self.straggler_prob, straggler_delay_s=self.straggler_delay_s)
-        return job.compute_times(rng, n)
+        return self.job.compute_times(rng, n)
+
+    def to_dict(self) -> dict:
+        return {"job": self.job.sender_dict(), "job_id": self.job_id, "peers": list(self.peers), "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "spec") -> "JobSpec":
+        """Inverse of :meth:`to_dict`; a bad document is a ValueError naming ``where`` and the field."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected an object, got {type(d).__name__}")
+        unknown = sorted(set(d) - {"job", "job_id", "peers", "seed"})
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}")
+        job_id, seed, peers = d.get("job_id", 0), d.get("seed"), d.get("peers", [])
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise ValueError(f"{where}.job_id: expected an integer, got {job_id!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"{where}.seed: expected an integer or null, got {seed!r}")
+        if not isinstance(peers, list):
+            raise ValueError(f"{where}.peers: expected a list, got {peers!r}")
+        return cls(Job.from_sender_dict(d.get("job"), f"{where}.job"), job_id, peers, seed)
 
 
 def run_job(job: JobSpec, transport, iterations: int, clock=time.monotonic, sleep=time.sleep,
             epoch: float | None = None, rng: np.random.Generator | None = None,
             on_record=None) -> list[IterationRecord]:
-    """Run ``iterations`` compute+communicate iterations; times in the records are
-    ``clock() - epoch`` (epoch defaults to the clock when run_job starts)."""
+    """Run ``iterations`` compute+communicate iterations, the first at ``epoch + start_offset_s``;
+    times in the records are ``clock() - epoch`` (epoch defaults to the clock when run_job starts)."""
     if iterations < 0:
         raise ValueError(f"iterations must be >= 0, got {iterations}")
     t0 = clock() if epoch is None else epoch
     computes = job.compute_times(iterations, rng)
-    if job.start_offset_s > 0:
-        sleep(job.start_offset_s)
+    wait = t0 + job.start_offset_s - clock()   # the first iteration starts at epoch + start_offset_s
+    if wait > 0:
+        sleep(wait)
     records = []
     for i in range(iterations):
         start = clock()

@@ -208,7 +208,7 @@ class TraceProfile:
     def job_spec(self, job_id: int, peers=(), **kw):
         """A sender for one flow per peer, each sending one flow's bytes per iteration."""
         from .driver import JobSpec
-        return JobSpec(job_id=job_id, compute_s=self.compute_s, bytes_per_iter=self.bytes_per_flow,
+        return JobSpec.of(job_id=job_id, compute_s=self.compute_s, bytes_per_iter=self.bytes_per_flow,
                        peers=list(peers), jitter=self.jitter, name=kw.pop("name", self.name), **kw)
 
     def summary(self) -> dict:

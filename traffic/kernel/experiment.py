@@ -65,7 +65,7 @@ def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
             transports.append(KernelTransport(d.receiver_ip, rx.port, cc=cc, ns=d.senders[i],
                                               mark=case.mark and cc.startswith("mltcp_"),
                                               pacing_mbit=pacing_rate_for_link(case.rate_mbit) if case.pacing else None))
-        jobs = [JobSpec(job_id=i, compute_s=case.compute, bytes_per_iter=case.nbytes,
+        jobs = [JobSpec.of(job_id=i, compute_s=case.compute, bytes_per_iter=case.nbytes,
                         start_offset_s=case.offset_s * i, name="AB"[i]) for i in range(2)]
         epoch = time.monotonic()
 
