@@ -142,12 +142,12 @@ def run_pair(cc: str, nbytes: int, iterations: int, host: str, port: int, rx_pre
     _wait_rusage(rx, 30)
     if tx.returncode != 0:
         raise RuntimeError(f"sender failed: {tx_err[-400:]}")
-    lines = [json.loads(x) for x in tx_out.splitlines()]
-    recs, summary = lines[:-1], lines[-1]["summary"][0]
+    tx_doc = json.loads(tx_out)
+    recs, summary = tx_doc["records"], tx_doc["summary"][0]
     t0, t1 = recs[0]["comm_start"], recs[-1]["end"]
     wall = t1 - t0
-    rx_lines = [json.loads(x) for x in rx.stdout.read().splitlines()]
-    rx_flows, rx_info = rx_lines[:-1], rx_lines[-1]["receiver"]
+    rx_doc = json.loads(rx.stdout.read())
+    rx_flows, rx_info = rx_doc["flows"], rx_doc["receiver"]
     ok = bool(rx_flows) and rx_flows[0]["bytes"] == nbytes * iterations and rx_flows[0]["mismatched"] == 0
     goodput = nbytes * iterations * 8 / wall / 1e6
     wire_rate = summary["sent"] * (summary["bytes"] / max(1, summary["sent"] - summary["retransmits"]) + 76) * 8 / wall / 1e6
@@ -276,8 +276,8 @@ def bench_competing(ccs, iterations=60, compute="100ms", nbytes="1.25MB", offset
                 for r in rx:
                     r.communicate()
                 for k, o in enumerate(outs):
-                    lines = [json.loads(x) for x in o.splitlines()]
-                    recs, summ = lines[:-1], lines[-1]["summary"][0]
+                    doc = json.loads(o)
+                    recs, summ = doc["records"], doc["summary"][0]
                     d = [r["end"] - r["start"] for r in recs]
                     tail = d[len(d) // 2:]
                     print(f"  offset {off * 1e3:3.0f} ms  {cc:12s} job {k + 1}: iteration mean "

@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
-from mltcp.console import err, fail
+from mltcp.console import err, fail, out as stdout, print_json
 
 
 class _DefaultRun(TyperGroup):
@@ -41,12 +41,13 @@ def _prereqs() -> None:
         fail(f"emulation {why} (Mininet needs root, mnexec, ip, tc and brctl)")
 
 
-def _write(doc: dict, out: Path | None) -> None:
+def _write(doc: dict, out: Path | None, as_json: bool) -> None:
+    """The document to ``--out`` and, with ``--json``, on stdout (mltcp.console.print_json)."""
     from mltcp.records import write_text_atomic
-    text = json.dumps(doc, indent=2, default=float)
     if out is not None:
-        write_text_atomic(out, text + "\n")
-    print(text)
+        write_text_atomic(out, json.dumps(doc, indent=2, default=float) + "\n")
+    if as_json:
+        print_json(doc)
 
 
 # Limits of the command-line numbers (docs/hardening-inputs.md).
@@ -194,7 +195,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
                 doc["scenario"] = sc.name
                 if not as_json:
                     _print_baseline(doc)
-                _write(doc, out)
+                _write(doc, out, as_json)
                 return
             doc = _run_with_progress(sc, cc or sc.cc, compare, transport, mode, topology, not no_sim, as_json,
                                      records, payload_rate, rtt_calibration, switch_logs, pcap)
@@ -204,7 +205,7 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
         fail(str(e), 1)
     if not as_json:
         _print_summary(doc)
-    _write(doc, out)
+    _write(doc, out, as_json)
 
 
 def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, quiet, records=None,
@@ -236,13 +237,13 @@ def _print_summary(doc: dict) -> None:
         if a:
             t.add_row(arm, a["cc"], f"{a['avg_iter_s']:.4f}", f"{a['p99_iter_s']:.4f}", str(a["drops"]),
                       str(a["retransmissions"]), str(a["converged_at_iteration"]), str(a["interleaved_at_iteration"]))
-    err.print(t)
+    stdout.print(t)
     cal = doc["emulation"].get("rtt_calibration")
     if cal:
-        err.print(f"RTT calibration: hosts add {cal['host_rtt_ms']:.2f} ms per round trip; links run "
+        stdout.print(f"RTT calibration: hosts add {cal['host_rtt_ms']:.2f} ms per round trip; links run "
                   f"{cal['link_delay_ms']:.3f} ms one way for a {cal['scenario_rtt_ms']:g} ms base RTT")
     if doc.get("speedup_avg"):
-        err.print(f"speedup avg {doc['speedup_avg']:.3f}  p99 {doc['speedup_p99']:.3f}")
+        stdout.print(f"speedup avg {doc['speedup_avg']:.3f}  p99 {doc['speedup_p99']:.3f}")
 
 
 def _print_baseline(doc: dict) -> None:
@@ -252,11 +253,11 @@ def _print_baseline(doc: dict) -> None:
     for r in doc["fairness"]:
         t.add_row(r["label"], " / ".join(f"{x:.1f}" for x in r["flows_mbps"]), f"{r['total_mbps']:.1f}",
                   f"{r['jain']:.3f}", str(r["retransmissions"]), str(r["drops"]))
-    err.print(t)
+    stdout.print(t)
     if "userspace_reno_error" in doc:
-        err.print(f"userspace reno: {doc['userspace_reno_error']}")
+        stdout.print(f"userspace reno: {doc['userspace_reno_error']}")
     for cc, a in doc["iterations"].items():
-        err.print(f"kernel {cc} iterations: avg {a['avg_iter_s']:.4f} s, p99 {a['p99_iter_s']:.4f} s, "
+        stdout.print(f"kernel {cc} iterations: avg {a['avg_iter_s']:.4f} s, p99 {a['p99_iter_s']:.4f} s, "
                   f"converged at {a['converged_at_iteration']}, interleaved (20 %) at {a['interleaved_at_iteration']}")
 
 
@@ -292,11 +293,12 @@ def emulate_topo(
     except TopologyError as e:
         fail(str(e))
     doc = {"topology": kind, "link_mode": mode, "pairs": rows, "all_reachable": all(r["ok"] for r in rows)}
-    if not as_json:
+    if as_json:
+        print_json(doc)
+    else:
         for r in rows:
-            err.print(f"{r['sender']} -> {r['receiver']} ({r['dst']}): "
-                      f"{'ok' if r['ok'] else 'UNREACHABLE'}, {r['router_hops']} router hops")
-    print(json.dumps(doc, indent=2))
+            stdout.print(f"{r['sender']} -> {r['receiver']} ({r['dst']}): "
+                         f"{'ok' if r['ok'] else 'UNREACHABLE'}, {r['router_hops']} router hops")
     if not doc["all_reachable"]:
         raise typer.Exit(1)
 

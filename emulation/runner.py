@@ -70,9 +70,6 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
         if ml is not None:
             write_csv(ml.records, Path(records_dir) / "mltcp.csv")
     out = compare.report(sc, arm_summary(base, sc), arm_summary(ml, sc) if ml else None)
-    if ml is None:
-        out["mltcp"] = None
-        out["speedup_avg"] = out["speedup_p99"] = None
     if with_sim:
         out["sim_vs_emu"] = {"baseline": sim_vs_emu(sc, cc, base.records)}
         if ml is not None:

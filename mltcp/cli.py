@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import compare, records as rec_io
-from .console import err, fail, out
+from .console import err, fail, out, print_json
 from .scenario import ScenarioError, builtin_names, load
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -150,11 +150,7 @@ def _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine="fast"):
 def build_report(sc, results) -> dict:
     algos = list(results)
     sides = {a: compare.side(sc, a, r.records, r.drops, r.ecn_marks) for a, r in results.items()}
-    if len(algos) == 2:
-        return compare.report(sc, sides[algos[0]], sides[algos[1]])
-    rep = compare.report(sc, sides[algos[0]], None)
-    rep["run"] = rep.pop("baseline")
-    return rep
+    return compare.report(sc, sides[algos[0]], sides[algos[1]] if len(algos) == 2 else None)
 
 
 def per_job_table(sc, results) -> Table:
@@ -178,13 +174,13 @@ def summary_table(rep: dict) -> Table:
     t = Table(title="summary", title_justify="left")
     for c in ("", "avg (ms)", "p99 (ms)", "drops", "ECN marks", "interleaved at iteration"):
         t.add_column(c, justify="right")
-    for key in ("baseline", "mltcp", "run"):
-        if key in rep:
+    for key in ("baseline", "mltcp"):
+        if rep.get(key):
             s = rep[key]
             t.add_row(s["cc"], f"{s['avg_iter_s'] * 1e3:.2f}", f"{s['p99_iter_s'] * 1e3:.2f}", f"{s['drops']:.0f}",
                       f"{s['ecn_marks']:.0f}", str(s["converged_at_iteration"]))
     t.add_row("ideal", f"{rep['ideal_iter_s'] * 1e3:.2f}", "", "", "", "")
-    if "speedup_avg" in rep:
+    if rep.get("speedup_avg") is not None:
         t.add_row("speedup", f"{rep['speedup_avg']:.2f}x", f"{rep['speedup_p99']:.2f}x", "", "", "")
     return t
 
@@ -242,7 +238,7 @@ def simulate(
     if outdir:
         _write_or_fail(sc, results, rep, outdir)
     if as_json:
-        print(json.dumps(rep))
+        print_json(rep)
     else:
         out.print(per_job_table(sc, results))
         out.print(summary_table(rep))
@@ -289,7 +285,7 @@ def _simulate_both(sc, algos, as_json: bool, trace_interval, outdir: Optional[Pa
         _write_or_fail(sc, fast, rep["fast"], outdir / "fast")
         _write_or_fail(sc, ns3, rep["ns3"], outdir / "ns3")
     if as_json:
-        print(json.dumps(rep))
+        print_json(rep)
         return
     out.print(per_job_table(sc, {f"{a} (fast)": r for a, r in fast.items()} | {f"{a} (ns-3)": r for a, r in ns3.items()}))
     out.print(ns3_compare.ratio_table(sc, rep["ratios"]))

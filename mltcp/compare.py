@@ -31,6 +31,8 @@ def ideal_iter_s(sc: Scenario) -> float:
 
 
 def report(sc: Scenario, baseline: dict, mltcp: dict | None) -> dict:
+    """The report of ``mltcp simulate`` and ``mltcp emulate``: ``baseline`` is the arm of the
+    congestion control asked for, ``mltcp`` its MLTCP variant (None without ``--compare``)."""
     out = {"scenario": sc.name, "source": sc.source, "jobs": len(sc.jobs),
            "warmup_iterations": sc.warmup_iterations, "baseline": baseline}
     if mltcp is not None:
@@ -38,7 +40,8 @@ def report(sc: Scenario, baseline: dict, mltcp: dict | None) -> dict:
         out["speedup_avg"] = round(metrics.speedup(baseline["avg_iter_s"], mltcp["avg_iter_s"]), 4)
         out["speedup_p99"] = round(metrics.speedup(baseline["p99_iter_s"], mltcp["p99_iter_s"]), 4)
         out["converged_at_iteration"] = mltcp["converged_at_iteration"]
-    else:
+    else:   # the same keys either way: no MLTCP arm is null
+        out["mltcp"] = out["speedup_avg"] = out["speedup_p99"] = None
         out["converged_at_iteration"] = baseline["converged_at_iteration"]
     out["ideal_iter_s"] = round(ideal_iter_s(sc), 6)
     return out

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 
@@ -124,6 +123,3 @@ def read_csv(path: Path) -> list[IterationRecord]:
         raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
     return out
 
-
-def to_json(records: list[IterationRecord]) -> str:
-    return json.dumps([asdict(r) for r in records])

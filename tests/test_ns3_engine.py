@@ -214,6 +214,6 @@ path = ["bn"]
     rep = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(rep) == {"fast", "ns3", "ratios"}
     assert set(rep["fast"]) == set(rep["ns3"])
-    assert set(rep["fast"]["run"]) == set(rep["ns3"]["run"])
+    assert set(rep["fast"]["baseline"]) == set(rep["ns3"]["baseline"])
     ratios = rep["ratios"]["reno"]["jobs"]["A"]["iteration_ratio"]
     assert len(ratios) == 3 and all(0.5 < x < 2.0 for x in ratios)

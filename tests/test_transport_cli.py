@@ -29,8 +29,8 @@ def test_send_json_against_receiver():
                                   "--bytes", "100KB", "--compute", "1ms", "--iterations", "3", "--json"])
         rx.stop()
         assert res.exit_code == 0, res.output
-        lines = [json.loads(line) for line in res.stdout.splitlines()]
-        recs, summary = lines[:-1], lines[-1]["summary"]
+        doc = json.loads(res.stdout)                       # one JSON document
+        recs, summary = doc["records"], doc["summary"]
         assert [r["iteration"] for r in recs] == [0, 1, 2]
         assert all(r["bytes"] == 100_000 and r["end"] >= r["comm_start"] >= r["start"] for r in recs)
         (f,) = rx.flows.values()
@@ -90,8 +90,8 @@ def test_recv_command_process():
                                   "--compute", "0", "--iterations", "2", "--json"])
         assert res.exit_code == 0, res.output
         out, _ = proc.communicate(timeout=30)
-        lines = [json.loads(x) for x in out.splitlines()]
-        flows, tail = lines[:-1], lines[-1]["receiver"]
+        doc = json.loads(out)
+        flows, tail = doc["flows"], doc["receiver"]
         assert tail["flows"] == 1 and tail["cpu_s"] > 0
         assert len(flows) == 1 and flows[0]["bytes"] == 100_000 and flows[0]["mismatched"] == 0
         assert flows[0]["iterations"] == 2

@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from mltcp.console import err, fail, out
+from mltcp.console import err, fail, out, print_json
 
 from .transport.units import parse_duration, parse_rate, parse_size
 
@@ -91,7 +91,8 @@ def send(
                                           "sender marks them) or idle (the tracker's idle-gap rule)"),
     timeout: str = typer.Option("60s", help="give up if an iteration is not delivered in this long"),
     seed: Optional[int] = typer.Option(None, help="seed for jitter/stragglers"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON record per iteration on stdout"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON document on stdout at the end: "
+                                 "{records: [one per iteration], summary: [one per flow]}"),
     records_out: Optional[Path] = typer.Option(None, "--out", help="write iteration records CSV here"),
     trace_out: Optional[Path] = typer.Option(None, help="write the run as a trace CSV (public shape)"),
 ):
@@ -145,10 +146,6 @@ def send(
     rto = _conv(parse_duration, min_rto, "--min-rto", 1e-6, 60.0)
     limit = _conv(parse_duration, timeout, "--timeout", 0, MAX_SECONDS, lo_open=True)
 
-    def emit(rec):
-        if as_json:
-            print(json.dumps(asdict(rec)), flush=True)
-
     try:
         tr = UdpTransport(peers, cc=cc, job_id=job, cc_params=params,
                           line_rate=rate / 8, payload=payload,
@@ -161,7 +158,7 @@ def send(
     with tr:
         c0, w0 = time.process_time(), time.monotonic()
         try:
-            recs = run_job(spec, tr, iterations, on_record=emit)
+            recs = run_job(spec, tr, iterations)
         except TransportError as e:   # timeout, or a fault (spoofed data/ACKs)
             fail(str(e), 1)
         except KeyboardInterrupt:
@@ -174,7 +171,7 @@ def send(
     if trace_out:
         write_trace(rows_from_records(recs), trace_out)
     if as_json:
-        print(json.dumps({"summary": stats}), flush=True)
+        print_json({"records": [asdict(r) for r in recs], "summary": stats})
         return
     t = Table(title=f"job {job} · {cc} · {len(peers)} flow(s)")
     for c in ("iter", "compute ms", "comm ms", "MB/flow", "retx"):
@@ -196,7 +193,7 @@ def recv(
     duration: Optional[str] = typer.Option(None, help="exit after this long"),
     ack_every: int = typer.Option(2, help="ACK every N in-order datagrams"),
     no_verify: bool = typer.Option(False, "--no-verify", help="skip checking payload bytes"),
-    as_json: bool = typer.Option(False, "--json", help="per-flow summary as JSON lines on exit"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON document on exit: {flows: [...], receiver: {...}}"),
 ):
     """Receive MLTCP transport flows: deliver in order, verify, ACK (ECE/CNP on CE marks)."""
     import threading
@@ -228,11 +225,9 @@ def recv(
         rx.sock.close()
     elapsed, cpu = time.monotonic() - t0, time.process_time() - c0
     flows = rx.summary()
-    if as_json:   # one line per flow, then {"receiver": {...}}
-        for f in flows:
-            print(json.dumps(f), flush=True)
-        print(json.dumps({"receiver": dict(flows=len(flows), elapsed_s=elapsed, cpu_s=cpu, bad=rx.bad,
-                                                 refused_flows=rx.refused_flows)}), flush=True)
+    if as_json:
+        print_json({"flows": flows, "receiver": dict(flows=len(flows), elapsed_s=elapsed, cpu_s=cpu, bad=rx.bad,
+                                                     refused_flows=rx.refused_flows)})
         return
     for f in flows:
         out.print(f"{f['peer']} job {f['job']}: {f['bytes']} B in order ({f['iterations']} iterations), "
@@ -296,7 +291,7 @@ def trace_import(
         if status is not None:
             status.stop()
     if as_json:
-        print(json.dumps(p.summary()))
+        print_json(p.summary())
         return
     flows = f"{p.flows}" if p.flows_min == p.flows_max else f"{p.flows} (most common; {p.flows_min}-{p.flows_max})"
     out.print(f"{p.name}: {p.iterations} iterations ({p.rows} rows), {flows} flows per iteration, "
@@ -370,7 +365,7 @@ def pcap_records(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Per-job iteration times derived from a capture."""
-    from mltcp.records import to_json, write_csv
+    from mltcp.records import write_csv
 
     from .pcap import PcapError, read_records
     for p in port:
@@ -384,7 +379,7 @@ def pcap_records(
     if records_out:
         write_csv(recs, records_out)
     if as_json:
-        print(to_json(recs))
+        print_json([asdict(r) for r in recs])
         return
     t = Table(title=str(path))
     for c in ("job", "iter", "comm start s", "comm ms", "iter ms", "MB", "retx", "CE"):

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from mltcp.console import err, fail, out
+from mltcp.console import err, fail, out, print_json
 
 from . import loader
 from .maps import VARIANTS, Config, MapsError, mark_iteration_start
@@ -93,7 +93,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")):
     except (loader.KernelCCError, MapsError, OSError) as e:
         fail(str(e))
     if as_json:
-        out.print_json(json.dumps(st))
+        print_json(st)
         return
     out.print(f"tcp_available_congestion_control: {' '.join(st['available'])}")
     if not st["registered"]:
@@ -146,6 +146,7 @@ def experiment(
     scale_decrease: bool = typer.Option(False),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),
 ):
     """Two jobs through one bottleneck in network namespaces: kernel base CC vs its MLTCP variant."""
     from .experiment import Case, run
@@ -166,6 +167,16 @@ def experiment(
             doc = run(case, with_sim=with_sim)
         except (loader.KernelCCError, NetnsError, MapsError, OSError, RuntimeError) as e:
             fail(str(e))
+    summary = {k: v for k, v in doc.items() if k != "results"}
+    summary["results"] = {cc: {k: v for k, v in r.items() if k != "records"} for cc, r in doc["results"].items()}
+    if out_path is not None:
+        tmp = out_path.with_suffix(out_path.suffix + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1, default=float))
+        tmp.replace(out_path)
+        err.print(f"wrote {out_path}")
+    if as_json:
+        print_json(summary)
+        return
     table = Table(title=f"two jobs, {rate_mbit:g} Mbit/s, {buffer_kb:g} kB buffer, {mbytes:g} MB/iteration, "
                         f"compute {case.compute * 1e3:.0f} ms (ideal iteration {doc['ideal_iter_s'] * 1e3:.0f} ms)")
     for col in ("cc", "job", "avg iter (ms)", "p99 iter (ms)", "interleaved at", "overlap", "retransmits"):
@@ -183,14 +194,6 @@ def experiment(
         for cc, s in doc["simulation"].items():
             out.print(f"simulate {cc}: avg {s['avg_iter_s'] * 1e3:.1f} ms, p99 {s['p99_iter_s'] * 1e3:.1f} ms, "
                       f"interleaved at {s['interleaved_at']}")
-    summary = {k: v for k, v in doc.items() if k != "results"}
-    summary["results"] = {cc: {k: v for k, v in r.items() if k != "records"} for cc, r in doc["results"].items()}
-    if out_path is not None:
-        tmp = out_path.with_suffix(out_path.suffix + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=1, default=float))
-        tmp.replace(out_path)
-        out.print(f"wrote {out_path}")
-    out.print_json(json.dumps(summary, default=float))
 
 
 def main() -> None:  # `python -m mltcp.traffic.kernel.cli`
