@@ -1,5 +1,7 @@
 """Kernel TCP transport for the job driver: one TCP connection per job, congestion control chosen
-per socket (reno, cubic, mltcp_reno, mltcp_cubic).
+per socket (reno, cubic, mltcp_reno, mltcp_cubic). The one kernel-TCP iteration protocol: the
+``mltcp kernel`` experiment and the emulation's kernel peers (mltcp.emulation.kernel_peer) both
+speak it.
 
 Wire format, per iteration: the sender writes a 16-byte header (magic u32, iteration u32,
 nbytes u64, network order) and ``nbytes`` of payload; the receiver reads them all and answers with
@@ -98,6 +100,37 @@ def payload_pattern(seed: int = 1) -> bytes:
     return bytes(out[:CHUNK])
 
 
+def serve_iterations(conn: socket.socket, verify: bool = False, on_iteration=None) -> int:
+    """The receiving side of the iteration protocol on one connection, until the peer closes
+    between iterations: read each header and its bytes, answer with the iteration (and with
+    ``verify`` the payload's digest). ``on_iteration(nbytes)`` after each; returns the bytes received.
+    A bad header or a close inside an iteration raises TransportError."""
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    total = 0
+    while True:
+        try:
+            hdr = _recv_exact(conn, HDR.size)
+        except TransportError:
+            return total  # peer closed between iterations
+        magic, iteration, nbytes = HDR.unpack(hdr)
+        if magic != MAGIC:
+            raise TransportError(f"bad header magic {magic:#x}")
+        h = hashlib.blake2b(digest_size=8) if verify else None
+        left = nbytes
+        while left:
+            k = conn.recv_into(view, min(left, CHUNK))
+            if k == 0:
+                raise TransportError(f"connection closed with {left} bytes of iteration {iteration} missing")
+            if h:
+                h.update(view[:k])
+            left -= k
+        total += nbytes
+        if on_iteration is not None:
+            on_iteration(nbytes)
+        conn.sendall(ACK.pack(iteration, h.digest() if h else b"\0" * 8))
+
+
 class Receiver:
     """Accepts connections and acknowledges each complete iteration. One thread per connection."""
 
@@ -134,30 +167,13 @@ class Receiver:
             n += 1
 
     def _serve(self, conn: socket.socket, n: int) -> None:
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
         self.received[n] = 0
+
+        def got(nbytes: int) -> None:
+            self.received[n] += nbytes
         try:
             with conn:
-                while True:
-                    try:
-                        hdr = _recv_exact(conn, HDR.size)
-                    except TransportError:
-                        return  # peer closed between iterations
-                    magic, iteration, nbytes = HDR.unpack(hdr)
-                    if magic != MAGIC:
-                        raise TransportError(f"bad header magic {magic:#x}")
-                    h = hashlib.blake2b(digest_size=8) if self.verify else None
-                    left = nbytes
-                    while left:
-                        k = conn.recv_into(view, min(left, CHUNK))
-                        if k == 0:
-                            raise TransportError(f"connection closed with {left} bytes of iteration {iteration} missing")
-                        if h:
-                            h.update(view[:k])
-                        left -= k
-                    self.received[n] += nbytes
-                    conn.sendall(ACK.pack(iteration, h.digest() if h else b"\0" * 8))
+                serve_iterations(conn, self.verify, got)
         except (OSError, TransportError) as e:
             self.errors.append(str(e))
 
@@ -198,8 +214,10 @@ class KernelTransport:
     def __init__(self, host: str, port: int, cc: str = "mltcp_reno", ns: str | None = None,
                  verify: bool = False, mark: bool = False, connect_timeout: float = 10.0,
                  pacing_mbit: float | None = None):
-        if cc not in KERNEL_CCS:
+        if cc.removeprefix("bpf_") not in KERNEL_CCS:
             raise TransportError(f"unknown congestion control {cc!r}; choose from {', '.join(KERNEL_CCS)}")
+        if mark and not cc.removeprefix("bpf_").startswith("mltcp_"):
+            raise TransportError(f"mark needs an MLTCP congestion control, not {cc!r}")
         self.cc, self.verify = cc, verify
         with in_netns(ns):
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -217,10 +235,8 @@ class KernelTransport:
         self.local_port = self.sock.getsockname()[1]
         self._maps = None
         if mark:
-            if not cc.startswith("mltcp_"):
-                raise TransportError(f"mark=True needs an MLTCP congestion control, not {cc!r}")
             from .maps import VariantMaps
-            self._maps = VariantMaps(cc)
+            self._maps = VariantMaps(cc.removeprefix("bpf_"))
         self._pattern = memoryview(payload_pattern())
         self.history: list[IterationStats] = []
 
