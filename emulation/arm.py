@@ -11,7 +11,7 @@ from mltcp.records import IterationRecord
 
 from . import netns
 from .network import build_network, resolve_link_mode
-from .peers import Peer, kernel_cc_name, peer_commands, sender_doc, set_kernel_min_rto, start_together
+from .peers import Peer, kernel_cc_name, messages, peer_commands, sender_doc, set_kernel_min_rto, start_together
 from .plan import EmulationError, Plan, assign_endpoints, expected_duration
 from .topologies import EmuTopo, bottleneck_intfs, features, make_topology, qdisc_drops
 
@@ -84,21 +84,11 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         peer_stats: dict[str, list] = {}
         done: set[str] = set()
         limit = timeout_s or (3 * expected_duration(plan, None) + 30)
-        deadline = time.monotonic() + limit
-        while len(done) < len(senders):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise EmulationError(f"emulation did not finish within {limit:.0f} s "
-                                     f"({len(records)} records collected)")
-            try:
-                tag, msg = q.get(timeout=min(left, 1.0))
-            except queue.Empty:
-                continue
+        for tag, msg in messages(q, limit, lambda: f"emulation did not finish within {limit:.0f} s "
+                                                   f"({len(records)} records collected)"):
             kind, name = tag.split(":", 1)
             if msg["type"] == "iter":
-                rec = IterationRecord(msg["job"], int(msg["iteration"]), float(msg["start"]),
-                                      float(msg["comm_start"]), float(msg["end"]), float(msg["bytes"]),
-                                      float(msg.get("drops", 0)), float(msg.get("marks", 0)))
+                rec = IterationRecord.from_dict(msg)
                 records.append(rec)
                 if on_record:
                     on_record(rec)
@@ -114,6 +104,8 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
                 if p.returncode != 0:
                     raise EmulationError(f"sender of {name} exited {p.returncode}: {' | '.join(senders[name].err[-3:])}")
                 done.add(name)
+                if len(done) == len(senders):
+                    break
             elif msg["type"] == "eof" and kind == "recv":
                 p = receivers[name].proc
                 p.wait(timeout=5)

@@ -8,13 +8,12 @@
 from __future__ import annotations
 
 import queue
-import time
 from dataclasses import dataclass
 
 from . import netns
 from .arm import run_arm, switch_stat_sources
 from .network import build_network, resolve_link_mode
-from .peers import Peer, start_together, udp_available
+from .peers import Peer, messages, start_together, udp_available
 from .plan import EmulationError, Plan
 from .report import arm_summary
 from .topologies import LinkParams, bottleneck_intfs, make_topology, qdisc_drops
@@ -84,21 +83,15 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
         got: dict[str, tuple[int, float, float]] = {}   # flow -> (bytes, first, last)
         retrans = 0
         eofs = 0
-        deadline = time.monotonic() + seconds + 30
-        while eofs < 2 * flows:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise EmulationError(f"bulk run ({label or cc}) did not finish in time")
-            try:
-                tag, msg = q.get(timeout=min(left, 1.0))
-            except queue.Empty:
-                continue
+        for tag, msg in messages(q, seconds + 30, lambda: f"bulk run ({label or cc}) did not finish in time"):
             if msg["type"] == "bulk" and msg.get("first") is not None:
                 got[tag.split(":", 1)[1]] = (int(msg["bytes"]), float(msg["first"]), float(msg["last"]))
             elif msg["type"] == "summary":
                 retrans += int(msg.get("retrans", 0))
             elif msg["type"] == "eof":
                 eofs += 1
+                if eofs == 2 * flows:
+                    break
         for p in recvs + sends:
             p.proc.wait(timeout=5)
             if p.proc.returncode != 0:

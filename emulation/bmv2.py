@@ -22,6 +22,8 @@ from pathlib import Path
 
 from mltcp import offloads, tools
 
+from .netns import stop_process
+
 FRAME_BYTES = 1514      # a full-sized Ethernet frame: the unit of a rate given in Mb/s
 
 
@@ -91,14 +93,8 @@ def _wait_ports(grpc_port: int, thrift_port: int, proc: subprocess.Popen, netns:
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 10) -> None:
-    """SIGTERM our simple_switch_grpc; SIGKILL after ``grace_s``."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """SIGTERM our simple_switch_grpc; SIGKILL after ``grace_s``; remove its IPC socket."""
+    stop_process(proc, grace_s)
     ipc = getattr(proc, "mltcp_ipc", None)
     if ipc:
         try:

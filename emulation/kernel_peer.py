@@ -24,7 +24,7 @@ from mltcp.traffic.kernel.transport import (KernelTransport, TransportError, pac
                                             tcp_info)
 
 from .peer_io import emit as _emit
-from .peer_io import read_send_doc, run_iterations, start_at
+from .peer_io import RUN_OPT, SPEC_OPT, T0_OPT, read_send_doc, run_iterations, start_at
 
 # The kernel sender's fields of the job document, beyond peer_io.SEND_FIELDS: ``mark`` tells the
 # kernel MLTCP each iteration's start through the BPF program's map (default: its idle-gap detection).
@@ -35,9 +35,9 @@ app = typer.Typer(add_completion=False, help="Kernel-TCP job peer (runs inside e
 
 @app.command()
 def recv(port: int = typer.Option(..., help="TCP port to listen on"),
-         t0: float = typer.Option(0.0, help="epoch the run's times are relative to"),
+         t0: float = T0_OPT,
          bulk: bool = typer.Option(False, help="count bytes until EOF and report goodput"),
-         run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
+         run: str = RUN_OPT):
     """Accept one connection; answer each iteration (or count bulk bytes) until the peer closes."""
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -81,16 +81,15 @@ def _connect(host: str, port: int, cc: str, mark: bool, timeout_s: float, pacing
 
 
 @app.command()
-def send(spec: str = typer.Option("-", help="the job document (JSON; peer_io.read_send_doc): a file, or - for "
-                                           "one line of stdin"),
-         run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
+def send(spec: str = SPEC_OPT,
+         run: str = RUN_OPT):
     """Connect to the receiver and run the job's iterations (or a bulk transfer)."""
     job, o = read_send_doc(spec, "kernel_peer", KERNEL_FIELDS)
     cc, nic = o["cc"], o["nic_rate_mbps"]
     tr = _connect(o["host"], o["port"], cc, o["mark"], 10.0, pacing_rate_for_link(nic) if nic > 0 else None)
     try:
         if o["bulk_s"] > 0:
-            start_at(o["t0"], job.start_offset_s)
+            start_at(o["t0"], job.job.start_offset_s)
             payload = memoryview(bytes(1 << 16))
             end_at = time.time() + o["bulk_s"]
             sent = 0

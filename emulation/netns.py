@@ -229,6 +229,18 @@ class Cleanup:
         self.run()
 
 
+def stop_process(proc: subprocess.Popen, grace_s: float = 10) -> None:
+    """SIGTERM a process we started (a switch logs its statistics and exits); SIGKILL after ``grace_s``."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def have_mininet_prereqs() -> str | None:
     """None if this process can run Mininet networks, else the reason it cannot."""
     if os.geteuid() != 0:

@@ -6,9 +6,17 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
+import typer
+
 from mltcp.traffic.driver import JobSpec, run_job
+
+# The command-line options both peers (kernel_peer, udp_peer) take.
+SPEC_OPT = typer.Option("-", "--spec", help="the job document (JSON, read_send_doc): a file, or - for one line of stdin")
+T0_OPT = typer.Option(0.0, "--t0", help="epoch the run's times are relative to")
+RUN_OPT = typer.Option("", "--run", help="run tag (only marks the process as part of a run)")
 
 # The fields every sender document has (type, default; no default: required). A peer adds its own.
 SEND_FIELDS: dict[str, tuple[type | tuple, object]] = {
@@ -99,7 +107,6 @@ def run_iterations(transport, spec: JobSpec, t0: float) -> None:
     from the run's epoch (:func:`sync_t0` of ``t0``) plus the job's start offset; one ``iter`` JSON
     line per iteration, times in seconds since that epoch."""
     def out(r):
-        emit({"type": "iter", "job": r.job, "iteration": r.iteration, "start": r.start,
-              "comm_start": r.comm_start, "end": r.end, "bytes": r.bytes, "drops": r.drops, "marks": r.marks})
+        emit({"type": "iter", **asdict(r)})   # the runner reads it back with IterationRecord.from_dict
 
     run_job(spec, transport, spec.job.iterations, clock=time.time, epoch=sync_t0(t0), on_record=out)

@@ -47,12 +47,15 @@ def sender_doc(job: JobPlan, transport: str, cc: str, t0: float = -1.0) -> dict:
 
 
 def udp_available() -> bool:
-    """Whether the userspace MLTCP transport (mltcp.traffic.transport) can be imported."""
+    """Whether the userspace MLTCP transport (mltcp.traffic.transport) can be imported: False when
+    a third-party module it needs is missing; an error in the package itself is raised, not hidden."""
+    import importlib
     try:
-        import importlib
         importlib.import_module("mltcp.traffic.transport.transport")
         importlib.import_module("mltcp.traffic.transport.receiver")
-    except Exception:
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] == "mltcp":
+            raise
         return False
     return True
 
@@ -135,22 +138,33 @@ class Peer:
         self.proc.stdin.flush()
 
 
+def messages(q: queue.Queue, timeout_s: float, what, poll_s: float = 1.0):
+    """(tag, message) from the peers' queue as they come, until the caller stops; after
+    ``timeout_s`` an EmulationError saying ``what()``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise EmulationError(what())
+        try:
+            item = q.get(timeout=min(left, poll_s))
+        except queue.Empty:
+            continue
+        yield item
+
+
 def start_together(senders: dict, q: queue.Queue, timeout_s: float, lead_s: float = 0.3) -> float:
     """Wait for every sender's ready line, then give them all one start epoch; returns it.
     Messages other than ready that arrive meanwhile go back on the queue."""
     waiting = {p.tag for p in senders.values()}
     held = []
-    deadline = time.monotonic() + timeout_s
-    while waiting:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise EmulationError(f"peers not ready after {timeout_s:.0f} s: {', '.join(sorted(waiting))}")
-        try:
-            tag, msg = q.get(timeout=min(left, 0.5))
-        except queue.Empty:
-            continue
+    incoming = messages(q, timeout_s, lambda: f"peers not ready after {timeout_s:.0f} s: {', '.join(sorted(waiting))}",
+                        poll_s=0.5)
+    for tag, msg in incoming if waiting else ():
         if msg["type"] == "ready":
             waiting.discard(tag)
+            if not waiting:
+                break
         elif msg["type"] == "eof" and tag in waiting:
             p = next(p for p in senders.values() if p.tag == tag)
             p.proc.wait(timeout=5)

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mltcp.cc import BASES
 from mltcp.traffic.driver import JobSpec
 from mltcp.workload import Job
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from mltcp.scenario import Scenario
 
 TRANSPORTS = ("kernel", "udp")
-BASE_CCS = ("reno", "cubic", "dcqcn")
+BASE_CCS = BASES   # the emulation runs every base algorithm (dcqcn on the userspace transport)
 PORT_BASE = 5001
 
 

@@ -12,7 +12,7 @@ import time
 import typer
 
 from .peer_io import emit as _emit
-from .peer_io import read_send_doc, run_iterations, start_at
+from .peer_io import RUN_OPT, SPEC_OPT, T0_OPT, read_send_doc, run_iterations, start_at
 
 # The userspace sender's fields of the job document, beyond peer_io.SEND_FIELDS.
 UDP_FIELDS = {
@@ -26,9 +26,9 @@ app = typer.Typer(add_completion=False, help="Userspace MLTCP transport peer (ru
 
 @app.command()
 def recv(port: int = typer.Option(..., help="UDP port to listen on"),
-         t0: float = typer.Option(0.0, help="epoch the run's times are relative to"),
+         t0: float = T0_OPT,
          bulk: bool = typer.Option(False, help="exit 1 s after the data stops (bulk runs)"),
-         run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
+         run: str = RUN_OPT):
     """Receive and acknowledge until killed (or, with --bulk, until idle for 1 s)."""
     from mltcp.traffic.transport.receiver import Receiver
     with Receiver(bind=("0.0.0.0", port)) as r:
@@ -38,9 +38,8 @@ def recv(port: int = typer.Option(..., help="UDP port to listen on"),
 
 
 @app.command()
-def send(spec: str = typer.Option("-", help="the job document (JSON; peer_io.read_send_doc): a file, or - for "
-                                           "one line of stdin"),
-         run: str = typer.Option("", help="run tag (only marks the process as part of a run)")):
+def send(spec: str = SPEC_OPT,
+         run: str = RUN_OPT):
     """Run the job's iterations (or a bulk transfer) over the userspace transport."""
     from mltcp.traffic.transport.transport import UdpTransport
     job, o = read_send_doc(spec, "udp_peer", UDP_FIELDS)
@@ -51,7 +50,7 @@ def send(spec: str = typer.Option("-", help="the job document (JSON; peer_io.rea
     with UdpTransport(f"{o['host']}:{o['port']}", cc=o["cc"], job_id=job.job_id, line_rate=line, timeout=120.0,
                       min_rto=o["min_rto_s"], idle_restart=o["idle_restart"], nic_rate=nic) as tr:
         if o["bulk_s"] > 0:
-            t0 = start_at(o["t0"], job.start_offset_s)
+            t0 = start_at(o["t0"], job.job.start_offset_s)
             first = time.time() - t0
             end_at = time.time() + o["bulk_s"]
             sent, it = 0, 0

@@ -13,13 +13,12 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import compare, records as rec_io
+from .cc import BASES
 from .console import err, fail, out, print_json
 from .scenario import ScenarioError, builtin_names, load
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="MLTCP: congestion control that makes DNN training jobs take turns on the network.")
-
-BASES = ("reno", "cubic", "dcqcn")
 
 
 def _print_version(value: bool) -> None:

@@ -29,6 +29,12 @@ class IterationRecord:
     def comm_duration(self) -> float:
         return self.end - self.comm_start
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "IterationRecord":
+        """A record from its fields in a dict (``dataclasses.asdict`` of one, other keys ignored)."""
+        return cls(str(d["job"]), int(d["iteration"]), *(float(d[f]) for f in ("start", "comm_start", "end", "bytes")),
+                   float(d.get("drops", 0.0)), float(d.get("marks", 0.0)))
+
 
 FIELDS = [f.name for f in fields(IterationRecord)]
 

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .cc import ALGORITHMS
+from .cc import ALGORITHMS, BASES
 from .progress_policy import PolicyError, ProgressPolicy, from_table as _policy_from_table
 from .workload import PROFILES, Job, ps_bytes, ring_allreduce_bytes
 
@@ -292,7 +292,7 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     seed = r.get("seed", int, 1, **_upto(0, 2**63 - 1))
     iterations = r.get("iterations", int, 50, **_upto(1, MAX_ITERATIONS))
     warmup = r.get("warmup_iterations", int, 10, lambda v: v >= 0, "must be >= 0")
-    cc = r.get("cc", str, "reno", lambda v: v in ("reno", "cubic", "dcqcn"), "must be reno, cubic or dcqcn")
+    cc = r.get("cc", str, "reno", lambda v: v in BASES, f"must be one of {', '.join(BASES)}")
     net = _Reader(src, "network", r.get("network", dict, {}))
     mss = net.get("mss", int, 1448, lambda v: 64 <= v <= 9000, "must be in [64, 9000]")
     step = net.one_of({"step_us": 1e-6}, required=False, check=_positive, why="must be > 0",
@@ -331,7 +331,7 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
         raise ScenarioError(src, "warmup_iterations", "must be smaller than every job's iterations")
     _check_size(src, jobs, origin, links, step, host)
     ccr = _Reader(src, "cc_params", r.get("cc_params", dict, {}))
-    cc_params = {k: ccr.get(k, dict, {}) for k in ("reno", "cubic", "dcqcn")}
+    cc_params = {k: ccr.get(k, dict, {}) for k in BASES}
     ccr.finish()
     mr = _Reader(src, "mltcp", r.get("mltcp", dict, {}))
     mltcp = _hook_params(src, mr)

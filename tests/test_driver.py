@@ -65,7 +65,7 @@ def test_jobspec_validation_and_mapping():
     with pytest.raises(ValueError, match="job_id"):
         JobSpec.of(job_id=70000, compute_s=1, bytes_per_iter=1)
     j = JobSpec(Job("densenet", 0.07, 5e6, ["l0"], jitter=0.02), job_id=9, peers=["10.0.0.2:9199"])
-    assert (j.label, j.compute_s, j.bytes_per_iter, j.job.jitter, j.peers) == ("densenet", 0.07, 5_000_000, 0.02, ["10.0.0.2:9199"])
+    assert (j.label, j.job.compute_s, j.bytes_per_iter, j.job.jitter, j.peers) == ("densenet", 0.07, 5_000_000, 0.02, ["10.0.0.2:9199"])
 
 
 def test_jobspec_round_trips_as_json_and_names_bad_fields():

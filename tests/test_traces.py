@@ -53,7 +53,7 @@ def test_profile_subtracts_comm_time():
     assert p.bytes_per_iter == 10_000_000 and p.clamped == 0 and 0 < p.jitter < 0.05
     assert p.flows == 1 and p.iterations == 9 and p.bytes_per_flow == 10_000_000
     spec = p.job_spec(4, peers=["10.0.0.2:9199"])
-    assert (spec.job_id, spec.compute_s, spec.bytes_per_iter, spec.label) == (4, p.compute_s, 10_000_000, "x")
+    assert (spec.job_id, spec.job.compute_s, spec.bytes_per_iter, spec.label) == (4, p.compute_s, 10_000_000, "x")
     for bad in (0, -1, float("inf"), float("nan"), "10gbit", True):
         with pytest.raises(TraceError, match="line rate"):
             traces.profile(rows, bad)

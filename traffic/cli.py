@@ -11,6 +11,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
+from mltcp.cc import ALGORITHMS
 from mltcp.console import err, fail, out, print_json
 
 from .transport.units import parse_duration, parse_rate, parse_size
@@ -18,7 +19,7 @@ from .transport.units import parse_duration, parse_rate, parse_size
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Userspace MLTCP transport: send/recv a training job's traffic; traces and pcaps.")
 
-CCS = ("reno", "cubic", "dcqcn", "mltcp-reno", "mltcp-cubic", "mltcp-dcqcn")
+CCS = tuple(ALGORITHMS)
 
 
 def _conv(fn, text, opt, lo=None, hi=None, lo_open=False):

@@ -49,16 +49,8 @@ class JobSpec:
         return self.job.name
 
     @property
-    def compute_s(self) -> float:
-        return self.job.compute_s
-
-    @property
     def bytes_per_iter(self) -> int:
         return int(round(self.job.bytes_per_iter))
-
-    @property
-    def start_offset_s(self) -> float:
-        return self.job.start_offset_s
 
     def compute_times(self, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
         rng = rng if rng is not None else np.random.default_rng(self.seed)
@@ -94,7 +86,7 @@ def run_job(job: JobSpec, transport, iterations: int, clock=time.monotonic, slee
         raise ValueError(f"iterations must be >= 0, got {iterations}")
     t0 = clock() if epoch is None else epoch
     computes = job.compute_times(iterations, rng)
-    wait = t0 + job.start_offset_s - clock()   # the first iteration starts at epoch + start_offset_s
+    wait = t0 + job.job.start_offset_s - clock()   # the first iteration starts at epoch + start_offset_s
     if wait > 0:
         sleep(wait)
     records = []

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from ..netns import stop_process
 from .dataplane import Dataplane
 from .links import LinkConfig
 from .p4runtime_server import DEFAULT_MAX_STREAMS, P4RuntimeTarget, TlsConfig, serve
@@ -159,11 +160,4 @@ def spawn_switch(interfaces: dict[int, str], netns: str | None = None, grpc_port
 
 def stop_switch(proc: subprocess.Popen, grace_s: float = 10) -> None:
     """SIGTERM a spawned switch (it logs its port statistics and exits); SIGKILL after ``grace_s``."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, grace_s)

@@ -32,6 +32,7 @@ from .reno import Reno
 
 ALGORITHMS = {c.name: c for c in (Reno, Cubic, Dcqcn, MLTCPReno, MLTCPCubic, MLTCPDcqcn)}
 BASE_OF = {"mltcp-reno": "reno", "mltcp-cubic": "cubic", "mltcp-dcqcn": "dcqcn"}
+BASES = tuple(n for n in ALGORITHMS if n not in BASE_OF)   # the base algorithms: reno, cubic, dcqcn
 
 
 def make_cc(name: str, **params) -> CongestionOps:
@@ -45,5 +46,5 @@ def make_cc(name: str, **params) -> CongestionOps:
     return cls(**params)
 
 
-__all__ = ["ALGORITHMS", "BASE_OF", "CaState", "CongestionOps", "Cubic", "Dcqcn", "FlowState", "Linear",
+__all__ = ["ALGORITHMS", "BASES", "BASE_OF", "CaState", "CongestionOps", "Cubic", "Dcqcn", "FlowState", "Linear",
            "MLTCPCubic", "MLTCPDcqcn", "MLTCPHook", "MLTCPReno", "Param", "Reno", "TX_START", "make_cc"]
