@@ -43,7 +43,7 @@ from mininet.topo import Topo
 
 # bad topology parameters or a link feature this machine cannot provide: the same error type
 # as a bad topology file of the control plane
-from mltcp import offloads
+from mltcp import offloads, shaping
 from mltcp.controlplane.topology import TopologyError
 
 LINK_MODES = ("auto", "htb", "linux-tc", "switch", "bmv2")
@@ -357,15 +357,11 @@ def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
     parent = ["root"]
     if p.rate_mbps is not None:
         burst = max(15_000, int(p.rate_mbps * 1e6 / 8 / 250))  # >= one 4 ms tick worth of bytes
-        cmds.append(["tc", "qdisc", "replace", "dev", dev, "root", "handle", "5:", "htb", "default", "1"])
-        cmds.append(["tc", "class", "add", "dev", dev, "parent", "5:", "classid", "5:1", "htb",
-                     "rate", f"{p.rate_mbps}mbit", "ceil", f"{p.rate_mbps}mbit",
-                     "burst", str(burst), "cburst", str(burst)])
-        parent = ["parent", "5:1"]
+        cmds += shaping.htb(dev, p.rate_mbps, burst)
+        parent = shaping.HTB_CLASS
     if mode == "htb":
         if p.buffer_bytes is not None:
-            cmds.append(["tc", "qdisc", "replace", "dev", dev, *parent, "handle", "10:", "bfifo",
-                         "limit", str(p.buffer_bytes)])
+            cmds.append(shaping.bfifo(dev, parent, p.buffer_bytes))
     elif mode == "linux-tc":
         if p.ecn_threshold_pkts is not None:
             kmin = p.ecn_threshold_pkts * 1500

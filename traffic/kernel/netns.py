@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mltcp import offloads
+from mltcp import offloads, shaping
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -122,12 +122,8 @@ class Dumbbell:
 
     @staticmethod
     def shape(ns: str, dev: str, rate_mbit: float, buffer_bytes: int) -> None:
-        rate = f"{rate_mbit}mbit"
-        run("tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "10", ns=ns)
-        run("tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate,
-            ns=ns)
-        run("tc", "qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "bfifo", "limit",
-            str(buffer_bytes), ns=ns)
+        for cmd in [*shaping.htb(dev, rate_mbit), shaping.bfifo(dev, shaping.HTB_CLASS, buffer_bytes)]:
+            run(*cmd, ns=ns)
 
     def bottleneck_stats(self) -> str:
         return run("tc", "-s", "qdisc", "show", "dev", "ethd", ns=self.router).stdout
