@@ -638,6 +638,31 @@ def calibrate_rtt(plan: Plan, transport: str, mode: str) -> dict | None:
                 link_delay_ms=round(link, 4), hops=hops)
 
 
+def regime_notes(link: LinkParams, mss: int, scenario_rtt_ms: float, host_rtt_ms: float | None) -> list[str]:
+    """Where the emulated bottleneck leaves the simulator's regime (docs/in-network.md): an ECN
+    threshold at or above the drop-tail buffer (~1500-byte packets, as mltcp-switch and BMv2 count
+    it) drops before it marks; and when the hosts' own RTT makes the link's bandwidth-delay product
+    larger than the ECN threshold although the scenario's is not, a window-based sender marked at
+    the threshold cannot fill the link alone (the simulator's can)."""
+    notes = []
+    k = link.ecn_threshold_pkts
+    if not k or not link.rate_mbps:
+        return notes
+    if link.buffer_bytes is not None:
+        buf = max(1, round(link.buffer_bytes / 1500))
+        if k >= buf:
+            notes.append(f"ECN threshold {k} packets >= drop-tail buffer {buf} packets: the switch drops "
+                         "before it marks (raise --buffer-kb, or use --dilate instead of a plain --rate-mbps)")
+    bdp = lambda rtt_ms: link.rate_mbps * 1e6 / 8 * rtt_ms / 1e3 / mss
+    if host_rtt_ms is not None and bdp(max(host_rtt_ms, scenario_rtt_ms)) > k >= bdp(scenario_rtt_ms):
+        notes.append(f"the hosts add {host_rtt_ms:.2f} ms per round trip: at {link.rate_mbps:g} Mb/s the "
+                     f"bandwidth-delay product is {bdp(max(host_rtt_ms, scenario_rtt_ms)):.0f} packets, above "
+                     f"the ECN threshold of {k} (the scenario's is {bdp(scenario_rtt_ms):.0f}), so a marked "
+                     "window-based sender cannot fill the link as in the simulator; a lower --rate-mbps with "
+                     "--dilate keeps the scenario's regime")
+    return notes
+
+
 def rtt_seen(arm: ArmResult) -> dict[str, dict] | None:
     """Per job, the RTT percentiles (ms) its sender saw in this arm (userspace transport only)."""
     out = {job: flows[0]["rtt_ms"] for job, flows in arm.peer_stats.items() if flows and flows[0].get("rtt_ms")}
@@ -673,6 +698,9 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     elif not udp_available():
         raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport)")
     calibration = calibrate_rtt(plan, transport, mode) if rtt_calibration else None
+    scenario_rtt_ms = 2e3 * sum(sc.links[n].delay_s for n in sc.jobs[0].path) if sc.jobs else 0.0
+    plan.notes += regime_notes(plan.bottleneck, sc.mss, scenario_rtt_ms,
+                               calibration["host_rtt_ms"] if calibration else None)
     cb = (lambda arm: (lambda r: on_record(arm, r))) if on_record else (lambda arm: None)
     from pathlib import Path
     logs = (lambda arm: None) if switch_logs is None else (lambda arm: Path(switch_logs) / arm)

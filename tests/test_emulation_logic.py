@@ -435,3 +435,19 @@ def test_emulate_cli_refuses_a_multi_flow_scenario_with_exit_2():
     assert p.returncode == 2, p.stderr
     assert "ring-allreduce.toml" in p.stderr and "jobs[0]" in p.stderr and "flows = " in p.stderr
     assert p.stdout == ""
+
+
+def test_regime_notes_name_the_threshold_buffer_and_bdp_mismatches():
+    from mltcp.emulation.runner import regime_notes
+    # innet-ecn-reno-two-jobs at --rate-mbps 100 without --dilate: buffer 5 kB (3 packets), K = 2,
+    # scenario RTT 0.1 ms, hosts' RTT 3.4 ms: BDP 29 packets > K
+    small = LinkParams(rate_mbps=100.0, buffer_bytes=5000, ecn_threshold_pkts=2)
+    notes = regime_notes(small, 1448, 0.1, 3.4)
+    assert len(notes) == 1 and "bandwidth-delay product is 29 packets" in notes[0]
+    assert "drops before it marks" in regime_notes(LinkParams(rate_mbps=100.0, buffer_bytes=4500,
+                                                              ecn_threshold_pkts=3), 1448, 0.1, None)[0]
+    # --rate-mbps 25 --dilate: buffer 50 kB (33 packets), K = 20, scenario RTT 4 ms, hosts' 6.2 ms: BDP 13
+    assert regime_notes(LinkParams(rate_mbps=25.0, buffer_bytes=50000, ecn_threshold_pkts=20), 1448, 4.0, 6.2) == []
+    # no ECN, or a scenario whose own BDP is already above K: nothing to say
+    assert regime_notes(LinkParams(rate_mbps=100.0, buffer_bytes=5000), 1448, 0.1, 3.4) == []
+    assert regime_notes(LinkParams(rate_mbps=100.0, buffer_bytes=500000, ecn_threshold_pkts=5), 1448, 4.0, 6.0) == []
