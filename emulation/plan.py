@@ -39,6 +39,7 @@ class JobPlan:
     dst_ip: str = ""
     port: int = 0
     line_rate_mbps: float = 0.0
+    pace: float = 1.0               # the sender's NIC runs at this fraction of its link's rate
     min_rto_s: float = 0.2          # the scenario's (after --dilate: stretched) minimum RTO
     idle_restart: bool = True       # the scenario's slow_start_after_idle
 
@@ -255,7 +256,7 @@ def assign_endpoints(plan: Plan, topo: EmuTopo) -> None:
     for i, (job, (s, r)) in enumerate(zip(plan.jobs, topo.job_pairs)):
         job.sender, job.receiver, job.dst_ip, job.port = s, r, topo.ip_of(r), PORT_BASE + i
         job.spec.job_id = i
-        job.line_rate_mbps = plan.bottleneck.rate_mbps or 0.0
+        job.line_rate_mbps = (plan.bottleneck.rate_mbps or 0.0) * job.pace
 
 
 def expected_duration(plan: Plan, rate_mbps: float | None) -> float:

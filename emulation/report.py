@@ -7,6 +7,7 @@ from mltcp import compare, metrics
 from mltcp.records import IterationRecord
 
 from .arm import ArmResult
+from .topologies import LinkParams
 
 def arm_summary(arm: ArmResult, sc) -> dict:
     """The simulator's per-arm keys (mltcp.compare.side) plus what only the emulation measures.
@@ -42,3 +43,28 @@ def rtt_seen(arm: ArmResult) -> dict[str, dict] | None:
     """Per job, the RTT percentiles (ms) its sender saw in this arm (userspace transport only)."""
     out = {job: flows[0]["rtt_ms"] for job, flows in arm.peer_stats.items() if flows and flows[0].get("rtt_ms")}
     return out or None
+
+
+def regime_notes(link: LinkParams, mss: int, scenario_rtt_ms: float, host_rtt_ms: float | None) -> list[str]:
+    """Where the emulated bottleneck leaves the simulator's regime (docs/in-network.md): an ECN
+    threshold at or above the drop-tail buffer (~1500-byte packets, as mltcp-switch and BMv2 count
+    it) drops before it marks; and when the hosts' own RTT makes the link's bandwidth-delay product
+    larger than the ECN threshold although the scenario's is not, a window-based sender marked at
+    the threshold cannot fill the link alone (the simulator's can)."""
+    notes = []
+    k = link.ecn_threshold_pkts
+    if not k or not link.rate_mbps:
+        return notes
+    if link.buffer_bytes is not None:
+        buf = max(1, round(link.buffer_bytes / 1500))
+        if k >= buf:
+            notes.append(f"ECN threshold {k} packets >= drop-tail buffer {buf} packets: the switch drops "
+                         "before it marks (raise --buffer-kb, or use --dilate instead of a plain --rate-mbps)")
+    bdp = lambda rtt_ms: link.rate_mbps * 1e6 / 8 * rtt_ms / 1e3 / mss
+    if host_rtt_ms is not None and bdp(max(host_rtt_ms, scenario_rtt_ms)) > k >= bdp(scenario_rtt_ms):
+        notes.append(f"the hosts add {host_rtt_ms:.2f} ms per round trip: at {link.rate_mbps:g} Mb/s the "
+                     f"bandwidth-delay product is {bdp(max(host_rtt_ms, scenario_rtt_ms)):.0f} packets, above "
+                     f"the ECN threshold of {k} (the scenario's is {bdp(scenario_rtt_ms):.0f}), so a marked "
+                     "window-based sender cannot fill the link as in the simulator; a lower --rate-mbps with "
+                     "--dilate keeps the scenario's regime")
+    return notes

@@ -23,7 +23,7 @@ from .calibrate import calibrate_rtt
 from .network import resolve_link_mode
 from .peers import kernel_cc_name, udp_available
 from .plan import BASE_CCS, TRANSPORTS, EmulationError, needs_ecn, payload_rate_plan, plan_from_scenario
-from .report import arm_summary, rtt_seen, sim_vs_emu
+from .report import arm_summary, regime_notes, rtt_seen, sim_vs_emu
 from .topologies import features
 
 
@@ -56,6 +56,9 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     elif not udp_available():
         raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport)")
     calibration = calibrate_rtt(plan, transport, mode) if rtt_calibration else None
+    scenario_rtt_ms = 2e3 * sum(sc.links[n].delay_s for n in sc.jobs[0].path) if sc.jobs else 0.0
+    plan.notes += regime_notes(plan.bottleneck, sc.mss, scenario_rtt_ms,
+                               calibration["host_rtt_ms"] if calibration else None)
     cb = (lambda arm: (lambda r: on_record(arm, r))) if on_record else (lambda arm: None)
     logs = (lambda arm: None) if switch_logs is None else (lambda arm: Path(switch_logs) / arm)
     base = run_arm(plan, cc, transport, mltcp=False, link_mode=mode, on_record=cb("baseline"),

@@ -468,3 +468,44 @@ def test_emulate_cli_refuses_a_multi_flow_scenario_with_exit_2():
     assert p.returncode == 2, p.stderr
     assert "ring-allreduce.toml" in p.stderr and "jobs[0]" in p.stderr and "flows = " in p.stderr
     assert p.stdout == ""
+
+
+def test_regime_notes_name_the_threshold_buffer_and_bdp_mismatches():
+    from mltcp.emulation.report import regime_notes
+    # innet-ecn-reno-two-jobs at --rate-mbps 100 without --dilate: buffer 5 kB (3 packets), K = 2,
+    # scenario RTT 0.1 ms; hosts adding 3.4 ms make the BDP 29 packets > K
+    small = LinkParams(rate_mbps=100.0, buffer_bytes=5000, ecn_threshold_pkts=2)
+    notes = regime_notes(small, 1448, 0.1, 3.4)
+    assert len(notes) == 1 and "bandwidth-delay product is 29 packets" in notes[0]
+    assert "drops before it marks" in regime_notes(LinkParams(rate_mbps=100.0, buffer_bytes=4500,
+                                                              ecn_threshold_pkts=3), 1448, 0.1, None)[0]
+    # --rate-mbps 25 --dilate: buffer 50 kB (33 packets), K = 20, scenario RTT 4 ms, hosts' 6.2 ms: BDP 13
+    assert regime_notes(LinkParams(rate_mbps=25.0, buffer_bytes=50000, ecn_threshold_pkts=20), 1448, 4.0, 6.2) == []
+    # no ECN, or a scenario whose own BDP is already above K: nothing to say
+    assert regime_notes(LinkParams(rate_mbps=100.0, buffer_bytes=5000), 1448, 0.1, 3.4) == []
+    assert regime_notes(LinkParams(rate_mbps=100.0, buffer_bytes=500000, ecn_threshold_pkts=5), 1448, 4.0, 6.0) == []
+
+
+def test_host_rtt_calibration_paces_its_sender_below_the_link_rate(monkeypatch):
+    """Paced at the link rate the calibration flow keeps its own queue, which the median RTT would
+    count as the hosts' (docs/in-network.md): the calibration job's NIC runs at CALIBRATION_PACE."""
+    import mltcp.emulation.calibrate as calibrate
+    from mltcp.emulation.plan import assign_endpoints
+    from mltcp.emulation.topologies import make_topology
+    plan = plan_from_scenario(_sc([["L"], ["L"]]))
+    plan.bottleneck = LinkParams(rate_mbps=100, delay_ms=1.0, buffer_bytes=50_000)
+    seen = {}
+
+    def fake_arm(p, cc, transport, mltcp, link_mode):
+        assign_endpoints(p, make_topology("dumbbell", "t", p.bottleneck, n_jobs=1))
+        seen["rates"] = [j.line_rate_mbps for j in p.jobs]
+        return ArmResult(cc, [], 0, None, {}, link_mode, 1.0,
+                         peer_stats={p.jobs[0].name: [{"rtt_ms": {"p10": 1.0, "p50": 1.2, "p90": 2.0}}]})
+
+    monkeypatch.setattr(calibrate, "run_arm", fake_arm)
+    got = calibrate.measure_host_rtt(plan, "udp", "switch")
+    assert got["host_rtt_ms"] == 1.2
+    assert 0 < calibrate.CALIBRATION_PACE < 1
+    assert seen["rates"] == [pytest.approx(100 * calibrate.CALIBRATION_PACE)]
+    assign_endpoints(plan, make_topology("dumbbell", "t", plan.bottleneck, n_jobs=2))
+    assert [j.line_rate_mbps for j in plan.jobs] == [100, 100]    # the measured arms: the link's rate
