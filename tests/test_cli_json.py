@@ -124,7 +124,7 @@ def _free_port() -> int:
 def test_traffic_send_and_recv_json_are_one_document_each():
     port = _free_port()
     rx = subprocess.Popen([*MLTCP, "traffic", "recv", "--bind", f"127.0.0.1:{port}", "--duration", "60s",
-                           "--idle-exit", "0.5s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           "--idle-exit", "5s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert rx.stderr.readline().startswith("listening on")
         rc, out, err = run(["traffic", "send", "--to", f"127.0.0.1:{port}", "--bytes", "50KB", "--compute", "1ms",
