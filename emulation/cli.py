@@ -90,6 +90,14 @@ def _check_args(rate_mbps=None, delay_ms=None, iterations=None, buffer_kb=None, 
             fail(f"{opt}: {why}")
 
 
+# The options `emulate SCENARIO` and `emulate baseline-peer` share.
+RATE_OPT = typer.Option(None, "--rate-mbps", help="run every link at this rate; job bytes scale with it")
+ITERATIONS_OPT = typer.Option(None, "--iterations", help="iterations per job (default: the scenario's)")
+DILATE_OPT = typer.Option(False, "--dilate", help="with --rate-mbps: keep bytes, stretch all times instead")
+JSON_OPT = typer.Option(False, "--json", help="print the JSON document only (no progress, no tables)")
+OUT_OPT = typer.Option(None, "--out", help="write the JSON document to this file")
+
+
 @app.command("run")
 def emulate(
     scenario: str = typer.Argument(..., help="scenario name (built-in) or TOML file"),
@@ -98,15 +106,15 @@ def emulate(
     transport: str = typer.Option("kernel", help="udp (userspace MLTCP transport) | kernel (Linux TCP)"),
     link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch | bmv2 (docs/design.md, Emulation: link modes)"),
     topology: str = typer.Option("auto", help="auto | dumbbell | ring | leafspine"),
-    rate_mbps: float = typer.Option(None, help="run every link at this rate; job bytes scale with it"),
+    rate_mbps: float = RATE_OPT,
     delay_ms: float = typer.Option(None, help="one-way delay per link (needs link mode linux-tc or switch)"),
-    iterations: int = typer.Option(None, help="iterations per job (default: the scenario's)"),
+    iterations: int = ITERATIONS_OPT,
     buffer_kb: float = typer.Option(None, help="drop-tail buffer per link in kB (after --rate-mbps scaling)"),
-    dilate: bool = typer.Option(False, "--dilate", help="with --rate-mbps: keep bytes, stretch all times instead"),
+    dilate: bool = DILATE_OPT,
     no_sim: bool = typer.Option(False, "--no-sim", help="skip the in-process simulation for sim_vs_emu"),
     records: Path = typer.Option(None, help="write each arm's per-iteration records to DIR/<arm>.csv"),
-    as_json: bool = typer.Option(False, "--json", help="print the JSON document only (no progress)"),
-    out: Path = typer.Option(None, help="also write the JSON document to this file"),
+    as_json: bool = JSON_OPT,
+    out: Path = OUT_OPT,
     payload_rate: bool = typer.Option(True, "--payload-rate/--wire-rate",
                                       help="links carry the scenario's rate in payload bytes, as in the "
                                            "simulator (default), or in frame bytes"),
@@ -132,14 +140,14 @@ def emulate(
 def baseline_peer_cmd(
     scenario: str = typer.Argument(..., help="scenario whose first link is the bottleneck and whose jobs run"),
     link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch"),
-    rate_mbps: float = typer.Option(None, help="run every link at this rate; job bytes scale with it"),
+    rate_mbps: float = RATE_OPT,
     delay_ms: float = typer.Option(None, help="one-way delay per link (link mode linux-tc or switch)"),
-    iterations: int = typer.Option(None, help="iterations per job (default: the scenario's)"),
+    iterations: int = ITERATIONS_OPT,
     buffer_kb: float = typer.Option(None, help="drop-tail buffer per link in kB"),
-    dilate: bool = typer.Option(False, "--dilate", help="with --rate-mbps: keep bytes, stretch all times instead"),
+    dilate: bool = DILATE_OPT,
     peer_seconds: float = typer.Option(10.0, help="seconds per long-lived-flow run"),
-    as_json: bool = typer.Option(False, "--json", help="print the JSON document only (no progress)"),
-    out: Path = typer.Option(None, help="also write the JSON document to this file"),
+    as_json: bool = JSON_OPT,
+    out: Path = OUT_OPT,
 ):
     """Kernel TCP (reno, cubic) vs the userspace Reno: 2 long-lived flows (per-flow Mb/s, Jain's
     index, retransmissions), then the scenario's jobs with kernel CC (does it interleave?)."""

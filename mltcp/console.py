@@ -40,6 +40,7 @@ def fail(msg: str, code: int = 2) -> NoReturn:
 
 
 def print_json(doc) -> None:
-    """The ``--json`` output: one JSON document on stdout (numpy numbers as floats)."""
-    sys.stdout.write(json.dumps(doc, indent=2, default=float) + "\n")
+    """The ``--json`` output: one JSON document on one line of stdout (numpy numbers as floats), so
+    ``json.loads`` of stdout and of its last line both read it."""
+    sys.stdout.write(json.dumps(doc, default=float) + "\n")
     sys.stdout.flush()

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 from mltcp import offloads
+from mltcp.traffic.kernel.netns import run
 
 
 def have_root_netns() -> str | None:
@@ -24,16 +25,11 @@ def have_root_netns() -> str | None:
 
 
 def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = ["ip"] + (["-n", netns] if netns else []) + list(args)
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    return r
+    return run("ip", *args, ns=netns, check=check)
 
 
 def _sysctl(key: str, value: str, netns: str | None) -> None:
-    cmd = (["ip", "netns", "exec", netns] if netns else []) + ["sysctl", "-qw", f"{key}={value}"]
-    subprocess.run(cmd, capture_output=True)
+    run("sysctl", "-qw", f"{key}={value}", ns=netns, check=False)
 
 
 class Testbed:
