@@ -138,6 +138,8 @@ def experiment(
     iterations: int = typer.Option(60),
     warmup: int = typer.Option(10, help="iterations left out of avg/p99"),
     offset_ms: float = typer.Option(5.0, help="job B starts this much after job A"),
+    delay_ms: float = typer.Option(0.0, help="one-way propagation delay (a C delay line between router and "
+                                             "receiver; base RTT = 2 x this)"),
     mark_iterations: bool = typer.Option(False, "--mark", help="explicit iteration marks instead of idle detection"),
     pacing: bool = typer.Option(True, "--pacing/--no-pacing",
                                 help="senders paced at the bottleneck rate, as NICs of that rate (SO_MAX_PACING_RATE)"),
@@ -155,7 +157,7 @@ def experiment(
     try:
         case = Case(rate_mbit=rate_mbit, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
                     compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,
-                    warmup=warmup, offset_s=offset_ms / 1e3, variant=variant, mark=mark_iterations, pacing=pacing,
+                    warmup=warmup, offset_s=offset_ms / 1e3, delay_ms=delay_ms, variant=variant, mark=mark_iterations, pacing=pacing,
                     config=cfg)
     except ValueError as e:
         fail(str(e))
@@ -166,7 +168,7 @@ def experiment(
             doc = run(case, with_sim=with_sim)
         except (loader.KernelCCError, NetnsError, MapsError, OSError, RuntimeError) as e:
             fail(str(e))
-    table = Table(title=f"two jobs, {rate_mbit:g} Mbit/s, {buffer_kb:g} kB buffer, {mbytes:g} MB/iteration, "
+    table = Table(title=f"two jobs, {rate_mbit:g} Mbit/s, {2 * delay_ms:g} ms base RTT, {buffer_kb:g} kB buffer, {mbytes:g} MB/iteration, "
                         f"compute {case.compute * 1e3:.0f} ms (ideal iteration {doc['ideal_iter_s'] * 1e3:.0f} ms)")
     for col in ("cc", "job", "avg iter (ms)", "p99 iter (ms)", "interleaved at", "overlap", "retransmits"):
         table.add_column(col)

@@ -34,6 +34,7 @@ class Case:
     iterations: int = 60
     warmup: int = 10
     offset_s: float = 0.005             # job B starts this much after job A
+    delay_ms: float = 0.0               # one-way propagation delay (delayline.c between router and receiver)
     variant: str = "mltcp_reno"
     mark: bool = False                  # MLTCP runs: explicit iteration marks instead of idle detection
     pacing: bool = True                 # senders paced at the bottleneck's rate (a NIC of that rate)
@@ -43,6 +44,7 @@ class Case:
         checks = {"rate_mbit": self.rate_mbit > 0, "buffer_bytes": self.buffer_bytes >= 3000,
                   "nbytes": self.nbytes > 0, "iterations": self.iterations >= 2,
                   "warmup": 0 <= self.warmup < self.iterations, "offset_s": self.offset_s >= 0,
+                  "delay_ms": 0 <= self.delay_ms <= 1000,
                   "compute_s": self.compute_s is None or self.compute_s >= 0,
                   "variant": self.variant in BASELINES}
         bad = [k for k, ok in checks.items() if not ok]
@@ -126,7 +128,7 @@ def simulate_case(case: Case, ccs: list[str]) -> dict | None:
         return None
     d = {"name": "kernel-experiment", "iterations": case.iterations, "warmup_iterations": case.warmup,
          "network": {"mss": 1448, "min_rto_ms": 200, "step_us": 100},
-         "links": [{"name": "bottleneck", "rate_mbps": case.rate_mbit, "delay_us": 50,
+         "links": [{"name": "bottleneck", "rate_mbps": case.rate_mbit, "delay_us": case.delay_ms * 1e3 or 50,
                     "buffer_kb": case.buffer_bytes / 1e3}],
          "jobs": [{"name": n, "compute_ms": case.compute * 1e3, "bytes": case.nbytes,
                    "start_offset_ms": case.offset_s * 1e3 * k, "path": ["bottleneck"]}
@@ -154,7 +156,7 @@ def run(case: Case, with_sim: bool = True, progress=None, tag: str | None = None
         loader.load([case.variant], config=case.config)
         we_loaded = True
     t0 = time.monotonic()
-    d = Dumbbell(n=2, rate_mbit=case.rate_mbit, buffer_bytes=case.buffer_bytes,
+    d = Dumbbell(n=2, rate_mbit=case.rate_mbit, buffer_bytes=case.buffer_bytes, delay_us=round(case.delay_ms * 1e3),
                  **({"tag": tag} if tag else {}))
     try:
         d.build()
@@ -166,7 +168,8 @@ def run(case: Case, with_sim: bool = True, progress=None, tag: str | None = None
     doc = {"case": {**{k: v for k, v in asdict(case).items() if k != "config"},
                     "compute_s": case.compute, "config": asdict(case.config)},
            "ideal_iter_s": case.compute + case.nbytes * 8 / (case.rate_mbit * 1e6),
-           "results": results, "wall_s": time.monotonic() - t0}
+           "results": results, "wall_s": time.monotonic() - t0,
+           "delay_line": d.wire.stats if d.wire else None}
     base_r, ml = results[base], results[case.variant]
     doc["speedup_avg"] = metrics.speedup(base_r["avg_iter_s"], ml["avg_iter_s"])
     doc["speedup_p99"] = metrics.speedup(base_r["p99_iter_s"], ml["p99_iter_s"])

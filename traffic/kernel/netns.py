@@ -17,6 +17,8 @@ from pathlib import Path
 
 from mltcp import offloads
 
+from .delayline import DelayLine
+
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -62,7 +64,9 @@ def in_netns(name: str | None):
 @dataclass
 class Dumbbell:
     """``n`` sender namespaces and one receiver behind a router whose link to the receiver is the
-    bottleneck: htb at ``rate_mbit`` with a bfifo of ``buffer_bytes`` (drop-tail).
+    bottleneck: htb at ``rate_mbit`` with a bfifo of ``buffer_bytes`` (drop-tail). With
+    ``delay_us`` > 0 a wire namespace sits between router and receiver: :mod:`.delayline` copies each
+    frame across after ``delay_us`` in each direction (base RTT = 2 x delay_us).
 
     Addresses: sender i is 10.77.i.2 (i from 1), receiver 10.77.100.2.
     """
@@ -70,8 +74,10 @@ class Dumbbell:
     n: int = 2
     rate_mbit: float = 100.0
     buffer_bytes: int = 150_000
+    delay_us: int = 0
     tag: str = field(default_factory=lambda: f"mk{os.getpid()}")
     namespaces: list[str] = field(default_factory=list)
+    wire: DelayLine | None = None
 
     @property
     def senders(self) -> list[str]:
@@ -85,18 +91,24 @@ class Dumbbell:
     def receiver(self) -> str:
         return f"{self.tag}d"
 
+    @property
+    def wire_ns(self) -> str:
+        return f"{self.tag}w"
+
     receiver_ip = "10.77.100.2"
 
     def sender_ip(self, i: int) -> str:
         return f"10.77.{i + 1}.2"
 
-    def _veth(self, a_ns: str, a_if: str, b_ns: str, b_if: str, a_ip: str, b_ip: str) -> None:
+    def _veth(self, a_ns: str, a_if: str, b_ns: str, b_if: str, a_ip: str | None, b_ip: str | None) -> None:
         run("ip", "link", "add", a_if, "netns", a_ns, "type", "veth", "peer", "name", b_if, "netns", b_ns)
         for ns, ifc, ip in ((a_ns, a_if, a_ip), (b_ns, b_if, b_ip)):
-            run("ip", "addr", "add", ip, "dev", ifc, ns=ns)
+            if ip:
+                run("ip", "addr", "add", ip, "dev", ifc, ns=ns)
             run("ip", "link", "set", ifc, "up", ns=ns)
-            # Segments of one MSS on the wire, so the bfifo limit counts real packets.
-            run(*offloads.ethtool_args(ifc, checksum=False), ns=ns, check=False)
+            # Segments of one MSS on the wire, so the bfifo limit counts real packets; through the
+            # delay line also full checksums (it copies frames, a partial checksum would stay wrong).
+            run(*offloads.ethtool_args(ifc, checksum=self.delay_us > 0), ns=ns, check=False)
 
     def build(self) -> "Dumbbell":
         if os.geteuid() != 0:
@@ -104,7 +116,7 @@ class Dumbbell:
         if not 1 <= self.n <= 50:
             raise NetnsError(f"n must be 1..50, got {self.n}")
         try:
-            for ns in [*self.senders, self.router, self.receiver]:
+            for ns in [*self.senders, self.router, self.receiver] + ([self.wire_ns] if self.delay_us > 0 else []):
                 run("ip", "netns", "add", ns)
                 self.namespaces.append(ns)
                 run("ip", "link", "set", "lo", "up", ns=ns)
@@ -112,7 +124,12 @@ class Dumbbell:
             for i, s in enumerate(self.senders):
                 self._veth(s, "eth0", self.router, f"eth{i + 1}", f"{self.sender_ip(i)}/24", f"10.77.{i + 1}.1/24")
                 run("ip", "route", "add", "default", "via", f"10.77.{i + 1}.1", ns=s)
-            self._veth(self.receiver, "eth0", self.router, "ethd", f"{self.receiver_ip}/24", "10.77.100.1/24")
+            if self.delay_us > 0:
+                self._veth(self.wire_ns, "wr", self.router, "ethd", None, "10.77.100.1/24")
+                self._veth(self.wire_ns, "wd", self.receiver, "eth0", None, f"{self.receiver_ip}/24")
+                self.wire = DelayLine(self.wire_ns, "wr", "wd", self.delay_us).start()
+            else:
+                self._veth(self.receiver, "eth0", self.router, "ethd", f"{self.receiver_ip}/24", "10.77.100.1/24")
             run("ip", "route", "add", "default", "via", "10.77.100.1", ns=self.receiver)
             self.shape(self.router, "ethd", self.rate_mbit, self.buffer_bytes)
         except BaseException:
@@ -133,6 +150,8 @@ class Dumbbell:
         return run("tc", "-s", "qdisc", "show", "dev", "ethd", ns=self.router).stdout
 
     def destroy(self) -> None:
+        if self.wire is not None:
+            self.wire.stop()
         for ns in reversed(self.namespaces):
             run("ip", "netns", "del", ns, check=False)
         self.namespaces.clear()
