@@ -75,6 +75,8 @@ class Dumbbell:
     rate_mbit: float = 100.0
     buffer_bytes: int = 150_000
     delay_us: int = 0
+    min_rto_ms: int = 0               # > 0: the senders' route rto_min (Linux default 200 ms)
+    idle_restart: bool = True         # the senders' net.ipv4.tcp_slow_start_after_idle (RFC 2861)
     tag: str = field(default_factory=lambda: f"mk{os.getpid()}")
     namespaces: list[str] = field(default_factory=list)
     wire: DelayLine | None = None
@@ -123,7 +125,10 @@ class Dumbbell:
             run("sysctl", "-qw", "net.ipv4.ip_forward=1", ns=self.router)
             for i, s in enumerate(self.senders):
                 self._veth(s, "eth0", self.router, f"eth{i + 1}", f"{self.sender_ip(i)}/24", f"10.77.{i + 1}.1/24")
-                run("ip", "route", "add", "default", "via", f"10.77.{i + 1}.1", ns=s)
+                rto = ["rto_min", f"{self.min_rto_ms}ms"] if self.min_rto_ms > 0 else []
+                if not self.idle_restart:
+                    run("sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0", ns=s)
+                run("ip", "route", "add", "default", "via", f"10.77.{i + 1}.1", *rto, ns=s)
             if self.delay_us > 0:
                 self._veth(self.wire_ns, "wr", self.router, "ethd", None, "10.77.100.1/24")
                 self._veth(self.wire_ns, "wd", self.receiver, "eth0", None, f"{self.receiver_ip}/24")
