@@ -8,7 +8,8 @@
  * way round (AF_PACKET, frames copied whole, order kept). The interfaces carry no addresses, so
  * the kernel forwards nothing itself. No rate limit and no loss: the bottleneck (htb + bfifo) is
  * elsewhere. Offloads must be off on both interfaces (frames <= 9018 bytes). SIGTERM/SIGINT end
- * it; with STATS_FILE, it writes "forwarded_ab forwarded_ba overflow late_max_us" there on exit.
+ * it; with STATS_FILE, it writes "forwarded_ab forwarded_ba overflow late_max_us errors" there on
+ * exit.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -39,7 +40,7 @@ struct slot {
 struct queue {
 	struct slot *s;
 	uint32_t head, tail;       /* head: next to send; tail: next free */
-	uint64_t forwarded, overflow;
+	uint64_t forwarded, overflow, errors;   /* errors: sendto failed (frame dropped) */
 };
 
 static volatile sig_atomic_t stop;
@@ -128,13 +129,17 @@ static uint64_t give(int fd, int ifindex, struct queue *q, uint64_t *late_max)
 		if (t - s->due_ns > *late_max)
 			*late_max = t - s->due_ns;
 		memcpy(to.sll_addr, s->data, ETH_ALEN);
-		if (sendto(fd, s->data, s->len, 0, (struct sockaddr *)&to, sizeof(to)) < 0 && errno == EAGAIN) {
-			struct pollfd p = {fd, POLLOUT, 0};
+		if (sendto(fd, s->data, s->len, 0, (struct sockaddr *)&to, sizeof(to)) < 0) {
+			if (errno == EAGAIN || errno == ENOBUFS) {
+				struct pollfd p = {fd, POLLOUT, 0};
 
-			poll(&p, 1, 1);
-			continue;                     /* retry the same frame */
+				poll(&p, 1, 1);
+				continue;             /* retry the same frame */
+			}
+			q->errors++;
+		} else {
+			q->forwarded++;
 		}
-		q->forwarded++;
 		q->head++;
 	}
 	return 0;
@@ -191,9 +196,9 @@ int main(int argc, char **argv)
 		FILE *f = fopen(argv[4], "w");
 
 		if (f) {
-			fprintf(f, "%llu %llu %llu %llu\n", (unsigned long long)qa.forwarded,
+			fprintf(f, "%llu %llu %llu %llu %llu\n", (unsigned long long)qa.forwarded,
 				(unsigned long long)qb.forwarded, (unsigned long long)(qa.overflow + qb.overflow),
-				(unsigned long long)(late_max / 1000));
+				(unsigned long long)(late_max / 1000), (unsigned long long)(qa.errors + qb.errors));
 			fclose(f);
 		}
 	}

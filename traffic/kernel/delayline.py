@@ -79,5 +79,5 @@ class DelayLine:
             time.sleep(0.01)
         if self.stats_path.exists():
             v = [int(x) for x in self.stats_path.read_text().split()]
-            self.stats = dict(zip(("forwarded_ab", "forwarded_ba", "overflow", "late_max_us"), v))
+            self.stats = dict(zip(("forwarded_ab", "forwarded_ba", "overflow", "late_max_us", "errors"), v))
             os.unlink(self.stats_path)
