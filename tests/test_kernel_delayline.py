@@ -1,6 +1,7 @@
-"""The delay line (traffic/kernel/delayline.c) in the kernel dumbbell: the base RTT it gives, data
-through it intact, the counters, and nothing left behind (process, namespaces). Needs root, gcc,
-ip/tc; skips with the reason otherwise."""
+"""The delay line (traffic/kernel/delayline.c) and the ECN marker (ecn_mark.bpf.c) in the kernel
+dumbbell: the base RTT it gives, data through it intact, the counters, CE marks instead of drops,
+and nothing left behind (process, namespaces). Needs root, gcc, clang, bpftool, ip/tc; skips with
+the reason otherwise."""
 import os
 import re
 import shutil
@@ -15,7 +16,7 @@ from mltcp.traffic.kernel.transport import KernelTransport, Receiver
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
 REASON = ("needs root" if os.geteuid() != 0 else
-          next((f"{t} not installed" for t in ("gcc", "ip", "tc", "ping") if shutil.which(t) is None), None))
+          next((f"{t} not installed" for t in ("gcc", "clang", "bpftool", "ip", "tc", "ping") if shutil.which(t) is None), None))
 if REASON:
     pytestmark.append(pytest.mark.skip(reason=REASON))
 
@@ -79,3 +80,27 @@ def test_bad_delay_refused():
         delayline.DelayLine("nope", "a", "b", -1)
     p = subprocess.run([str(delayline.build()), "a", "b", "1ms"], capture_output=True, text=True)
     assert p.returncode == 2 and "whole number of microseconds" in p.stderr
+
+
+def test_ecn_marker_marks_instead_of_dropping():
+    from mltcp.traffic.kernel.transport import tcp_info
+    d = Dumbbell(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=1000, ecn_k_pkts=10, tag=f"mke{os.getpid()}")
+    try:
+        d.build()
+        for ns in (d.senders[0], d.receiver):
+            assert run("sysctl", "-n", "net.ipv4.tcp_ecn", ns=ns).stdout.strip() == "1"
+        rx = Receiver("0.0.0.0", 0, ns=d.receiver)
+        tr = KernelTransport(d.receiver_ip, rx.port, cc="reno", ns=d.senders[0])
+        try:
+            for it in range(3):
+                tr.send_iteration(1_000_000, it)
+            retrans = tcp_info(tr.sock)["total_retrans"]
+        finally:
+            tr.close()
+            rx.close()
+        st = d.ecn_stats()
+        assert st["seen"] > 3 * 1_000_000 / 1514 and st["marked"] > 0
+        assert retrans <= 2            # the window shrinks on CE long before the 60 kB buffer fills
+    finally:
+        d.destroy()
+    assert leftover_namespaces(d.tag) == []

@@ -145,6 +145,8 @@ def experiment(
                                              "receiver; base RTT = 2 x this)"),
     min_rto_ms: float = typer.Option(0.0, help="senders' minimum RTO (route rto_min); 0: Linux's 200 ms. Above the "
                                                "compute time TCP keeps its window over the idle gap"),
+    ecn_k_pkts: int = typer.Option(0, help="step ECN at the bottleneck: CE when >= K full frames are queued "
+                                           "(a tc BPF marker; hosts get tcp_ecn=1); 0: drop-tail only"),
     idle_restart: bool = typer.Option(True, "--idle-restart/--no-idle-restart",
                                       help="senders' tcp_slow_start_after_idle: after an idle gap longer than the "
                                            "RTO the window restarts (Linux default on)"),
@@ -165,7 +167,7 @@ def experiment(
     try:
         case = Case(rate_mbit=rate_mbit, payload_rate=payload_rate, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
                     compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,
-                    warmup=warmup, offset_s=offset_ms / 1e3, delay_ms=delay_ms, min_rto_ms=min_rto_ms, idle_restart=idle_restart, variant=variant, mark=mark_iterations, pacing=pacing,
+                    warmup=warmup, offset_s=offset_ms / 1e3, delay_ms=delay_ms, min_rto_ms=min_rto_ms, idle_restart=idle_restart, ecn_k_pkts=ecn_k_pkts, variant=variant, mark=mark_iterations, pacing=pacing,
                     config=cfg)
     except ValueError as e:
         fail(str(e))

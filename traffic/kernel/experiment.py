@@ -38,6 +38,7 @@ class Case:
     delay_ms: float = 0.0               # one-way propagation delay (delayline.c between router and receiver)
     min_rto_ms: float = 0.0             # > 0: senders' route rto_min (0: Linux's 200 ms)
     idle_restart: bool = True           # senders' tcp_slow_start_after_idle: window restart after an idle RTO
+    ecn_k_pkts: int = 0                 # > 0: step ECN at the bottleneck, CE at >= K frames queued (tcp_ecn=1)
     variant: str = "mltcp_reno"
     mark: bool = False                  # MLTCP runs: explicit iteration marks instead of idle detection
     pacing: bool = True                 # senders paced at the bottleneck's rate (a NIC of that rate)
@@ -48,6 +49,7 @@ class Case:
                   "nbytes": self.nbytes > 0, "iterations": self.iterations >= 2,
                   "warmup": 0 <= self.warmup < self.iterations, "offset_s": self.offset_s >= 0,
                   "delay_ms": 0 <= self.delay_ms <= 1000, "min_rto_ms": 0 <= self.min_rto_ms <= 60_000,
+                  "ecn_k_pkts": 0 <= self.ecn_k_pkts and self.ecn_k_pkts * 1514 < self.buffer_bytes,
                   "compute_s": self.compute_s is None or self.compute_s >= 0,
                   "variant": self.variant in BASELINES}
         bad = [k for k, ok in checks.items() if not ok]
@@ -176,10 +178,17 @@ def run(case: Case, with_sim: bool = True, progress=None, tag: str | None = None
     t0 = time.monotonic()
     d = Dumbbell(n=2, rate_mbit=case.link_mbit, buffer_bytes=case.buffer_bytes, delay_us=round(case.delay_ms * 1e3),
                  min_rto_ms=round(case.min_rto_ms), idle_restart=case.idle_restart,
+                 ecn_k_pkts=case.ecn_k_pkts,
                  **({"tag": tag} if tag else {}))
     try:
         d.build()
-        results = {cc: run_once(d, case, cc, progress) for cc in (base, case.variant)}
+        results = {}
+        for cc in (base, case.variant):
+            before = d.ecn_stats()
+            results[cc] = run_once(d, case, cc, progress)
+            if before is not None:
+                after = d.ecn_stats()
+                results[cc]["ecn_marks"] = after["marked"] - before["marked"]
     finally:
         d.destroy()
         if we_loaded:

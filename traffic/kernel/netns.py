@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
+import re
+import struct
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -17,7 +20,25 @@ from pathlib import Path
 
 from mltcp import offloads
 
+from . import loader
 from .delayline import DelayLine
+
+
+def build_ecn_marker(rate_mbit: float, k_pkts: int, limit_bytes: int) -> Path:
+    """ecn_mark.bpf.c compiled for this bottleneck (its numbers are constants), into the cache."""
+    rate_bps, k_bytes = round(rate_mbit * 1e6), k_pkts * 1514
+    out = loader.cache_dir() / f"ecn_mark-{rate_bps}-{k_bytes}-{limit_bytes}.bpf.o"
+    src = loader.source_dir() / "ecn_mark.bpf.c"
+    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+        return out
+    loader.build([])      # vmlinux.h into the cache directory
+    arch = {"x86_64": "x86", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    p = subprocess.run(["clang", "-O2", "-g", "-target", "bpf", f"-D__TARGET_ARCH_{arch}", "-I", str(out.parent),
+                        f"-DRATE_BPS={rate_bps}ULL", f"-DK_BYTES={k_bytes}", f"-DLIMIT_BYTES={limit_bytes}",
+                        "-c", str(src), "-o", str(out)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise NetnsError(f"ECN marker: clang failed on {src}:\n{p.stderr.strip()}")
+    return out
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -77,6 +98,7 @@ class Dumbbell:
     delay_us: int = 0
     min_rto_ms: int = 0               # > 0: the senders' route rto_min (Linux default 200 ms)
     idle_restart: bool = True         # the senders' net.ipv4.tcp_slow_start_after_idle (RFC 2861)
+    ecn_k_pkts: int = 0               # > 0: CE at >= K full frames queued (ecn_mark.bpf.c), tcp_ecn=1
     tag: str = field(default_factory=lambda: f"mk{os.getpid()}")
     namespaces: list[str] = field(default_factory=list)
     wire: DelayLine | None = None
@@ -137,6 +159,8 @@ class Dumbbell:
                 self._veth(self.receiver, "eth0", self.router, "ethd", f"{self.receiver_ip}/24", "10.77.100.1/24")
             run("ip", "route", "add", "default", "via", "10.77.100.1", ns=self.receiver)
             self.shape(self.router, "ethd", self.rate_mbit, self.buffer_bytes)
+            if self.ecn_k_pkts > 0:
+                self._mark_ecn()
         except BaseException:
             self.destroy()
             raise
@@ -150,6 +174,29 @@ class Dumbbell:
             ns=ns)
         run("tc", "qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "bfifo", "limit",
             str(buffer_bytes), ns=ns)
+
+    def _mark_ecn(self) -> None:
+        obj = build_ecn_marker(self.rate_mbit, self.ecn_k_pkts, self.buffer_bytes)
+        run("tc", "qdisc", "add", "dev", "ethd", "clsact", ns=self.router)
+        run("tc", "filter", "add", "dev", "ethd", "egress", "bpf", "direct-action", "obj", str(obj), "sec", "tc",
+            ns=self.router)
+        for ns in [*self.senders, self.receiver]:
+            run("sysctl", "-qw", "net.ipv4.tcp_ecn=1", ns=ns)
+
+    def ecn_stats(self) -> dict[str, int] | None:
+        """The marker's counters (frames seen, marked CE), or None without ECN."""
+        if self.ecn_k_pkts <= 0:
+            return None
+        out = run("tc", "filter", "show", "dev", "ethd", "egress", ns=self.router).stdout
+        m = re.search(r" id (\d+) ", out)
+        if not m:
+            raise NetnsError(f"ECN marker not found on the router: {out!r}")
+        prog = json.loads(run("bpftool", "prog", "show", "id", m.group(1), "--json").stdout)
+        raw = json.loads(run("bpftool", "map", "lookup", "id", str(prog["map_ids"][0]), "key", "0", "0", "0", "0",
+                             "--json").stdout)
+        val = bytes(int(b, 16) for b in raw["value"])
+        _, _, marked, seen = struct.unpack("<4Q", val[:32])
+        return {"marked": marked, "seen": seen}
 
     def bottleneck_stats(self) -> str:
         return run("tc", "-s", "qdisc", "show", "dev", "ethd", ns=self.router).stdout
