@@ -30,6 +30,18 @@ def test_case_validation():
     with pytest.raises(ValueError, match="variant"):
         Case(variant="bbr")
     assert Case(nbytes=1_000_000, rate_mbit=100).compute == pytest.approx(0.08)
+    for bad in ({"delay_ms": -1}, {"min_rto_ms": -5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Case(**bad)
+
+
+def test_case_rate_in_payload_or_frames():
+    from mltcp.traffic.kernel.experiment import Case
+    from mltcp.traffic.kernel.transport import WIRE_PER_PAYLOAD
+    c = Case(rate_mbit=100, nbytes=2_500_000)
+    assert c.link_mbit == pytest.approx(100 * 1514 / 1448) and c.compute == pytest.approx(0.2)
+    w = Case(rate_mbit=100, nbytes=2_500_000, payload_rate=False)
+    assert w.link_mbit == 100 and w.compute == pytest.approx(0.2 * WIRE_PER_PAYLOAD)
 
 
 @pytest.mark.integration
@@ -38,13 +50,15 @@ def test_case_validation():
 def test_short_experiment_runs_both_and_cleans_up():
     tag = f"mkx{os.getpid()}"
     from mltcp.traffic.kernel.experiment import Case, run
-    case = Case(rate_mbit=50, buffer_bytes=60_000, nbytes=200_000, iterations=6, warmup=1)
+    case = Case(rate_mbit=50, buffer_bytes=60_000, nbytes=200_000, iterations=6, warmup=1, delay_ms=1,
+                min_rto_ms=500)
     was = set(loader.registered())
     try:
         doc = run(case, with_sim=False, tag=tag)
     finally:
         assert leftover_namespaces(tag) == []
     assert set(doc["results"]) == {"reno", "mltcp_reno"}
+    assert doc["delay_line"]["forwarded_ab"] > 0 and doc["delay_line"]["overflow"] == 0
     for cc, r in doc["results"].items():
         recs = r["records"]
         assert len(recs) == 12 and {x["job"] for x in recs} == {"A", "B"}

@@ -68,7 +68,7 @@ def test_config_pack_and_errors():
 
 def test_layout_sizes_match_the_c_structs():
     # Sizes the C header's structs have (all naturally aligned, no padding holes).
-    assert (CFG.size, SK.size, EV.size) == (32, 96, 72)
+    assert (CFG.size, SK.size, EV.size) == (32, 96, 80)
 
 
 def test_loader_refuses_clearly(monkeypatch, tmp_path):

@@ -132,12 +132,24 @@ def mark(port: int = typer.Argument(..., help="local TCP port of the sending soc
 def experiment(
     variant: str = typer.Option("mltcp_reno", help="mltcp_reno (vs reno) or mltcp_cubic (vs cubic)"),
     rate_mbit: float = typer.Option(100.0, help="bottleneck rate (htb)"),
+    payload_rate: bool = typer.Option(True, "--payload-rate/--wire-rate",
+                                      help="the rate counts payload bytes, as in the simulator (htb at rate x "
+                                           "1514/1448), or frame bytes"),
     buffer_kb: float = typer.Option(150.0, help="bottleneck drop-tail buffer (bfifo)"),
     mbytes: float = typer.Option(1.0, help="MB per iteration per job"),
     compute_ms: Optional[float] = typer.Option(None, help="compute time; default = the iteration's transfer time alone"),
     iterations: int = typer.Option(60),
     warmup: int = typer.Option(10, help="iterations left out of avg/p99"),
     offset_ms: float = typer.Option(5.0, help="job B starts this much after job A"),
+    delay_ms: float = typer.Option(0.0, help="one-way propagation delay (a C delay line between router and "
+                                             "receiver; base RTT = 2 x this)"),
+    min_rto_ms: float = typer.Option(0.0, help="senders' minimum RTO (route rto_min); 0: Linux's 200 ms. Above the "
+                                               "compute time TCP keeps its window over the idle gap"),
+    ecn_k_pkts: int = typer.Option(0, help="step ECN at the bottleneck: CE when >= K full frames are queued "
+                                           "(a tc BPF marker; hosts get tcp_ecn=1); 0: drop-tail only"),
+    idle_restart: bool = typer.Option(True, "--idle-restart/--no-idle-restart",
+                                      help="senders' tcp_slow_start_after_idle: after an idle gap longer than the "
+                                           "RTO the window restarts (Linux default on)"),
     mark_iterations: bool = typer.Option(False, "--mark", help="explicit iteration marks instead of idle detection"),
     pacing: bool = typer.Option(True, "--pacing/--no-pacing",
                                 help="senders paced at the bottleneck rate, as NICs of that rate (SO_MAX_PACING_RATE)"),
@@ -154,9 +166,9 @@ def experiment(
 
     cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease)
     try:
-        case = Case(rate_mbit=rate_mbit, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
+        case = Case(rate_mbit=rate_mbit, payload_rate=payload_rate, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
                     compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,
-                    warmup=warmup, offset_s=offset_ms / 1e3, variant=variant, mark=mark_iterations, pacing=pacing,
+                    warmup=warmup, offset_s=offset_ms / 1e3, delay_ms=delay_ms, min_rto_ms=min_rto_ms, idle_restart=idle_restart, ecn_k_pkts=ecn_k_pkts, variant=variant, mark=mark_iterations, pacing=pacing,
                     config=cfg)
     except ValueError as e:
         fail(str(e))
@@ -177,7 +189,7 @@ def experiment(
     if as_json:
         print_json(summary)
         return
-    table = Table(title=f"two jobs, {rate_mbit:g} Mbit/s, {buffer_kb:g} kB buffer, {mbytes:g} MB/iteration, "
+    table = Table(title=f"two jobs, {rate_mbit:g} Mbit/s, {2 * delay_ms:g} ms base RTT, {buffer_kb:g} kB buffer, {mbytes:g} MB/iteration, "
                         f"compute {case.compute * 1e3:.0f} ms (ideal iteration {doc['ideal_iter_s'] * 1e3:.0f} ms)")
     for col in ("cc", "job", "avg iter (ms)", "p99 iter (ms)", "interleaved at", "overlap", "retransmits"):
         table.add_column(col)

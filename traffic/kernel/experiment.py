@@ -20,7 +20,7 @@ from mltcp.traffic.driver import JobSpec, run_job
 from . import loader
 from .maps import Config, VariantMaps
 from .netns import Dumbbell
-from .transport import KernelTransport, Receiver, pacing_rate_for_link, tcp_info
+from .transport import WIRE_PER_PAYLOAD, KernelTransport, Receiver, pacing_rate_for_link, tcp_info
 
 BASELINES = {"mltcp_reno": "reno", "mltcp_cubic": "cubic"}
 
@@ -28,12 +28,17 @@ BASELINES = {"mltcp_reno": "reno", "mltcp_cubic": "cubic"}
 @dataclass
 class Case:
     rate_mbit: float = 100.0
+    payload_rate: bool = True           # rate_mbit counts payload (as the simulator): htb runs at rate x 1514/1448
     buffer_bytes: int = 150_000
     nbytes: int = 1_000_000
     compute_s: float | None = None      # default: the iteration's transfer time alone
     iterations: int = 60
     warmup: int = 10
     offset_s: float = 0.005             # job B starts this much after job A
+    delay_ms: float = 0.0               # one-way propagation delay (delayline.c between router and receiver)
+    min_rto_ms: float = 0.0             # > 0: senders' route rto_min (0: Linux's 200 ms)
+    idle_restart: bool = True           # senders' tcp_slow_start_after_idle: window restart after an idle RTO
+    ecn_k_pkts: int = 0                 # > 0: step ECN at the bottleneck, CE at >= K frames queued (tcp_ecn=1)
     variant: str = "mltcp_reno"
     mark: bool = False                  # MLTCP runs: explicit iteration marks instead of idle detection
     pacing: bool = True                 # senders paced at the bottleneck's rate (a NIC of that rate)
@@ -43,6 +48,8 @@ class Case:
         checks = {"rate_mbit": self.rate_mbit > 0, "buffer_bytes": self.buffer_bytes >= 3000,
                   "nbytes": self.nbytes > 0, "iterations": self.iterations >= 2,
                   "warmup": 0 <= self.warmup < self.iterations, "offset_s": self.offset_s >= 0,
+                  "delay_ms": 0 <= self.delay_ms <= 1000, "min_rto_ms": 0 <= self.min_rto_ms <= 60_000,
+                  "ecn_k_pkts": 0 <= self.ecn_k_pkts and self.ecn_k_pkts * 1514 < self.buffer_bytes,
                   "compute_s": self.compute_s is None or self.compute_s >= 0,
                   "variant": self.variant in BASELINES}
         bad = [k for k, ok in checks.items() if not ok]
@@ -50,8 +57,17 @@ class Case:
             raise ValueError(f"bad experiment parameter(s): {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
 
     @property
+    def link_mbit(self) -> float:
+        """The htb rate (frames): the payload rate times the frame overhead when ``payload_rate``."""
+        return self.rate_mbit * WIRE_PER_PAYLOAD if self.payload_rate else self.rate_mbit
+
+    @property
+    def payload_mbit(self) -> float:
+        return self.rate_mbit if self.payload_rate else self.rate_mbit / WIRE_PER_PAYLOAD
+
+    @property
     def compute(self) -> float:
-        return self.nbytes * 8 / (self.rate_mbit * 1e6) if self.compute_s is None else self.compute_s
+        return self.nbytes * 8 / (self.payload_mbit * 1e6) if self.compute_s is None else self.compute_s
 
 
 def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
@@ -64,7 +80,7 @@ def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
         for i in range(2):
             transports.append(KernelTransport(d.receiver_ip, rx.port, cc=cc, ns=d.senders[i],
                                               mark=case.mark and cc.startswith("mltcp_"),
-                                              pacing_mbit=pacing_rate_for_link(case.rate_mbit) if case.pacing else None))
+                                              pacing_mbit=pacing_rate_for_link(case.link_mbit) if case.pacing else None))
         jobs = [JobSpec.of(job_id=i, compute_s=case.compute, bytes_per_iter=case.nbytes,
                         start_offset_s=case.offset_s * i, name="AB"[i]) for i in range(2)]
         epoch = time.monotonic()
@@ -111,6 +127,8 @@ def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
         "avg_iter_s": both["avg_iter_s"],
         "p99_iter_s": both["p99_iter_s"],
         "interleaved_at": metrics.converged_at(allrec),
+        # as `mltcp emulate` reports it: below the loose overlap threshold from here on, one hiccup allowed
+        "interleaved_at_loose": metrics.interleaved_at(allrec),
         "steady_overlap": sum(steady) / len(steady) if steady else float("nan"),
         "retransmits": sum(retrans.values()),
         "records": [asdict(r) for r in allrec],
@@ -125,8 +143,9 @@ def simulate_case(case: Case, ccs: list[str]) -> dict | None:
     except ImportError:
         return None
     d = {"name": "kernel-experiment", "iterations": case.iterations, "warmup_iterations": case.warmup,
-         "network": {"mss": 1448, "min_rto_ms": 200, "step_us": 100},
-         "links": [{"name": "bottleneck", "rate_mbps": case.rate_mbit, "delay_us": 50,
+         "network": {"mss": 1448, "min_rto_ms": case.min_rto_ms or 200, "step_us": 100,
+                     "slow_start_after_idle": case.idle_restart},
+         "links": [{"name": "bottleneck", "rate_mbps": case.payload_mbit, "delay_us": case.delay_ms * 1e3 or 50,
                     "buffer_kb": case.buffer_bytes / 1e3}],
          "jobs": [{"name": n, "compute_ms": case.compute * 1e3, "bytes": case.nbytes,
                    "start_offset_ms": case.offset_s * 1e3 * k, "path": ["bottleneck"]}
@@ -153,20 +172,33 @@ def run(case: Case, with_sim: bool = True, progress=None, tag: str | None = None
     if case.variant not in loader.registered():
         loader.load([case.variant], config=case.config)
         we_loaded = True
+    else:   # already registered: this case's MLTCP settings still apply (new sockets read them at init)
+        with VariantMaps(case.variant) as vm:
+            vm.write_config(case.config)
     t0 = time.monotonic()
-    d = Dumbbell(n=2, rate_mbit=case.rate_mbit, buffer_bytes=case.buffer_bytes,
+    d = Dumbbell(n=2, rate_mbit=case.link_mbit, buffer_bytes=case.buffer_bytes, delay_us=round(case.delay_ms * 1e3),
+                 min_rto_ms=round(case.min_rto_ms), idle_restart=case.idle_restart,
+                 ecn_k_pkts=case.ecn_k_pkts,
                  **({"tag": tag} if tag else {}))
     try:
         d.build()
-        results = {cc: run_once(d, case, cc, progress) for cc in (base, case.variant)}
+        results = {}
+        for cc in (base, case.variant):
+            before = d.ecn_stats()
+            results[cc] = run_once(d, case, cc, progress)
+            if before is not None:
+                after = d.ecn_stats()
+                results[cc]["ecn_marks"] = after["marked"] - before["marked"]
     finally:
         d.destroy()
         if we_loaded:
             loader.unload([case.variant])
     doc = {"case": {**{k: v for k, v in asdict(case).items() if k != "config"},
                     "compute_s": case.compute, "config": asdict(case.config)},
-           "ideal_iter_s": case.compute + case.nbytes * 8 / (case.rate_mbit * 1e6),
-           "results": results, "wall_s": time.monotonic() - t0}
+           "ideal_iter_s": case.compute + case.nbytes * 8 / (case.payload_mbit * 1e6),
+           "link_mbit": case.link_mbit,
+           "results": results, "wall_s": time.monotonic() - t0,
+           "delay_line": d.wire.stats if d.wire else None}
     base_r, ml = results[base], results[case.variant]
     doc["speedup_avg"] = metrics.speedup(base_r["avg_iter_s"], ml["avg_iter_s"])
     doc["speedup_p99"] = metrics.speedup(base_r["p99_iter_s"], ml["p99_iter_s"])

@@ -26,7 +26,7 @@ VARIANTS: dict[str, tuple[str, str]] = {
 
 CFG = struct.Struct("<8I")        # struct mltcp_cfg
 SK = struct.Struct("<7Q10I")      # struct mltcp_sk
-EV = struct.Struct("<2Q14I")      # struct mltcp_trace_ev
+EV = struct.Struct("<2Q14IQ")     # struct mltcp_trace_ev
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 FLAG_SCALE_DECREASE = 1
@@ -126,6 +126,7 @@ class TraceEvent:
     cnt_out: int
     completed: int
     aux: int
+    ts_ns: int
 
     @classmethod
     def unpack(cls, raw: bytes) -> "TraceEvent":

@@ -101,6 +101,7 @@ struct mltcp_trace_ev {
 	__u32 cnt_out;
 	__u32 completed;
 	__u32 aux;          /* variant-specific (CUBIC: target window) */
+	__u64 ts_ns;        /* bpf_ktime_get_ns() */
 };
 
 struct {
@@ -390,6 +391,7 @@ static __always_inline struct mltcp_trace_ev *mltcp_trace_open(const struct tcp_
 	ev->f_q10 = mltcp_f(m);
 	ev->completed = m->completed;
 	ev->aux = aux;
+	ev->ts_ns = bpf_ktime_get_ns();
 	return ev;
 }
 

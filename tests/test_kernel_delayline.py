@@ -1,0 +1,106 @@
+"""The delay line (traffic/kernel/delayline.c) and the ECN marker (ecn_mark.bpf.c) in the kernel
+dumbbell: the base RTT it gives, data through it intact, the counters, CE marks instead of drops,
+and nothing left behind (process, namespaces). Needs root, gcc, clang, bpftool, ip/tc; skips with
+the reason otherwise."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from mltcp.traffic.kernel import delayline
+from mltcp.traffic.kernel.netns import Dumbbell, leftover_namespaces, run
+from mltcp.traffic.kernel.transport import KernelTransport, Receiver
+
+pytestmark = [pytest.mark.integration, pytest.mark.root]
+
+REASON = ("needs root" if os.geteuid() != 0 else
+          next((f"{t} not installed" for t in ("gcc", "clang", "bpftool", "ip", "tc", "ping") if shutil.which(t) is None), None))
+if REASON:
+    pytestmark.append(pytest.mark.skip(reason=REASON))
+
+
+def _rtts(d: Dumbbell) -> list[float]:
+    out = run("ping", "-c", "6", "-i", "0.05", "-q", "-n", d.receiver_ip, ns=d.senders[0], check=False).stdout
+    m = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)", out)
+    assert m, out
+    return [float(x) for x in m.groups()]
+
+
+@pytest.fixture
+def wired():
+    d = Dumbbell(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=3000, tag=f"mkw{os.getpid()}")
+    pid = None
+    try:
+        d.build()
+        pid = d.wire.proc.pid
+        yield d
+    finally:
+        d.destroy()
+        assert leftover_namespaces(d.tag) == []
+        if pid is not None:
+            assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+
+
+def test_rtt_is_twice_the_delay(wired):
+    mn, avg, mx = _rtts(wired)
+    assert 6.0 <= mn < 9.0, (mn, avg, mx)       # 2 x 3 ms plus the stack; a loaded machine adds, never removes
+
+
+def test_without_delay_no_wire():
+    d = Dumbbell(n=1, rate_mbit=50, buffer_bytes=60_000, tag=f"mkn{os.getpid()}")
+    try:
+        d.build()
+        assert d.wire is None and d.wire_ns not in d.namespaces
+        assert _rtts(d)[0] < 3.0
+    finally:
+        d.destroy()
+    assert leftover_namespaces(d.tag) == []
+
+
+def test_bytes_cross_intact_and_counted(wired):
+    rx = Receiver("0.0.0.0", 0, ns=wired.receiver)
+    tr = KernelTransport(wired.receiver_ip, rx.port, cc="reno", ns=wired.senders[0])
+    try:
+        for it in range(3):
+            tr.send_iteration(400_000, it)
+    finally:
+        tr.close()
+        rx.close()
+    wired.wire.stop()
+    st = wired.wire.stats
+    assert st["overflow"] == 0 and st["errors"] == 0
+    assert st["forwarded_ab"] > 3 * 400_000 / 1514           # router -> receiver: at least the data frames
+    assert st["forwarded_ba"] > 0                            # the ACKs back
+
+
+def test_bad_delay_refused():
+    with pytest.raises(delayline.DelayLineError):
+        delayline.DelayLine("nope", "a", "b", -1)
+    p = subprocess.run([str(delayline.build()), "a", "b", "1ms"], capture_output=True, text=True)
+    assert p.returncode == 2 and "whole number of microseconds" in p.stderr
+
+
+def test_ecn_marker_marks_instead_of_dropping():
+    from mltcp.traffic.kernel.transport import tcp_info
+    d = Dumbbell(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=1000, ecn_k_pkts=10, tag=f"mke{os.getpid()}")
+    try:
+        d.build()
+        for ns in (d.senders[0], d.receiver):
+            assert run("sysctl", "-n", "net.ipv4.tcp_ecn", ns=ns).stdout.strip() == "1"
+        rx = Receiver("0.0.0.0", 0, ns=d.receiver)
+        tr = KernelTransport(d.receiver_ip, rx.port, cc="reno", ns=d.senders[0])
+        try:
+            for it in range(3):
+                tr.send_iteration(1_000_000, it)
+            retrans = tcp_info(tr.sock)["total_retrans"]
+        finally:
+            tr.close()
+            rx.close()
+        st = d.ecn_stats()
+        assert st["seen"] > 3 * 1_000_000 / 1514 and st["marked"] > 0
+        assert retrans <= 2            # the window shrinks on CE long before the 60 kB buffer fills
+    finally:
+        d.destroy()
+    assert leftover_namespaces(d.tag) == []
