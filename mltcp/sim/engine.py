@@ -58,9 +58,10 @@ L_RATE, L_BUF, L_MODE, L_K, L_KMIN, L_KMAX, L_PMAX = range(7)       # lp: rate B
 Q, QK, ARRIVE, PDROP, PMARK, TOUCHED, INV_RATE = range(7)            # ls: what every hop reads (one line)
 # loss recovery, one row per flow (lr): retransmissions queued (part of to_send, sent before new
 # data), retransmissions sent this slot, bytes whose recovery waits for a timer, when it fires,
-# RTO backoff, whether that timer is a tail-loss probe, whether a probe was sent since new data was acked
-LR_RTX, LR_RTX_SENT, LR_HOLE, LR_RTO_AT, LR_BACKOFF, LR_PROBE, LR_PROBED = range(7)
-LR_LEN = 7
+# RTO backoff, whether that timer is a tail-loss probe, whether a probe was sent since new data was
+# acked, the fast retransmission still to send whatever the window (RFC 6675: on entering recovery)
+LR_RTX, LR_RTX_SENT, LR_HOLE, LR_RTO_AT, LR_BACKOFF, LR_PROBE, LR_PROBED, LR_FRTX = range(8)
+LR_LEN = 8
 TLP_EXTRA = 0.002       # Linux tail-loss probe timeout: 2 srtt + TCP_TIMEOUT_MIN (2 jiffies at HZ=1000)
 
 
@@ -374,6 +375,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                     if (loss or marked) and not in_rec:
                         dispatch.on_congestion(kind, p, tcp, ca, f, not loss, t, _dscale(mltcp, mp, tr, f), mss)
                         recovery_until[f] = t + srtt[f]
+                        if loss:
+                            lr[f, LR_FRTX] = mss
                     if hole > 0.0:               # recovery (no growth, no further reduction) lasts until the RTO
                         recovery_until[f] = max(recovery_until[f], lr[f, LR_RTO_AT])
                 elif (marked or lo > 0.0) and t - last_cnp[f] >= CNP_INTERVAL:
@@ -398,6 +401,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                             lr[g, LR_RTX] = 0.0
                             lr[g, LR_HOLE] = 0.0
                             lr[g, LR_RTO_AT] = np.inf
+                            lr[g, LR_FRTX] = 0.0
                             last = act[n_act - 1]          # swap-remove from the active flows
                             act[act_pos[g]] = last
                             act_pos[last] = act_pos[g]
@@ -457,7 +461,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 # bytes held for the RTO stay in the pipe (RFC 6675; ns-3 never marks a lost
                 # retransmission or a tail segment lost): they take window until the timer fires
                 pipe = inflight[f] + lr[f, LR_HOLE]
-                allow = min(max(tcp[f, CWND] - pipe, 0.0), credit[f])
+                room = max(tcp[f, CWND] - pipe, min(lr[f, LR_FRTX], lr[f, LR_RTX]))
+                allow = min(room, credit[f])
             else:
                 credit[f] = min(credit[f] + nic, nic + 2.0 * mss)
                 rd = tcp[f, RATE] * dt
@@ -469,6 +474,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 snd = to_send[f]
             lr[f, LR_RTX_SENT] = min(snd, lr[f, LR_RTX])   # retransmissions go out before new data
             lr[f, LR_RTX] -= lr[f, LR_RTX_SENT]
+            if snd > 0.0:
+                lr[f, LR_FRTX] = 0.0
             credit[f] -= snd
             to_send[f] -= snd
             inflight[f] += snd
@@ -476,7 +483,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 cw = tcp[f, CWND]
                 pipe = inflight[f] + lr[f, LR_HOLE]
                 cwnd_limited[f] = cw < 2.0 * pipe if cw < tcp[f, SSTHRESH] else pipe >= cw - mss
-                if to_send[f] <= 0.0 or cw - pipe < mss:
+                if to_send[f] <= 0.0 or max(cw - pipe, min(lr[f, LR_FRTX], lr[f, LR_RTX])) < mss:
                     wake[f] = _until_rto(lr, f, NEVER, dt)   # until feedback opens the window (or the RTO)
                 else:                                # the slot its budget reaches a segment (one early)
                     wake[f] = _until_rto(lr, f, k + max(int(math.ceil((mss - credit[f]) / nic)) - 1, 1), dt)
