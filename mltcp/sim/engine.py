@@ -333,7 +333,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 fs[F_TOT_ACKED] += a
                 if lo > 0.0 and to_send[f] <= 0.0:   # sending again: the budget accrues from now
                     credit_k[f] = max(k, _slot_at(paused_until[f], dt)) - 1
-                hole = 0.0
+                hole, req = 0.0, 0.0
                 if window:
                     req, hole = _split_loss(lr, f, a, lo, lo_rtx, inflight[f], to_send[f], mss, rack)
                     to_send[f] += req
@@ -371,7 +371,11 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                     # tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
                     if a > 0.0 and not in_rec and cwnd_limited[f]:
                         dispatch.cong_avoid(kind, p, tcp, ca, f, a, _gain(mltcp, mp, tr, f), t, mss)
-                    loss = lo > hole             # a loss fast recovery repairs: one reduction per round trip
+                    # a first loss fast recovery repairs: one reduction per round trip; a lost retransmission
+                    # RACK found extends the episode it belongs to (Linux: no second reduction)
+                    loss = req > 0.0 and lo > lo_rtx
+                    if req > 0.0 and lo_rtx > 0.0 and in_rec:
+                        recovery_until[f] = max(recovery_until[f], t + srtt[f])
                     if (loss or marked) and not in_rec:
                         dispatch.on_congestion(kind, p, tcp, ca, f, not loss, t, _dscale(mltcp, mp, tr, f), mss)
                         recovery_until[f] = t + srtt[f]
