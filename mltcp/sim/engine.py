@@ -6,8 +6,11 @@ Each slot of ``step_s`` seconds:
   2. feedback sent one round trip earlier arrives: acked, lost and ECN-marked bytes and the RTT
      sample are handed to the congestion-control core (:mod:`mltcp.cc`, the same kernels the real
      senders run): ``pkts_acked`` always, ``cong_avoid`` only when the flow is cwnd-limited and not
-     in recovery; losses are retransmitted; one window reduction per round trip; a loss when the
-     window is under 4 segments (too few duplicate ACKs for fast retransmit) waits for the RTO;
+     in recovery; one window reduction per round trip; the fast retransmission goes out at once,
+     the other retransmissions before new data as the window allows; a loss that too few later
+     segments reveal (``loss_recovery = "ns3"``: fewer than three duplicate ACKs, and every lost
+     retransmission; ``"linux"``: none acknowledged after it) waits, in the pipe, for the RTO
+     (exponential backoff, then cwnd 1 MSS) or Linux's tail-loss probe;
   3. each flow sends whole segments allowed by its window (or DCQCN rate) and its NIC rate;
   4. every link queues the bytes offered to it, serves ``rate x step``, drops what exceeds its
      buffer (drop-tail) and ECN-marks arrivals beyond a step threshold K or with RED probability;
