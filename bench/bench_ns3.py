@@ -88,7 +88,7 @@ def fidelity(args) -> list[dict]:
                    "avg_ns3_ms": round(rat["avg_ns3_s"] * 1e3, 2), "avg_ratio": rat["avg_ratio"],
                    "median_iteration_ratio": round(med, 4), "drops_fast": rat["drops_fast"],
                    "drops_ns3": rat["drops_ns3"], "drops_ratio": rat["drops_ratio"],
-                   "ns3_timeouts": sum(n3.ns3_stats["timeouts"]),
+                   "ns3_timeouts": sum(n3.ns3_stats["timeouts"]), "fast_timeouts": f.timeouts,
                    "overlap_fast": round(sum(ov_f.values()) / max(1, len(ov_f)), 3),
                    "overlap_ns3": round(sum(ov_n.values()) / max(1, len(ov_n)), 3),
                    "ns3_rto_unsent_segments": [round(x / sc.mss, 1) for fl in n3.ns3_stats["rto_bytes_unsent"] for x in fl],
@@ -98,7 +98,7 @@ def fidelity(args) -> list[dict]:
             print(f"{case:<24} {cc:<12} avg fast {row['avg_fast_ms']:8.2f} ms  ns-3 {row['avg_ns3_ms']:8.2f} ms  "
                   f"ratio {row['avg_ratio']:.3f} (median/iter {row['median_iteration_ratio']:.3f})  "
                   f"drops {row['drops_fast']:.0f}/{row['drops_ns3']:.0f} = {row['drops_ratio']:.2f}  "
-                  f"ns-3 RTOs {row['ns3_timeouts']} (segments unsent then: {row['ns3_rto_unsent_segments'][:8]})  overlap {row['overlap_fast']:.2f}/{row['overlap_ns3']:.2f}", flush=True)
+                  f"RTOs fast/ns-3 {row['fast_timeouts']}/{row['ns3_timeouts']} (ns-3 segments unsent then: {row['ns3_rto_unsent_segments'][:8]})  overlap {row['overlap_fast']:.2f}/{row['overlap_ns3']:.2f}", flush=True)
     ok = sum(r["within_5pct"] for r in rows)
     print(f"within 5 % avg: {ok}/{len(rows)}; drops within 1.5x: {sum(r['drops_within_1_5x'] for r in rows)}/{len(rows)}")
     return rows

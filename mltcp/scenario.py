@@ -80,6 +80,7 @@ class Scenario:
     source: str = "<memory>"
     fabric: Any = None              # the mltcp.fabric.Fabric that made the fabric's links, if any
     switch: ProgressPolicy = field(default_factory=ProgressPolicy)   # in-network policy (switch_policy)
+    loss_recovery: str = "linux"    # linux: SACK + RACK-TLP; ns3: SACK only (ns-3 3.44), tail losses wait for the RTO
 
     def base_rtt(self, job: Job) -> float:
         """Round trip of the job's longest flow path."""
@@ -302,6 +303,7 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     host = net.one_of({"host_delay_us": 1e-6}, required=False, hi=1.0, unit="s") or 0.0
     ssai = net.get("slow_start_after_idle", bool, True)
     loss_model = net.get("loss_model", str, "packet", lambda v: v in ("fluid", "packet"), "must be fluid or packet")
+    recovery = net.get("loss_recovery", str, "linux", lambda v: v in ("linux", "ns3"), "must be linux or ns3")
     net.finish()
     fab, links = _fabric(src, r, mss, seed)
     raw_links = r.get("links", list, [] if fab else ...)
@@ -342,6 +344,7 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
                   mltcp, src)
     sc.fabric = fab[0] if fab else None
     sc.switch = policy
+    sc.loss_recovery = recovery
     return sc
 
 

@@ -6,8 +6,11 @@ Each slot of ``step_s`` seconds:
   2. feedback sent one round trip earlier arrives: acked, lost and ECN-marked bytes and the RTT
      sample are handed to the congestion-control core (:mod:`mltcp.cc`, the same kernels the real
      senders run): ``pkts_acked`` always, ``cong_avoid`` only when the flow is cwnd-limited and not
-     in recovery; losses are retransmitted; one window reduction per round trip; a loss when the
-     window is under 4 segments (too few duplicate ACKs for fast retransmit) waits for the RTO;
+     in recovery; one window reduction per round trip; the fast retransmission goes out at once,
+     the other retransmissions before new data as the window allows; a loss that too few later
+     segments reveal (``loss_recovery = "ns3"``: fewer than three duplicate ACKs, and every lost
+     retransmission; ``"linux"``: none acknowledged after it) waits, in the pipe, for the RTO
+     (exponential backoff, then cwnd 1 MSS) or Linux's tail-loss probe;
   3. each flow sends whole segments allowed by its window (or DCQCN rate) and its NIC rate;
   4. every link queues the bytes offered to it, serves ``rate x step``, drops what exceeds its
      buffer (drop-tail) and ECN-marks arrivals beyond a step threshold K or with RED probability;
@@ -49,13 +52,20 @@ from .. import tracker as trk
 CNP_INTERVAL = 50e-6   # at most one CNP per flow per 50 us (DCQCN notification point)
 
 # index of each scalar in the run's float / int state vectors (kept between chunks)
-F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T = range(5)
+F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T, F_TOT_RTO, F_TOT_TLP = range(7)
 I_K, I_STEPS, I_NREC, I_SEEDED, I_STATUS, I_HEAP, I_ACT, I_RING, I_COMM, I_DONE = range(10)
 RUNNING, DONE, PAUSED, OVER_HORIZON = 0, 1, 2, 3
 NEVER = 1 << 62                 # a slot that never comes
 # links, one row each (a row per link keeps what a packet's hop needs in one cache line):
 L_RATE, L_BUF, L_MODE, L_K, L_KMIN, L_KMAX, L_PMAX = range(7)       # lp: rate B/s, buffer B, ECN
 Q, QK, ARRIVE, PDROP, PMARK, TOUCHED, INV_RATE = range(7)            # ls: what every hop reads (one line)
+# loss recovery, one row per flow (lr): retransmissions queued (part of to_send, sent before new
+# data), retransmissions sent this slot, bytes whose recovery waits for a timer, when it fires,
+# RTO backoff, whether that timer is a tail-loss probe, whether a probe was sent since new data was
+# acked, the fast retransmission still to send whatever the window (RFC 6675: on entering recovery)
+LR_RTX, LR_RTX_SENT, LR_HOLE, LR_RTO_AT, LR_BACKOFF, LR_PROBE, LR_PROBED, LR_FRTX = range(8)
+LR_LEN = 8
+TLP_EXTRA = 0.002       # Linux tail-loss probe timeout: 2 srtt + TCP_TIMEOUT_MIN (2 jiffies at HZ=1000)
 
 
 @dataclass
@@ -75,6 +85,8 @@ class SimResult:
     bytes_acked: float = 0.0
     bytes_in_flight: float = 0.0       # at the end (0 when every iteration completed)
     slots: int = 0                     # slots of simulated time (processed or skipped)
+    timeouts: int = 0                  # retransmission timeouts (window-based flows)
+    probes: int = 0                    # tail-loss probes (loss_recovery = "linux")
 
 
 def build_cc(sc: Scenario, cc_name: str):
@@ -105,6 +117,34 @@ def _slot_at(t, dt):
     while k * dt < t:
         k += 1
     return k
+
+
+@njit(cache=True)
+def _split_loss(lr, f, a, lo, lo_rtx, inflight_f, to_send_f, mss, rack):
+    """(bytes fast recovery repairs, bytes that wait for a timer) of ``lo`` bytes lost. The ACKs
+    that can reveal a loss are those of segments sent after it: half of its own slot's, all sent
+    in later slots, and, once one of those came back, the new data that limited transmit and SACK
+    recovery then send.
+    ``rack`` False (ns-3 3.44: SACK, no RACK or tail-loss probe): a first loss needs three
+    duplicate ACKs (SACKs above it), a lost retransmission is found by the RTO only.
+    ``rack`` True (Linux RACK-TLP): any loss, a retransmission's too, is found once a segment sent
+    after it is acknowledged; with none, the tail-loss probe (or the RTO) finds it."""
+    lrtx = min(lo_rtx, lo)
+    fresh = lo - lrtx
+    dup = 0.5 * a + inflight_f
+    if rack:
+        return (0.0, lo) if dup < mss else (lo, 0.0)
+    new = max(to_send_f - lr[f, LR_RTX], 0.0)
+    if fresh > 0.0 and (dup < mss or dup + new < 3.0 * mss):
+        return 0.0, lo
+    return fresh, lrtx
+
+
+@njit(cache=True)
+def _until_rto(lr, f, w, dt):
+    """Slot ``w``, or the slot the flow's retransmission timer fires in if that is earlier."""
+    at = lr[f, LR_RTO_AT]
+    return w if at == np.inf else min(w, _slot_at(at, dt))
 
 
 @njit(cache=True)
@@ -236,7 +276,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
          ring, ring_v, ring_n, last_slot, last_entry,
          rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks,
-         trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband):
+         trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr, rack):
     F, J, L, H = len(flow_job), len(iters), len(lp), len(ring_n)
     window = kind != dispatch.DCQCN
     if ks[I_SEEDED] == 0:
@@ -290,14 +330,34 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             n_ring -= cnt
             for x in range(cnt):
                 f = ring[s, x]
-                a, lo, mk, rtt_s = ring_v[s, x, 0], ring_v[s, x, 1], ring_v[s, x, 2], ring_v[s, x, 3]
+                a, lo, mk, rtt_s, lo_rtx = ring_v[s, x, 0], ring_v[s, x, 1], ring_v[s, x, 2], ring_v[s, x, 3], ring_v[s, x, 4]
                 inflight[f] -= a + lo
                 unacked[f] -= a
                 fs[F_TOT_ACKED] += a
                 if lo > 0.0 and to_send[f] <= 0.0:   # sending again: the budget accrues from now
                     credit_k[f] = max(k, _slot_at(paused_until[f], dt)) - 1
-                accruing = to_send[f] > 0.0 and t >= paused_until[f]
-                to_send[f] += lo
+                hole, req = 0.0, 0.0
+                if window:
+                    req, hole = _split_loss(lr, f, a, lo, lo_rtx, inflight[f], to_send[f], mss, rack)
+                    to_send[f] += req
+                    lr[f, LR_RTX] += req
+                    if hole > 0.0:               # held until the retransmission timer fires
+                        lr[f, LR_HOLE] += hole
+                        if lr[f, LR_RTO_AT] == np.inf:
+                            # armed at the last ACK that advanced (a lost retransmission: about when it was sent)
+                            rto = max(min_rto, srtt[f] + 4.0 * rttvar[f]) * 2.0 ** lr[f, LR_BACKOFF]
+                            lr[f, LR_RTO_AT] = t + rto - (rtt_s if lo_rtx > 0.0 else 0.0)
+                            lr[f, LR_PROBE] = 0.0
+                            # Linux: a probe 2 srtt after the last send, once per episode, when more than one
+                            # segment is out (with one, the probe timeout is longer than the RTO)
+                            if rack and lr[f, LR_PROBED] == 0.0 and lr[f, LR_HOLE] + inflight[f] > mss:
+                                lr[f, LR_RTO_AT] = min(lr[f, LR_RTO_AT], t - rtt_s + 2.0 * srtt[f] + TLP_EXTRA)
+                                lr[f, LR_PROBE] = 1.0
+                    elif a > 0.0 and lo == 0.0:
+                        lr[f, LR_BACKOFF] = 0.0      # new data acknowledged: the RTO is computed afresh
+                        lr[f, LR_PROBED] = 0.0
+                else:
+                    to_send[f] += lo
                 wake[f] = k
                 if a > 0.0:
                     err = rtt_s - srtt[f]
@@ -310,25 +370,22 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 # ECN echo / CNP: the Poisson chance of at least one marked packet among mk bytes
                 marked = mk > 0.0 and np.random.random() < -math.expm1(-mk / mss)
                 if window:
-                    before = tcp[f, CWND]
                     # growth only outside recovery and when the window limited the sender (Linux
                     # tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
                     if a > 0.0 and not in_rec and cwnd_limited[f]:
                         dispatch.cong_avoid(kind, p, tcp, ca, f, a, _gain(mltcp, mp, tr, f), t, mss)
-                    loss = lo > 0.0
+                    # a first loss fast recovery repairs: one reduction per round trip; a lost retransmission
+                    # RACK found extends the episode it belongs to (Linux: no second reduction)
+                    loss = req > 0.0 and lo > lo_rtx
+                    if req > 0.0 and lo_rtx > 0.0 and in_rec:
+                        recovery_until[f] = max(recovery_until[f], t + srtt[f])
                     if (loss or marked) and not in_rec:
-                        if loss and before < 4.0 * mss:
-                            rto = max(min_rto, srtt[f] + 4.0 * rttvar[f])
-                            dispatch.on_timeout(kind, p, tcp, ca, f, t, _dscale(mltcp, mp, tr, f), mss)
-                            paused_until[f] = t + rto
-                            recovery_until[f] = t + rto
-                            if accruing:             # the budget stops accruing until the pause ends
-                                nic = access[f] * dt
-                                credit[f] = min(credit[f] + (k - 1 - credit_k[f]) * nic, nic + 2.0 * mss)
-                            credit_k[f] = _slot_at(paused_until[f], dt) - 1
-                        else:
-                            dispatch.on_congestion(kind, p, tcp, ca, f, not loss, t, _dscale(mltcp, mp, tr, f), mss)
-                            recovery_until[f] = t + srtt[f]
+                        dispatch.on_congestion(kind, p, tcp, ca, f, not loss, t, _dscale(mltcp, mp, tr, f), mss)
+                        recovery_until[f] = t + srtt[f]
+                        if loss:
+                            lr[f, LR_FRTX] = mss
+                    if hole > 0.0:               # recovery (no growth, no further reduction) lasts until the RTO
+                        recovery_until[f] = max(recovery_until[f], lr[f, LR_RTO_AT])
                 elif (marked or lo > 0.0) and t - last_cnp[f] >= CNP_INTERVAL:
                     dispatch.on_cnp(kind, p, tcp, ca, f, t, _dscale(mltcp, mp, tr, f))
                     last_cnp[f] = t
@@ -348,6 +405,10 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                         for g in range(job_ptr[j], job_ptr[j + 1]):
                             to_send[g] = 0.0
                             unacked[g] = 0.0
+                            lr[g, LR_RTX] = 0.0
+                            lr[g, LR_HOLE] = 0.0
+                            lr[g, LR_RTO_AT] = np.inf
+                            lr[g, LR_FRTX] = 0.0
                             last = act[n_act - 1]          # swap-remove from the active flows
                             act[act_pos[g]] = last
                             act_pos[last] = act_pos[g]
@@ -370,10 +431,33 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
         ns_ = 0
         for x in range(n_act):
             f = act[x]
+            if window and lr[f, LR_RTO_AT] <= t:
+                if lr[f, LR_PROBE] != 0.0:
+                    # tail-loss probe: its ACK reveals the loss, fast recovery (one reduction)
+                    if t >= recovery_until[f]:
+                        dispatch.on_congestion(kind, p, tcp, ca, f, False, t, _dscale(mltcp, mp, tr, f), mss)
+                    recovery_until[f] = t + srtt[f]
+                    lr[f, LR_PROBED] = 1.0
+                    fs[F_TOT_TLP] += 1.0
+                else:
+                    # retransmission timeout: the held bytes go again first, window 1 MSS, slow start
+                    # to the new ssthresh; the next timeout for them waits twice as long
+                    dispatch.on_timeout(kind, p, tcp, ca, f, t, _dscale(mltcp, mp, tr, f), mss)
+                    lr[f, LR_BACKOFF] += 1.0
+                    recovery_until[f] = t
+                    fs[F_TOT_RTO] += 1.0
+                if to_send[f] <= 0.0:
+                    credit_k[f] = k - 1
+                to_send[f] += lr[f, LR_HOLE]
+                lr[f, LR_RTX] += lr[f, LR_HOLE]
+                lr[f, LR_HOLE] = 0.0
+                lr[f, LR_RTO_AT] = np.inf
+                lr[f, LR_PROBE] = 0.0
+                wake[f] = k
             if window and wake[f] > k:
                 continue
             if to_send[f] <= 0.0 or t < paused_until[f]:
-                wake[f] = _slot_at(paused_until[f], dt) if to_send[f] > 0.0 else NEVER
+                wake[f] = _until_rto(lr, f, _slot_at(paused_until[f], dt) if to_send[f] > 0.0 else NEVER, dt)
                 continue
             nic = access[f] * dt
             if window:
@@ -381,7 +465,11 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 # looked at only when they may send: after feedback, or when the budget suffices)
                 credit[f] = min(credit[f] + (k - credit_k[f]) * nic, nic + 2.0 * mss)
                 credit_k[f] = k
-                allow = min(max(tcp[f, CWND] - inflight[f], 0.0), credit[f])
+                # bytes held for the RTO stay in the pipe (RFC 6675; ns-3 never marks a lost
+                # retransmission or a tail segment lost): they take window until the timer fires
+                pipe = inflight[f] + lr[f, LR_HOLE]
+                room = max(tcp[f, CWND] - pipe, min(lr[f, LR_FRTX], lr[f, LR_RTX]))
+                allow = min(room, credit[f])
             else:
                 credit[f] = min(credit[f] + nic, nic + 2.0 * mss)
                 rd = tcp[f, RATE] * dt
@@ -391,16 +479,21 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             snd = min(allow, to_send[f])
             if to_send[f] < mss and allow >= mss:   # a final partial segment goes out once a whole one would fit
                 snd = to_send[f]
+            lr[f, LR_RTX_SENT] = min(snd, lr[f, LR_RTX])   # retransmissions go out before new data
+            lr[f, LR_RTX] -= lr[f, LR_RTX_SENT]
+            if snd > 0.0:
+                lr[f, LR_FRTX] = 0.0
             credit[f] -= snd
             to_send[f] -= snd
             inflight[f] += snd
             if window:
                 cw = tcp[f, CWND]
-                cwnd_limited[f] = cw < 2.0 * inflight[f] if cw < tcp[f, SSTHRESH] else inflight[f] >= cw - mss
-                if to_send[f] <= 0.0 or cw - inflight[f] < mss:
-                    wake[f] = NEVER                  # until feedback opens the window
+                pipe = inflight[f] + lr[f, LR_HOLE]
+                cwnd_limited[f] = cw < 2.0 * pipe if cw < tcp[f, SSTHRESH] else pipe >= cw - mss
+                if to_send[f] <= 0.0 or max(cw - pipe, min(lr[f, LR_FRTX], lr[f, LR_RTX])) < mss:
+                    wake[f] = _until_rto(lr, f, NEVER, dt)   # until feedback opens the window (or the RTO)
                 else:                                # the slot its budget reaches a segment (one early)
-                    wake[f] = k + max(int(math.ceil((mss - credit[f]) / nic)) - 1, 1)
+                    wake[f] = _until_rto(lr, f, k + max(int(math.ceil((mss - credit[f]) / nic)) - 1, 1), dt)
             else:
                 rcredit[f] -= snd
             if snd > 0.0:
@@ -470,6 +563,15 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                     xl = lost / mss
                     fl = math.floor(xl)
                     lost = min((fl + (1.0 if np.random.random() < xl - fl else 0.0)) * mss, snd)
+                lost_rtx = 0.0                   # of them retransmissions (binomial share of the packets)
+                if lost > 0.0 and lr[f, LR_RTX_SENT] > 0.0:
+                    q = lr[f, LR_RTX_SENT] / snd
+                    if packet_losses:
+                        lost_rtx = min(np.random.binomial(int(math.ceil(lost / mss - 1e-9)), q) * mss, lost)
+                    else:
+                        lost_rtx = lost * q
+                    lost_rtx = min(lost_rtx, lr[f, LR_RTX_SENT])
+                lr[f, LR_RTX_SENT] = 0.0
                 deliv = snd - lost
                 mkd = deliv * (1.0 - clean)
                 rtt_now = base_rtt[f] + qdelay
@@ -495,12 +597,14 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                         ring_v[sl, e, 0] = 0.0
                         ring_v[sl, e, 1] = 0.0
                         ring_v[sl, e, 2] = 0.0
+                        ring_v[sl, e, 4] = 0.0
                         n_ring += 1
                     last_slot[f] = due
                     last_entry[f] = e
                 ring_v[sl, e, 0] += deliv
                 ring_v[sl, e, 1] += lost
                 ring_v[sl, e, 2] += mkd
+                ring_v[sl, e, 4] += lost_rtx
                 ring_v[sl, e, 3] = rtt_now
                 j = flow_job[f]
                 it_drops[j] += lost
@@ -662,9 +766,9 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     wake, credit_k = np.zeros(F, dtype=np.int64), np.zeros(F, dtype=np.int64)     # next slot to look at; budget counted to
     srtt, rttvar = base_rtt.copy(), base_rtt / 2
     # feedback ring, slot s: entries ring[s, :ring_n[s]] (flow) with ring_v[s, e] = (acked, lost,
-    # marked bytes, RTT), contiguous per slot; a flow's latest entry: its slot and index
+    # marked bytes, RTT, lost retransmitted bytes), contiguous per slot; a flow's latest entry: its slot and index
     ring = np.zeros((H, 2 * F), dtype=np.int64)
-    ring_v = np.empty((H, 2 * F, 4))
+    ring_v = np.empty((H, 2 * F, 5))
     ring_n = np.zeros(H, dtype=np.int64)
     last_slot, last_entry = np.full(F, -1, dtype=np.int64), np.zeros(F, dtype=np.int64)
     R = int(iters.sum())
@@ -672,7 +776,9 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     rec_start, rec_comm, rec_end, rec_drops, rec_marks = (np.zeros(R) for _ in range(5))
     trace_interval = float(trace_interval or 0.0)
     trace = np.zeros((1024 if trace_interval else 0, J))
-    fs = np.zeros(5)
+    fs = np.zeros(7)
+    lr = np.zeros((F, LR_LEN))
+    lr[:, LR_RTO_AT] = np.inf
     fband = np.zeros(F, dtype=np.int64)
     ks = np.zeros(10, dtype=np.int64)
     ks[I_HEAP] = n_heap
@@ -695,7 +801,8 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     while True:
         t_stop = min(t_stop + chunk, horizon + 1.0) if progress is not None else np.inf
         w = time.perf_counter()
-        trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband)
+        trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr,
+                     sc.loss_recovery == "linux")
         if ks[I_STATUS] != PAUSED:
             break
         progress(float(fs[F_T]), float(np.mean(it_idx / iters)))
@@ -720,4 +827,5 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
             trace_t = (np.arange(nb) + 0.5) * trace_interval
     return SimResult(sc.name, cc_name, records, fs[F_TOT_DROP] / mss, fs[F_TOT_MARK] / mss, t_end,
                      time.perf_counter() - wall0, int(ks[I_STEPS]), trace_t, trace_rate, [j.name for j in jobs],
-                     float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(inflight.sum()), int(ks[I_K]))
+                     float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(inflight.sum()), int(ks[I_K]),
+                     int(fs[F_TOT_RTO]), int(fs[F_TOT_TLP]))

@@ -1,0 +1,66 @@
+"""Loss recovery in the fast engine: which losses fast recovery repairs and which wait for a timer
+(the RTO, or Linux's tail-loss probe), and what a timeout does to the run."""
+import numpy as np
+import pytest
+
+from mltcp.scenario import ScenarioError, from_dict
+from mltcp.sim.engine import LR_LEN, LR_RTX, _split_loss, simulate
+
+MSS = 1448.0
+
+
+def split(lo, lo_rtx=0.0, a=0.0, inflight=0.0, to_send=0.0, rtx=0.0, rack=False):
+    lr = np.zeros((1, LR_LEN))
+    lr[0, LR_RTX] = rtx
+    return _split_loss(lr, 0, a, lo, lo_rtx, inflight, to_send, MSS, rack)
+
+
+def test_a_loss_with_three_later_segments_is_repaired_by_fast_recovery():
+    assert split(MSS, inflight=3 * MSS) == (MSS, 0.0)
+    # one later segment comes back, limited transmit sends new data: enough duplicate ACKs
+    assert split(MSS, inflight=MSS, to_send=10 * MSS) == (MSS, 0.0)
+
+
+def test_a_tail_loss_waits_for_the_timer_in_ns3_mode():
+    assert split(MSS) == (0.0, MSS)                                   # nothing sent after it
+    assert split(MSS, inflight=MSS, to_send=0.5 * MSS) == (0.0, MSS)  # two duplicate ACKs at most
+    # retransmissions still queued are not new data: they send no segment above the loss
+    assert split(MSS, inflight=MSS, to_send=4 * MSS, rtx=4 * MSS) == (0.0, MSS)
+
+
+def test_a_lost_retransmission_waits_for_the_rto_in_ns3_mode_but_rack_finds_it():
+    assert split(2 * MSS, lo_rtx=MSS, inflight=20 * MSS, to_send=100 * MSS) == (MSS, MSS)
+    assert split(2 * MSS, lo_rtx=MSS, inflight=20 * MSS, rack=True) == (2 * MSS, 0.0)
+    # RACK too needs a later segment acknowledged; without one the probe (or RTO) finds the loss
+    assert split(MSS, lo_rtx=MSS, rack=True) == (0.0, MSS)
+    assert split(MSS, inflight=MSS, rack=True) == (MSS, 0.0)
+
+
+def shallow(recovery, iterations=12):
+    return from_dict({
+        "name": "shallow", "iterations": iterations, "warmup_iterations": 2,
+        "network": {"loss_recovery": recovery},
+        "links": [{"name": "bn", "rate_gbps": 1.0, "delay_us": 200, "buffer_pkts": 17}],
+        "jobs": [{"name": f"J{i}", "compute_ms": 20, "bytes": 2_500_000, "path": ["bn"], "start_offset_ms": i}
+                 for i in range(2)]}, "t.toml")
+
+
+@pytest.mark.parametrize("cc", ["reno", "cubic"])
+def test_timeouts_cost_the_rto_and_bytes_are_still_conserved(cc):
+    sc = shallow("ns3")
+    r = simulate(sc, cc)
+    assert r.timeouts >= 1
+    slow = [x for x in r.records if x.comm_duration >= sc.min_rto_s]
+    assert 1 <= len(slow) <= r.timeouts          # an iteration that timed out waited at least the RTO
+    assert r.bytes_acked == pytest.approx(sum(x.bytes for x in r.records), rel=1e-9)
+    assert r.bytes_sent == pytest.approx(r.bytes_acked + r.drops * sc.mss, rel=1e-9)
+    assert r.bytes_in_flight == pytest.approx(0.0, abs=1e-6)
+    # the same run with RACK-TLP: probes repair tail losses, fewer iterations wait for an RTO
+    lx = simulate(shallow("linux"), cc)
+    assert lx.timeouts < r.timeouts
+    assert sum(x.comm_duration >= sc.min_rto_s for x in lx.records) < len(slow)
+
+
+def test_the_recovery_mode_is_checked():
+    with pytest.raises(ScenarioError, match="network.loss_recovery"):
+        shallow("bsd")
