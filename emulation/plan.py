@@ -42,6 +42,7 @@ class JobPlan:
     pace: float = 1.0               # the sender's NIC runs at this fraction of its link's rate
     min_rto_s: float = 0.2          # the scenario's (after --dilate: stretched) minimum RTO
     idle_restart: bool = True       # the scenario's slow_start_after_idle
+    hook: dict = field(default_factory=dict)   # the scenario's [mltcp] table (hook Param names)
 
     @property
     def name(self) -> str:
@@ -200,7 +201,7 @@ def plan_from_scenario(sc, topology: str = "auto") -> Plan:
     # RTO is stretched like the compute time, so "idle for longer than an RTO" (which halves the
     # window at each iteration start) happens in the emulation exactly when it does in the model.
     jobs = [JobPlan(JobSpec(dataclasses.replace(j), i, seed=None if sc.seed is None else sc.seed * 1000 + i),
-                    min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle)
+                    min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle, hook=dict(sc.mltcp_params))
             for i, j in enumerate(sc.jobs)]
     notes = []
     if any(j.jitter or j.straggler_prob for j in sc.jobs):

@@ -509,3 +509,29 @@ def test_host_rtt_calibration_paces_its_sender_below_the_link_rate(monkeypatch):
     assert seen["rates"] == [pytest.approx(100 * calibrate.CALIBRATION_PACE)]
     assign_endpoints(plan, make_topology("dumbbell", "t", plan.bottleneck, n_jobs=2))
     assert [j.line_rate_mbps for j in plan.jobs] == [100, 100]    # the measured arms: the link's rate
+
+
+def test_udp_sender_gets_the_scenario_s_mltcp_table_and_builds_that_hook(tmp_path):
+    """dcqcn-two-jobs' tuned [mltcp] table reaches the userspace sender (F on R_HAI, the stage
+    thresholds and the timer, not R_AI); the tracker's own knobs stay the sender's (it marks each
+    iteration itself), and a base algorithm's document carries no hook settings."""
+    import json
+
+    from mltcp.emulation import udp_peer
+    from mltcp.emulation.peer_io import read_send_doc
+    from mltcp.traffic.transport.sender import build_cc
+    sc = scn.load("dcqcn-two-jobs")
+    sc.mltcp_params["min_idle"] = 0.5
+    job = plan_from_scenario(sc).jobs[0]
+    job.dst_ip, job.port, job.line_rate_mbps = "10.0.0.4", 5002, 100.0
+    doc = sender_doc(job, "udp", "mltcp-dcqcn")
+    want = {"slope": 25.4, "intercept": 0.91, "dcqcn_f_rai": False, "dcqcn_f_rhai": True,
+            "dcqcn_f_steps": True, "dcqcn_f_timer": True}
+    assert doc["cc_params"] == want
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps(doc))
+    _, opts = read_send_doc(str(f), "udp_peer", udp_peer.UDP_FIELDS)
+    cc = build_cc("mltcp-dcqcn", line_rate=100e6 / 8, **opts["cc_params"])
+    assert (cc.slope, cc.dcqcn_f_rai, cc.dcqcn_f_timer, cc.min_idle) == (25.4, False, True, float("inf"))
+    assert "cc_params" not in sender_doc(job, "udp", "dcqcn")
+    assert "cc_params" not in sender_doc(plan_from_scenario(scn.load("cubic-two-jobs")).jobs[0], "udp", "mltcp-cubic")
