@@ -246,7 +246,7 @@ path = ["bn"]
     r = subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(toml), "--engine", "both", "--json"],
                        capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
-    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    rep = json.loads(r.stdout)                   # one (indented) JSON document
     assert set(rep) == {"fast", "ns3", "ratios"}
     assert set(rep["fast"]) == set(rep["ns3"])
     assert set(rep["fast"]["baseline"]) == set(rep["ns3"]["baseline"])
