@@ -19,7 +19,7 @@ UDP_FIELDS = {
     "line_rate_mbps": ((int, float), 0.0),   # line rate (scales DCQCN's parameters)
     "min_rto_s": ((int, float), 0.2),        # minimum retransmission timeout (the scenario's min_rto)
     "idle_restart": (bool, True),            # halve the window per RTO idle (slow_start_after_idle)
-    "cc_params": (dict, {}),                 # the MLTCP hook's settings (the scenario's [mltcp] table)
+    "cc_params": (dict, {}),                 # DCQCN's and the MLTCP hook's settings (the scenario's tables)
 }
 
 app = typer.Typer(add_completion=False, help="Userspace MLTCP transport peer (runs inside emulated hosts).")
