@@ -41,9 +41,28 @@ def sender_doc(job: JobPlan, transport: str, cc: str, t0: float = -1.0) -> dict:
             doc["nic_rate_mbps"] = job.line_rate_mbps
         return doc
     doc.update(line_rate_mbps=job.line_rate_mbps, min_rto_s=job.min_rto_s, idle_restart=job.idle_restart)
+    params = dict(job.dcqcn) if cc.endswith("dcqcn") else {}
+    params.update(udp_hook_params(job.hook, cc))
+    if params:
+        doc["cc_params"] = params
     if job.line_rate_mbps > 0:
         doc["nic_rate_mbps"] = nic_rate_mbps(job.line_rate_mbps)
     return doc
+
+
+# [mltcp] knobs the userspace sender does not take from the scenario: it marks every iteration
+# itself (explicit boundaries, the idle rule off), and min_idle is a time --dilate would stretch
+TRACKER_KNOBS = ("min_idle", "idle_fraction", "idle_gap", "boundary")
+
+
+def udp_hook_params(hook: dict, cc: str) -> dict:
+    """The scenario's ``[mltcp]`` settings that ``cc``'s MLTCP variant takes on the userspace
+    transport (F's shape, the decrease, history, DCQCN's ``dcqcn_f_*``); {} for a base algorithm."""
+    from mltcp.cc import ALGORITHMS
+    if not cc.startswith("mltcp-") or cc not in ALGORITHMS:
+        return {}
+    known = ALGORITHMS[cc].params
+    return {k: v for k, v in hook.items() if k in known and k not in TRACKER_KNOBS}
 
 
 def udp_available() -> bool:

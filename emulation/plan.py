@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mltcp.cc import BASES
+from mltcp.scenario import cc_kwargs
 from mltcp.traffic.driver import JobSpec
 from mltcp.workload import Job
 
@@ -42,6 +43,8 @@ class JobPlan:
     pace: float = 1.0               # the sender's NIC runs at this fraction of its link's rate
     min_rto_s: float = 0.2          # the scenario's (after --dilate: stretched) minimum RTO
     idle_restart: bool = True       # the scenario's slow_start_after_idle
+    hook: dict = field(default_factory=dict)   # the scenario's [mltcp] table (hook Param names)
+    dcqcn: dict = field(default_factory=dict)  # its [cc_params.dcqcn] as constructor arguments (B/s, s)
 
     @property
     def name(self) -> str:
@@ -98,6 +101,20 @@ def choose_topology(sc) -> str:
                         "or up to three jobs each crossing two of three links (ring); pass --topology")
 
 
+def dilate_rate_params(table: dict, stretch: float) -> dict:
+    """DCQCN's ``[cc_params.dcqcn]`` for a run ``stretch`` times slower: every rate (R_AI, R_HAI,
+    the floor) / stretch, every time (timer, alpha interval) x stretch, the rest as they are; a
+    field the scenario leaves out gets its default first, so the dilated run keeps the regime."""
+    from mltcp.cc.dcqcn import Dcqcn
+    out = dict(table)
+    for prm in Dcqcn.params.values():
+        if not prm.in_scenario or prm.unit not in ("B/s", "s"):
+            continue
+        v = float(out.get(prm.key, prm.default / prm.scale))
+        out[prm.key] = v / stretch if prm.unit == "B/s" else v * stretch
+    return out
+
+
 def rescale(sc, rate_mbps: float | None = None, delay_ms: float | None = None, iterations: int | None = None,
             buffer_kb: float | None = None, dilate: bool = False):
     """A copy of scenario ``sc`` with every link at ``rate_mbps`` (job bytes scaled by the same factor,
@@ -109,7 +126,8 @@ def rescale(sc, rate_mbps: float | None = None, delay_ms: float | None = None, i
     duration (compute, start offsets, delays) is stretched by old_rate/new_rate, so the run is the
     same experiment in slow motion (same packets per round trip, same queue in packets)."""
     sc = dataclasses.replace(sc, links={k: dataclasses.replace(v) for k, v in sc.links.items()},
-                             jobs=[dataclasses.replace(j) for j in sc.jobs])
+                             jobs=[dataclasses.replace(j) for j in sc.jobs],
+                             cc_params={k: dict(v) for k, v in sc.cc_params.items()}, mltcp_params=dict(sc.mltcp_params))
     if rate_mbps is not None and rate_mbps <= 0:
         raise ValueError(f"--rate-mbps must be > 0, got {rate_mbps}")
     if rate_mbps is not None and dilate:
@@ -127,6 +145,9 @@ def rescale(sc, rate_mbps: float | None = None, delay_ms: float | None = None, i
         sc.host_delay_s *= stretch
         sc.min_rto_s *= stretch
         sc.step_s *= stretch
+        if "min_idle" in sc.mltcp_params:
+            sc.mltcp_params["min_idle"] *= stretch
+        sc.cc_params["dcqcn"] = dilate_rate_params(sc.cc_params.get("dcqcn", {}), stretch)   # also for --cc dcqcn
     elif rate_mbps is not None:
         for job in sc.jobs:
             factor = rate_mbps * 1e6 / min(sc.links[n].rate_bps for n in job.path)
@@ -200,7 +221,8 @@ def plan_from_scenario(sc, topology: str = "auto") -> Plan:
     # RTO is stretched like the compute time, so "idle for longer than an RTO" (which halves the
     # window at each iteration start) happens in the emulation exactly when it does in the model.
     jobs = [JobPlan(JobSpec(dataclasses.replace(j), i, seed=None if sc.seed is None else sc.seed * 1000 + i),
-                    min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle)
+                    min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle, hook=dict(sc.mltcp_params),
+                    dcqcn=cc_kwargs(sc, "dcqcn") if sc.cc_params.get("dcqcn") else {})
             for i, j in enumerate(sc.jobs)]
     notes = []
     if any(j.jitter or j.straggler_prob for j in sc.jobs):

@@ -19,6 +19,7 @@ UDP_FIELDS = {
     "line_rate_mbps": ((int, float), 0.0),   # line rate (scales DCQCN's parameters)
     "min_rto_s": ((int, float), 0.2),        # minimum retransmission timeout (the scenario's min_rto)
     "idle_restart": (bool, True),            # halve the window per RTO idle (slow_start_after_idle)
+    "cc_params": (dict, {}),                 # DCQCN's and the MLTCP hook's settings (the scenario's tables)
 }
 
 app = typer.Typer(add_completion=False, help="Userspace MLTCP transport peer (runs inside emulated hosts).")
@@ -48,6 +49,7 @@ def send(spec: str = SPEC_OPT,
     line = o["line_rate_mbps"] * 1e6 / 8 if o["line_rate_mbps"] > 0 else None
     nic = o["nic_rate_mbps"] * 1e6 / 8 if o["nic_rate_mbps"] > 0 else None
     with UdpTransport(f"{o['host']}:{o['port']}", cc=o["cc"], job_id=job.job_id, line_rate=line, timeout=120.0,
+                      cc_params=o["cc_params"],
                       min_rto=o["min_rto_s"], idle_restart=o["idle_restart"], nic_rate=nic) as tr:
         if o["bulk_s"] > 0:
             t0 = start_at(o["t0"], job.job.start_offset_s)

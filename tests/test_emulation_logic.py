@@ -509,3 +509,50 @@ def test_host_rtt_calibration_paces_its_sender_below_the_link_rate(monkeypatch):
     assert seen["rates"] == [pytest.approx(100 * calibrate.CALIBRATION_PACE)]
     assign_endpoints(plan, make_topology("dumbbell", "t", plan.bottleneck, n_jobs=2))
     assert [j.line_rate_mbps for j in plan.jobs] == [100, 100]    # the measured arms: the link's rate
+
+
+def test_udp_sender_gets_the_scenario_s_mltcp_table_and_builds_that_hook(tmp_path):
+    """dcqcn-two-jobs' tuned [mltcp] table reaches the userspace sender (F on R_HAI, the stage
+    thresholds and the timer, not R_AI); the tracker's own knobs stay the sender's (it marks each
+    iteration itself), and a base algorithm's document carries no hook settings."""
+    import json
+
+    from mltcp.emulation import udp_peer
+    from mltcp.emulation.peer_io import read_send_doc
+    from mltcp.traffic.transport.sender import build_cc
+    sc = scn.load("dcqcn-two-jobs")
+    sc.mltcp_params["min_idle"] = 0.5
+    job = plan_from_scenario(sc).jobs[0]
+    job.dst_ip, job.port, job.line_rate_mbps = "10.0.0.4", 5002, 100.0
+    doc = sender_doc(job, "udp", "mltcp-dcqcn")
+    want = {"slope": 25.4, "intercept": 0.91, "dcqcn_f_rai": False, "dcqcn_f_rhai": True,
+            "dcqcn_f_steps": True, "dcqcn_f_timer": True}
+    assert {k: v for k, v in doc["cc_params"].items() if k in want or k in ("min_idle",)} == want
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps(doc))
+    _, opts = read_send_doc(str(f), "udp_peer", udp_peer.UDP_FIELDS)
+    cc = build_cc("mltcp-dcqcn", line_rate=100e6 / 8, **opts["cc_params"])
+    assert (cc.slope, cc.dcqcn_f_rai, cc.dcqcn_f_timer, cc.min_idle) == (25.4, False, True, float("inf"))
+    base = sender_doc(job, "udp", "dcqcn")["cc_params"]                  # the base gets DCQCN's table only
+    assert base == {"g": 1 / 256, "rai": 50e6 / 8, "rhai": 100e6 / 8, "min_rate": 100e6 / 8, "timer": 900e-6,
+                    "byte_counter": 10e6, "alpha_interval": 1e-6}
+    assert all(doc["cc_params"][k] == v for k, v in base.items())
+    assert "cc_params" not in sender_doc(plan_from_scenario(scn.load("cubic-two-jobs")).jobs[0], "udp", "mltcp-cubic")
+
+
+def test_dilation_slows_dcqcn_s_rates_and_stretches_its_timers():
+    """--dilate x100 (10 Gb/s -> 100 Mb/s): R_AI, R_HAI and the floor / 100, the timer and the alpha
+    interval x 100, bytes unchanged; the [mltcp] idle minimum stretches like every other time."""
+    sc = scn.load("dcqcn-two-jobs")
+    sc.mltcp_params["min_idle"] = 1e-3
+    slow = rescale(sc, rate_mbps=100, dilate=True)
+    assert slow.cc_params["dcqcn"] == pytest.approx({"g": 1 / 256, "rai_mbps": 0.5, "rhai_mbps": 1.0, "min_rate_mbps": 1.0,
+                                                     "timer_us": 90_000, "byte_counter_kb": 10_000, "alpha_interval_us": 100})
+    assert slow.mltcp_params["min_idle"] == pytest.approx(0.1)
+    assert sc.cc_params["dcqcn"]["rai_mbps"] == 50 and sc.mltcp_params["min_idle"] == 1e-3     # the original is untouched
+    assert plan_from_scenario(slow).jobs[0].dcqcn["timer"] == pytest.approx(0.09)
+    plain = scn.load("dcqcn-two-jobs")
+    plain.cc_params.pop("dcqcn")                     # defaults are dilated too
+    assert rescale(plain, rate_mbps=100, dilate=True).cc_params["dcqcn"]["rai_mbps"] == pytest.approx(0.5)
+    cub = rescale(scn.load("cubic-two-jobs"), rate_mbps=100, dilate=True)    # x10: ready for --cc dcqcn
+    assert cub.cc_params["dcqcn"]["timer_us"] == pytest.approx(9000) and cub.cc_params["cubic"] == {}

@@ -69,6 +69,41 @@ def test_unsupported_algorithms_and_parameters_are_named():
     ns3_engine.check(sc, "cubic")
 
 
+def test_the_hook_table_reaches_the_ns3_ops_as_the_fast_engine_reads_it():
+    sc = _dumbbell(mltcp={"slope": 8.4, "intercept": 0.11, "shape": "convex", "exponent": 1.3, "boundary": "mark",
+                          "scale_decrease": True, "decrease_at_start": 0.55, "decrease_at_end": 0.14,
+                          "history": 5, "idle_gap": "min2", "idle_fraction": 0.34, "min_idle_ms": 0.27})
+    hook, marks = ns3_engine.hook_numbers(sc, "mltcp-cubic")
+    assert hook == [8.4, 0.11, 2.0, float("inf"), 1.3, 0.55, 0.14, 0.34, float("inf"), 5.0, 1.0, 1.0] and marks
+    hook, marks = ns3_engine.hook_numbers(_dumbbell(), "mltcp-reno")      # the hook's declared defaults
+    assert hook == [4.0, 0.25, 0.0, float("inf"), 2.0, 0.8, 0.2, 0.9, 1e-3, 3.0, 0.0, 0.0] and not marks
+    assert ns3_engine.hook_numbers(sc, "reno") == ([], False)
+    for cc in ("mltcp-reno", "mltcp-cubic"):      # every knob of the Reno/CUBIC variants is modelled
+        ns3_engine.check(sc, cc)
+        assert ns3_engine._unmodelled_knobs(cc) == []
+
+
+def test_a_hook_knob_the_ns3_ops_do_not_model_is_refused_by_name(monkeypatch):
+    monkeypatch.setattr(ns3_engine, "HOOK_KNOBS", tuple(k for k in ns3_engine.HOOK_KNOBS if k != "min_idle"))
+    sc = _dumbbell(mltcp={"min_idle_ms": 0.5})
+    with pytest.raises(ScenarioError, match=r"mltcp\.min_idle_ms.*does not model"):
+        ns3_engine.check(sc, "mltcp-reno")
+    ns3_engine.check(sc, "reno")                       # the baseline ignores [mltcp]
+    ns3_engine.check(_dumbbell(), "mltcp-reno")        # a knob left at its default is not refused
+
+
+def test_cli_exits_2_naming_the_file_and_the_unmodelled_knob(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from mltcp.cli import app
+    monkeypatch.setattr(ns3_engine, "HOOK_KNOBS", tuple(k for k in ns3_engine.HOOK_KNOBS if k != "history"))
+    toml = tmp_path / "h.toml"
+    toml.write_text((ROOT / "scenarios" / "two-jobs.toml").read_text() + "\n[mltcp]\nhistory = 5\n")
+    r = CliRunner().invoke(app, ["simulate", str(toml), "--compare", "--engine", "ns3", "--json"])
+    assert r.exit_code == 2, r.output
+    assert "h.toml" in r.output and "mltcp.history" in r.output
+
+
 def test_ratios_are_fast_over_ns3_per_iteration():
     sc = _dumbbell(iterations=3)
 
@@ -211,9 +246,34 @@ path = ["bn"]
     r = subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(toml), "--engine", "both", "--json"],
                        capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
-    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    rep = json.loads(r.stdout)                   # one (indented) JSON document
     assert set(rep) == {"fast", "ns3", "ratios"}
     assert set(rep["fast"]) == set(rep["ns3"])
     assert set(rep["fast"]["baseline"]) == set(rep["ns3"]["baseline"])
     ratios = rep["ratios"]["reno"]["jobs"]["A"]["iteration_ratio"]
     assert len(ratios) == 3 and all(0.5 < x < 2.0 for x in ratios)
+
+
+@needs_ns3
+def test_ns3_mltcp_with_unit_gain_is_reno_and_the_cap_and_decrease_ends_apply():
+    """F = 1 everywhere (slope 0, intercept 1; or any slope capped at 1) and a decrease scaled by
+    exactly 1 (both ends 0.5) run ns-3's TcpNewReno packet for packet; other decrease ends do not."""
+    kw = dict(iterations=3, nbytes=500_000, buffer_pkts=20)
+    key = lambda r: ([(x.job, x.iteration, x.end) for x in r.records], r.drops)
+    reno = key(ns3_engine.run(_dumbbell(**kw), "reno"))
+    unit = {"slope": 0.0, "intercept": 1.0}
+    assert key(ns3_engine.run(_dumbbell(mltcp=unit, **kw), "mltcp-reno")) == reno
+    capped = {"slope": 4.0, "intercept": 1.0, "shape": "capped", "cap": 1.0,
+              "scale_decrease": True, "decrease_at_start": 0.5, "decrease_at_end": 0.5}
+    assert key(ns3_engine.run(_dumbbell(mltcp=capped, **kw), "mltcp-reno")) == reno
+    gentle = dict(unit, scale_decrease=True, decrease_at_start=0.1, decrease_at_end=0.1)
+    assert key(ns3_engine.run(_dumbbell(mltcp=gentle, **kw), "mltcp-reno")) != reno
+
+
+@needs_ns3
+def test_ns3_explicit_marks_find_the_iterations_the_idle_rule_is_told_to_miss():
+    sc = _dumbbell(iterations=4, nbytes=400_000, buffer_pkts=2000, mltcp={"min_idle_ms": 1e6})
+    assert ns3_engine.run(sc, "mltcp-reno").ns3_stats["bytes_per_iter_learned"] == [0.0, 0.0]   # no gap long enough
+    sc.mltcp_params["boundary"] = "mark"
+    learned = ns3_engine.run(sc, "mltcp-reno").ns3_stats["bytes_per_iter_learned"]
+    assert learned == [pytest.approx(400_000, abs=1448)] * 2

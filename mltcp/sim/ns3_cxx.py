@@ -3,13 +3,16 @@
 It holds what must run inside ns-3's event loop, per packet or per ACK:
 
 * ``Tracker``: :class:`mltcp.tracker.IterationTracker` for one flow (idle gap longer than
-  ``max(min_idle, idle_fraction x previous gap)`` starts an iteration; bytes per iteration are the
-  median of the last three completed iterations; bytes_ratio = acked this iteration / that, in [0, 1]).
+  ``max(min_idle, idle_fraction x the previous gap)`` - or the shorter of the last two with
+  ``idle_gap = "min2"`` - starts an iteration, or an explicit mark when ``boundary = "mark"``;
+  bytes per iteration are the median of the last ``history`` completed iterations; bytes_ratio =
+  acked this iteration / that, in [0, 1]).
 * ``Mltcp<Base>``: MLTCP as a ``TcpCongestionOps`` subclass of a stock ns-3 algorithm
   (``TcpNewReno`` or ``TcpCubic``). Slow start is the base's; in congestion avoidance the base's
-  window increase is multiplied by F = slope x bytes_ratio + intercept (the fractional part is
-  carried to the next ACK); optionally the decrease is scaled as :class:`mltcp.cc.mltcp.MLTCPHook`
-  does. Bytes acked come from the cumulative ACK (``m_lastAckedSeq``), not from segment counts.
+  window increase is multiplied by F(bytes_ratio) (linear, capped or convex, as
+  :func:`mltcp.cc.mltcp.gain`; the fractional part is carried to the next ACK); optionally the
+  decrease is scaled as :func:`mltcp.cc.mltcp.dscale` does (decrease_at_start .. decrease_at_end).
+  Bytes acked come from the cumulative ACK (``m_lastAckedSeq``), not from segment counts.
 * ``Flow``: an application on a sender host with one TCP socket; it sends its share of each
   iteration's bytes when its job says so and reports when the last byte is acknowledged. Before
   sending after an idle period longer than the RTO it applies Linux's ``tcp_cwnd_restart`` (RFC 2861,
@@ -44,15 +47,19 @@ struct SocketPeek : public TcpSocketBase {
 
 // ---- the iteration tracker (mltcp/tracker.py, one flow) ----------------------------------------
 struct Tracker {
-    double idleFraction = 0.9, minIdle = 1e-3;
-    double bytesCur = 0, bytesPerIter = 0, lastActive = -1, lastGap = 0;
-    std::vector<double> hist;          // newest first, at most 3
+    double idleFraction = 0.9, minIdle = 1e-3;   // minIdle = inf: explicit marks only (boundary = mark)
+    size_t history = 3;                // bytes per iteration = median of the last `history` iterations
+    bool min2 = false;                 // idle_gap = min2: the threshold's reference is the shorter of the last two gaps
+    double bytesCur = 0, bytesPerIter = 0, lastActive = -1, lastGap = 0, prevGap = 0;
+    std::vector<double> hist;          // newest first, at most `history`
     void OnAck(double acked, double now) {
         if (acked <= 0) return;
         if (lastActive >= 0) {
             double gap = now - lastActive;
-            double threshold = std::max(minIdle, idleFraction * lastGap);
+            double ref = (min2 && prevGap > 0) ? std::min(lastGap, prevGap) : lastGap;
+            double threshold = std::max(minIdle, idleFraction * ref);
             if (gap > threshold) {
+                prevGap = lastGap;
                 lastGap = gap;
                 if (bytesCur > 0) Close();
             }
@@ -60,9 +67,10 @@ struct Tracker {
         bytesCur += acked;
         lastActive = now;
     }
+    void IterationStart() { if (bytesCur > 0) Close(); }   // explicit mark from the framework
     void Close() {
         hist.insert(hist.begin(), bytesCur);
-        if (hist.size() > 3) hist.resize(3);
+        if (hist.size() > history) hist.resize(history);
         std::vector<double> s(hist);
         std::sort(s.begin(), s.end());
         size_t n = s.size();
@@ -80,7 +88,10 @@ template <class Base>
 class Mltcp : public Base {
   public:
     double slope = 4.0, intercept = 0.25;
+    int shape = 0;                     // 0 linear, 1 capped (min(cap, linear)), 2 convex (slope r^exponent + intercept)
+    double cap = INFINITY, exponent = 2.0;
     bool scaleDecrease = false;
+    double decStart = 0.8, decEnd = 0.2;   // fraction removed at r = 0 / r = 1, in Reno terms (x base / 0.5)
     double baseKeep = 0.5;             // fraction of the window the base keeps on a reduction
     std::string name = "Mltcp";
     Tracker tracker;
@@ -88,7 +99,12 @@ class Mltcp : public Base {
     double carry = 0;
 
     std::string GetName() const override { return name; }
-    double F() const { return slope * tracker.Ratio() + intercept; }
+    double F() const {
+        double r = tracker.Ratio();
+        if (shape == 2) return slope * std::pow(r, exponent) + intercept;
+        double f = slope * r + intercept;
+        return shape == 1 ? std::min(f, cap) : f;
+    }
 
     void Track(Ptr<TcpSocketState> tcb) {
         SequenceNumber32 a = tcb->m_lastAckedSeq;
@@ -121,36 +137,45 @@ class Mltcp : public Base {
         uint32_t ss = Base::GetSsThresh(tcb, bytesInFlight);
         if (!scaleDecrease) return ss;
         double ref = ss / baseKeep;                  // what the base reduced from
-        double removed = (ref - ss) * (0.8 - 0.6 * tracker.Ratio()) / 0.5;
+        double r = tracker.Ratio();
+        double removed = (ref - ss) * (decStart + (decEnd - decStart) * r) / 0.5;
         double v = std::max(2.0 * tcb->m_segmentSize, ref - removed);
         return uint32_t(v);
     }
     Ptr<TcpCongestionOps> Fork() override { return CopyObject<Mltcp<Base>>(this); }
 };
 
-Ptr<TcpCongestionOps> MakeCc(std::string name, double slope, double intercept, double idleFraction,
-                             double minIdle, bool scaleDecrease, double baseKeep) {
+// the hook's numbers: slope, intercept, shape, cap, exponent, decrease_at_start, decrease_at_end,
+// idle_fraction, min_idle (inf with explicit marks), history, idle_gap == min2, scale_decrease
+template <class M>
+void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
+    m->slope = h[0]; m->intercept = h[1]; m->shape = int(h[2]); m->cap = h[3]; m->exponent = h[4];
+    m->decStart = h[5]; m->decEnd = h[6];
+    m->tracker.idleFraction = h[7]; m->tracker.minIdle = h[8]; m->tracker.history = size_t(h[9]);
+    m->tracker.min2 = h[10] != 0.0; m->scaleDecrease = h[11] != 0.0; m->baseKeep = baseKeep;
+}
+
+Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double baseKeep) {
     if (name == "reno") return CreateObject<TcpNewReno>();
     if (name == "cubic") return CreateObject<TcpCubic>();
-    if (name == "mltcp-reno" || name == "mltcp-cubic") {
-        Ptr<TcpCongestionOps> out;
-        if (name == "mltcp-reno") {
-            Ptr<Mltcp<TcpNewReno>> m = CreateObject<Mltcp<TcpNewReno>>();
-            m->slope = slope; m->intercept = intercept; m->scaleDecrease = scaleDecrease;
-            m->baseKeep = baseKeep; m->name = "MltcpReno";
-            m->tracker.idleFraction = idleFraction; m->tracker.minIdle = minIdle;
-            out = m;
-        } else {
-            Ptr<Mltcp<TcpCubic>> m = CreateObject<Mltcp<TcpCubic>>();
-            m->slope = slope; m->intercept = intercept; m->scaleDecrease = scaleDecrease;
-            m->baseKeep = baseKeep; m->name = "MltcpCubic";
-            m->tracker.idleFraction = idleFraction; m->tracker.minIdle = minIdle;
-            out = m;
-        }
-        return out;
+    NS_ABORT_MSG_IF(hook.size() != 12, "MakeCc: 12 hook numbers expected");
+    if (name == "mltcp-reno") {
+        Ptr<Mltcp<TcpNewReno>> m = CreateObject<Mltcp<TcpNewReno>>();
+        SetHook(m, hook, baseKeep); m->name = "MltcpReno";
+        return m;
+    }
+    if (name == "mltcp-cubic") {
+        Ptr<Mltcp<TcpCubic>> m = CreateObject<Mltcp<TcpCubic>>();
+        SetHook(m, hook, baseKeep); m->name = "MltcpCubic";
+        return m;
     }
     NS_FATAL_ERROR("unknown congestion control " << name);
     return nullptr;
+}
+
+void MltcpIterationStart(Ptr<TcpCongestionOps> cc) {
+    if (auto m = DynamicCast<Mltcp<TcpNewReno>>(cc)) m->tracker.IterationStart();
+    if (auto m = DynamicCast<Mltcp<TcpCubic>>(cc)) m->tracker.IterationStart();
 }
 
 double MltcpRatio(Ptr<TcpCongestionOps> cc) {
@@ -175,6 +200,7 @@ class Flow : public Application {
     Ptr<Socket> sock;
     Job* job = nullptr;
     bool restartAfterIdle = true;
+    bool marks = false;                // boundary = mark: tell the tracker where each iteration starts
     uint32_t mss = 1448;
     uint64_t target = 0;               // cumulative data bytes that must be acknowledged
     uint64_t acked = 0;
@@ -291,6 +317,7 @@ void Flow::Send(uint64_t bytes) {
             tcb->m_cWnd = std::max<uint32_t>(uint32_t(w), restart);
         }
     }
+    if (marks && cc) MltcpIterationStart(cc);
     target += bytes;
     waiting = true;
     int sent = sock->Send(Create<Packet>(uint32_t(bytes)));
@@ -368,9 +395,9 @@ void AddHostRoute(Ptr<Node> node, Ptr<NetDevice> out, Ipv4Address dest, Ipv4Addr
     r->AddHostRouteTo(dest, nextHop, ipv4->GetInterfaceForDevice(out));
 }
 
-Ptr<Flow> MakeFlow(Ptr<Node> node, Address peer, Ptr<TcpCongestionOps> cc, bool restart) {
+Ptr<Flow> MakeFlow(Ptr<Node> node, Address peer, Ptr<TcpCongestionOps> cc, bool restart, bool marks) {
     Ptr<Flow> f = CreateObject<Flow>();
-    f->peer = peer; f->cc = cc; f->restartAfterIdle = restart;
+    f->peer = peer; f->cc = cc; f->restartAfterIdle = restart; f->marks = marks;
     node->AddApplication(f);
     f->SetStartTime(Seconds(0));
     return f;

@@ -22,7 +22,11 @@ returns, so the CLI reports the same JSON keys. Mapping of the scenario onto ns-
   it grows half as fast as the model (and Linux, which counts acked segments); see docs/ns3.md.
   CUBIC is ns-3's TcpCubic (HyStart on, as in Linux) with the scenario's ``[cc_params.cubic]``.
 * MLTCP-Reno and MLTCP-CUBIC are C++ ``TcpCongestionOps`` subclasses of TcpNewReno / TcpCubic
-  (:mod:`mltcp.sim.ns3_cxx`) with the scenario's ``[mltcp]`` parameters.
+  (:mod:`mltcp.sim.ns3_cxx`) with the scenario's ``[mltcp]`` parameters: F's shape (linear,
+  capped, convex), the scaled decrease's two ends, the tracker's idle rule (fraction, minimum,
+  ``idle_gap``), ``history`` and ``boundary`` (``mark``: the flow marks each iteration's start when
+  it begins sending, as the fast engine does). A knob the ops do not implement is refused by
+  :func:`check` (file and field named), never silently run at its default.
 * Jobs alternate compute (the same compute times as the fast engine: same seed, same draws) and
   communication; an iteration ends when the last byte of every flow is acknowledged. Linux's cwnd
   restart after an idle RTO is applied when ``slow_start_after_idle`` is true (ns-3 lacks it).
@@ -38,7 +42,7 @@ import numpy as np
 
 from ..records import IterationRecord
 from ..scenario import Scenario, ScenarioError
-from .engine import SimResult
+from .engine import SimResult, build_cc
 
 ALGORITHMS = ("reno", "cubic", "mltcp-reno", "mltcp-cubic")
 HEADER_BYTES = 52          # IPv4 20 + TCP 20 + timestamp option 12
@@ -102,9 +106,52 @@ def check(sc: Scenario, cc_name: str) -> None:
     if "cubic" in cc_name and "hystart_train" in cub and float(cub["hystart_train"]) != 1.0:
         raise ScenarioError(sc.source, "cc_params.cubic.hystart_train",
                             "ns-3's TcpCubic ends slow start at an ACK train of one minimum RTT: only 1.0 is supported by the ns-3 engine")
+    if cc_name.startswith("mltcp-"):
+        from ..cc.mltcp import hook_fields
+        spelled = {p.name: k for k, p in hook_fields().items()}
+        for name in _unmodelled_knobs(cc_name):
+            if name in sc.mltcp_params:
+                raise ScenarioError(sc.source, f"mltcp.{spelled.get(name, name)}",
+                                    f"the ns-3 engine's {cc_name} does not model this knob (it models: "
+                                    f"{', '.join(spelled.get(k, k) for k in HOOK_KNOBS)})")
     for j in sc.jobs:
         if j.flow_bytes() >= 2**31:
             raise ScenarioError(sc.source, f"jobs.{j.name}.bytes", "more than 2 GB per flow and iteration is not supported by the ns-3 engine")
+
+
+# the MLTCP hook's knobs (mltcp.cc.mltcp.MLTCPHook) that the C++ Mltcp<Base> implements
+HOOK_KNOBS = ("slope", "intercept", "shape", "cap", "exponent", "decrease_at_start", "decrease_at_end",
+              "idle_fraction", "min_idle", "history", "idle_gap", "scale_decrease", "boundary")
+
+
+def _unmodelled_knobs(cc_name: str) -> list[str]:
+    """[mltcp] parameters of ``cc_name``'s MLTCP variant that the ns-3 ops do not implement."""
+    from ..cc import ALGORITHMS as CC, BASE_OF
+    if cc_name not in BASE_OF:
+        return []
+    base = CC[BASE_OF[cc_name]]
+    return [k for k in CC[cc_name].params if k not in base.params and k not in HOOK_KNOBS]
+
+
+def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
+    """The ``[mltcp]`` table as the 12 numbers ``MakeCc`` takes (order in ns3_cxx.SetHook), from
+    the same Param declarations and defaults the fast engine uses, and whether the flows mark
+    iteration starts (boundary = mark); ([], False) for a base algorithm."""
+    if not cc_name.startswith("mltcp-"):
+        return [], False
+    from ..cc.mltcp import SHAPES
+    c = build_cc(sc, cc_name)
+    return [float(c.slope), float(c.intercept), float(SHAPES.index(c.shape)), float(c.cap), float(c.exponent),
+            float(c.decrease_at_start), float(c.decrease_at_end), float(c.idle_fraction), float(c.idle_rule_min()),
+            float(c.history), float(c.idle_gap == "min2"), float(bool(c.scale_decrease))], c.boundary == "mark"
+
+
+def cppyy_vector(xs: list[float]):
+    import cppyy
+    v = cppyy.gbl.std.vector["double"]()
+    for x in xs:
+        v.push_back(float(x))
+    return v
 
 
 def _flows(sc: Scenario) -> list[tuple[int, list[str]]]:
@@ -280,8 +327,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     # ---- applications ------------------------------------------------------------------------
     rng = np.random.default_rng(sc.seed)               # the fast engine's draws, in its order
     comp = [j.compute_times(rng, j.iterations) for j in sc.jobs]
-    mp = {"slope": 4.0, "intercept": 0.25, "idle_fraction": 0.9, "min_idle": 1e-3, "scale_decrease": False}
-    mp.update(sc.mltcp_params)
+    hook, marks = hook_numbers(sc, cc_name)
     keep = float(cub.get("beta", 0.7)) if base == "cubic" else 0.5
     jobs = []
     port = 5000
@@ -300,10 +346,11 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         apps = sink.Install(receivers.Get(fi))
         apps.Start(ns.Seconds(0))
         jobs[ji].WatchSink(apps.Get(0))
-        cc = cx.MakeCc(cc_name, float(mp["slope"]), float(mp["intercept"]), float(mp["idle_fraction"]),
-                       float(mp["min_idle"]), bool(mp["scale_decrease"]), keep)
+        hv = cppyy_vector(hook)
+        cc = cx.MakeCc(cc_name, hv, keep)
         ccs.append(cc)
-        f = cx.MakeFlow(senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc, bool(sc.slow_start_after_idle))
+        f = cx.MakeFlow(senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc, bool(sc.slow_start_after_idle),
+                        marks)
         cx.Attach(jobs[ji], f)
         counters.Add(s_ifs.GetAddress(0), jobs[ji])
         flow_objs.append(f)
