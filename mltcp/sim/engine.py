@@ -55,7 +55,10 @@ RUNNING, DONE, PAUSED, OVER_HORIZON = 0, 1, 2, 3
 NEVER = 1 << 62                 # a slot that never comes
 # links, one row each (a row per link keeps what a packet's hop needs in one cache line):
 L_RATE, L_BUF, L_MODE, L_K, L_KMIN, L_KMAX, L_PMAX = range(7)       # lp: rate B/s, buffer B, ECN
-Q, QK, ARRIVE, PDROP, PMARK, TOUCHED, INV_RATE = range(7)            # ls: what every hop reads (one line)
+# ls: all that a slot's hops read and write (one 64-byte line per link): queue, slot of its last
+# update, bytes arriving this slot (> 0 marks the link touched), drop and mark fractions, 1 / rate,
+# bytes served per slot (rate x step), buffer
+Q, QK, ARRIVE, PDROP, PMARK, INV_RATE, CDT, BUF = range(8)
 
 
 @dataclass
@@ -239,6 +242,9 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband):
     F, J, L, H = len(flow_job), len(iters), len(lp), len(ring_n)
     window = kind != dispatch.DCQCN
+    ecn = False                          # any link marking (otherwise no link reads lp in a slot)
+    for lk in range(L):
+        ecn = ecn or lp[lk, L_MODE] != 0.0
     if ks[I_SEEDED] == 0:
         np.random.seed(seed)
         ks[I_SEEDED] = 1
@@ -246,7 +252,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
     n_heap, n_act, n_ring, n_comm, n_done = ks[I_HEAP], ks[I_ACT], ks[I_RING], ks[I_COMM], ks[I_DONE]
     send = np.zeros(F)
     sending = np.empty(F, dtype=np.int64)
-    touched = np.empty(L, dtype=np.int64)
+    touched = np.empty(L + 1, dtype=np.int64)      # one spare: a hop of a link already listed writes past the end
     credit_zero = False
     status = RUNNING
     t = k * dt
@@ -418,31 +424,34 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 if pol != 0:    # what the host stamps: MLTCP's tracker, or a plain host's own count
                     r = trk.ratio(tr, f) if mltcp else 1.0 - unacked[f] / max(flow_bytes[f], 1.0)
                     fband[f] = _band(pp, r)
+                snd = send[f]
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
-                    ls[lk, ARRIVE] += send[f]
+                    a0 = ls[lk, ARRIVE]
+                    ls[lk, ARRIVE] = a0 + snd
                     if pol == 2 and on_pol[lk]:
-                        pq[lk, fband[f], PQ_ARR] += send[f]
-                    if ls[lk, TOUCHED] == 0.0:
-                        ls[lk, TOUCHED] = 1.0
-                        touched[nt] = lk
-                        nt += 1
+                        pq[lk, fband[f], PQ_ARR] += snd
+                    touched[nt] = lk             # kept when first touched (no branch to mispredict)
+                    nt += 1 if a0 == 0.0 else 0
             for y in range(nt):
                 lk = touched[y]
                 if pol == 2 and on_pol[lk]:
                     _priority_queues(lp, ls, pq, lk, k, dt)
                     continue
-                cdt = lp[lk, L_RATE] * dt
+                cdt = ls[lk, CDT]
+                arr = ls[lk, ARRIVE]
                 drained = max(ls[lk, Q] - cdt * (k - 1 - ls[lk, QK]), 0.0)   # idle slots since the last update
-                qn = max(drained + ls[lk, ARRIVE] - cdt, 0.0)
-                over = max(qn - lp[lk, L_BUF], 0.0)
+                qn = max(drained + arr - cdt, 0.0)
+                over = max(qn - ls[lk, BUF], 0.0)
                 qn -= over
                 ls[lk, Q] = qn
                 ls[lk, QK] = k
-                ap = max(ls[lk, ARRIVE], 1e-300)
-                ls[lk, PDROP] = min(over / ap, 1.0)
+                if pol == 0:
+                    ls[lk, ARRIVE] = 0.0         # (a policy's hops read it below: cleared at the end)
+                ap = max(arr, 1e-300)
+                ls[lk, PDROP] = min(over / ap, 1.0) if over > 0.0 else 0.0
                 pm = 0.0
-                mode = lp[lk, L_MODE]
+                mode = lp[lk, L_MODE] if ecn else 0.0
                 if mode == 1.0:
                     pm = min(max((qn - lp[lk, L_K]) / ap, 0.0), 1.0)
                 elif mode == 2.0:
@@ -516,10 +525,9 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                         trace = grown
                     trace[b, j] += deliv
                 send[f] = 0.0
-            for y in range(nt):
+            for y in range(nt if pol != 0 else 0):
                 lk = touched[y]
                 ls[lk, ARRIVE] = 0.0
-                ls[lk, TOUCHED] = 0.0
                 if pol == 2 and on_pol[lk]:
                     pq[lk, :, PQ_ARR] = 0.0
         ks[I_STEPS] += 1
@@ -612,6 +620,8 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
                   lk.red_kmin_bytes, lk.red_kmax_bytes, lk.red_pmax) for lk in links]
     ls = np.zeros((len(links), 8))
     ls[:, INV_RATE] = 1.0 / lp[:, L_RATE]
+    ls[:, CDT] = lp[:, L_RATE] * float(sc.step_s)
+    ls[:, BUF] = lp[:, L_BUF]
     dt, mss = float(sc.step_s), float(sc.mss)
 
     # flows: every job's, in job order (job j owns flows job_ptr[j] .. job_ptr[j+1]-1)
