@@ -78,6 +78,7 @@ class SimResult:
     bytes_acked: float = 0.0
     bytes_in_flight: float = 0.0       # at the end (0 when every iteration completed)
     slots: int = 0                     # slots of simulated time (processed or skipped)
+    loop_time: float = 0.0             # wall seconds in the compiled loop (the rest of wall_time: setup, records)
 
 
 def build_cc(sc: Scenario, cc_name: str):
@@ -702,10 +703,12 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     # without progress reports: one call; with them, chunks of simulated time sized to ~0.2 s of wall time
     chunk = 0.05 if progress is not None else np.inf
     t_stop = 0.0
+    loop_time = 0.0
     while True:
         t_stop = min(t_stop + chunk, horizon + 1.0) if progress is not None else np.inf
         w = time.perf_counter()
         trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband)
+        loop_time += time.perf_counter() - w
         if ks[I_STATUS] != PAUSED:
             break
         progress(float(fs[F_T]), float(np.mean(it_idx / iters)))
@@ -730,4 +733,4 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
             trace_t = (np.arange(nb) + 0.5) * trace_interval
     return SimResult(sc.name, cc_name, records, fs[F_TOT_DROP] / mss, fs[F_TOT_MARK] / mss, t_end,
                      time.perf_counter() - wall0, int(ks[I_STEPS]), trace_t, trace_rate, [j.name for j in jobs],
-                     float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(inflight.sum()), int(ks[I_K]))
+                     float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(inflight.sum()), int(ks[I_K]), loop_time)
