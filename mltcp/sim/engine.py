@@ -58,7 +58,10 @@ RUNNING, DONE, PAUSED, OVER_HORIZON = 0, 1, 2, 3
 NEVER = 1 << 62                 # a slot that never comes
 # links, one row each (a row per link keeps what a packet's hop needs in one cache line):
 L_RATE, L_BUF, L_MODE, L_K, L_KMIN, L_KMAX, L_PMAX = range(7)       # lp: rate B/s, buffer B, ECN
-Q, QK, ARRIVE, PDROP, PMARK, TOUCHED, INV_RATE = range(7)            # ls: what every hop reads (one line)
+# ls: all that a slot's hops read and write (one 64-byte line per link): queue, slot of its last
+# update, bytes arriving this slot (> 0 marks the link touched), drop and mark fractions, 1 / rate,
+# bytes served per slot (rate x step), buffer
+Q, QK, ARRIVE, PDROP, PMARK, INV_RATE, CDT, BUF = range(8)
 # loss recovery, one row per flow (lr): retransmissions queued (part of to_send, sent before new
 # data), retransmissions sent this slot, bytes whose recovery waits for a timer, when it fires,
 # RTO backoff, whether that timer is a tail-loss probe, whether a probe was sent since new data was
@@ -87,6 +90,7 @@ class SimResult:
     slots: int = 0                     # slots of simulated time (processed or skipped)
     timeouts: int = 0                  # retransmission timeouts (window-based flows)
     probes: int = 0                    # tail-loss probes (loss_recovery = "linux")
+    loop_time: float = 0.0             # wall seconds in the compiled loop (the rest of wall_time: setup, records)
 
 
 def build_cc(sc: Scenario, cc_name: str):
@@ -279,6 +283,9 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr, rack):
     F, J, L, H = len(flow_job), len(iters), len(lp), len(ring_n)
     window = kind != dispatch.DCQCN
+    ecn = False                          # any link marking (otherwise no link reads lp in a slot)
+    for lk in range(L):
+        ecn = ecn or lp[lk, L_MODE] != 0.0
     if ks[I_SEEDED] == 0:
         np.random.seed(seed)
         ks[I_SEEDED] = 1
@@ -286,7 +293,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
     n_heap, n_act, n_ring, n_comm, n_done = ks[I_HEAP], ks[I_ACT], ks[I_RING], ks[I_COMM], ks[I_DONE]
     send = np.zeros(F)
     sending = np.empty(F, dtype=np.int64)
-    touched = np.empty(L, dtype=np.int64)
+    touched = np.empty(L + 1, dtype=np.int64)      # one spare: a hop of a link already listed writes past the end
     credit_zero = False
     status = RUNNING
     t = k * dt
@@ -511,31 +518,34 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 if pol != 0:    # what the host stamps: MLTCP's tracker, or a plain host's own count
                     r = trk.ratio(tr, f) if mltcp else 1.0 - unacked[f] / max(flow_bytes[f], 1.0)
                     fband[f] = _band(pp, r)
+                snd = send[f]
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
-                    ls[lk, ARRIVE] += send[f]
+                    a0 = ls[lk, ARRIVE]
+                    ls[lk, ARRIVE] = a0 + snd
                     if pol == 2 and on_pol[lk]:
-                        pq[lk, fband[f], PQ_ARR] += send[f]
-                    if ls[lk, TOUCHED] == 0.0:
-                        ls[lk, TOUCHED] = 1.0
-                        touched[nt] = lk
-                        nt += 1
+                        pq[lk, fband[f], PQ_ARR] += snd
+                    touched[nt] = lk             # kept when first touched (no branch to mispredict)
+                    nt += 1 if a0 == 0.0 else 0
             for y in range(nt):
                 lk = touched[y]
                 if pol == 2 and on_pol[lk]:
                     _priority_queues(lp, ls, pq, lk, k, dt)
                     continue
-                cdt = lp[lk, L_RATE] * dt
+                cdt = ls[lk, CDT]
+                arr = ls[lk, ARRIVE]
                 drained = max(ls[lk, Q] - cdt * (k - 1 - ls[lk, QK]), 0.0)   # idle slots since the last update
-                qn = max(drained + ls[lk, ARRIVE] - cdt, 0.0)
-                over = max(qn - lp[lk, L_BUF], 0.0)
+                qn = max(drained + arr - cdt, 0.0)
+                over = max(qn - ls[lk, BUF], 0.0)
                 qn -= over
                 ls[lk, Q] = qn
                 ls[lk, QK] = k
-                ap = max(ls[lk, ARRIVE], 1e-300)
-                ls[lk, PDROP] = min(over / ap, 1.0)
+                if pol == 0:
+                    ls[lk, ARRIVE] = 0.0         # (a policy's hops read it below: cleared at the end)
+                ap = max(arr, 1e-300)
+                ls[lk, PDROP] = min(over / ap, 1.0) if over > 0.0 else 0.0
                 pm = 0.0
-                mode = lp[lk, L_MODE]
+                mode = lp[lk, L_MODE] if ecn else 0.0
                 if mode == 1.0:
                     pm = min(max((qn - lp[lk, L_K]) / ap, 0.0), 1.0)
                 elif mode == 2.0:
@@ -620,10 +630,9 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                         trace = grown
                     trace[b, j] += deliv
                 send[f] = 0.0
-            for y in range(nt):
+            for y in range(nt if pol != 0 else 0):
                 lk = touched[y]
                 ls[lk, ARRIVE] = 0.0
-                ls[lk, TOUCHED] = 0.0
                 if pol == 2 and on_pol[lk]:
                     pq[lk, :, PQ_ARR] = 0.0
         ks[I_STEPS] += 1
@@ -708,7 +717,14 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     jobs = sc.jobs
-    J, names = len(jobs), list(sc.links)
+    J = len(jobs)
+    # flows: every job's, in job order (job j owns flows job_ptr[j] .. job_ptr[j+1]-1)
+    paths = [(j, path) for j, job in enumerate(jobs) for path in job.paths()]
+    # links numbered in the order the flows' paths first name them (then the unused ones): the
+    # links of one flow, and of flows that start together, sit side by side in memory, which a
+    # slot's hops reach with fewer cache misses; link numbers are internal (a link's update does
+    # not depend on the others'), so the run is the same
+    names = list(dict.fromkeys([h for _, pth in paths for h in pth] + list(sc.links)))
     lidx = {n: i for i, n in enumerate(names)}
     links = [sc.links[n] for n in names]
     lp = np.zeros((len(links), 8))
@@ -716,10 +732,10 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
                   lk.red_kmin_bytes, lk.red_kmax_bytes, lk.red_pmax) for lk in links]
     ls = np.zeros((len(links), 8))
     ls[:, INV_RATE] = 1.0 / lp[:, L_RATE]
+    ls[:, CDT] = lp[:, L_RATE] * float(sc.step_s)
+    ls[:, BUF] = lp[:, L_BUF]
     dt, mss = float(sc.step_s), float(sc.mss)
 
-    # flows: every job's, in job order (job j owns flows job_ptr[j] .. job_ptr[j+1]-1)
-    paths = [(j, path) for j, job in enumerate(jobs) for path in job.paths()]
     F = len(paths)
     flow_job = np.array([j for j, _ in paths], dtype=np.int64)
     job_ptr = np.zeros(J + 1, dtype=np.int64)
@@ -798,11 +814,13 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     # without progress reports: one call; with them, chunks of simulated time sized to ~0.2 s of wall time
     chunk = 0.05 if progress is not None else np.inf
     t_stop = 0.0
+    loop_time = 0.0
     while True:
         t_stop = min(t_stop + chunk, horizon + 1.0) if progress is not None else np.inf
         w = time.perf_counter()
         trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr,
                      sc.loss_recovery == "linux")
+        loop_time += time.perf_counter() - w
         if ks[I_STATUS] != PAUSED:
             break
         progress(float(fs[F_T]), float(np.mean(it_idx / iters)))
@@ -828,4 +846,4 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     return SimResult(sc.name, cc_name, records, fs[F_TOT_DROP] / mss, fs[F_TOT_MARK] / mss, t_end,
                      time.perf_counter() - wall0, int(ks[I_STEPS]), trace_t, trace_rate, [j.name for j in jobs],
                      float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(inflight.sum()), int(ks[I_K]),
-                     int(fs[F_TOT_RTO]), int(fs[F_TOT_TLP]))
+                     int(fs[F_TOT_RTO]), int(fs[F_TOT_TLP]), loop_time)
