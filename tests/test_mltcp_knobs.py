@@ -95,9 +95,11 @@ def test_mark_boundary_turns_the_idle_rule_off():
     assert st.tracker.history.shape == (1, 1)
 
 
-def _write(tmp_path, extra):
+def _write(tmp_path, extra, seed=None):
     src = (Path(scenario.builtin_dir()) / "two-jobs.toml").read_text()
     src = re.sub(r"(?ms)^\[mltcp\].*?(?=^\[|\Z)", "", src)   # the scenario's own tuned table: the tests set theirs
+    if seed is not None:
+        src = re.sub(r"(?m)^seed = \d+", f"seed = {seed}", src)
     assert "[mltcp]" not in src
     p = tmp_path / "s.toml"
     p.write_text(src + "\n[mltcp]\n" + extra)
@@ -119,10 +121,13 @@ def test_scenario_table_sets_every_knob_and_names_bad_fields(tmp_path):
 
 def test_simulator_runs_the_named_configurations(tmp_path):
     """Defaults are the old hook; each knob changes the run (the compiled loop reads them)."""
-    def run(extra, cc="mltcp-reno"):
-        sc = scenario.load(str(_write(tmp_path, extra)))
-        r = simulate(sc, cc)
+    def sim(extra, seed, cc="mltcp-reno"):
+        return simulate(scenario.load(str(_write(tmp_path, extra, seed))), cc)
+
+    def run(extra, seed=8):
+        r = sim(extra, seed)
         return [x.duration for x in r.records], r.drops
+    assert sim("", 8).timeouts == 0          # seed 8: no retransmission timeout, so every idle gap is a compute gap
     ref = run("")
     assert run('shape = "linear"\nboundary = "idle"\n') == ref
     for extra in ('shape = "capped"\ncap = 1.0\n', 'shape = "convex"\n'):
@@ -132,6 +137,10 @@ def test_simulator_runs_the_named_configurations(tmp_path):
     trigger = "idle_fraction = 0.01\nmin_idle_ms = 0.02\n"
     assert run('boundary = "mark"\n') == ref
     assert run(trigger + 'boundary = "mark"\n') == ref != run(trigger)
+    # seed 1: a 200 ms retransmission timeout stalls a flow for longer than a compute gap, so the
+    # idle rule starts a new iteration inside the stalled one (bytes_ratio back to 0); marks do not
+    idle, mark = sim("", 1), sim('boundary = "mark"\n', 1)
+    assert idle.timeouts >= 1 and [x.duration for x in idle.records] != [x.duration for x in mark.records]
 
 
 @pytest.mark.parametrize("kw, msg", [({"slope": -1.0}, "slope must be in [0, 1000]"),
