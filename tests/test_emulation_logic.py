@@ -537,7 +537,7 @@ def test_udp_sender_gets_the_scenario_s_mltcp_table_and_builds_that_hook(tmp_pat
     assert base == {"g": 1 / 256, "rai": 50e6 / 8, "rhai": 100e6 / 8, "min_rate": 100e6 / 8, "timer": 900e-6,
                     "byte_counter": 10e6, "alpha_interval": 1e-6}
     assert all(doc["cc_params"][k] == v for k, v in base.items())
-    assert "cc_params" not in sender_doc(plan_from_scenario(scn.load("cubic-two-jobs")).jobs[0], "udp", "mltcp-cubic")
+    assert "cc_params" not in sender_doc(plan_from_scenario(scn.load("holdout-two-jobs-100m")).jobs[0], "udp", "mltcp-cubic")
 
 
 def test_dilation_slows_dcqcn_s_rates_and_stretches_its_timers():

@@ -98,7 +98,7 @@ def test_cli_exits_2_naming_the_file_and_the_unmodelled_knob(monkeypatch, tmp_pa
     from mltcp.cli import app
     monkeypatch.setattr(ns3_engine, "HOOK_KNOBS", tuple(k for k in ns3_engine.HOOK_KNOBS if k != "history"))
     toml = tmp_path / "h.toml"
-    toml.write_text((ROOT / "scenarios" / "two-jobs.toml").read_text() + "\n[mltcp]\nhistory = 5\n")
+    toml.write_text((ROOT / "scenarios" / "ns3-dumbbell-100m.toml").read_text() + "\n[mltcp]\nhistory = 5\n")
     r = CliRunner().invoke(app, ["simulate", str(toml), "--compare", "--engine", "ns3", "--json"])
     assert r.exit_code == 2, r.output
     assert "h.toml" in r.output and "mltcp.history" in r.output
