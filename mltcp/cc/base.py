@@ -208,8 +208,8 @@ class CongestionOps:
             raise TypeError(f"{self.name}: unknown parameter {unknown[0]!r} (known: {', '.join(self.params)})")
         for k, prm in self.params.items():
             setattr(self, k, kw.get(k, prm.default))
-            if prm.refuse(getattr(self, k)):
-                raise ValueError(f"{self.name}: {k} {prm.refuse(getattr(self, k))}")
+            if why := prm.refuse(getattr(self, k)):
+                raise ValueError(f"{self.name}: {k} {why}")
         self.p = np.asarray(self.kernel_params(), dtype=float)
 
     def kernel_params(self) -> list[float]:

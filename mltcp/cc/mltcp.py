@@ -142,7 +142,8 @@ class MLTCPHook(IterationTracking):
     def decrease_scale(self, st):
         if not self.scale_decrease:
             return 1.0
-        return np.array([dscale(self.hook_vector(), float(r)) for r in st.tracker.bytes_ratio])
+        mp = self.hook_vector()
+        return np.array([dscale(mp, float(r)) for r in st.tracker.bytes_ratio])
 
 
 class MLTCPReno(MLTCPHook, Reno):
