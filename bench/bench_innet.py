@@ -3,6 +3,7 @@ and through the progress-aware one, per seed; ratios measured in one run (docs/i
 
     python bench/bench_innet.py [--scenarios innet-ecn-reno-two-jobs,...] [--seeds 1,2,3]
                                 [--policies ecn-by-progress,priority-by-progress] [--cc reno,mltcp-reno]
+                                [--switch priority_ecn=off,bands=2]   (overrides of the [switch] table)
 """
 from __future__ import annotations
 
@@ -29,11 +30,21 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--policies", default="")
     ap.add_argument("--cc", default="", help="algorithms (default: the scenario's cc)")
+    ap.add_argument("--switch", default="", help="KEY=VALUE,... overriding the scenarios' [switch] table "
+                                                 "(bands, ecn_scale_lo, ecn_scale_hi, priority_ecn, priority_buffer)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    over = {}
+    for kv in filter(None, a.switch.split(",")):
+        k, _, v = kv.partition("=")
+        if k not in ("bands", "ecn_scale_lo", "ecn_scale_hi", "priority_ecn", "priority_buffer"):
+            ap.error(f"--switch: unknown field {k!r}")
+        over[k] = int(v) if k == "bands" else v if k.startswith("priority_") else float(v)
     rows = []
     for name in a.scenarios.split(","):
         sc = scenario.load(name)
+        if over:
+            sc = dataclasses.replace(sc, switch=dataclasses.replace(sc.switch, **over))
         pols = a.policies.split(",") if a.policies else [sc.switch.name]
         for cc in (a.cc.split(",") if a.cc else [sc.cc]):
             for seed in (int(x) for x in a.seeds.split(",")):
