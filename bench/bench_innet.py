@@ -63,14 +63,16 @@ def main(argv=None) -> int:
                                drops_off=base["drops"], drops=m["drops"], marks_off=base["ecn_marks"],
                                marks=m["ecn_marks"], converged_off=base["converged_at_iteration"],
                                converged=m["converged_at_iteration"],
+                               interleaved_off=base["interleaved_at_iteration"], interleaved=m["interleaved_at_iteration"],
                                ideal_ms=round(compare.ideal_iter_s(sc) * 1e3, 2))
                     rows.append(row)
                     if not a.json:
                         print(f"{row['scenario']:32s} {cc:11s} {pol:21s} seed {seed}: avg {row['avg_off_ms']} -> "
                               f"{row['avg_ms']} ms ({row['speedup_avg']}x), p99 {row['p99_off_ms']} -> {row['p99_ms']} "
                               f"({row['speedup_p99']}x), drops {row['drops_off']} -> {row['drops']}, marks "
-                              f"{row['marks_off']} -> {row['marks']}, interleaved at {row['converged_off']} -> "
-                              f"{row['converged']} (ideal {row['ideal_ms']} ms)", flush=True)
+                              f"{row['marks_off']} -> {row['marks']}, converged at {row['converged_off']} -> "
+                              f"{row['converged']}, interleaved at {row['interleaved_off']} -> {row['interleaved']} "
+                              f"(ideal {row['ideal_ms']} ms)", flush=True)
     if a.json:
         print(json.dumps(rows, indent=1))
     return 0
