@@ -18,8 +18,11 @@ BMv2 ``--priority-queues``).
 
 ``priority_ecn`` (priority-by-progress only) says what the strict-priority queues' ECN marking
 compares with the link's thresholds: ``link`` the port's total queue (every band's), ``by-band``
-the packet's own band queue, ``off`` nothing (no marks: drop-tail only); the thresholds are the
-link's x scale(band), as for ecn-by-progress. ``priority_buffer``: ``per-band`` (each band queue as
+the packet's own band queue, ``off`` nothing (no marks: drop-tail only), with the link's own
+thresholds (ecn_scale_lo / hi are ecn-by-progress's). In mltcp.p4: ``link`` is v1model's (BMv2's
+enq_qdepth counts all the port's priority queues; no progress_ecn entries), ``by-band`` is TNA's
+(enq_qdepth of the packet's queue), ``off`` is a no_progress_ecn entry per band.
+``priority_buffer``: ``per-band`` (each band queue as
 deep as the link's buffer, BMv2's priority queues) or ``shared`` (the bands share the link's
 buffer; what overflows it is dropped from the lowest band's arrivals first). With ``link`` the flow
 ahead is marked by the queue the flow behind builds; with ``off`` it is not, and the flow behind

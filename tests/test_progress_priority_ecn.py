@@ -113,3 +113,42 @@ def test_dcqcn_interleaves_through_unmarked_priority_queues_and_not_through_the_
     assert off["p99_iter_s"] / on["p99_iter_s"] >= 1.4
     assert on["ecn_marks"] == 0.0 and off["ecn_marks"] > 0.0
     assert marked["converged_at_iteration"] is None and marked["avg_iter_s"] > 1.4 * ideal
+
+
+def test_controlplane_expresses_priority_ecn_as_entries():
+    from mltcp.controlplane import entries as CE
+    from mltcp.p4src import load_p4info, names as N
+
+    idx = CE.index(load_p4info())
+    link = CE.progress_entries(idx, 3, from_table("priority-by-progress", {"bands": 8, "priority_ecn": "link"}), 20)
+    assert {idx.tables[te.table_id].preamble.name for te in link} == {N.T_PROGRESS_PRIORITY}
+    off = CE.progress_entries(idx, 3, from_table("priority-by-progress", {"bands": 8, "priority_ecn": "off"}), 20)
+    no_ecn = [te for te in off if idx.tables[te.table_id].preamble.name == N.T_PROGRESS_ECN]
+    assert len(off) == 32 and len(no_ecn) == 16
+    assert {te.action.action.action_id for te in no_ecn} == {idx.id("action", N.A_NO_PROGRESS_ECN)}
+    assert all(not te.action.action.params for te in no_ecn)
+    with pytest.raises(ValueError, match="by-band.*v1model's enq_qdepth"):
+        CE.progress_entries(idx, 3, from_table("priority-by-progress", {"bands": 8}), 20)
+
+
+def test_software_switch_never_marks_a_no_progress_ecn_band():
+    from mltcp.emulation.switch import pipeline as pl
+    from mltcp.p4src import names as N
+    from mltcp.traffic.header import MLTCP
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    pipe = pl.Pipeline()
+    pipe.lpm.set(0x0A000200, 24, pl.Forward(b"\x02" * 6, 2))
+    pipe.ecn_thresholds[2] = 10
+    t = pipe.tables[pl.T_PROGRESS_ECN]
+    t.put((2, 0), t.value(N.A_NO_PROGRESS_ECN, {}))
+
+    def marked(ratio, depth):
+        f = bytes(Ether() / IP(dst="10.0.2.2", tos=1) / UDP(dport=9199) / MLTCP(job_id=1, bytes_ratio=ratio))
+        return pipe.egress(pipe.ingress(f, 1), depth)
+
+    assert not marked(0x0100, 10) and not marked(0x0100, 100000)    # band 0: never
+    assert marked(0x1000, 10)                                        # band 1: the port's threshold
+    t.delete((2, 0))
+    assert marked(0x0100, 10)

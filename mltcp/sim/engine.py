@@ -269,8 +269,7 @@ def _priority_queues(lp, ls, pp, pq, lk, k, dt):
     mode = int(pp[PP_PECN])          # priority_ecn: 0 the link's total queue, 1 the band's own, 2 none
     for b in range(nb):
         ap = max(pq[lk, b, PQ_ARR], 1e-300)
-        scale = pp[PP_LO] + (pp[PP_HI] - pp[PP_LO]) * b / (nb - 1.0)
-        pq[lk, b, PQ_MARK] = 0.0 if mode == 2 else _ecn_mark(lp, lk, total if mode == 0 else pq[lk, b, PQ_Q], ap, scale)
+        pq[lk, b, PQ_MARK] = 0.0 if mode == 2 else _ecn_mark(lp, lk, total if mode == 0 else pq[lk, b, PQ_Q], ap, 1.0)
     ls[lk, Q] = total
     ls[lk, QK] = k
 
