@@ -21,7 +21,12 @@ DEFAULT = ("innet-ecn-reno-two-jobs", "innet-ecn-reno-three-jobs", "innet-ecn-re
 def run(sc, cc: str, policy: str, seed: int) -> dict:
     s = dataclasses.replace(sc, seed=seed, switch=dataclasses.replace(sc.switch, name=policy))
     r = simulate(s, cc)
-    return compare.side(s, cc, r.records, r.drops, r.ecn_marks)
+    out = compare.side(s, cc, r.records, r.drops, r.ecn_marks)
+    # drops and marks of the iterations after the warm-up (the measured ones)
+    tail = [x for x in r.records if x.iteration >= s.warmup_iterations]
+    out["drops_tail"] = round(sum(x.drops for x in tail))
+    out["marks_tail"] = round(sum(x.marks for x in tail))
+    return out
 
 
 def main(argv=None) -> int:
@@ -61,7 +66,8 @@ def main(argv=None) -> int:
                                p99_off_ms=round(base["p99_iter_s"] * 1e3, 2), p99_ms=round(m["p99_iter_s"] * 1e3, 2),
                                speedup_p99=round(base["p99_iter_s"] / m["p99_iter_s"], 3),
                                drops_off=base["drops"], drops=m["drops"], marks_off=base["ecn_marks"],
-                               marks=m["ecn_marks"], converged_off=base["converged_at_iteration"],
+                               marks=m["ecn_marks"], drops_tail_off=base["drops_tail"], drops_tail=m["drops_tail"],
+                               marks_tail_off=base["marks_tail"], marks_tail=m["marks_tail"], converged_off=base["converged_at_iteration"],
                                converged=m["converged_at_iteration"],
                                interleaved_off=base["interleaved_at_iteration"], interleaved=m["interleaved_at_iteration"],
                                ideal_ms=round(compare.ideal_iter_s(sc) * 1e3, 2))
@@ -70,7 +76,8 @@ def main(argv=None) -> int:
                         print(f"{row['scenario']:32s} {cc:11s} {pol:21s} seed {seed}: avg {row['avg_off_ms']} -> "
                               f"{row['avg_ms']} ms ({row['speedup_avg']}x), p99 {row['p99_off_ms']} -> {row['p99_ms']} "
                               f"({row['speedup_p99']}x), drops {row['drops_off']} -> {row['drops']}, marks "
-                              f"{row['marks_off']} -> {row['marks']}, converged at {row['converged_off']} -> "
+                              f"{row['marks_off']} -> {row['marks']} (after warm-up: drops {row['drops_tail_off']} -> "
+                              f"{row['drops_tail']}, marks {row['marks_tail_off']} -> {row['marks_tail']}), converged at {row['converged_off']} -> "
                               f"{row['converged']}, interleaved at {row['interleaved_off']} -> {row['interleaved']} "
                               f"(ideal {row['ideal_ms']} ms)", flush=True)
     if a.json:
