@@ -3,6 +3,7 @@ and through the progress-aware one, per seed; ratios measured in one run (docs/i
 
     python bench/bench_innet.py [--scenarios innet-ecn-reno-two-jobs,...] [--seeds 1,2,3]
                                 [--policies ecn-by-progress,priority-by-progress] [--cc reno,mltcp-reno]
+                                [--switch priority_ecn=off,bands=2]   (overrides of the [switch] table)
 """
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ DEFAULT = ("innet-ecn-reno-two-jobs", "innet-ecn-reno-three-jobs", "innet-ecn-re
 def run(sc, cc: str, policy: str, seed: int) -> dict:
     s = dataclasses.replace(sc, seed=seed, switch=dataclasses.replace(sc.switch, name=policy))
     r = simulate(s, cc)
-    return compare.side(s, cc, r.records, r.drops, r.ecn_marks)
+    out = compare.side(s, cc, r.records, r.drops, r.ecn_marks)
+    # drops and marks of the iterations after the warm-up (the measured ones)
+    tail = [x for x in r.records if x.iteration >= s.warmup_iterations]
+    out["drops_tail"] = round(sum(x.drops for x in tail))
+    out["marks_tail"] = round(sum(x.marks for x in tail))
+    return out
 
 
 def main(argv=None) -> int:
@@ -29,11 +35,21 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--policies", default="")
     ap.add_argument("--cc", default="", help="algorithms (default: the scenario's cc)")
+    ap.add_argument("--switch", default="", help="KEY=VALUE,... overriding the scenarios' [switch] table "
+                                                 "(bands, ecn_scale_lo, ecn_scale_hi, priority_ecn, priority_buffer)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    over = {}
+    for kv in filter(None, a.switch.split(",")):
+        k, _, v = kv.partition("=")
+        if k not in ("bands", "ecn_scale_lo", "ecn_scale_hi", "priority_ecn", "priority_buffer"):
+            ap.error(f"--switch: unknown field {k!r}")
+        over[k] = int(v) if k == "bands" else v if k.startswith("priority_") else float(v)
     rows = []
     for name in a.scenarios.split(","):
         sc = scenario.load(name)
+        if over:
+            sc = dataclasses.replace(sc, switch=dataclasses.replace(sc.switch, **over))
         pols = a.policies.split(",") if a.policies else [sc.switch.name]
         for cc in (a.cc.split(",") if a.cc else [sc.cc]):
             for seed in (int(x) for x in a.seeds.split(",")):
@@ -50,16 +66,20 @@ def main(argv=None) -> int:
                                p99_off_ms=round(base["p99_iter_s"] * 1e3, 2), p99_ms=round(m["p99_iter_s"] * 1e3, 2),
                                speedup_p99=round(base["p99_iter_s"] / m["p99_iter_s"], 3),
                                drops_off=base["drops"], drops=m["drops"], marks_off=base["ecn_marks"],
-                               marks=m["ecn_marks"], converged_off=base["converged_at_iteration"],
+                               marks=m["ecn_marks"], drops_tail_off=base["drops_tail"], drops_tail=m["drops_tail"],
+                               marks_tail_off=base["marks_tail"], marks_tail=m["marks_tail"], converged_off=base["converged_at_iteration"],
                                converged=m["converged_at_iteration"],
+                               interleaved_off=base["interleaved_at_iteration"], interleaved=m["interleaved_at_iteration"],
                                ideal_ms=round(compare.ideal_iter_s(sc) * 1e3, 2))
                     rows.append(row)
                     if not a.json:
                         print(f"{row['scenario']:32s} {cc:11s} {pol:21s} seed {seed}: avg {row['avg_off_ms']} -> "
                               f"{row['avg_ms']} ms ({row['speedup_avg']}x), p99 {row['p99_off_ms']} -> {row['p99_ms']} "
                               f"({row['speedup_p99']}x), drops {row['drops_off']} -> {row['drops']}, marks "
-                              f"{row['marks_off']} -> {row['marks']}, interleaved at {row['converged_off']} -> "
-                              f"{row['converged']} (ideal {row['ideal_ms']} ms)", flush=True)
+                              f"{row['marks_off']} -> {row['marks']} (after warm-up: drops {row['drops_tail_off']} -> "
+                              f"{row['drops_tail']}, marks {row['marks_tail_off']} -> {row['marks_tail']}), converged at {row['converged_off']} -> "
+                              f"{row['converged']}, interleaved at {row['interleaved_off']} -> {row['interleaved']} "
+                              f"(ideal {row['ideal_ms']} ms)", flush=True)
     if a.json:
         print(json.dumps(rows, indent=1))
     return 0

@@ -20,7 +20,7 @@ from .topology import Route
 
 __all__ = [
     "P4InfoIndex", "bitstring", "counter_read_entity", "describe", "ecn_entry", "index",
-    "progress_ecn_entry", "progress_entries", "progress_priority_entry",
+    "progress_ecn_entry", "progress_entries", "progress_no_ecn_entry", "progress_priority_entry",
     "register_read_entity", "route_entry", "table_read_entity",
 ]
 
@@ -94,6 +94,14 @@ def progress_ecn_entry(idx: P4InfoIndex, port: int, band: int, threshold: int | 
     return te
 
 
+def progress_no_ecn_entry(idx: P4InfoIndex, port: int, band: int) -> p4runtime_pb2.TableEntry:
+    """MyEgress.progress_ecn: (egress port, band) -> no_progress_ecn (the band is never marked)."""
+    te = _entry(idx, N.T_PROGRESS_ECN)
+    _band_key(idx, N.T_PROGRESS_ECN, N.K_EGRESS_PORT, port, band, te)
+    _action(idx, te, N.A_NO_PROGRESS_ECN, {})
+    return te
+
+
 def progress_priority_entry(idx: P4InfoIndex, port: int, band: int, priority: int | None = None
                             ) -> p4runtime_pb2.TableEntry:
     """MyIngress.progress_priority: (egress spec, band) -> set_progress_priority(priority)."""
@@ -108,14 +116,24 @@ def progress_entries(idx: P4InfoIndex, port: int, policy, base_threshold: int | 
                      ) -> list[p4runtime_pb2.TableEntry]:
     """The entries of a mltcp.progress_policy.ProgressPolicy on one port: one per hardware band
     (bytes_ratio[15:12]); ecn-by-progress scales the port's threshold ``base_threshold``,
-    priority-by-progress maps the band to its priority; off: none."""
+    priority-by-progress maps the band to its priority, and by its priority_ecn: ``link`` adds
+    nothing (v1model's enq_qdepth, on BMv2, is the port's total over its priority queues, compared
+    with the port's threshold), ``off`` a no_progress_ecn entry per band, ``by-band`` is refused
+    (v1model has no per-queue depth; mltcp_tna.p4's enq_qdepth is the queue's own); off: none."""
     if policy.name == "ecn-by-progress":
         if not base_threshold:
             raise ValueError(f"port {port}: ecn-by-progress needs the port's ECN threshold")
         ks = policy.thresholds(base_threshold)
         return [progress_ecn_entry(idx, port, hb, ks[b]) for hb, b in enumerate(policy.hw_band_map())]
     if policy.name == "priority-by-progress":
-        return [progress_priority_entry(idx, port, hb, b) for hb, b in enumerate(policy.hw_band_map())]
+        pecn = getattr(policy, "priority_ecn", "link")
+        if pecn == "by-band":
+            raise ValueError(f"port {port}: priority_ecn = \"by-band\" needs each priority queue's own depth, and "
+                             "v1model's enq_qdepth (BMv2) counts all the port's queues: use \"link\" or \"off\"")
+        tes = [progress_priority_entry(idx, port, hb, b) for hb, b in enumerate(policy.hw_band_map())]
+        if pecn == "off":
+            tes += [progress_no_ecn_entry(idx, port, hb) for hb in range(len(policy.hw_band_map()))]
+        return tes
     return []
 
 

@@ -15,6 +15,18 @@ matches the top 4 bits, 16 hardware bands, each mapped onto a policy band by the
 Threshold of band b = the link's threshold x scale(b), scale(b) = lo + (hi - lo) * b / (bands - 1).
 Priority of band b = b (higher is served first, as v1model's ``standard_metadata.priority`` with
 BMv2 ``--priority-queues``).
+
+``priority_ecn`` (priority-by-progress only) says what the strict-priority queues' ECN marking
+compares with the link's thresholds: ``link`` the port's total queue (every band's), ``by-band``
+the packet's own band queue, ``off`` nothing (no marks: drop-tail only), with the link's own
+thresholds (ecn_scale_lo / hi are ecn-by-progress's). In mltcp.p4: ``link`` is v1model's (BMv2's
+enq_qdepth counts all the port's priority queues; no progress_ecn entries), ``by-band`` is TNA's
+(enq_qdepth of the packet's queue), ``off`` is a no_progress_ecn entry per band.
+``priority_buffer``: ``per-band`` (each band queue as
+deep as the link's buffer, BMv2's priority queues) or ``shared`` (the bands share the link's
+buffer; what overflows it is dropped from the lowest band's arrivals first). With ``link`` the flow
+ahead is marked by the queue the flow behind builds; with ``off`` it is not, and the flow behind
+only sees its longer queueing delay (and drops once its band's queue is full).
 """
 from __future__ import annotations
 
@@ -25,6 +37,9 @@ POLICIES = ("off", "ecn-by-progress", "priority-by-progress")
 POLICY_CODE = {"off": 0, "ecn-by-progress": 1, "priority-by-progress": 2}
 HW_BAND_BITS = 4                # mltcp.p4 matches bytes_ratio[15:12]
 HW_BANDS = 1 << HW_BAND_BITS
+PRIORITY_ECN = ("link", "by-band", "off")
+PRIORITY_ECN_CODE = {"link": 0, "by-band": 1, "off": 2}
+PRIORITY_BUFFER = ("per-band", "shared")
 MAX_PRIORITY_BANDS = 8          # v1model priority is bit<3>; BMv2 --priority-queues at most 8
 Q16_ONE = 0xFFFF
 
@@ -42,10 +57,16 @@ class ProgressPolicy:
     ecn_scale_lo: float = 0.25      # threshold multiplier of the band furthest behind (bytes_ratio ~ 0)
     ecn_scale_hi: float = 1.0       # ... of the band furthest ahead (bytes_ratio ~ 1)
     links: tuple[str, ...] | None = None   # links (simulator) the policy runs on; None = all
+    priority_ecn: str = "by-band"   # priority queues' ECN: the link's total queue, the band's own, or none
+    priority_buffer: str = "per-band"   # each band queue as deep as the buffer (BMv2), or one shared buffer
 
     @property
     def code(self) -> int:
         return POLICY_CODE[self.name]
+
+    @property
+    def priority_ecn_code(self) -> int:
+        return PRIORITY_ECN_CODE[self.priority_ecn]
 
     @property
     def active(self) -> bool:
@@ -83,7 +104,7 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
     if not isinstance(name, str) or name not in POLICIES:
         raise PolicyError("switch_policy", f"must be one of {', '.join(POLICIES)} (got {name!r})")
     t = dict(table or {})
-    known = {"bands", "ecn_scale_lo", "ecn_scale_hi", "links"}
+    known = {"bands", "ecn_scale_lo", "ecn_scale_hi", "links", "priority_ecn", "priority_buffer"}
     for k in t:
         if k not in known:
             raise PolicyError(f"{where}.{k}", f"unknown field (fields: {', '.join(sorted(known))})")
@@ -106,4 +127,13 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
         if not isinstance(links, list) or not links or not all(isinstance(x, str) and x for x in links):
             raise PolicyError(f"{where}.links", f"must be a non-empty list of link names (got {links!r})")
         links = tuple(links)
-    return ProgressPolicy(name, bands, vals["ecn_scale_lo"], vals["ecn_scale_hi"], links)
+    pecn = t.get("priority_ecn", "by-band")
+    if not isinstance(pecn, str) or pecn not in PRIORITY_ECN:
+        raise PolicyError(f"{where}.priority_ecn", f"must be one of {', '.join(PRIORITY_ECN)} (got {pecn!r})")
+    pbuf = t.get("priority_buffer", "per-band")
+    if not isinstance(pbuf, str) or pbuf not in PRIORITY_BUFFER:
+        raise PolicyError(f"{where}.priority_buffer", f"must be one of {', '.join(PRIORITY_BUFFER)} (got {pbuf!r})")
+    for k in ("priority_ecn", "priority_buffer"):
+        if k in t and name == "ecn-by-progress":
+            raise PolicyError(f"{where}.{k}", "applies to priority-by-progress (or off), not ecn-by-progress")
+    return ProgressPolicy(name, bands, vals["ecn_scale_lo"], vals["ecn_scale_hi"], links, pecn, pbuf)

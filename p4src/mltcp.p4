@@ -309,6 +309,13 @@ control MyEgress(inout headers hdr,
         meta.ecn_threshold = threshold;
     }
 
+    /* priority_ecn = off: MLTCP packets of this band are never marked (drop-tail only); the
+       other bands' entries set their thresholds (v1model's enq_qdepth counts every priority queue of the port (BMv2
+       --priority-queues), so a threshold here compares with the port's total queue) */
+    action no_progress_ecn() {
+        meta.ecn_enabled = 0;
+    }
+
     table progress_ecn {
         key = {
             standard_metadata.egress_port: exact;
@@ -316,6 +323,7 @@ control MyEgress(inout headers hdr,
         }
         actions = {
             set_progress_ecn;
+            no_progress_ecn;
             NoAction;
         }
         size = 8192;

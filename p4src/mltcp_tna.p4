@@ -339,6 +339,13 @@ control MyEgress(inout headers hdr,
         meta.ecn_threshold = threshold;
     }
 
+    /* priority_ecn = off: MLTCP packets of this band are never marked (drop-tail only); the
+       other bands' entries set their thresholds (TNA's enq_qdepth is the packet's own queue (qid), so a threshold here
+       compares with the band's queue) */
+    action no_progress_ecn() {
+        meta.ecn_enabled = 0;
+    }
+
     table progress_ecn {
         key = {
             eg_intr_md.egress_port: exact @name("standard_metadata.egress_port");
@@ -346,6 +353,7 @@ control MyEgress(inout headers hdr,
         }
         actions = {
             set_progress_ecn;
+            no_progress_ecn;
             NoAction;
         }
         size = 8192;

@@ -31,6 +31,7 @@ T_PROGRESS_PRIORITY = "MyIngress.progress_priority"
 T_PROGRESS_ECN = "MyEgress.progress_ecn"
 A_SET_PROGRESS_PRIORITY = "MyIngress.set_progress_priority"
 A_SET_PROGRESS_ECN = "MyEgress.set_progress_ecn"
+A_NO_PROGRESS_ECN = "MyEgress.no_progress_ecn"    # priority_ecn = off: the band is never marked
 P_PRIORITY = "priority"     # set_progress_priority(priority); set_progress_ecn(threshold)
 K_EGRESS_SPEC = "standard_metadata.egress_spec"
 K_PROGRESS_BAND = "meta.progress_band"
@@ -104,7 +105,7 @@ MLTCP_V1MODEL = Program(
         Table(T_ECN_THRESHOLD, ((K_EGRESS_PORT, PORT_BITS, "EXACT"),),
               (A_SET_ECN_THRESHOLD, A_NOACTION), ECN_TABLE_SIZE, default_action=A_NOACTION),
         Table(T_PROGRESS_ECN, ((K_EGRESS_PORT, PORT_BITS, "EXACT"), (K_PROGRESS_BAND, BAND_BITS, "EXACT")),
-              (A_SET_PROGRESS_ECN, A_NOACTION), PROGRESS_TABLE_SIZE, default_action=A_NOACTION),
+              (A_SET_PROGRESS_ECN, A_NO_PROGRESS_ECN, A_NOACTION), PROGRESS_TABLE_SIZE, default_action=A_NOACTION),
     ],
     actions=[
         # core.p4 of current p4c declares NoAction with @noWarn("unused").
@@ -114,6 +115,7 @@ MLTCP_V1MODEL = Program(
         Action(A_SET_PROGRESS_PRIORITY, ((P_PRIORITY, PRIORITY_BITS),)),
         Action(A_SET_ECN_THRESHOLD, ((P_THRESHOLD, THRESHOLD_BITS),)),
         Action(A_SET_PROGRESS_ECN, ((P_THRESHOLD, THRESHOLD_BITS),)),
+        Action(A_NO_PROGRESS_ECN),
     ],
     counters=[
         Counter(C_JOB_TX, "BOTH", JOB_SLOTS),

@@ -91,7 +91,7 @@ def test_controlplane_entries_per_band():
     ks = [int.from_bytes(te.action.action.params[0].value, "big") for te in tes]
     assert ks == [5] * 4 + [10] * 4 + [15] * 4 + [20] * 4
     assert E.describe(idx, tes[5]) == "progress ECN threshold on port 3 band 5"
-    prio = E.progress_entries(idx, 3, from_table("priority-by-progress", {"bands": 8}), None)
+    prio = E.progress_entries(idx, 3, from_table("priority-by-progress", {"bands": 8, "priority_ecn": "link"}), None)
     assert [int.from_bytes(te.action.action.params[0].value, "big") for te in prio] == [b // 2 for b in range(16)]
     assert E.progress_entries(idx, 3, ProgressPolicy(), 20) == []
     with pytest.raises(ValueError, match="needs the port's ECN threshold"):

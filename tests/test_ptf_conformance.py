@@ -119,7 +119,8 @@ def test_ptf(target, tmp_path, test):
     elif test == "MalformedHeaders":
         assert "FUZZ sent 400" in out
     elif test == "ProgressEcn":
-        assert len(re.findall(r"PROGRESS-ECN ratio=", out)) == 5 and "PROGRESS-ECN-OFF" in out
+        assert len(re.findall(r"PROGRESS-ECN ratio=", out)) == 5 and len(re.findall(r"PROGRESS-ECN-OFF", out)) == 3
+        assert "PROGRESS-ECN-NOMARK ratio=0x8000 band=8 marked=0/" in out
     elif test == "TtlExpiry":
         assert "TTL dropped 2" in out
 

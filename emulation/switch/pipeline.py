@@ -8,7 +8,8 @@ Names follow docs/CONTRACTS.md. The model holds the P4 objects by their P4 names
   ``set_ecn_threshold(threshold)``; default: no marking),
 * table ``MyEgress.progress_ecn`` (exact on ``standard_metadata.egress_port`` and
   ``meta.progress_band`` = bytes_ratio[15:12]; ``set_progress_ecn(threshold)``): an MLTCP packet's
-  own ECN threshold, in place of the port's (in-network MLTCP, docs/in-network.md),
+  own ECN threshold, in place of the port's (in-network MLTCP, docs/in-network.md);
+  ``no_progress_ecn``: the band's MLTCP packets are never marked (priority_ecn = off),
 * table ``MyIngress.progress_priority`` is in the P4Info, but this target's egress queue is one
   FIFO: ``set_progress_priority`` is refused (UnsupportedAction; BMv2 with --priority-queues runs it),
 * counters ``MyIngress.job_tx`` (packets and bytes), ``MyEgress.job_ecn_marks`` (packets),
@@ -39,6 +40,7 @@ from mltcp.p4src.names import (
     A_NOACTION,
     A_SET_ECN_THRESHOLD,
     A_SET_PROGRESS_ECN,
+    A_NO_PROGRESS_ECN,
     BAND_BITS,
     C_JOB_ECN_MARKS,
     C_JOB_TX,
@@ -324,9 +326,13 @@ class EcnThresholdTable(TableModel):
         self.pipeline.ecn_default = value
 
 
+NO_MARK = -1      # progress_ecn's no_progress_ecn: the band is not marked at any depth
+
+
 class ProgressEcnTable(TableModel):
     """MyEgress.progress_ecn: key (egress_port, progress band) -> the MLTCP packet's ECN threshold,
-    or None (NoAction: the port's threshold applies; also the default)."""
+    NO_MARK (no_progress_ecn: never marked) or None (NoAction: the port's threshold applies; also
+    the default)."""
 
     name = T_PROGRESS_ECN
     default_action = A_NOACTION
@@ -334,6 +340,8 @@ class ProgressEcnTable(TableModel):
     def value(self, action: str, params: dict[str, int]):
         if action == A_SET_PROGRESS_ECN:
             return params[P_THRESHOLD]
+        if action == A_NO_PROGRESS_ECN:
+            return NO_MARK
         if action == A_NOACTION:
             return None
         return super().value(action, params)
@@ -457,7 +465,7 @@ class Pipeline:
         p = res.parsed
         if p.job_id >= 0 and self.progress_ecn:   # progress_ecn: the MLTCP packet's own threshold
             threshold = self.progress_ecn.get((res.port, p.bytes_ratio >> BAND_SHIFT), threshold)
-        if threshold is None or enq_qdepth < threshold:
+        if threshold is None or threshold == NO_MARK or enq_qdepth < threshold:
             return False
         buf = res.buf
         tos = buf[p.ip_off + 1]

@@ -202,7 +202,8 @@ def _heap_pop(ht, hj, n):
 
 
 # ---- in-network policy (mltcp.progress_policy): the switch acts on each packet's bytes_ratio --------
-PP_BANDS, PP_SHIFT, PP_LO, PP_HI = range(4)        # pp: the policy's parameters
+PP_BANDS, PP_SHIFT, PP_LO, PP_HI, PP_PECN, PP_SHARED = range(6)   # pp: the policy's parameters (priority_ecn code,
+#                                                                  priority_buffer shared 1 / per-band 0)
 PQ_Q, PQ_ARR, PQ_DROP, PQ_MARK = range(4)          # pq[link, band]: strict-priority band queues
 
 
@@ -226,10 +227,12 @@ def _ecn_mark(lp, lk, qn, ap, scale):
 
 
 @njit(cache=True)
-def _priority_queues(lp, ls, pq, lk, k, dt):
-    """Strict priority at link lk: one queue per band (each as deep as the link's buffer, like BMv2's
-    priority queues under one set_queue_depth), the highest band served first, over the idle slots
-    since the last update and then this slot; drops and marks per band."""
+def _priority_queues(lp, ls, pp, pq, lk, k, dt):
+    """Strict priority at link lk: one queue per band (priority_buffer per-band: each as deep as the
+    link's buffer, like BMv2's priority queues under one set_queue_depth; shared: all of them in the
+    link's buffer, the lowest band's arrivals dropped first), the highest band served first, over the idle slots
+    since the last update and then this slot; drops per band, marks by the policy's priority_ecn
+    (the link's total queue, the band's own queue, or none)."""
     nb = pq.shape[1]
     cdt = lp[lk, L_RATE] * dt
     idle = cdt * (k - 1 - ls[lk, QK])
@@ -246,11 +249,27 @@ def _priority_queues(lp, ls, pq, lk, k, dt):
         budget -= d
         over = max(q - lp[lk, L_BUF], 0.0)
         q -= over
-        ap = max(pq[lk, b, PQ_ARR], 1e-300)
         pq[lk, b, PQ_Q] = q
-        pq[lk, b, PQ_DROP] = min(over / ap, 1.0)
-        pq[lk, b, PQ_MARK] = _ecn_mark(lp, lk, q, ap, 1.0)
+        pq[lk, b, PQ_DROP] = min(over / max(pq[lk, b, PQ_ARR], 1e-300), 1.0)
         total += q
+    if pp[PP_SHARED] != 0.0 and total > lp[lk, L_BUF]:
+        # one buffer shared by the bands (the plain link's): the excess is dropped from this slot's
+        # arrivals, the lowest band's first (a priority-aware admission)
+        excess = total - lp[lk, L_BUF]
+        for b in range(nb):
+            arr = pq[lk, b, PQ_ARR]
+            cut = min(excess, arr * (1.0 - pq[lk, b, PQ_DROP]), pq[lk, b, PQ_Q])
+            if cut > 0.0:
+                pq[lk, b, PQ_Q] -= cut
+                pq[lk, b, PQ_DROP] = min(pq[lk, b, PQ_DROP] + cut / arr, 1.0)
+                excess -= cut
+                total -= cut
+            if excess <= 0.0:
+                break
+    mode = int(pp[PP_PECN])          # priority_ecn: 0 the link's total queue, 1 the band's own, 2 none
+    for b in range(nb):
+        ap = max(pq[lk, b, PQ_ARR], 1e-300)
+        pq[lk, b, PQ_MARK] = 0.0 if mode == 2 else _ecn_mark(lp, lk, total if mode == 0 else pq[lk, b, PQ_Q], ap, 1.0)
     ls[lk, Q] = total
     ls[lk, QK] = k
 
@@ -530,7 +549,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             for y in range(nt):
                 lk = touched[y]
                 if pol == 2 and on_pol[lk]:
-                    _priority_queues(lp, ls, pq, lk, k, dt)
+                    _priority_queues(lp, ls, pp, pq, lk, k, dt)
                     continue
                 cdt = ls[lk, CDT]
                 arr = ls[lk, ARRIVE]
@@ -702,7 +721,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
 def _policy_arrays(sc: Scenario, names: list[str]):
     """The scenario's switch policy for the compiled loop: code, parameters, which links, band queues."""
     pol = sc.switch
-    pp = np.array([float(pol.bands), 16.0 - math.log2(pol.bands), pol.ecn_scale_lo, pol.ecn_scale_hi])
+    pp = np.array([float(pol.bands), 16.0 - math.log2(pol.bands), pol.ecn_scale_lo, pol.ecn_scale_hi,
+                   float(pol.priority_ecn_code), 1.0 if pol.priority_buffer == "shared" else 0.0])
     on = set(pol.links) if pol.links else set(names)
     on_pol = np.array([n in on for n in names], dtype=np.bool_)
     pq = np.zeros((len(names), pol.bands if pol.code == 2 else 1, 4))

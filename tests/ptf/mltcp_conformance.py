@@ -258,8 +258,9 @@ class EcnOnset(MltcpTest):
 
 class ProgressEcn(MltcpTest):
     """In-network MLTCP, ecn-by-progress: progress_ecn gives an MLTCP packet the threshold of its
-    (port, bytes_ratio[15:12]) entry in place of the port's; without an entry, or once the entries
-    are deleted (policy off), the port's threshold applies again."""
+    (port, bytes_ratio[15:12]) entry in place of the port's; no_progress_ecn (priority_ecn = off)
+    leaves its band unmarked; without an entry, or once the entries are deleted (policy off), the
+    port's threshold applies again."""
 
     def _burst(self, ratio: int, n: int, sport: int) -> list[bool]:
         slow = self.p["slow_port"]
@@ -304,13 +305,21 @@ class ProgressEcn(MltcpTest):
                 self.assertIsNotNone(first, f"ratio {ratio:#x}: no mark (K={k})")
                 self.assertTrue(not any(marked[:k]), f"ratio {ratio:#x}: CE before K={k}: {marked}")
                 self.assertLessEqual(first, k + 2, f"ratio {ratio:#x}: first CE at {first}, K={k}")
+        # priority_ecn = off: no_progress_ecn on band 8, whose packets the port's threshold marked
+        te = sh.TableEntry("MyEgress.progress_ecn")(action="MyEgress.no_progress_ecn")
+        te.match["standard_metadata.egress_port"] = str(slow)
+        te.match["meta.progress_band"] = "8"
+        te.insert()
+        marked = self._burst(0x8000, n, 43900)
+        print(f"PROGRESS-ECN-NOMARK ratio=0x8000 band=8 marked={sum(marked)}/{n}", flush=True)
+        self.assertFalse(any(marked), f"no_progress_ecn: band 8 marked: {marked}")
         # policy off: the entries deleted, every band gets the port's threshold again
-        for band in (0, 15):
+        for band in (0, 8, 15):
             te = sh.TableEntry("MyEgress.progress_ecn")
             te.match["standard_metadata.egress_port"] = str(slow)
             te.match["meta.progress_band"] = str(band)
             te.delete()
-        for c, ratio in enumerate((0x0000, 0xFFFF)):
+        for c, ratio in enumerate((0x0000, 0x8000, 0xFFFF)):
             marked = self._burst(ratio, n, 44000 + 100 * c)
             first = marked.index(True) if True in marked else None
             print(f"PROGRESS-ECN-OFF ratio={ratio:#06x} first_marked_index={first}", flush=True)
