@@ -28,6 +28,7 @@ Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -57,6 +58,7 @@ class LinkParams:
     delay_ms: float = 0.0                # one-way
     buffer_bytes: int | None = None      # drop-tail limit; None: qdisc default
     ecn_threshold_pkts: int | None = None  # mark CE at this queue depth; None: no marking
+    burst_bytes: int | None = None       # htb burst; None: 4 ms of the rate (>= 15 kB); 0: tc's own (one MTU)
 
     def validate(self, where: str = "link") -> "LinkParams":
         if self.rate_mbps is not None and not (0 < self.rate_mbps <= 10_000):
@@ -67,12 +69,15 @@ class LinkParams:
             raise TopologyError(f"{where}: buffer_bytes must be >= 1500, got {self.buffer_bytes}")
         if self.ecn_threshold_pkts is not None and self.ecn_threshold_pkts < 1:
             raise TopologyError(f"{where}: ecn_threshold_pkts must be >= 1")
+        if self.burst_bytes is not None and self.burst_bytes < 0:
+            raise TopologyError(f"{where}: burst_bytes must be >= 0, got {self.burst_bytes}")
         return self
 
     def link_opts(self) -> dict:
         """The parameters as Mininet link options (``addLink(a, b, **opts)``), in TCLink's terms:
         ``bw`` Mb/s, ``delay`` as a string with unit, ``max_queue_size`` packets, plus
-        ``ecn_threshold`` (packets). Only what is set."""
+        ``ecn_threshold`` (packets), ``buffer_bytes`` (a buffer that is not whole 1500-byte packets,
+        exactly) and ``burst`` (the htb burst, bytes). Only what is set."""
         opts: dict = {}
         if self.rate_mbps is not None:
             opts["bw"] = self.rate_mbps
@@ -80,13 +85,19 @@ class LinkParams:
             opts["delay"] = f"{self.delay_ms:g}ms"
         if self.buffer_bytes is not None:
             opts["max_queue_size"] = max(1, self.buffer_bytes // 1500)
+            if self.buffer_bytes % 1500:
+                opts["buffer_bytes"] = self.buffer_bytes
         if self.ecn_threshold_pkts is not None:
             opts["ecn_threshold"] = self.ecn_threshold_pkts
+        if self.burst_bytes is not None:
+            opts["burst"] = self.burst_bytes
         return opts
 
     @classmethod
-    def from_link_opts(cls, bw=None, delay=None, max_queue_size=None, ecn_threshold=None) -> "LinkParams":
-        """The inverse of :meth:`link_opts` (``delay`` as "2ms", "500us" or a number of ms)."""
+    def from_link_opts(cls, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, buffer_bytes=None,
+                       burst=None) -> "LinkParams":
+        """The inverse of :meth:`link_opts` (``delay`` as "2ms", "500us" or a number of ms;
+        ``buffer_bytes``, when given, before ``max_queue_size``)."""
         d = 0.0
         if delay is not None:
             txt = str(delay).strip()
@@ -96,9 +107,12 @@ class LinkParams:
                     break
             else:
                 d = float(txt)
+        if buffer_bytes is None and max_queue_size is not None:
+            buffer_bytes = int(max_queue_size) * 1500
         return cls(rate_mbps=None if bw is None else float(bw), delay_ms=d,
-                   buffer_bytes=None if max_queue_size is None else int(max_queue_size) * 1500,
-                   ecn_threshold_pkts=None if ecn_threshold is None else int(ecn_threshold)).validate("link options")
+                   buffer_bytes=None if buffer_bytes is None else int(buffer_bytes),
+                   ecn_threshold_pkts=None if ecn_threshold is None else int(ecn_threshold),
+                   burst_bytes=None if burst is None else int(burst)).validate("link options")
 
 
 class Router(Switch):
@@ -247,21 +261,35 @@ class EmuTopo(Topo):
 
 
 class Dumbbell(EmuTopo):
-    """n senders a1..an on s1, n receivers b1..bn on s2, bottleneck s1-s2 (layer 2)."""
+    """n senders a1..an on s1, n receivers b1..bn on s2, bottleneck s1-s2 (layer 2). The one
+    dumbbell: ``mltcp emulate``, ``mn --custom`` and the kernel-TCP experiment
+    (:mod:`mltcp.traffic.kernel.net`) all build it."""
 
     layer2 = True
 
     def make(self, n: int = 2, bottleneck: LinkParams = LinkParams(), access: LinkParams | None = None,
-             rx_bridge: bool = False):
+             rx_bridge: bool = False, delay_node=None):
         """``rx_bridge``: s2 is a kernel bridge whatever ``switch_cls`` is, so a userspace switch
         runs once (s1) instead of twice. s1's egress towards s2 is the bottleneck (rate, buffer,
         delay); its egress towards each sender carries the bottleneck's delay for the return
-        direction (ACKs), so the RTT is the same as with two shaped switches."""
+        direction (ACKs), so the RTT is the same as with two shaped switches.
+
+        ``delay_node``: a two-port Mininet switch class that delays every frame in both directions
+        by its ``delay_us`` (the kernel path's delay line, for link modes without delay). With a
+        bottleneck delay it stands between s1 and s2 as node ``w``: s1-w carries the bottleneck's
+        rate and buffer, w the delay (base RTT twice the delay)."""
         if not 1 <= n <= 50:
             raise TopologyError(f"dumbbell: n (hosts per side) must be 1..50, got {n}")
+        if delay_node is not None and rx_bridge:
+            raise TopologyError("dumbbell: a delay node and rx_bridge do not go together")
         s1 = self.add_sw("s1")
         s2 = self.addSwitch(self.name("s2"), cls=_FloodBridge) if rx_bridge else self.add_sw("s2")
-        self.add_link(s1, s2, bottleneck, bottleneck=True)
+        if delay_node is not None and bottleneck.delay_ms > 0:
+            w = self.addSwitch(self.name("w"), cls=delay_node, delay_us=round(bottleneck.delay_ms * 1e3))
+            self.add_link(s1, w, dataclasses.replace(bottleneck, delay_ms=0.0), bottleneck=True)
+            self.add_link(w, s2)
+        else:
+            self.add_link(s1, s2, bottleneck, bottleneck=True)
         back = LinkParams(delay_ms=bottleneck.delay_ms) if rx_bridge and bottleneck.delay_ms > 0 else access
         for i in range(1, n + 1):
             a = self.add_host(f"a{i}", f"10.0.0.{i}/24")
@@ -356,7 +384,9 @@ def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
     cmds: list[list[str]] = []
     parent = ["root"]
     if p.rate_mbps is not None:
-        burst = max(15_000, int(p.rate_mbps * 1e6 / 8 / 250))  # >= one 4 ms tick worth of bytes
+        burst = p.burst_bytes
+        if burst is None:
+            burst = max(15_000, int(p.rate_mbps * 1e6 / 8 / 250))  # >= one 4 ms tick worth of bytes
         cmds += shaping.htb(dev, p.rate_mbps, burst)
         parent = shaping.HTB_CLASS
     if mode == "htb":
@@ -385,7 +415,7 @@ def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
 
 class ShapedIntf(Intf):
     """A TCIntf-style interface: its ``config(bw=, delay=, max_queue_size=, ecn_threshold=,
-    shaper=)`` keeps the link's options as :attr:`link_params` and applies them per ``shaper``:
+    buffer_bytes=, burst=, shaper=)`` keeps the link's options as :attr:`link_params` and applies them per ``shaper``:
     ``htb`` / ``linux-tc`` shape its egress with :func:`tc_commands`; ``switch`` / ``bmv2`` leave
     it to the P4 switch on the link's end, which shapes its own port from :attr:`link_params`.
     Without a shaper (``mn --custom``): ``linux-tc`` where this kernel has netem and red, else
@@ -394,9 +424,10 @@ class ShapedIntf(Intf):
 
     link_params = LinkParams()
 
-    def config(self, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, shaper=None, **params):
+    def config(self, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, buffer_bytes=None, burst=None,
+               shaper=None, **params):
         result = super().config(**params)
-        p = LinkParams.from_link_opts(bw, delay, max_queue_size, ecn_threshold)
+        p = LinkParams.from_link_opts(bw, delay, max_queue_size, ecn_threshold, buffer_bytes, burst)
         self.link_params = p
         if p == LinkParams() or shaper in ("switch", "bmv2"):
             return result

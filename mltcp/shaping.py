@@ -1,6 +1,6 @@
 """The one htb + bfifo shaper (tc command lines, pure): a link's rate as an htb class and its
 drop-tail buffer as a bfifo under it. Used by the Mininet links (mltcp.emulation.topologies) and
-by the kernel-TCP namespaces (mltcp.traffic.kernel.netns)."""
+through them by the kernel-TCP experiment (mltcp.traffic.kernel.net)."""
 from __future__ import annotations
 
 HTB_CLASS = ["parent", "5:1"]     # where the qdisc under the rate goes

@@ -2,7 +2,6 @@
 growth steps with the Python models, unload without a trace. Needs root, BTF, clang and bpftool;
 skips with the reason otherwise."""
 import dataclasses
-import os
 import socket
 import time
 from pathlib import Path
@@ -11,7 +10,8 @@ import numpy as np
 import pytest
 
 from mltcp.traffic.kernel import loader, maps, model
-from mltcp.traffic.kernel.netns import Dumbbell, leftover_namespaces
+from mltcp.emulation.netns import have_mininet_prereqs, leftovers, run_prefix
+from mltcp.traffic.kernel.net import KernelNet
 from mltcp.traffic.kernel.transport import KernelTransport, Receiver, congestion
 from _kernel_prereq import missing
 
@@ -41,12 +41,14 @@ def loaded():
 
 @pytest.fixture
 def dumbbell():
-    d = Dumbbell(n=1, rate_mbit=50, buffer_bytes=60_000, tag=f"mkt{os.getpid()}")
+    if why := have_mininet_prereqs():
+        pytest.skip(f"the kernel dumbbell is a Mininet net: {why}")
+    d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, prefix=run_prefix() + "t")
     try:
         yield d.build()
     finally:
         d.destroy()
-        assert leftover_namespaces(d.tag) == []
+        assert not leftovers(d.prefix)
 
 
 @pytest.fixture
@@ -160,12 +162,13 @@ def test_explicit_mark_starts_an_iteration(loaded):
 
 
 def _run_traced(d, variant, traced, cfg, iterations=5, nbytes=1_500_000):
-    rx = Receiver("0.0.0.0", 0, ns=d.receiver)
+    b = d.receivers[0]
+    rx = Receiver("0.0.0.0", 0, ns=d.ns(b))
     tr = None
     try:
         vm = traced(variant)
         vm.write_config(cfg)                  # read by the socket when it connects
-        tr = KernelTransport(d.receiver_ip, rx.port, cc=variant, ns=d.senders[0])
+        tr = KernelTransport(d.ip(b), rx.port, cc=variant, ns=d.ns(d.senders[0]))
         vm.write_config(dataclasses.replace(cfg, trace_port=tr.local_port))
         for i in range(iterations):
             tr.send_iteration(nbytes, i)

@@ -1,16 +1,15 @@
 """A short run of the two-job kernel experiment and the `mltcp kernel` CLI's error paths."""
-import os
 
 import pytest
 from typer.testing import CliRunner
 
 from mltcp.traffic.kernel import loader
 from mltcp.traffic.kernel.cli import app
-from mltcp.traffic.kernel.netns import leftover_namespaces
+from mltcp.emulation.netns import have_mininet_prereqs, leftovers, run_prefix
 from _kernel_prereq import missing
 
 
-REASON = missing()
+REASON = missing() or have_mininet_prereqs()
 if REASON:
     print(f"test_kernel_cc_experiment: skipping root tests: {REASON}")
 needs_root = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -48,15 +47,15 @@ def test_case_rate_in_payload_or_frames():
 @pytest.mark.root
 @needs_root
 def test_short_experiment_runs_both_and_cleans_up():
-    tag = f"mkx{os.getpid()}"
+    prefix = run_prefix() + "x"
     from mltcp.traffic.kernel.experiment import Case, run
     case = Case(rate_mbit=50, buffer_bytes=60_000, nbytes=200_000, iterations=6, warmup=1, delay_ms=1,
                 min_rto_ms=500)
     was = set(loader.registered())
     try:
-        doc = run(case, with_sim=False, tag=tag)
+        doc = run(case, with_sim=False, prefix=prefix)
     finally:
-        assert leftover_namespaces(tag) == []
+        assert not leftovers(prefix)
     assert set(doc["results"]) == {"reno", "mltcp_reno"}
     assert doc["delay_line"]["forwarded_ab"] > 0 and doc["delay_line"]["overflow"] == 0
     for cc, r in doc["results"].items():

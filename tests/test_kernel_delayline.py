@@ -1,7 +1,7 @@
 """The delay line (traffic/kernel/delayline.c) and the ECN marker (ecn_mark.bpf.c) in the kernel
-dumbbell: the base RTT it gives, data through it intact, the counters, CE marks instead of drops,
-and nothing left behind (process, namespaces). Needs root, gcc, clang, bpftool, ip/tc; skips with
-the reason otherwise."""
+dumbbell (the emulation's, in Mininet): the base RTT it gives, data through it intact, the
+counters, CE marks instead of drops, and nothing left behind (process, links, node shells). Needs
+root, gcc, clang, bpftool, ip/tc, brctl; skips with the reason otherwise."""
 import os
 import re
 import shutil
@@ -9,20 +9,21 @@ import subprocess
 
 import pytest
 
+from mltcp.emulation.netns import leftovers, run_prefix
 from mltcp.traffic.kernel import delayline
-from mltcp.traffic.kernel.netns import Dumbbell, leftover_namespaces, run
+from mltcp.traffic.kernel.net import KernelNet
 from mltcp.traffic.kernel.transport import KernelTransport, Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
 REASON = ("needs root" if os.geteuid() != 0 else
-          next((f"{t} not installed" for t in ("gcc", "clang", "bpftool", "ip", "tc", "ping") if shutil.which(t) is None), None))
+          next((f"{t} not installed" for t in ("gcc", "clang", "bpftool", "ip", "tc", "ping", "brctl", "mnexec") if shutil.which(t) is None), None))
 if REASON:
     pytestmark.append(pytest.mark.skip(reason=REASON))
 
 
-def _rtts(d: Dumbbell) -> list[float]:
-    out = run("ping", "-c", "6", "-i", "0.05", "-q", "-n", d.receiver_ip, ns=d.senders[0], check=False).stdout
+def _rtts(d: KernelNet) -> list[float]:
+    out, _, _ = d.senders[0].pexec("ping", "-c", "6", "-i", "0.05", "-q", "-n", d.ip(d.receivers[0]))
     m = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)", out)
     assert m, out
     return [float(x) for x in m.groups()]
@@ -30,7 +31,7 @@ def _rtts(d: Dumbbell) -> list[float]:
 
 @pytest.fixture
 def wired():
-    d = Dumbbell(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=3000, tag=f"mkw{os.getpid()}")
+    d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=3000, prefix=run_prefix() + "w")
     pid = None
     try:
         d.build()
@@ -38,7 +39,7 @@ def wired():
         yield d
     finally:
         d.destroy()
-        assert leftover_namespaces(d.tag) == []
+        assert not leftovers(d.prefix, [pid] if pid else [])
         if pid is not None:
             assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
 
@@ -49,19 +50,20 @@ def test_rtt_is_twice_the_delay(wired):
 
 
 def test_without_delay_no_wire():
-    d = Dumbbell(n=1, rate_mbit=50, buffer_bytes=60_000, tag=f"mkn{os.getpid()}")
+    d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, prefix=run_prefix() + "n")
     try:
         d.build()
-        assert d.wire is None and d.wire_ns not in d.namespaces
+        assert d.wire is None and d.topo.name("w") not in d.topo.switches()
         assert _rtts(d)[0] < 3.0
     finally:
         d.destroy()
-    assert leftover_namespaces(d.tag) == []
+    assert not leftovers(d.prefix)
 
 
 def test_bytes_cross_intact_and_counted(wired):
-    rx = Receiver("0.0.0.0", 0, ns=wired.receiver)
-    tr = KernelTransport(wired.receiver_ip, rx.port, cc="reno", ns=wired.senders[0])
+    b = wired.receivers[0]
+    rx = Receiver("0.0.0.0", 0, ns=wired.ns(b))
+    tr = KernelTransport(wired.ip(b), rx.port, cc="reno", ns=wired.ns(wired.senders[0]))
     try:
         for it in range(3):
             tr.send_iteration(400_000, it)
@@ -77,20 +79,21 @@ def test_bytes_cross_intact_and_counted(wired):
 
 def test_bad_delay_refused():
     with pytest.raises(delayline.DelayLineError):
-        delayline.DelayLine("nope", "a", "b", -1)
+        delayline.DelayLine("a", "b", -1)
     p = subprocess.run([str(delayline.build()), "a", "b", "1ms"], capture_output=True, text=True)
     assert p.returncode == 2 and "whole number of microseconds" in p.stderr
 
 
 def test_ecn_marker_marks_instead_of_dropping():
     from mltcp.traffic.kernel.transport import tcp_info
-    d = Dumbbell(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=1000, ecn_k_pkts=10, tag=f"mke{os.getpid()}")
+    d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=1000, ecn_k_pkts=10, prefix=run_prefix() + "e")
     try:
         d.build()
-        for ns in (d.senders[0], d.receiver):
-            assert run("sysctl", "-n", "net.ipv4.tcp_ecn", ns=ns).stdout.strip() == "1"
-        rx = Receiver("0.0.0.0", 0, ns=d.receiver)
-        tr = KernelTransport(d.receiver_ip, rx.port, cc="reno", ns=d.senders[0])
+        a, b = d.senders[0], d.receivers[0]
+        for h in (a, b):
+            assert h.cmd("sysctl -n net.ipv4.tcp_ecn").strip() == "1"
+        rx = Receiver("0.0.0.0", 0, ns=d.ns(b))
+        tr = KernelTransport(d.ip(b), rx.port, cc="reno", ns=d.ns(a))
         try:
             for it in range(3):
                 tr.send_iteration(1_000_000, it)
@@ -103,4 +106,4 @@ def test_ecn_marker_marks_instead_of_dropping():
         assert retrans <= 2            # the window shrinks on CE long before the 60 kB buffer fills
     finally:
         d.destroy()
-    assert leftover_namespaces(d.tag) == []
+    assert not leftovers(d.prefix)

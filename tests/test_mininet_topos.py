@@ -43,6 +43,43 @@ def test_link_options_round_trip():
         LinkParams.from_link_opts(bw=-1)
 
 
+def test_exact_buffer_and_burst_travel_on_the_link():
+    from mltcp.emulation.topologies import LinkParams, tc_commands
+    p = LinkParams(rate_mbps=100.0, buffer_bytes=50_000, burst_bytes=0)
+    opts = p.link_opts()
+    assert opts["max_queue_size"] == 33 and opts["buffer_bytes"] == 50_000 and opts["burst"] == 0
+    assert LinkParams.from_link_opts(**opts) == p
+    assert "buffer_bytes" not in LinkParams(buffer_bytes=30_000).link_opts()      # whole packets
+    flat = [" ".join(c) for c in tc_commands("d", p, "htb")]
+    assert not any("burst" in c for c in flat), flat            # 0: tc's own burst (one MTU)
+    assert any("limit 50000" in c for c in flat), flat
+    assert any("burst 52500 cburst 52500" in c for c in
+               (" ".join(c) for c in tc_commands("d", LinkParams(rate_mbps=105.0), "htb")))
+
+
+def test_a_delay_node_stands_in_the_bottleneck():
+    """The kernel path's delay line as the dumbbell's delay node: s1-w carries rate and buffer,
+    w the delay, w-s2 nothing; without a delay no node."""
+    from mininet.node import Switch
+
+    from mltcp.emulation.topologies import Dumbbell, LinkParams, TopologyError
+
+    class Wire(Switch):
+        pass
+
+    topo = Dumbbell(prefix="k", n=2, bottleneck=LinkParams(50.0, 1.5, 60_000), delay_node=Wire)
+    assert topo.nodeInfo("kw")["cls"] is Wire and topo.nodeInfo("kw")["delay_us"] == 1500
+    assert topo.bottlenecks == [("ks1", "kw")]
+    info = topo.linkInfo("ks1", "kw")
+    assert info["bw"] == 50.0 and info["max_queue_size"] == 40 and "delay" not in info
+    assert "bw" not in topo.linkInfo("kw", "ks2") and "delay" not in topo.linkInfo("kw", "ks2")
+    assert topo.job_pairs == [("ka1", "kb1"), ("ka2", "kb2")]
+    plain = Dumbbell(prefix="k", n=1, bottleneck=LinkParams(50.0, 0.0, 60_000), delay_node=Wire)
+    assert "kw" not in plain.switches() and plain.bottlenecks == [("ks1", "ks2")]
+    with pytest.raises(TopologyError, match="rx_bridge"):
+        Dumbbell(prefix="k", bottleneck=LinkParams(50.0, 1.0), delay_node=Wire, rx_bridge=True)
+
+
 needs_mininet = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("brctl") is None,
                                    reason="needs root and bridge-utils (Mininet's LinuxBridge)")
 

@@ -12,7 +12,21 @@ import shutil
 import subprocess
 
 from mltcp import offloads
-from mltcp.traffic.kernel.netns import run
+
+
+class TestbedError(RuntimeError):
+    __test__ = False  # not a pytest test class
+
+
+def run(*cmd: str, ns: str | None = None, check: bool = True, timeout: float | None = None
+        ) -> subprocess.CompletedProcess:
+    """``cmd`` (inside ``ip netns exec NS`` when ``ns``); :class:`TestbedError` with its output
+    if it fails and ``check``."""
+    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
+    res = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise TestbedError(f"{' '.join(full)}: {res.stderr.strip() or res.stdout.strip()}")
+    return res
 
 
 def have_root_netns() -> str | None:
@@ -22,10 +36,6 @@ def have_root_netns() -> str | None:
     if shutil.which("ip") is None:
         return "iproute2 'ip' not found"
     return None
-
-
-def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    return run("ip", *args, ns=netns, check=check)
 
 
 def _sysctl(key: str, value: str, netns: str | None) -> None:
@@ -50,9 +60,9 @@ class Testbed:
 
     def netns(self, name: str) -> str:
         full = f"{self.tag}{name}"
-        _ip("netns", "add", full)
+        run("ip", "netns", "add", full)
         self.namespaces.append(full)
-        _ip("link", "set", "lo", "up", netns=full)
+        run("ip", "link", "set", "lo", "up", ns=full)
         _sysctl("net.ipv6.conf.all.disable_ipv6", "1", full)
         _sysctl("net.ipv6.conf.default.disable_ipv6", "1", full)
         return full
@@ -61,29 +71,29 @@ class Testbed:
              offloads_off: bool = True) -> tuple[str, str]:
         """Create veth a<->b (names used as given: keep them <= 15 chars), move the ends into
         the namespaces, bring them up with IPv6 off and (by default) offloads off."""
-        _ip("link", "add", a, "type", "veth", "peer", "name", b)
+        run("ip", "link", "add", a, "type", "veth", "peer", "name", b)
         if ns_a is None or ns_b is None:
             self.root_links.append(a if ns_a is None else b)
         for name, ns in ((a, ns_a), (b, ns_b)):
             if ns:
-                _ip("link", "set", name, "netns", ns)
+                run("ip", "link", "set", name, "netns", ns)
             _sysctl(f"net.ipv6.conf.{name}.disable_ipv6", "1", ns)
             if offloads_off:
                 offloads.disable(name, ns)
-            _ip("link", "set", name, "up", netns=ns)
+            run("ip", "link", "set", name, "up", ns=ns)
         return a, b
 
     def addr(self, ifname: str, cidr: str, netns: str | None = None) -> None:
-        _ip("addr", "add", cidr, "dev", ifname, netns=netns)
+        run("ip", "addr", "add", cidr, "dev", ifname, ns=netns)
 
-    def run(self, netns: str | None, *cmd: str, **kw) -> subprocess.CompletedProcess:
-        full = (["ip", "netns", "exec", netns] if netns else []) + list(cmd)
-        return subprocess.run(full, capture_output=True, text=True, **kw)
+    def run(self, netns: str | None, *cmd: str, check: bool = False, timeout: float | None = None
+            ) -> subprocess.CompletedProcess:
+        return run(*cmd, ns=netns, check=check, timeout=timeout)
 
     def close(self) -> None:
         for link in self.root_links:
-            _ip("link", "del", link, check=False)
+            run("ip", "link", "del", link, check=False)
         for ns in reversed(self.namespaces):
-            _ip("netns", "del", ns, check=False)
+            run("ip", "netns", "del", ns, check=False)
         self.root_links.clear()
         self.namespaces.clear()

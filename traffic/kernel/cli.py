@@ -160,7 +160,9 @@ def experiment(
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),
 ):
-    """Two jobs through one bottleneck in network namespaces: kernel base CC vs its MLTCP variant."""
+    """Two jobs through one bottleneck (the emulation's dumbbell in Mininet): kernel base CC vs its MLTCP variant."""
+    from mltcp.emulation.topologies import TopologyError
+
     from .experiment import Case, run
     from .netns import NetnsError
 
@@ -177,7 +179,7 @@ def experiment(
     with err.status(f"running reno-family baseline and {variant} ({iterations} iterations each)..."):
         try:
             doc = run(case, with_sim=with_sim)
-        except (loader.KernelCCError, NetnsError, MapsError, OSError, RuntimeError) as e:
+        except (loader.KernelCCError, NetnsError, TopologyError, MapsError, OSError, RuntimeError) as e:
             fail(str(e))
     summary = {k: v for k, v in doc.items() if k != "results"}
     summary["results"] = {cc: {k: v for k, v in r.items() if k != "records"} for cc, r in doc["results"].items()}

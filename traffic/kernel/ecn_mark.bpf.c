@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Step ECN marking at the kernel dumbbell's bottleneck (DCTCP-style: CE when K or more bytes are
- * queued), for kernels without the red qdisc. A tc (clsact egress) program on the router's port
+ * queued), for kernels without the red qdisc. A tc (clsact egress) program on the bottleneck port
  * in front of htb + bfifo cannot see the qdisc's backlog, so it keeps a model of it: a virtual
  * queue drained at the htb rate (frame bytes, as htb counts them), grown by every frame that
- * the bfifo would admit. Built per dumbbell with the numbers as constants (netns.py):
+ * the bfifo would admit. Built per dumbbell with the numbers as constants (net.py):
  *   -DRATE_BPS=<htb rate, bit/s> -DK_BYTES=<K x 1514> -DLIMIT_BYTES=<bfifo limit>
  */
 #include "vmlinux.h"

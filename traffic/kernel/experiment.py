@@ -1,8 +1,9 @@
 """Two training jobs through one kernel bottleneck: Linux reno vs the BPF MLTCP variant.
 
-Topology (netns.Dumbbell): two sender namespaces -> router (htb rate + bfifo drop-tail buffer on
-its link to the receiver) -> receiver namespace. No added propagation delay (this kernel has no
-netem): the round trip is the veth/stack time plus the queue. Each job loops compute (sleep) then
+Topology: the emulation's dumbbell in Mininet (:class:`.net.KernelNet`): two senders -> s1 (htb
+rate + bfifo drop-tail buffer on its port towards the receivers) -> [delay line] -> s2 -> two
+receivers. No netem on this kernel: the delay, when asked for, is the delay line's; without it
+the round trip is the veth/stack time plus the queue. Each job loops compute (sleep) then
 send its iteration's bytes over its own TCP connection (mltcp.traffic.driver.run_job with
 :class:`~.transport.KernelTransport`); the records give per-iteration times, avg/p99, the
 iteration from which the communication phases stop overlapping, and the retransmissions.
@@ -19,7 +20,7 @@ from mltcp.traffic.driver import JobSpec, run_job
 
 from . import loader
 from .maps import Config, VariantMaps
-from .netns import Dumbbell
+from .net import KernelNet
 from .transport import WIRE_PER_PAYLOAD, KernelTransport, Receiver, pacing_rate_for_link, tcp_info
 
 BASELINES = {"mltcp_reno": "reno", "mltcp_cubic": "cubic"}
@@ -70,15 +71,18 @@ class Case:
         return self.nbytes * 8 / (self.payload_mbit * 1e6) if self.compute_s is None else self.compute_s
 
 
-def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
-    """Both jobs with congestion control ``cc``; returns records and per-job figures."""
-    rx = Receiver("0.0.0.0", 0, ns=d.receiver)
+def run_once(d: KernelNet, case: Case, cc: str, progress=None) -> dict:
+    """Both jobs with congestion control ``cc`` (job i from sender i to receiver i); returns
+    records and per-job figures."""
+    receivers: list[Receiver] = []
     transports: list[KernelTransport] = []
     records: dict[str, list[IterationRecord]] = {}
     errors: list[str] = []
     try:
         for i in range(2):
-            transports.append(KernelTransport(d.receiver_ip, rx.port, cc=cc, ns=d.senders[i],
+            b = d.receivers[i]
+            receivers.append(rx := Receiver("0.0.0.0", 0, ns=d.ns(b)))
+            transports.append(KernelTransport(d.ip(b), rx.port, cc=cc, ns=d.ns(d.senders[i]),
                                               mark=case.mark and cc.startswith("mltcp_"),
                                               pacing_mbit=pacing_rate_for_link(case.link_mbit) if case.pacing else None))
         jobs = [JobSpec.of(job_id=i, compute_s=case.compute, bytes_per_iter=case.nbytes,
@@ -108,7 +112,8 @@ def run_once(d: Dumbbell, case: Case, cc: str, progress=None) -> dict:
     finally:
         for t in transports:
             t.close()
-        rx.close()
+        for rx in receivers:
+            rx.close()
     if errors:
         raise RuntimeError("; ".join(errors))
     allrec = [r for j in "AB" for r in records[j]]
@@ -164,8 +169,9 @@ def simulate_case(case: Case, ccs: list[str]) -> dict | None:
     return out
 
 
-def run(case: Case, with_sim: bool = True, progress=None, tag: str | None = None) -> dict:
-    """Baseline then MLTCP on the same namespaces. Loads the variant if it is not registered
+def run(case: Case, with_sim: bool = True, progress=None, prefix: str | None = None) -> dict:
+    """Baseline then MLTCP on the same network (node names start with ``prefix``, default the
+    run prefix of mltcp.emulation.netns). Loads the variant if it is not registered
     (and unloads it again afterwards)."""
     base = BASELINES[case.variant]
     we_loaded = False
@@ -176,10 +182,9 @@ def run(case: Case, with_sim: bool = True, progress=None, tag: str | None = None
         with VariantMaps(case.variant) as vm:
             vm.write_config(case.config)
     t0 = time.monotonic()
-    d = Dumbbell(n=2, rate_mbit=case.link_mbit, buffer_bytes=case.buffer_bytes, delay_us=round(case.delay_ms * 1e3),
-                 min_rto_ms=round(case.min_rto_ms), idle_restart=case.idle_restart,
-                 ecn_k_pkts=case.ecn_k_pkts,
-                 **({"tag": tag} if tag else {}))
+    d = KernelNet(n=2, rate_mbit=case.link_mbit, buffer_bytes=case.buffer_bytes, delay_us=round(case.delay_ms * 1e3),
+                  min_rto_ms=round(case.min_rto_ms), idle_restart=case.idle_restart,
+                  ecn_k_pkts=case.ecn_k_pkts, **({"prefix": prefix} if prefix else {}))
     try:
         d.build()
         results = {}

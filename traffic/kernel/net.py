@@ -1,0 +1,170 @@
+"""The kernel experiment's network: the emulation's dumbbell (:class:`mltcp.emulation.topologies.Dumbbell`)
+built by Mininet in link mode ``htb`` (:func:`mltcp.emulation.network.build_network`), plus what
+kernel TCP from this process needs.
+
+Senders a1..an, receivers b1..bn (one subnet, 10.0.0.i and 10.0.0.100+i); job i sends from a_i to
+b_i through s1's port towards the receivers: htb at ``rate_mbit`` with a bfifo of
+``buffer_bytes`` (drop-tail), the bottleneck. With ``delay_us`` > 0 a delay-line node
+(:class:`.delayline.DelayLineSwitch`) stands behind that port and delays every frame by
+``delay_us`` in each direction (base RTT = 2 x delay_us). Sockets live in the hosts' namespaces
+through :func:`.netns.in_netns` on ``/proc/<host pid>/ns/net`` (:meth:`KernelNet.ns`).
+Everything is removed by :meth:`KernelNet.destroy` (mltcp.emulation.netns.Cleanup), also after a
+partial build.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import struct
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mltcp import offloads
+from mltcp.emulation.netns import Cleanup, run_prefix
+from mltcp.emulation.network import build_network
+from mltcp.emulation.topologies import Dumbbell, LinkParams, bottleneck_intfs, run_checked
+
+from . import loader
+from .delayline import DelayLine, DelayLineSwitch
+from .netns import NetnsError, netns_path
+
+
+def build_ecn_marker(rate_mbit: float, k_pkts: int, limit_bytes: int) -> Path:
+    """ecn_mark.bpf.c compiled for this bottleneck (its numbers are constants), into the cache."""
+    rate_bps, k_bytes = round(rate_mbit * 1e6), k_pkts * 1514
+    out = loader.cache_dir() / f"ecn_mark-{rate_bps}-{k_bytes}-{limit_bytes}.bpf.o"
+    src = loader.source_dir() / "ecn_mark.bpf.c"
+    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+        return out
+    loader.build([])      # vmlinux.h into the cache directory
+    arch = {"x86_64": "x86", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    p = subprocess.run(["clang", "-O2", "-g", "-target", "bpf", f"-D__TARGET_ARCH_{arch}", "-I", str(out.parent),
+                        f"-DRATE_BPS={rate_bps}ULL", f"-DK_BYTES={k_bytes}", f"-DLIMIT_BYTES={limit_bytes}",
+                        "-c", str(src), "-o", str(out)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise NetnsError(f"ECN marker: clang failed on {src}:\n{p.stderr.strip()}")
+    return out
+
+
+@dataclass
+class KernelNet:
+    """The dumbbell for ``n`` jobs with the kernel path's settings: ``min_rto_ms`` > 0 the senders'
+    route rto_min (Linux default 200 ms), ``idle_restart`` their tcp_slow_start_after_idle
+    (RFC 2861), ``ecn_k_pkts`` > 0 CE at >= K full frames queued (ecn_mark.bpf.c on the
+    bottleneck port's egress, tcp_ecn=1 on every host)."""
+
+    n: int = 2
+    rate_mbit: float = 100.0
+    buffer_bytes: int = 150_000
+    delay_us: int = 0
+    min_rto_ms: int = 0
+    idle_restart: bool = True
+    ecn_k_pkts: int = 0
+    prefix: str = field(default_factory=run_prefix)
+    topo: Dumbbell | None = None
+    wire: DelayLine | None = None     # the delay line (its counters stay after destroy)
+    _cleanup: Cleanup | None = None
+
+    @property
+    def net(self):
+        return self._cleanup.net if self._cleanup is not None else None
+
+    @property
+    def senders(self) -> list:
+        return [self.net[a] for a, _ in self.topo.job_pairs]
+
+    @property
+    def receivers(self) -> list:
+        return [self.net[b] for _, b in self.topo.job_pairs]
+
+    @staticmethod
+    def ns(node) -> str:
+        """The namespace file of a host, for :func:`.netns.in_netns` (``ns=`` of the transports)."""
+        return netns_path(node.pid)
+
+    def ip(self, node) -> str:
+        return self.topo.ip_of(node.name)
+
+    @property
+    def bottleneck(self):
+        """s1's interface on the bottleneck link (its egress carries the data)."""
+        s1 = self.net[self.topo.name("s1")]
+        return next(i for i in bottleneck_intfs(self.net, self.topo) if i.node is s1)
+
+    def build(self) -> "KernelNet":
+        if os.geteuid() != 0:
+            raise NetnsError("network namespaces need root")
+        bottleneck = LinkParams(rate_mbps=self.rate_mbit, delay_ms=self.delay_us / 1e3, buffer_bytes=self.buffer_bytes,
+                                burst_bytes=0)     # tc's own htb burst (one MTU)
+        self.topo = Dumbbell(prefix=self.prefix, n=self.n, bottleneck=bottleneck, delay_node=DelayLineSwitch)
+        self._cleanup = Cleanup(self.prefix)
+        try:
+            net = build_network(self.topo, "htb", self._cleanup)
+            if self.delay_us > 0:
+                # the delay line copies frames: a partial checksum would stay wrong
+                for node in net.hosts + net.switches:
+                    for intf in node.intfList():
+                        if intf.name != "lo":
+                            node.cmd(offloads.shell_command(intf.name, checksum=True))
+                self.wire = net[self.topo.name("w")].line
+            for a in self.senders:
+                if not self.idle_restart:
+                    run_checked(a, ["sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"])
+                if self.min_rto_ms > 0:
+                    addr = ipaddress.ip_interface(self.topo.host_ip[a.name])
+                    run_checked(a, ["ip", "route", "replace", str(addr.network), "dev", a.defaultIntf().name,
+                                    "proto", "kernel", "scope", "link", "src", str(addr.ip),
+                                    "rto_min", f"{self.min_rto_ms}ms"])
+            if self.ecn_k_pkts > 0:
+                self._mark_ecn()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def _mark_ecn(self) -> None:
+        obj = build_ecn_marker(self.rate_mbit, self.ecn_k_pkts, self.buffer_bytes)
+        port = self.bottleneck
+        run_checked(port.node, ["tc", "qdisc", "add", "dev", port.name, "clsact"])
+        run_checked(port.node, ["tc", "filter", "add", "dev", port.name, "egress", "bpf", "direct-action",
+                                "obj", str(obj), "sec", "tc"])
+        for h in self.senders + self.receivers:
+            run_checked(h, ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"])
+
+    def ecn_stats(self) -> dict[str, int] | None:
+        """The marker's counters (frames seen, marked CE), or None without ECN."""
+        if self.ecn_k_pkts <= 0:
+            return None
+        port = self.bottleneck
+        out = run_checked(port.node, ["tc", "filter", "show", "dev", port.name, "egress"])
+        m = re.search(r" id (\d+) ", out)
+        if not m:
+            raise NetnsError(f"ECN marker not found on {port.name}: {out!r}")
+        prog = json.loads(run_checked(port.node, ["bpftool", "prog", "show", "id", m.group(1), "--json"]))
+        raw = json.loads(run_checked(port.node, ["bpftool", "map", "lookup", "id", str(prog["map_ids"][0]),
+                                                 "key", "0", "0", "0", "0", "--json"]))
+        val = bytes(int(b, 16) for b in raw["value"])
+        _, _, marked, seen = struct.unpack("<4Q", val[:32])
+        return {"marked": marked, "seen": seen}
+
+    def bottleneck_stats(self) -> str:
+        port = self.bottleneck
+        return run_checked(port.node, ["tc", "-s", "qdisc", "show", "dev", port.name])
+
+    def destroy(self) -> None:
+        if self._cleanup is None:
+            return
+        net = self._cleanup.net
+        for sw in (net.switches if net is not None else []):
+            if isinstance(sw, DelayLineSwitch) and sw.line is not None:
+                sw.line.stop()      # first: its process would keep the namespace alive
+        self._cleanup.run()
+
+    def __enter__(self) -> "KernelNet":
+        return self.build()
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
