@@ -107,3 +107,26 @@ def test_ecn_marker_marks_instead_of_dropping():
     finally:
         d.destroy()
     assert not leftovers(d.prefix)
+
+
+def test_a_failed_build_leaves_nothing(monkeypatch):
+    """A build that fails after the net runs (here: the ECN marker) stops the delay line and
+    removes the net: no links, no node shells, no delay-line process."""
+    from mltcp.traffic.kernel import net as knet
+
+    def boom(*_a):
+        raise knet.NetnsError("injected")
+
+    monkeypatch.setattr(knet, "build_ecn_marker", boom)
+    d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=1000, ecn_k_pkts=10, prefix=run_prefix() + "f")
+    with pytest.raises(knet.NetnsError, match="injected"):
+        d.build()
+    assert d.wire is not None and d.wire.proc is None and d.wire.stats is not None   # it ran, and was stopped
+    assert not leftovers(d.prefix)
+    port = d.prefix + "w-eth1"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        assert port.encode() not in args, f"delay line {pid} still runs"
