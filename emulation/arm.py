@@ -65,7 +65,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
             use_shim_port(plan.jobs)
         net = build_network(topo, mode, cl)
         if transport == "kernel":   # the scenario's RTO (stretched by --dilate), as the model's
-            set_kernel_min_rto(net, min(j.min_rto_s for j in plan.jobs))
+            set_kernel_min_rto(net.hosts, min(j.min_rto_s for j in plan.jobs))
         if transport == "kernel" and features(mode)["ecn"]:
             for h in net.hosts:   # ECN-capable kernel TCP where the links can mark
                 h.cmd("sysctl -qw net.ipv4.tcp_ecn=1")

@@ -112,8 +112,9 @@ def route_rto_commands(route_lines: str, min_rto_s: float) -> list[str]:
     return out
 
 
-def set_kernel_min_rto(net, min_rto_s: float) -> None:
-    for h in net.hosts:
+def set_kernel_min_rto(hosts, min_rto_s: float) -> None:
+    """:func:`route_rto_commands` applied in each Mininet host of ``hosts``."""
+    for h in hosts:
         for cmd in route_rto_commands(h.cmd("ip -4 route show"), min_rto_s):
             res = h.cmd(cmd + " 2>&1; echo rc=$?")
             if not res.rstrip().endswith("rc=0"):

@@ -50,11 +50,18 @@ def test_rtt_is_twice_the_delay(wired):
 
 
 def test_without_delay_no_wire():
-    d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, prefix=run_prefix() + "n")
+    d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, min_rto_ms=5, idle_restart=False, prefix=run_prefix() + "n")
     try:
         d.build()
         assert d.wire is None and d.topo.name("w") not in d.topo.switches()
         assert _rtts(d)[0] < 3.0
+        a, b = d.senders[0], d.receivers[0]     # the senders' settings, not the receivers'
+        assert re.search(r"rto_min (lock )?5ms", a.cmd("ip -4 route show")) and "rto_min" not in b.cmd("ip -4 route show")
+        assert [h.cmd("sysctl -n net.ipv4.tcp_slow_start_after_idle").strip() for h in (a, b)] == ["0", "1"]
+        port = d.bottleneck                      # s1's port: htb at tc's own burst (one MTU), bfifo
+        cls, qd = port.node.cmd(f"tc class show dev {port.name}"), port.node.cmd(f"tc qdisc show dev {port.name}")
+        assert "rate 50Mbit" in cls and re.search(r"burst 1[56]\d\db ", cls), cls
+        assert "bfifo" in qd and "limit 60000b" in qd, qd
     finally:
         d.destroy()
     assert not leftovers(d.prefix)

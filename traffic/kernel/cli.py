@@ -161,10 +161,14 @@ def experiment(
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),
 ):
     """Two jobs through one bottleneck (the emulation's dumbbell in Mininet): kernel base CC vs its MLTCP variant."""
+    from mininet.log import setLogLevel
+
     from mltcp.emulation.topologies import TopologyError
 
     from .experiment import Case, run
     from .netns import NetnsError
+
+    setLogLevel("error")     # Mininet's warnings (as `mltcp emulate`): errors still show
 
     cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease)
     try:

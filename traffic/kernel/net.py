@@ -13,7 +13,6 @@ partial build.
 """
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -25,6 +24,7 @@ from pathlib import Path
 from mltcp import offloads
 from mltcp.emulation.netns import Cleanup, run_prefix
 from mltcp.emulation.network import build_network
+from mltcp.emulation.peers import set_kernel_min_rto
 from mltcp.emulation.topologies import Dumbbell, LinkParams, bottleneck_intfs, run_checked
 
 from . import loader
@@ -110,14 +110,11 @@ class KernelNet:
                         if intf.name != "lo":
                             node.cmd(offloads.shell_command(intf.name, checksum=True))
                 self.wire = net[self.topo.name("w")].line
-            for a in self.senders:
-                if not self.idle_restart:
+            if not self.idle_restart:
+                for a in self.senders:
                     run_checked(a, ["sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"])
-                if self.min_rto_ms > 0:
-                    addr = ipaddress.ip_interface(self.topo.host_ip[a.name])
-                    run_checked(a, ["ip", "route", "replace", str(addr.network), "dev", a.defaultIntf().name,
-                                    "proto", "kernel", "scope", "link", "src", str(addr.ip),
-                                    "rto_min", f"{self.min_rto_ms}ms"])
+            if self.min_rto_ms > 0:
+                set_kernel_min_rto(self.senders, self.min_rto_ms / 1e3)
             if self.ecn_k_pkts > 0:
                 self._mark_ecn()
         except BaseException:
