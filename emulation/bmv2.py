@@ -313,7 +313,7 @@ def configure(sw: Bmv2Switch, topo) -> None:
         if p is None or (p.rate_mbps is None and p.buffer_bytes is None):
             continue
         queues[port] = (None if p.rate_mbps is None else queue_rate_pps(p.rate_mbps),
-                        None if p.buffer_bytes is None else max(1, round(p.buffer_bytes / 1500)))
+                        None if p.buffer_bytes is None else max(1, p.buffer_bytes // 1500))   # whole packets
     tables = switch_tables(topo, sw)
     sw.queues, sw.routes, sw.ecn = queues, tables["routes"], tables["ecn"]
     sw.progress = tables.get("progress")

@@ -84,7 +84,7 @@ def port_spec(p: LinkParams) -> str:
     if p.delay_ms > 0:
         parts.append(f"delay={p.delay_ms:g}ms")
     if p.buffer_bytes is not None:
-        parts.append(f"buffer={max(1, round(p.buffer_bytes / 1500))}")
+        parts.append(f"buffer={max(1, p.buffer_bytes // 1500)}")     # whole packets, as max_queue_size
     return ",".join(parts)
 
 
