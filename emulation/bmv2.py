@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mltcp import offloads, tools
+from mltcp import nsexec, offloads, tools
 
 from .netns import stop_process
 
@@ -64,8 +64,7 @@ def queue_commands(port_queues: dict[int, tuple[int | None, int | None]]) -> str
 def run_cli(thrift_port: int, commands: str, netns: str | None = None, timeout: float = 30) -> str:
     """Feed ``commands`` to simple_switch_CLI on ``thrift_port``; raises with its output on error."""
     argv = [tools.switch_cli(), "--thrift-port", str(thrift_port)]
-    if netns:
-        argv = ["ip", "netns", "exec", netns] + argv
+    argv = nsexec.argv(argv, netns)
     r = subprocess.run(argv, input=commands, capture_output=True, text=True, timeout=timeout)
     out = r.stdout + r.stderr
     if r.returncode != 0 or "Error" in out or "Invalid" in out:
@@ -85,8 +84,7 @@ def _wait_ports(grpc_port: int, thrift_port: int, proc: subprocess.Popen, netns:
              "            if time.monotonic() > end: sys.exit(f'port {port} closed')\n"
              "            time.sleep(0.05)\n")
     argv = [sys.executable, "-c", probe]
-    if netns:
-        argv = ["ip", "netns", "exec", netns] + argv
+    argv = nsexec.argv(argv, netns)
     r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 10)
     if r.returncode != 0 or proc.poll() is not None:
         raise RuntimeError(f"simple_switch_grpc did not come up (rc {proc.poll()}): {r.stderr.strip()}")
@@ -114,8 +112,7 @@ def start_in_netns(netns: str | None, interfaces: dict[int, str], log_path: str 
     while thrift_port == grpc_port:
         thrift_port = free_tcp_port()
     argv = switch_argv(interfaces, grpc_port, thrift_port, device_id, log_path, debug, pcap_dir)
-    if netns:
-        argv = ["ip", "netns", "exec", netns] + argv
+    argv = nsexec.argv(argv, netns)
     log = open(log_path, "w") if log_path else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -11,6 +11,8 @@ import shlex
 import shutil
 import subprocess
 
+from . import nsexec
+
 SEGMENTATION = ("tso", "gso", "gro")
 
 
@@ -33,7 +35,7 @@ def disable(ifname: str, netns: str | None = None, checksum: bool = True, check:
         if check:
             raise FileNotFoundError("ethtool is not installed (Debian package ethtool)")
         return False
-    cmd = (["ip", "netns", "exec", netns] if netns else []) + ethtool_args(ifname, checksum)
+    cmd = nsexec.argv(ethtool_args(ifname, checksum), netns)
     return subprocess.run(cmd, check=check, capture_output=True).returncode == 0
 
 

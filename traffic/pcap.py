@@ -33,6 +33,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 from scapy.utils import PcapReader, PcapWriter
 
+from mltcp import nsexec
 from mltcp.records import IterationRecord
 
 from .header import FLAG_ACK, FLAG_ITER_START, MLTCP, MLTCP_UDP_PORT, ratio_to_q16
@@ -271,8 +272,8 @@ def replay(path, iface: str, netns: str | None = None, realtime: bool = True, pa
     code = ("import sys; from mltcp.traffic.pcap import replay_packets; "
             "print(replay_packets(sys.argv[1], sys.argv[2], sys.argv[3] == '1', sys.argv[4] == '1', "
             "None if sys.argv[5] == '-' else int(sys.argv[5])))")
-    cmd = ["ip", "netns", "exec", netns, sys.executable, "-c", code, str(Path(path).resolve()), iface,
-           "1" if realtime else "0", "1" if pad else "0", "-" if count is None else str(count)]
+    cmd = nsexec.argv([sys.executable, "-c", code, str(Path(path).resolve()), iface,
+                       "1" if realtime else "0", "1" if pad else "0", "-" if count is None else str(count)], netns)
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"replay in netns {netns} failed: {res.stderr.strip()[-500:]}")

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from mltcp import nsexec
+
 from ..netns import stop_process
 from .dataplane import Dataplane
 from .links import LinkConfig
@@ -138,15 +140,14 @@ def spawn_switch(interfaces: dict[int, str], netns: str | None = None, grpc_port
     if grpc_port is None:
         grpc_port = free_tcp_port()
     cmd = switch_command(interfaces, grpc_port=grpc_port, **kw)
-    if netns:
-        cmd = ["ip", "netns", "exec", netns] + cmd
+    cmd = nsexec.argv(cmd, netns)
     proc = subprocess.Popen(cmd, stderr=stderr, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
         if netns:
             probe = [sys.executable, "-c",
                      "import sys; from mltcp.emulation.switch.runtime import wait_grpc; "
                      f"wait_grpc('127.0.0.1:{grpc_port}', 15)"]
-            r = subprocess.run(["ip", "netns", "exec", netns] + probe, capture_output=True, timeout=30)
+            r = subprocess.run(nsexec.argv(probe, netns), capture_output=True, timeout=30)
             if r.returncode != 0 or proc.poll() is not None:
                 raise RuntimeError(f"switch in netns {netns} did not come up: "
                                    f"{r.stderr.decode(errors='replace')[-500:]}")

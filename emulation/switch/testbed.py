@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 
-from mltcp import offloads
+from mltcp import nsexec, offloads
 
 
 class TestbedError(RuntimeError):
@@ -22,7 +22,7 @@ def run(*cmd: str, ns: str | None = None, check: bool = True, timeout: float | N
         ) -> subprocess.CompletedProcess:
     """``cmd`` (inside ``ip netns exec NS`` when ``ns``); :class:`TestbedError` with its output
     if it fails and ``check``."""
-    full = (["ip", "netns", "exec", ns] if ns else []) + list(cmd)
+    full = nsexec.argv(cmd, ns)
     res = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
     if check and res.returncode != 0:
         raise TestbedError(f"{' '.join(full)}: {res.stderr.strip() or res.stdout.strip()}")
