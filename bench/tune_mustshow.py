@@ -39,7 +39,8 @@ def run(name: str, cfg: dict, seeds: list[int]) -> dict:
                      "inter": metrics.interleaved_at(ml.records, compare.link_sharing(sc)),
                      "base_conv": metrics.converged_at(base.records, compare.link_sharing(sc)),
                      "reform": metrics.reform_after_stragglers(ml.records, comp, sc.warmup_iterations),
-                     "bound": sb["avg_iter_s"] / ideal, "p99_bound": sb["p99_iter_s"] / ideal})
+                     "bound": sb["avg_iter_s"] / ideal, "p99_bound": sb["p99_iter_s"] / ideal,
+                     "base_rto": base.timeouts, "mltcp_rto": ml.timeouts})
     g = lambda k: math.exp(np.mean([math.log(r[k]) for r in rows]))
     reform = sum((r["reform"] for r in rows), [])
     return {"scenario": name, "config": cfg, "rows": rows, "avg": g("avg"), "p99": g("p99"), "bound": g("bound"),
@@ -63,11 +64,23 @@ def markdown_row(r: dict) -> str:
             f"{never(r['inter_worst'])} / {never(r['conv_worst'])} |")
 
 
+def per_seed_rows(r: dict) -> list[str]:
+    """| scenario | seed | bound avg / p99 | avg / p99 | avg / bound | interleaved at | drops base -> MLTCP | RTOs base / MLTCP |"""
+    out = []
+    for x in r["rows"]:
+        inter = "never" if x["inter"] is None else x["inter"]
+        out.append(f"| {r['scenario']} | {x['seed']} | {x['bound']:.3f}x / {x['p99_bound']:.3f}x | {x['avg']:.3f}x / "
+                   f"{x['p99']:.3f}x | {x['avg'] / x['bound']:.3f} | {inter} | {x['sig']} {x['base_sig']:.0f} -> "
+                   f"{x['mltcp_sig']:.0f} | {x['base_rto']} / {x['mltcp_rto']} |")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="1,2,3,4,5")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="one markdown table row per scenario")
+    ap.add_argument("--per-seed", action="store_true", help="one markdown table row per scenario and seed")
     ap.add_argument("cases", nargs="+", help="scenario=JSON-config")
     a = ap.parse_args()
     seeds = [int(s) for s in a.seeds.split(",")]
@@ -79,6 +92,9 @@ def main():
             continue
         if a.markdown:
             print(markdown_row(r), flush=True)
+            continue
+        if a.per_seed:
+            print("\n".join(per_seed_rows(r)), flush=True)
             continue
         conv = r["conv_worst"] if r["conv_worst"] < 10**6 else "never"
         inter = r["inter_worst"] if r["inter_worst"] < 10**6 else "never"
