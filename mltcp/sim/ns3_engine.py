@@ -55,6 +55,8 @@ class Ns3Options:
     sack: bool = True               # ns-3 and Linux default
     hystart: bool = True            # TcpCubic HyStart (ns-3 and Linux default)
     chunk_s: float = 0.1            # simulated seconds between progress reports
+    nic_limited_growth: bool = True # Linux/fast-engine rule: no growth while the NIC, not cwnd, limits (no TSQ in ns-3)
+    trace_cwnd: bool = False        # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
 
 
 def available() -> tuple[bool, str]:
@@ -348,9 +350,13 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         jobs[ji].WatchSink(apps.Get(0))
         hv = cppyy_vector(hook)
         cc = cx.MakeCc(cc_name, hv, keep)
+        if opt.nic_limited_growth:
+            cx.SetNic(cc, s_devs.Get(0))
         ccs.append(cc)
         f = cx.MakeFlow(senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc, bool(sc.slow_start_after_idle),
                         marks)
+        if opt.trace_cwnd:
+            f.SetDebug(True)
         cx.Attach(jobs[ji], f)
         counters.Add(s_ifs.GetAddress(0), jobs[ji])
         flow_objs.append(f)
@@ -398,9 +404,13 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
                  "flow_job": [sc.jobs[ji].name for ji, _ in flows],
                  "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
                  "other_drops": float(counters.otherDrops),
+                 "growth_held_nic_limited": [int(cx.HeldGrowths(c)) for c in ccs],
                  # per RTO: bytes of the iteration still unacknowledged, and never sent (0 = tail loss)
                  "rto_bytes_left": [[float(x) for x in f.rtoLeft] for f in flow_objs],
                  "rto_bytes_unsent": [[float(x) for x in f.rtoUnsent] for f in flow_objs]}
+        if opt.trace_cwnd:       # (time s, cwnd bytes, ssthresh bytes) at every change; RTO times
+            stats["cwnd_trace"] = [np.array([list(f.cwT), list(f.cwV), list(f.ssV)]) for f in flow_objs]
+            stats["rto_times"] = [list(f.rtoT) for f in flow_objs]
     finally:
         ns.Simulator.Destroy()
     res = SimResult(sc.name, cc_name, records, drops, marks, t, time.perf_counter() - wall0, events,
