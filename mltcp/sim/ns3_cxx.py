@@ -111,7 +111,8 @@ class Host : public Base {
     }
     Ptr<TcpCongestionOps> Fork() override { return CopyObject<Host<Base>>(this); }
 };
-using HostReno = Host<TcpNewReno>;
+using HostReno = Host<TcpLinuxReno>;     // Linux Reno: ssthresh from cwnd, segment counting
+using HostNewReno = Host<TcpNewReno>;    // ns-3's NewReno: ssthresh from the bytes in flight
 using HostCubic = Host<TcpCubic>;
 
 // ---- MLTCP = base algorithm + aggressiveness hook ---------------------------------------------
@@ -186,10 +187,16 @@ void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
     m->tracker.min2 = h[10] != 0.0; m->scaleDecrease = h[11] != 0.0; m->baseKeep = baseKeep;
 }
 
-Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double baseKeep) {
+Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double baseKeep, bool linuxReno) {
+    if (name == "reno" && !linuxReno) return CreateObject<HostNewReno>();
     if (name == "reno") return CreateObject<HostReno>();
     if (name == "cubic") return CreateObject<HostCubic>();
     NS_ABORT_MSG_IF(hook.size() != 12, "MakeCc: 12 hook numbers expected");
+    if (name == "mltcp-reno" && !linuxReno) {
+        Ptr<Mltcp<HostNewReno>> m = CreateObject<Mltcp<HostNewReno>>();
+        SetHook(m, hook, baseKeep); m->name = "MltcpNewReno";
+        return m;
+    }
     if (name == "mltcp-reno") {
         Ptr<Mltcp<HostReno>> m = CreateObject<Mltcp<HostReno>>();
         SetHook(m, hook, baseKeep); m->name = "MltcpReno";
@@ -206,17 +213,20 @@ Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double 
 
 void MltcpIterationStart(Ptr<TcpCongestionOps> cc) {
     if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) m->tracker.IterationStart();
+    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) m->tracker.IterationStart();
     if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) m->tracker.IterationStart();
 }
 
 double MltcpRatio(Ptr<TcpCongestionOps> cc) {
     if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) return m->tracker.Ratio();
+    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) return m->tracker.Ratio();
     if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) return m->tracker.Ratio();
     return -1.0;
 }
 
 double MltcpBytesPerIter(Ptr<TcpCongestionOps> cc) {
     if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) return m->tracker.bytesPerIter;
+    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) return m->tracker.bytesPerIter;
     if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) return m->tracker.bytesPerIter;
     return -1.0;
 }
@@ -225,10 +235,12 @@ double MltcpBytesPerIter(Ptr<TcpCongestionOps> cc) {
 void SetNic(Ptr<TcpCongestionOps> cc, Ptr<NetDevice> dev) {
     Ptr<Queue<Packet>> q = DynamicCast<PointToPointNetDevice>(dev)->GetQueue();
     if (auto m = DynamicCast<HostReno>(cc)) m->nic = q;
+    if (auto m = DynamicCast<HostNewReno>(cc)) m->nic = q;
     if (auto m = DynamicCast<HostCubic>(cc)) m->nic = q;
 }
 uint32_t HeldGrowths(Ptr<TcpCongestionOps> cc) {
     if (auto m = DynamicCast<HostReno>(cc)) return m->held;
+    if (auto m = DynamicCast<HostNewReno>(cc)) return m->held;
     if (auto m = DynamicCast<HostCubic>(cc)) return m->held;
     return 0;
 }

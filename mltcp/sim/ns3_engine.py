@@ -55,6 +55,7 @@ class Ns3Options:
     sack: bool = True               # ns-3 and Linux default
     hystart: bool = True            # TcpCubic HyStart (ns-3 and Linux default)
     chunk_s: float = 0.1            # simulated seconds between progress reports
+    linux_reno: bool = True         # reno = ns-3's TcpLinuxReno (Linux's rules), not TcpNewReno (ssthresh from bytes in flight)
     nic_limited_growth: bool = True # Linux/fast-engine rule: no growth while the NIC, not cwnd, limits (no TSQ in ns-3)
     trace_cwnd: bool = False        # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
 
@@ -229,7 +230,8 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     if "fast_convergence" in cub:
         sd("ns3::TcpCubic::FastConvergence", ns.BooleanValue(bool(cub["fast_convergence"])))
     base = "cubic" if "cubic" in cc_name else "reno"
-    sd("ns3::TcpL4Protocol::SocketType", ns.StringValue("ns3::TcpCubic" if base == "cubic" else "ns3::TcpNewReno"))
+    sd("ns3::TcpL4Protocol::SocketType", ns.StringValue(
+        "ns3::TcpCubic" if base == "cubic" else "ns3::TcpLinuxReno" if opt.linux_reno else "ns3::TcpNewReno"))
 
     # ---- nodes -----------------------------------------------------------------------------
     n_routers = len(set(ends.values()))
@@ -349,7 +351,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         apps.Start(ns.Seconds(0))
         jobs[ji].WatchSink(apps.Get(0))
         hv = cppyy_vector(hook)
-        cc = cx.MakeCc(cc_name, hv, keep)
+        cc = cx.MakeCc(cc_name, hv, keep, opt.linux_reno)
         if opt.nic_limited_growth:
             cx.SetNic(cc, s_devs.Get(0))
         ccs.append(cc)
