@@ -55,7 +55,7 @@ class Ns3Options:
     sack: bool = True               # ns-3 and Linux default
     hystart: bool = True            # TcpCubic HyStart (ns-3 and Linux default)
     chunk_s: float = 0.1            # simulated seconds between progress reports
-    linux_reno: bool = True         # reno = ns-3's TcpLinuxReno (Linux's rules), not TcpNewReno (ssthresh from bytes in flight)
+    linux_reno: bool = False        # reno = ns-3's TcpLinuxReno (ssthresh from cwnd) instead of TcpNewReno (docs/ns3.md: tried, not kept)
     nic_limited_growth: bool = True # Linux/fast-engine rule: no growth while the NIC, not cwnd, limits (no TSQ in ns-3)
     trace_cwnd: bool = False        # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
 
