@@ -469,6 +469,11 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 else:
                     # retransmission timeout: the held bytes go again first, window 1 MSS, slow start
                     # to the new ssthresh; the next timeout for them waits twice as long
+                    if not rack and kind == dispatch.RENO:
+                        # ns-3 3.44's TcpNewReno takes ssthresh from the bytes in flight (RFC 5681
+                        # eq. 4: max(FlightSize / 2, 2 MSS); its pipe keeps the held bytes), not
+                        # from cwnd as Linux: after a tail loss that is 2 MSS
+                        tcp[f, CWND] = inflight[f] + lr[f, LR_HOLE]
                     dispatch.on_timeout(kind, p, tcp, ca, f, t, _dscale(mltcp, mp, tr, f), mss)
                     lr[f, LR_BACKOFF] += 1.0
                     recovery_until[f] = t
