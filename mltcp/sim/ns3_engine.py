@@ -45,7 +45,8 @@ from ..scenario import Scenario, ScenarioError
 from .engine import SimResult, build_cc
 
 ALGORITHMS = ("reno", "cubic", "mltcp-reno", "mltcp-cubic")
-HEADER_BYTES = 52          # IPv4 20 + TCP 20 + timestamp option 12
+HEADER_BYTES = 40          # IPv4 20 + TCP 20 (+ 12 with the timestamp option)
+PPP_BYTES = 2
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Ns3Options:
     """ns-3 settings the scenario format does not name (defaults: what our model assumes)."""
     del_ack_count: int = 1          # ACK every segment, as the fast engine's byte-counted feedback
     sack: bool = True               # ns-3 and Linux default
+    timestamps: bool = False        # ns-3's TS option counts in ms: sub-ms RTT samples would read 0 or 1 ms
+    payload_rates: bool = True      # the scenario's rates carry payload, as in the fast engine: wire rate x (mss + headers) / mss
     hystart: bool = True            # TcpCubic HyStart (ns-3 and Linux default)
     chunk_s: float = 0.1            # simulated seconds between progress reports
     linux_reno: bool = False        # reno = ns-3's TcpLinuxReno (ssthresh from cwnd) instead of TcpNewReno (docs/ns3.md: tried, not kept)
@@ -218,6 +221,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     sd("ns3::TcpSocket::DataRetries", ns.UintegerValue(100))
     sd("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.Seconds(sc.min_rto_s)))
     sd("ns3::TcpSocketBase::Sack", ns.BooleanValue(opt.sack))
+    sd("ns3::TcpSocketBase::Timestamp", ns.BooleanValue(opt.timestamps))
     sd("ns3::TcpSocketBase::WindowScaling", ns.BooleanValue(True))
     if ecn_links:
         sd("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
@@ -249,10 +253,13 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     subnet = [0]
     containers = []
 
+    hdr = HEADER_BYTES + (12 if opt.timestamps else 0)
+    wire = (mss + hdr + PPP_BYTES) / mss if opt.payload_rates else 1.0
+
     def p2p(a, b, rate_bps: float, delay_s: float):
         h = ns.PointToPointHelper()
-        h.SetDeviceAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(rate_bps))))
-        h.SetDeviceAttribute("Mtu", ns.UintegerValue(max(1500, mss + HEADER_BYTES + 8)))
+        h.SetDeviceAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(round(rate_bps * wire)))))
+        h.SetDeviceAttribute("Mtu", ns.UintegerValue(max(1500, mss + hdr + 8)))
         h.SetChannelAttribute("Delay", ns.TimeValue(ns.Seconds(delay_s)))
         devs = h.Install(a, b)
         addr = ns.Ipv4AddressHelper()
