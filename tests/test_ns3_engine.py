@@ -190,14 +190,18 @@ def test_each_algorithm_completes_and_mltcp_learns_its_bytes_per_iteration(cc):
 @needs_ns3
 def test_mltcp_makes_the_jobs_take_turns_where_reno_keeps_sharing():
     """Two identical jobs starting 2 ms apart with enough compute for a perfect interleave: under
-    MLTCP-Reno the communication phases overlap less by the end of the run than under Reno."""
+    MLTCP-Reno the communication phases overlap less by the end of the run than under Reno.
+    Stock ns-3 window growth (nic_limited_growth off): with the host's NIC limit this short case is
+    decided by timeouts and MLTCP no longer separates the jobs (overlap 0.76 vs Reno's 0.71; the fast
+    engine under loss_recovery = "ns3" likewise, 0.78 vs 0.85), docs/ns3.md."""
     from mltcp import metrics
+    stock = ns3_engine.Ns3Options(nic_limited_growth=False)
     sc = _dumbbell(jobs=2, iterations=12, nbytes=1_000_000, compute_ms=80, buffer_pkts=60,
                    extra_jobs=None)
     sc.jobs[1].start_offset_s = 0.002
     over = {}
     for cc in ("reno", "mltcp-reno"):
-        r = ns3_engine.run(sc, cc)
+        r = ns3_engine.run(sc, cc, options=stock)
         ov = metrics.overlap_fractions(r.records)
         over[cc] = sum(v for (j, i), v in ov.items() if i >= 8) / max(1, sum(1 for (j, i) in ov if i >= 8))
     assert over["mltcp-reno"] < over["reno"], over
@@ -257,8 +261,10 @@ path = ["bn"]
 @needs_ns3
 def test_ns3_mltcp_with_unit_gain_is_reno_and_the_cap_and_decrease_ends_apply():
     """F = 1 everywhere (slope 0, intercept 1; or any slope capped at 1) and a decrease scaled by
-    exactly 1 (both ends 0.5) run ns-3's TcpNewReno packet for packet; other decrease ends do not."""
-    kw = dict(iterations=3, nbytes=500_000, buffer_pkts=20)
+    exactly 1 (both ends 0.5) run ns-3's TcpNewReno packet for packet; other decrease ends do not.
+    (1 MB per iteration: with 500 kB one job times out in iteration 0 and the other then runs alone,
+    without the shared losses the decrease acts on.)"""
+    kw = dict(iterations=3, nbytes=1_000_000, buffer_pkts=20)
     key = lambda r: ([(x.job, x.iteration, x.end) for x in r.records], r.drops)
     reno = key(ns3_engine.run(_dumbbell(**kw), "reno"))
     unit = {"slope": 0.0, "intercept": 1.0}
