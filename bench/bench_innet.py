@@ -4,6 +4,7 @@ and through the progress-aware one, per seed; ratios measured in one run (docs/i
     python bench/bench_innet.py [--scenarios innet-ecn-reno-two-jobs,...] [--seeds 1,2,3]
                                 [--policies ecn-by-progress,priority-by-progress] [--cc reno,mltcp-reno]
                                 [--switch priority_ecn=off,bands=2]   (overrides of the [switch] table)
+                                [--markdown]   (also one table row per scenario / cc / policy over the seeds)
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--switch", default="", help="KEY=VALUE,... overriding the scenarios' [switch] table "
                                                  "(bands, ecn_scale_lo, ecn_scale_hi, priority_ecn, priority_buffer)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="also print one table row per scenario, cc and policy")
     a = ap.parse_args(argv)
     over = {}
     for kv in filter(None, a.switch.split(",")):
@@ -82,7 +84,38 @@ def main(argv=None) -> int:
                               f"(ideal {row['ideal_ms']} ms)", flush=True)
     if a.json:
         print(json.dumps(rows, indent=1))
+    if a.markdown:
+        print(markdown(rows))
     return 0
+
+
+def _seeds(rows, key, fmt="{}") -> str:
+    """The seeds' values, 'a / b / c'; one value when all are equal; None is 'never'."""
+    vals = ["never" if r[key] is None else fmt.format(r[key]) for r in rows]
+    return vals[0] if len(set(vals)) == 1 else " / ".join(vals)
+
+
+def markdown(rows: list[dict]) -> str:
+    """One row per (scenario, cc, policy), the seeds' values in seed order, separated by '/'."""
+    out = ["| scenario | cc | policy | seeds | avg off -> on (ms) | avg speed-up | p99 speed-up | interleaved at "
+           "| drops off -> on (after warm-up) | ECN marks off -> on |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["scenario"], r["cc"], r["policy"]), []).append(r)
+    for (name, cc, pol), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["seed"])
+        seeds = ",".join(str(r["seed"]) for r in rs)
+        avg = f"{min(r['avg_off_ms'] for r in rs)}-{max(r['avg_off_ms'] for r in rs)} -> " \
+              f"{min(r['avg_ms'] for r in rs)}-{max(r['avg_ms'] for r in rs)}"
+        il = f"{_seeds(rs, 'interleaved')} (off: {_seeds(rs, 'interleaved_off')})"
+        drops = f"{_seeds(rs, 'drops_off', '{:.0f}')} -> {_seeds(rs, 'drops', '{:.0f}')} " \
+                f"({_seeds(rs, 'drops_tail_off', '{:.0f}')} -> {_seeds(rs, 'drops_tail', '{:.0f}')})"
+        marks = f"{min(r['marks_off'] for r in rs):.0f}-{max(r['marks_off'] for r in rs):.0f} -> " \
+                f"{min(r['marks'] for r in rs):.0f}-{max(r['marks'] for r in rs):.0f}"
+        out.append(f"| {name} | {cc} | {pol} | {seeds} | {avg} | {_seeds(rs, 'speedup_avg')} | "
+                   f"{_seeds(rs, 'speedup_p99')} | {il} | {drops} | {marks} |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
