@@ -12,6 +12,8 @@ import argparse
 import dataclasses
 import json
 
+import numpy as np
+
 from mltcp import compare, scenario
 from mltcp.sim.engine import simulate
 
@@ -27,6 +29,19 @@ def run(sc, cc: str, policy: str, seed: int) -> dict:
     tail = [x for x in r.records if x.iteration >= s.warmup_iterations]
     out["drops_tail"] = round(sum(x.drops for x in tail))
     out["marks_tail"] = round(sum(x.marks for x in tail))
+    out["per_job"] = per_job(tail)
+    return out
+
+
+def per_job(recs) -> dict:
+    """Each job's avg / p99 iteration time and communication phase (ms), drops and marks, over ``recs``."""
+    out = {}
+    for j in sorted({x.job for x in recs}):
+        d = np.array([x.duration for x in recs if x.job == j])
+        out[j] = dict(avg_ms=round(float(d.mean()) * 1e3, 2), p99_ms=round(float(np.percentile(d, 99)) * 1e3, 2),
+                      comm_ms=round(float(np.mean([x.comm_duration for x in recs if x.job == j])) * 1e3, 2),
+                      drops=round(sum(x.drops for x in recs if x.job == j)),
+                      marks=round(sum(x.marks for x in recs if x.job == j)))
     return out
 
 
@@ -40,6 +55,7 @@ def main(argv=None) -> int:
                                                  "(bands, ecn_scale_lo, ecn_scale_hi, priority_ecn, priority_buffer)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="also print one table row per scenario, cc and policy")
+    ap.add_argument("--per-job", action="store_true", help="also print each job's figures after the warm-up (off and on)")
     a = ap.parse_args(argv)
     over = {}
     for kv in filter(None, a.switch.split(",")):
@@ -72,7 +88,8 @@ def main(argv=None) -> int:
                                marks_tail_off=base["marks_tail"], marks_tail=m["marks_tail"], converged_off=base["converged_at_iteration"],
                                converged=m["converged_at_iteration"],
                                interleaved_off=base["interleaved_at_iteration"], interleaved=m["interleaved_at_iteration"],
-                               ideal_ms=round(compare.ideal_iter_s(sc) * 1e3, 2))
+                               ideal_ms=round(compare.ideal_iter_s(sc) * 1e3, 2),
+                               per_job_off=base["per_job"], per_job=m["per_job"])
                     rows.append(row)
                     if not a.json:
                         print(f"{row['scenario']:32s} {cc:11s} {pol:21s} seed {seed}: avg {row['avg_off_ms']} -> "
@@ -82,6 +99,13 @@ def main(argv=None) -> int:
                               f"{row['drops_tail']}, marks {row['marks_tail_off']} -> {row['marks_tail']}), converged at {row['converged_off']} -> "
                               f"{row['converged']}, interleaved at {row['interleaved_off']} -> {row['interleaved']} "
                               f"(ideal {row['ideal_ms']} ms)", flush=True)
+                        if a.per_job:
+                            for j, on in m["per_job"].items():
+                                off = base["per_job"][j]
+                                print(f"    job {j}: avg {off['avg_ms']} -> {on['avg_ms']} ms "
+                                      f"({off['avg_ms'] / on['avg_ms']:.3f}x), p99 {off['p99_ms']} -> {on['p99_ms']}, "
+                                      f"comm {off['comm_ms']} -> {on['comm_ms']}, drops {off['drops']} -> {on['drops']}, "
+                                      f"marks {off['marks']} -> {on['marks']}", flush=True)
     if a.json:
         print(json.dumps(rows, indent=1))
     if a.markdown:
