@@ -10,9 +10,10 @@ ingress thread reads it, so the moments this Python process is not scheduled del
 do not take capacity from the emulated link (see ``arrival_time``).
 
 Interfaces must be up. The switch opens them in promiscuous mode and ignores frames it sent
-itself. Offloads: the *peers* that send into the switch should have TSO/GSO/GRO off
-(``disable_offloads``): super-frames above the MTU cannot be forwarded and are dropped (counted
-as ``oversize``, with one warning). Frames whose TCP/UDP checksum the sender left to the NIC
+itself; a port's socket never holds another interface's frames (``packet_socket``). Offloads:
+the *peers* that send into the switch should have TSO/GSO/GRO off (``disable_offloads``):
+super-frames above the MTU cannot be forwarded and are dropped (counted as ``oversize``, with
+one warning). Frames whose TCP/UDP checksum the sender left to the NIC
 (TX checksum offload on; PACKET_AUXDATA says so) get it finished here (``csum_fixed``).
 """
 
