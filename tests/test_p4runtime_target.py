@@ -24,6 +24,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from mltcp.emulation.switch import dataplane as dp
 from mltcp.emulation.switch.runtime import spawn_switch, stop_switch
 from mltcp.emulation.switch.testbed import Testbed, have_root_netns
 from mltcp.traffic.header import MLTCP
@@ -74,9 +75,7 @@ def shell(target, tmp_path_factory):
 
 
 def _raw(ifname: str) -> socket.socket:
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
-    s.bind((ifname, 0))
-    return s
+    return dp.packet_socket(ifname)  # not socket(ETH_P_ALL) + bind: that also captures other links
 
 
 def _recv_all(s: socket.socket, want: int, timeout: float = 5.0) -> list[bytes]:

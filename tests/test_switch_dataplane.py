@@ -36,8 +36,7 @@ CLI = [sys.executable, "-m", "mltcp.emulation.switch_cli"]
 
 
 def _raw(ifname: str) -> socket.socket:
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
-    s.bind((ifname, 0))
+    s = dp.packet_socket(ifname)  # not socket(ETH_P_ALL) + bind: that also captures other links
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     return s
 
@@ -332,3 +331,39 @@ def test_ports_share_a_full_queue_in_arrival_order():
     assert stalled and h.dataplane.ports[3].queue.dropped > 0
     a, b = sports.count(40001), sports.count(40002)
     assert min(a, b) >= 0.5 * max(a, b), sports    # port order instead: 31 from port 1, 4 from port 2
+
+
+@root_only
+def test_a_port_receives_no_frame_of_another_link(veths, monkeypatch):
+    """A frame crossing another interface while a port socket is being opened (between socket()
+    and bind()) must not land in the port's queue: with socket(ETH_P_ALL) and then bind, it did,
+    and the switch (or a capture) took other links' frames for its own (under load, the tests
+    counted other emulations' MLTCP frames: 71 instead of 41)."""
+    import types
+
+    sa, ha, sb, hb = veths
+    other_tx, other_rx = dp.packet_socket(ha), dp.packet_socket(sa)
+    other_rx.settimeout(5)
+    frame = _frames(1)[0]
+
+    class GapSocket(socket.socket):
+        def bind(self, addr):  # another link's frame arrives just before the socket is bound
+            other_tx.send(frame)
+            assert other_rx.recv(65536) == frame
+            return super().bind(addr)
+
+    shim = types.ModuleType("socket")
+    shim.__dict__.update(socket.__dict__)
+    shim.socket = GapSocket
+    monkeypatch.setattr(dp, "socket", shim)
+    try:
+        port = dp.open_port_socket(sb)
+    finally:
+        other_tx.close()
+        other_rx.close()
+    try:
+        time.sleep(0.05)
+        with pytest.raises(BlockingIOError):
+            port.recvmsg(dp.MAX_FRAME, dp.AUX_SPACE)
+    finally:
+        port.close()

@@ -10,9 +10,10 @@ ingress thread reads it, so the moments this Python process is not scheduled del
 do not take capacity from the emulated link (see ``arrival_time``).
 
 Interfaces must be up. The switch opens them in promiscuous mode and ignores frames it sent
-itself. Offloads: the *peers* that send into the switch should have TSO/GSO/GRO off
-(``disable_offloads``): super-frames above the MTU cannot be forwarded and are dropped (counted
-as ``oversize``, with one warning). Frames whose TCP/UDP checksum the sender left to the NIC
+itself; a port's socket never holds another interface's frames (``packet_socket``). Offloads:
+the *peers* that send into the switch should have TSO/GSO/GRO off (``disable_offloads``):
+super-frames above the MTU cannot be forwarded and are dropped (counted as ``oversize``, with
+one warning). Frames whose TCP/UDP checksum the sender left to the NIC
 (TX checksum offload on; PACKET_AUXDATA says so) get it finished here (``csum_fixed``).
 """
 
@@ -106,15 +107,30 @@ def arrival_time(stamp: float | None, now: float, real_minus_mono: float, window
     return t if now - window < t <= now else now
 
 
+def packet_socket(ifname: str) -> socket.socket:
+    """A raw AF_PACKET socket that receives the frames of ``ifname`` only, from its first moment.
+
+    ``socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL))`` receives the frames of *every* interface
+    from the moment it exists, and those that arrive before ``bind`` narrows it to one interface
+    stay queued (packet(7)): a port would take other links' frames for its own. So: protocol 0
+    (no frames at all), then bind to the interface for all protocols."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    try:
+        s.bind((ifname, ETH_P_ALL))  # Python puts the protocol into network order itself
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
 def open_port_socket(ifname: str) -> socket.socket:
     """A non-blocking raw socket bound to ``ifname`` (promiscuous, own frames ignored)."""
     try:
         ifindex = socket.if_nametoindex(ifname)
     except OSError:
         raise OSError(f"interface {ifname!r} does not exist") from None
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    s = packet_socket(ifname)
     try:
-        s.bind((ifname, 0))
         mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
         s.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
         try:

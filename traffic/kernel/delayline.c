@@ -62,7 +62,9 @@ static uint64_t now_ns(void)
 static int open_port(const char *ifname, int *ifindex)
 {
 	struct sockaddr_ll sll = {0};
-	int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_ALL)), one = 1, big = 8 << 20;
+	/* protocol 0: no frames until bound to ifname (with ETH_P_ALL, the frames of every
+	 * interface that arrive before bind() would stay queued and be forwarded as ours) */
+	int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, 0), one = 1, big = 8 << 20;
 
 	if (fd < 0) {
 		perror("delayline: socket(AF_PACKET)");
