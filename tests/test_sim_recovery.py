@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from mltcp.scenario import ScenarioError, from_dict
-from mltcp.sim.engine import LR_LEN, LR_RTX, _split_loss, simulate
+from mltcp.sim.engine import (LR_HOLE, LR_LEN, LR_PROBE, LR_PROBED, LR_RTO_AT, LR_RTX, TLP_EXTRA, _arm_timer,
+                               _split_loss, simulate)
 
 MSS = 1448.0
 
@@ -64,3 +65,32 @@ def test_timeouts_cost_the_rto_and_bytes_are_still_conserved(cc):
 def test_the_recovery_mode_is_checked():
     with pytest.raises(ScenarioError, match="network.loss_recovery"):
         shallow("bsd")
+
+
+# ---- the timer armed for held bytes: Linux tcp_schedule_loss_probe / RFC 8985 7.2 ------------------
+SRTT, RTTVAR, MIN_RTO = 0.4e-3, 0.1e-3, 0.2
+
+
+def armed(hole, inflight=0.0, lo_rtx=0.0, rack=True, loss_rec=False, probed=0.0, t=1.0):
+    lr = np.zeros((1, LR_LEN))
+    lr[0, LR_HOLE], lr[0, LR_PROBED], lr[0, LR_RTO_AT] = hole, probed, np.inf
+    _arm_timer(lr, 0, t, 0.5e-3, lo_rtx, SRTT, RTTVAR, MIN_RTO, inflight, MSS, rack, loss_rec)
+    return lr[0, LR_RTO_AT] - t, lr[0, LR_PROBE] == 1.0
+
+
+def test_a_lone_partial_tail_segment_gets_a_probe_at_the_rto_time():
+    # one packet out (the iteration's last 752 bytes): PTO = 2 srtt + min_rto, later than the RTO, so
+    # the timer fires at the RTO's time but as a loss probe (a CWR reduction, not cwnd 1)
+    wait, probe = armed(752.0)
+    assert probe and wait == pytest.approx(MIN_RTO)
+    # more than one packet out: 2 srtt + 2 ms
+    wait, probe = armed(752.0, inflight=MSS)
+    assert probe and wait == pytest.approx(2 * SRTT + TLP_EXTRA)
+
+
+def test_no_probe_in_loss_recovery_after_a_probe_or_in_ns3_mode():
+    for kw in ({"lo_rtx": MSS}, {"loss_rec": True}, {"probed": 1.0}, {"rack": False}):
+        wait, probe = armed(2 * MSS, inflight=4 * MSS, **kw)
+        assert not probe, kw
+        # the RTO (a lost retransmission's: from about when it was sent, one RTT earlier)
+        assert wait == pytest.approx(MIN_RTO - (0.5e-3 if "lo_rtx" in kw else 0.0)), kw
