@@ -82,7 +82,7 @@ def test_a_lone_partial_tail_segment_gets_a_probe_at_the_rto_time():
     # one packet out (the iteration's last 752 bytes): PTO = 2 srtt + min_rto, later than the RTO, so
     # the timer fires at the RTO's time but as a loss probe (a CWR reduction, not cwnd 1)
     wait, probe = armed(752.0)
-    assert probe and wait == pytest.approx(MIN_RTO)
+    assert probe and wait == pytest.approx(SRTT + MIN_RTO)      # Linux's RTO: srtt + max(4 rttvar, rto_min)
     # more than one packet out: 2 srtt + 2 ms
     wait, probe = armed(752.0, inflight=MSS)
     assert probe and wait == pytest.approx(2 * SRTT + TLP_EXTRA)
@@ -92,5 +92,7 @@ def test_no_probe_in_loss_recovery_after_a_probe_or_in_ns3_mode():
     for kw in ({"lo_rtx": MSS}, {"loss_rec": True}, {"probed": 1.0}, {"rack": False}):
         wait, probe = armed(2 * MSS, inflight=4 * MSS, **kw)
         assert not probe, kw
-        # the RTO (a lost retransmission's: from about when it was sent, one RTT earlier)
-        assert wait == pytest.approx(MIN_RTO - (0.5e-3 if "lo_rtx" in kw else 0.0)), kw
+        # the RTO (a lost retransmission's: from about when it was sent, one RTT earlier); ns-3's
+        # max(min_rto, srtt + 4 rttvar), Linux's srtt + max(4 rttvar, min_rto)
+        rto = MIN_RTO if kw.get("rack") is False else SRTT + MIN_RTO
+        assert wait == pytest.approx(rto - (0.5e-3 if "lo_rtx" in kw else 0.0)), kw

@@ -149,12 +149,13 @@ def _split_loss(lr, f, a, lo, lo_rtx, inflight_f, to_send_f, mss, rack):
 @njit(cache=True)
 def _arm_timer(lr, f, t, rtt_s, lo_rtx, srtt, rttvar, min_rto, inflight_f, mss, rack, loss_rec):
     """Arm flow f's timer for the bytes just held (LR_HOLE), at the ACK (time t) that advanced last.
-    The RTO: max(min_rto, srtt + 4 rttvar), backed off (a lost retransmission: from about when it was
-    sent). ``rack`` (Linux tcp_schedule_loss_probe, RFC 8985 7.2): a tail-loss probe instead, once per
+    The RTO, backed off (a lost retransmission's: from about when it was sent): ns-3's max(min_rto,
+    srtt + 4 rttvar), or Linux's srtt + max(4 rttvar, min_rto) (tcp_rtt_estimator keeps rttvar at
+    least rto_min). ``rack`` (Linux tcp_schedule_loss_probe, RFC 8985 7.2): a tail-loss probe instead, once per
     flight, only outside loss recovery (CA_Open or CA_CWR: not after a lost retransmission or within
     a loss episode), after 2 srtt + 2 ms, or 2 srtt + min_rto with one packet out (time for a delayed
     ACK), or at the RTO if that is earlier: a timer that is a probe even when it fires at the RTO's time."""
-    rto = max(min_rto, srtt + 4.0 * rttvar) * 2.0 ** lr[f, LR_BACKOFF]
+    rto = (srtt + max(4.0 * rttvar, min_rto) if rack else max(min_rto, srtt + 4.0 * rttvar)) * 2.0 ** lr[f, LR_BACKOFF]
     lr[f, LR_RTO_AT] = t + rto - (rtt_s if lo_rtx > 0.0 else 0.0)
     lr[f, LR_PROBE] = 0.0
     if rack and lr[f, LR_PROBED] == 0.0 and lo_rtx <= 0.0 and not loss_rec:
