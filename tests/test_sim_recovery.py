@@ -37,6 +37,16 @@ def test_a_lost_retransmission_waits_for_the_rto_in_ns3_mode_but_rack_finds_it()
     assert split(MSS, inflight=MSS, rack=True) == (MSS, 0.0)
 
 
+def test_rack_counts_segments_a_partial_last_segment_reveals_the_loss_before_it():
+    # the iteration's last 752 bytes sent after a lost full segment: delivered in the same slot, or
+    # still in flight, their SACK marks it lost (Linux RACK), no timer; sent before it: nothing does
+    assert split(MSS, a=752.0, rack=True) == (MSS, 0.0)
+    assert split(MSS, inflight=752.0, rack=True) == (MSS, 0.0)
+    assert split(MSS, a=MSS, rack=True) == (0.0, MSS)            # one whole segment: before or after, even odds
+    assert split(752.0, a=MSS, rack=True) == (0.0, 752.0)        # the lost tail itself: nothing after it
+    assert split(MSS, a=752.0) == (0.0, MSS)                     # ns-3: a duplicate ACK, not three
+
+
 def shallow(recovery, iterations=12):
     return from_dict({
         "name": "shallow", "iterations": iterations, "warmup_iterations": 2,

@@ -126,7 +126,7 @@ def _slot_at(t, dt):
 
 
 @njit(cache=True)
-def _split_loss(lr, f, a, lo, lo_rtx, inflight_f, to_send_f, mss, rack):
+def _split_loss(lr, f, a, lo, lo_rtx, inflight_f, to_send_f, mss, rack, whole=True):
     """(bytes fast recovery repairs, bytes that wait for a timer) of ``lo`` bytes lost. The ACKs
     that can reveal a loss are those of segments sent after it: half of its own slot's, all sent
     in later slots, and, once one of those came back, the new data that limited transmit and SACK
@@ -139,7 +139,11 @@ def _split_loss(lr, f, a, lo, lo_rtx, inflight_f, to_send_f, mss, rack):
     fresh = lo - lrtx
     dup = 0.5 * a + inflight_f
     if rack:
-        return (0.0, lo) if dup < mss else (lo, 0.0)
+        # segments, not bytes (``whole``: packet losses): any segment in flight was sent after the
+        # loss, and so was a delivered partial segment (a flow's last, the end of its iteration)
+        part = a - math.floor(a / mss + 1e-9) * mss if whole else 0.0
+        seen = dup >= mss or (whole and (inflight_f > 1.0 or part > 1.0))
+        return (lo, 0.0) if seen else (0.0, lo)
     new = max(to_send_f - lr[f, LR_RTX], 0.0)
     if fresh > 0.0 and (dup < mss or dup + new < 3.0 * mss):
         return 0.0, lo
@@ -384,7 +388,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                     credit_k[f] = max(k, _slot_at(paused_until[f], dt)) - 1
                 hole, req = 0.0, 0.0
                 if window:
-                    req, hole = _split_loss(lr, f, a, lo, lo_rtx, inflight[f], to_send[f], mss, rack)
+                    req, hole = _split_loss(lr, f, a, lo, lo_rtx, inflight[f], to_send[f], mss, rack, packet_losses)
                     to_send[f] += req
                     lr[f, LR_RTX] += req
                     if hole > 0.0:               # held until the retransmission timer fires
