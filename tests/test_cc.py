@@ -126,6 +126,26 @@ def test_cubic_growth_follows_target_per_ack():
     assert st.cwnd[0] / MSS == pytest.approx(expected)
 
 
+def test_cubic_grows_at_least_5_percent_per_rtt_until_the_first_loss():
+    """Linux bictcp_update: with no loss yet (last_max_cwnd == 0) cnt <= 20, one segment per 20
+    acked; after a loss the curve alone; a timeout resets CUBIC (bictcp_reset) and the floor is back."""
+    cc = Cubic()
+    st = cc.new_state(1, mss=1000)
+    st.cwnd[:] = 100 * MSS
+    st.ssthresh[:] = 100 * MSS                 # avoidance, no loss yet
+    ack(cc, st, MSS, now=0.0)                  # epoch starts (W_max = cwnd: the curve is flat)
+    before = st.cwnd[0]
+    ack(cc, st, 10 * MSS, now=1e-3)
+    assert st.cwnd[0] - before == pytest.approx(10 * MSS / 20, rel=1e-3)
+    cc.on_congestion(st, np.array([True]), "loss", 1.0)
+    ack(cc, st, MSS, now=1.0)
+    before = st.cwnd[0]
+    ack(cc, st, 10 * MSS, now=1.001)           # near the start of the concave curve: far below 1/20
+    assert st.cwnd[0] - before < 10 * MSS / 20 / 2
+    cc.on_timeout(st, np.array([True]), 2.0)
+    assert st.ca.w_last_max[0] == 0.0 and st.ca.w_max[0] == 0.0 and st.cwnd[0] == MSS
+
+
 def test_cubic_fast_convergence_lowers_w_max():
     cc = Cubic()
     st = cc.new_state(1, mss=1000)
@@ -341,7 +361,8 @@ def test_hystart_plus_plus_conservative_slow_start_then_avoidance():
         round_of(6e-3)
         if st.ssthresh[0] != np.inf:
             break
-    assert 0 <= st.cwnd[0] - st.ssthresh[0] < 0.1 * MSS and st.ca.hs_found[0] == 1.0   # CSS_ROUNDS in CSS, then avoidance
+    # CSS_ROUNDS in CSS, then avoidance (no loss yet: Linux's floor of 1 segment per 20 acked, cnt <= 20)
+    assert 0 <= st.cwnd[0] - st.ssthresh[0] < 0.6 * MSS and st.ca.hs_found[0] == 1.0
     # a spurious delay increase: the RTT falls below the baseline in CSS -> back to slow start
     cc = Cubic(hystart=2)
     st = cc.new_state(1, mss=MSS)

@@ -3,6 +3,7 @@ growth steps with the Python models, unload without a trace. Needs root, BTF, cl
 skips with the reason otherwise."""
 import dataclasses
 import socket
+import struct
 import time
 from pathlib import Path
 
@@ -224,6 +225,46 @@ def test_reno_growth_matches_models(loaded, dumbbell, traced):
     for e in cuts:
         keep = model.keep_q16(model.RENO_KEEP_Q16, e.r_q16, True)
         assert e.w == keep and e.aux == model.ssthresh(e.cwnd_in, keep)
+
+
+def _paced_grow_cwnds(d, traced, cfg, pace_mbit, iterations=3, nbytes=1_500_000):
+    """cwnd at every congestion-avoidance step of a mltcp_reno sender paced at ``pace_mbit``."""
+    b = d.receivers[0]
+    rx = Receiver("0.0.0.0", 0, ns=d.ns(b))
+    tr = None
+    try:
+        vm = traced("mltcp_reno")
+        vm.write_config(cfg)
+        tr = KernelTransport(d.ip(b), rx.port, cc="mltcp_reno", ns=d.ns(d.senders[0]),
+                             pacing_mbit=pace_mbit)
+        vm.write_config(dataclasses.replace(cfg, trace_port=tr.local_port))
+        for i in range(iterations):
+            tr.send_iteration(nbytes, i)
+            time.sleep(0.08)
+        grow = [e.cwnd_in for e in vm.read_trace() if e.port == tr.local_port and e.kind == maps.EV_GROW]
+        # struct tcp_info: tcpi_min_rtt follows 8 u8, 24 u32, 4 u64, segs_out, segs_in, notsent_bytes
+        raw = tr.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+        min_rtt_us = struct.unpack_from("=I", raw, 8 + 24 * 4 + 4 * 8 + 3 * 4)[0]
+    finally:
+        if tr:
+            tr.close()
+        rx.close()
+    return grow, min_rtt_us
+
+
+def test_nic_cap_stops_growth_past_twice_the_paced_window(loaded, dumbbell, traced):
+    """With nic_cap a paced sender never grows its window (congestion avoidance) past 2 x its
+    pacing rate x min RTT (+2); without it the same transfer grows well past that. Paced at 1.5x
+    the bottleneck, so that the queue fills and the flow leaves slow start."""
+    pace = 1.5 * dumbbell.rate_mbit
+    base = maps.Config(slope=4.0, intercept=0.25, min_idle=0.02)
+    free, _ = _paced_grow_cwnds(dumbbell, traced, base, pace)
+    capped, min_rtt_us = _paced_grow_cwnds(dumbbell, traced, dataclasses.replace(base, nic_cap=True), pace)
+    assert 0 < min_rtt_us < 1000, "the no-delay dumbbell's min RTT is below 1 ms"
+    # the running min RTT at any step is at most 1 ms here, so the cap never exceeded:
+    bound = 2 * (pace * 1e6 / 8 * 1e-3 / 1448) + 2
+    assert free and max(free) > bound + 5, f"uncapped sender should grow past {bound:.0f}: {max(free, default=0)}"
+    assert all(c < bound for c in capped), f"capped sender grew at cwnd {max(capped)} >= {bound:.1f}"
 
 
 def test_cubic_growth_matches_model(loaded, dumbbell, traced):

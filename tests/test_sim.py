@@ -1,4 +1,5 @@
 """Simulator behaviour: conservation of bytes, determinism, queueing/ECN/loss, and MLTCP's effect."""
+import numpy as np
 import pytest
 
 from mltcp import metrics
@@ -151,3 +152,15 @@ def test_flows_of_one_job_share_a_link_like_one_flow():
     ideal = 2_000_000 / (1e9 / 8)
     for x in two.records[1:]:
         assert ideal <= x.comm_duration <= 1.2 * ideal + 1e-3
+
+
+def test_sampling_the_windows_does_not_change_the_run():
+    from mltcp.scenario import load
+    sc = load("ns3-dumbbell-1g-shallow")
+    for j in sc.jobs:
+        j.iterations = 4
+    a = simulate(sc, "cubic")
+    b = simulate(sc, "cubic", cwnd_sample_s=1e-4)
+    assert [(r.job, r.end, r.drops) for r in a.records] == [(r.job, r.end, r.drops) for r in b.records]
+    assert a.cwnd_trace is None and b.cwnd_trace.shape[1] == 1 + 3 * 2
+    assert np.all(np.diff(b.cwnd_trace[:, 0]) > 0) and b.cwnd_trace[:, 1:3].min() >= sc.mss

@@ -77,6 +77,17 @@ def test_the_recovery_mode_is_checked():
         shallow("bsd")
 
 
+def test_in_ns3_mode_reno_takes_ssthresh_at_a_timeout_from_the_bytes_in_flight():
+    """ns-3's TcpNewReno (RFC 5681 eq. 4): after a tail loss little is in flight, ssthresh = 2 MSS;
+    CUBIC (ns-3 TcpCubic, Linux) keeps taking it from cwnd."""
+    lows = {}
+    for cc in ("reno", "cubic"):
+        r = simulate(shallow("ns3"), cc, cwnd_sample_s=1e-4)
+        assert r.timeouts >= 1
+        lows[cc] = r.cwnd_trace[:, 3:5].min() / MSS          # ssthresh columns of the two flows
+    assert lows["reno"] == pytest.approx(2.0) and lows["cubic"] > 4.0, lows
+
+
 # ---- the timer armed for held bytes: Linux tcp_schedule_loss_probe / RFC 8985 7.2 ------------------
 SRTT, RTTVAR, MIN_RTO = 0.4e-3, 0.1e-3, 0.2
 

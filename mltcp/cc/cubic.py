@@ -156,7 +156,10 @@ def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
     t = now - ca[i, EPOCH] + (ca[i, DELAY_MIN] if ca[i, DELAY_MIN] > 0.0 else ca[i, RTT])  # Linux: + delay_min
     target = min(max(w_cubic(p, ca, i, t), seg), 1.5 * seg)
     acked_seg = left / mss
-    cubic_inc = gain * (target - seg) / seg * acked_seg
+    rate = (target - seg) / seg                   # segments per acked segment (Linux 1 / ca->cnt)
+    if ca[i, W_LAST_MAX] == 0.0:                  # no loss yet (or since an RTO): at least 5 % per RTT
+        rate = max(rate, 0.05)                    # (Linux bictcp_update: cnt <= 20; ns-3 TcpCubic too)
+    cubic_inc = gain * rate * acked_seg
     alpha = 3.0 * (1.0 - p[BETA]) / (1.0 + p[BETA])     # Reno-friendly additive increase
     ca[i, W_EST] += gain * alpha * acked_seg / seg
     tcp[i, CWND] = max(ca[i, W_EST], seg + cubic_inc) * mss
@@ -181,10 +184,12 @@ def on_congestion(p, tcp, ca, i, ecn, now, dscale, mss):
 
 @njit(cache=True)
 def on_timeout(p, tcp, ca, i, now, dscale, mss):
-    hystart_reset(ca, i)          # Linux: CA_Loss resets CUBIC and HyStart (slow start probes again)
-    ca[i, EPOCH] = np.nan
-    ca[i, W_MAX] = tcp[i, CWND] / mss
     timeout_to(tcp, i, ssthresh(p, tcp, ca, i, dscale), mss)
+    # Linux: CA_Loss resets CUBIC (bictcp_reset: W_max, last_max_cwnd = 0) and HyStart
+    hystart_reset(ca, i)
+    ca[i, EPOCH] = np.nan
+    ca[i, W_MAX] = 0.0
+    ca[i, W_LAST_MAX] = 0.0
 
 
 @njit(cache=True)

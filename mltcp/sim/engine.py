@@ -93,6 +93,7 @@ class SimResult:
     timeouts: int = 0                  # retransmission timeouts (window-based flows)
     probes: int = 0                    # tail-loss probes (loss_recovery = "linux")
     loop_time: float = 0.0             # wall seconds in the compiled loop (the rest of wall_time: setup, records)
+    cwnd_trace: np.ndarray | None = field(repr=False, default=None)   # (samples, 1 + 3 F): t, cwnd, ssthresh, in flight
 
 
 def build_cc(sc: Scenario, cc_name: str):
@@ -487,6 +488,11 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 else:
                     # retransmission timeout: the held bytes go again first, window 1 MSS, slow start
                     # to the new ssthresh; the next timeout for them waits twice as long
+                    if not rack and kind == dispatch.RENO:
+                        # ns-3 3.44's TcpNewReno takes ssthresh from the bytes in flight (RFC 5681
+                        # eq. 4: max(FlightSize / 2, 2 MSS); its pipe keeps the held bytes), not
+                        # from cwnd as Linux: after a tail loss that is 2 MSS
+                        tcp[f, CWND] = inflight[f] + lr[f, LR_HOLE]
                     dispatch.on_timeout(kind, p, tcp, ca, f, t, _dscale(mltcp, mp, tr, f), mss)
                     lr[f, LR_BACKOFF] += 1.0
                     recovery_until[f] = t
@@ -751,9 +757,10 @@ def _policy_arrays(sc: Scenario, names: list[str]):
 
 def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
              trace_interval: float | None = None, max_sim_time: float | None = None,
-             skip: bool = True) -> SimResult:
+             skip: bool = True, cwnd_sample_s: float | None = None) -> SimResult:
     """Run ``sc`` with ``cc_name``. ``skip=False`` steps every slot (the same result, slower: tests
-    compare the two)."""
+    compare the two). ``cwnd_sample_s``: also sample every flow's cwnd, ssthresh and bytes in flight
+    that often (``SimResult.cwnd_trace``; the run is the same, in chunks)."""
     wall0 = time.perf_counter()
     rng = np.random.default_rng(sc.seed)
     jobs = sc.jobs
@@ -853,19 +860,28 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
             rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks)
     # without progress reports: one call; with them, chunks of simulated time sized to ~0.2 s of wall time
     chunk = 0.05 if progress is not None else np.inf
+    chunked = progress is not None or bool(cwnd_sample_s)
+    if cwnd_sample_s:
+        chunk = float(cwnd_sample_s)
+    samples = []
     t_stop = 0.0
     loop_time = 0.0
     while True:
-        t_stop = min(t_stop + chunk, horizon + 1.0) if progress is not None else np.inf
+        t_stop = min(t_stop + chunk, horizon + 1.0) if chunked else np.inf
         w = time.perf_counter()
         trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr,
                      sc.loss_recovery == "linux")
         loop_time += time.perf_counter() - w
+        if cwnd_sample_s:
+            samples.append(np.concatenate(([fs[F_T]], st.tcp[:, CWND], st.tcp[:, SSTHRESH], inflight + lr[:, LR_HOLE])))
         if ks[I_STATUS] != PAUSED:
             break
+        if progress is None:
+            continue
         progress(float(fs[F_T]), float(np.mean(it_idx / iters)))
         spent = time.perf_counter() - w
-        chunk = min(chunk * 4, max(chunk * 0.2 / max(spent, 1e-6), 1e-3))
+        if not cwnd_sample_s:
+            chunk = min(chunk * 4, max(chunk * 0.2 / max(spent, 1e-6), 1e-3))
     t_end = float(fs[F_T])
     if ks[I_STATUS] == OVER_HORIZON:
         raise RuntimeError(f"{sc.source}: simulation did not finish within {horizon:.1f} simulated seconds")
@@ -886,4 +902,4 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     return SimResult(sc.name, cc_name, records, fs[F_TOT_DROP] / mss, fs[F_TOT_MARK] / mss, t_end,
                      time.perf_counter() - wall0, int(ks[I_STEPS]), trace_t, trace_rate, [j.name for j in jobs],
                      float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(inflight.sum()), int(ks[I_K]),
-                     int(fs[F_TOT_RTO]), int(fs[F_TOT_TLP]), loop_time)
+                     int(fs[F_TOT_RTO]), int(fs[F_TOT_TLP]), loop_time, np.array(samples) if samples else None)

@@ -83,6 +83,38 @@ struct Tracker {
     }
 };
 
+// ---- the host's NIC limit on window growth (Linux tcp_is_cwnd_limited with TSQ) ----------------
+// ns-3's TCP has no TCP Small Queues: a flow whose NIC is the bottleneck queues its whole window in
+// the NIC's device queue and stays "cwnd-limited", so its window grows without bound while it
+// sends alone. Linux (and the fast engine) count only what left the host: in congestion avoidance
+// the window grows only while the NIC holds at most two segments (TSQ's floor; ns-3 always fills
+// its window, so then the window is what limits), in slow start while the segments out (sent
+// minus that backlog) exceed cwnd / 2, as the fast engine's cwnd_limited.
+template <class Base>
+class Host : public Base {
+  public:
+    Ptr<Queue<Packet>> nic;            // the sender's device queue; null: stock ns-3 growth
+    uint32_t held = 0;                 // growths skipped (diagnosis)
+    bool CwndLimited(Ptr<TcpSocketState> tcb, uint32_t segmentsAcked) const {
+        if (!nic) return true;
+        // Linux TSQ lets about two segments wait below TCP; a longer NIC backlog is the NIC's limit
+        double backlog = std::max(0.0, double(nic->GetNPackets()) - 2.0);
+        if (tcb->m_cWnd >= tcb->m_ssThresh) return backlog == 0.0;
+        // slow start (Linux: cwnd < 2 x packets out): out = what had left the host before this ACK
+        double out = double(tcb->m_bytesInFlight.Get()) + double(segmentsAcked) * tcb->m_segmentSize
+                     - backlog * tcb->m_segmentSize;
+        return double(tcb->m_cWnd.Get()) < 2.0 * out;
+    }
+    void IncreaseWindow(Ptr<TcpSocketState> tcb, uint32_t segmentsAcked) override {
+        if (!CwndLimited(tcb, segmentsAcked)) { held++; return; }
+        Base::IncreaseWindow(tcb, segmentsAcked);
+    }
+    Ptr<TcpCongestionOps> Fork() override { return CopyObject<Host<Base>>(this); }
+};
+using HostReno = Host<TcpLinuxReno>;     // Linux Reno: ssthresh from cwnd, segment counting
+using HostNewReno = Host<TcpNewReno>;    // ns-3's NewReno: ssthresh from the bytes in flight
+using HostCubic = Host<TcpCubic>;
+
 // ---- MLTCP = base algorithm + aggressiveness hook ---------------------------------------------
 template <class Base>
 class Mltcp : public Base {
@@ -155,17 +187,23 @@ void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
     m->tracker.min2 = h[10] != 0.0; m->scaleDecrease = h[11] != 0.0; m->baseKeep = baseKeep;
 }
 
-Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double baseKeep) {
-    if (name == "reno") return CreateObject<TcpNewReno>();
-    if (name == "cubic") return CreateObject<TcpCubic>();
+Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double baseKeep, bool linuxReno) {
+    if (name == "reno" && !linuxReno) return CreateObject<HostNewReno>();
+    if (name == "reno") return CreateObject<HostReno>();
+    if (name == "cubic") return CreateObject<HostCubic>();
     NS_ABORT_MSG_IF(hook.size() != 12, "MakeCc: 12 hook numbers expected");
+    if (name == "mltcp-reno" && !linuxReno) {
+        Ptr<Mltcp<HostNewReno>> m = CreateObject<Mltcp<HostNewReno>>();
+        SetHook(m, hook, baseKeep); m->name = "MltcpNewReno";
+        return m;
+    }
     if (name == "mltcp-reno") {
-        Ptr<Mltcp<TcpNewReno>> m = CreateObject<Mltcp<TcpNewReno>>();
+        Ptr<Mltcp<HostReno>> m = CreateObject<Mltcp<HostReno>>();
         SetHook(m, hook, baseKeep); m->name = "MltcpReno";
         return m;
     }
     if (name == "mltcp-cubic") {
-        Ptr<Mltcp<TcpCubic>> m = CreateObject<Mltcp<TcpCubic>>();
+        Ptr<Mltcp<HostCubic>> m = CreateObject<Mltcp<HostCubic>>();
         SetHook(m, hook, baseKeep); m->name = "MltcpCubic";
         return m;
     }
@@ -174,20 +212,37 @@ Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double 
 }
 
 void MltcpIterationStart(Ptr<TcpCongestionOps> cc) {
-    if (auto m = DynamicCast<Mltcp<TcpNewReno>>(cc)) m->tracker.IterationStart();
-    if (auto m = DynamicCast<Mltcp<TcpCubic>>(cc)) m->tracker.IterationStart();
+    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) m->tracker.IterationStart();
+    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) m->tracker.IterationStart();
+    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) m->tracker.IterationStart();
 }
 
 double MltcpRatio(Ptr<TcpCongestionOps> cc) {
-    if (auto m = DynamicCast<Mltcp<TcpNewReno>>(cc)) return m->tracker.Ratio();
-    if (auto m = DynamicCast<Mltcp<TcpCubic>>(cc)) return m->tracker.Ratio();
+    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) return m->tracker.Ratio();
+    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) return m->tracker.Ratio();
+    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) return m->tracker.Ratio();
     return -1.0;
 }
 
 double MltcpBytesPerIter(Ptr<TcpCongestionOps> cc) {
-    if (auto m = DynamicCast<Mltcp<TcpNewReno>>(cc)) return m->tracker.bytesPerIter;
-    if (auto m = DynamicCast<Mltcp<TcpCubic>>(cc)) return m->tracker.bytesPerIter;
+    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) return m->tracker.bytesPerIter;
+    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) return m->tracker.bytesPerIter;
+    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) return m->tracker.bytesPerIter;
     return -1.0;
+}
+
+// the NIC whose backlog does not count as the window's (Host<Base>); growths held back so far
+void SetNic(Ptr<TcpCongestionOps> cc, Ptr<NetDevice> dev) {
+    Ptr<Queue<Packet>> q = DynamicCast<PointToPointNetDevice>(dev)->GetQueue();
+    if (auto m = DynamicCast<HostReno>(cc)) m->nic = q;
+    if (auto m = DynamicCast<HostNewReno>(cc)) m->nic = q;
+    if (auto m = DynamicCast<HostCubic>(cc)) m->nic = q;
+}
+uint32_t HeldGrowths(Ptr<TcpCongestionOps> cc) {
+    if (auto m = DynamicCast<HostReno>(cc)) return m->held;
+    if (auto m = DynamicCast<HostNewReno>(cc)) return m->held;
+    if (auto m = DynamicCast<HostCubic>(cc)) return m->held;
+    return 0;
 }
 
 class Job;
@@ -211,6 +266,7 @@ class Flow : public Application {
     uint32_t retx = 0, timeouts = 0, recoveries = 0;   // retransmitted segments, RTOs, fast recoveries
     SequenceNumber32 highSent{0};
     std::vector<double> dbgT, dbgSeq;  // filled when debug is set
+    std::vector<double> cwT, cwV, ssV, rtoT;   // debug: every cwnd change (time, cwnd, ssthresh bytes), RTO times
     std::vector<double> rtoLeft, rtoUnsent;   // at each RTO: bytes not yet acked / not yet sent
     bool debug = false;
     void SetDebug(bool d) { debug = d; }
@@ -222,6 +278,7 @@ class Flow : public Application {
         sock->TraceConnectWithoutContext("HighestRxAck", MakeCallback(&Flow::OnAck, this));
         sock->TraceConnectWithoutContext("Tx", MakeCallback(&Flow::OnTx, this));
         sock->TraceConnectWithoutContext("CongState", MakeCallback(&Flow::OnState, this));
+        if (debug) sock->TraceConnectWithoutContext("CongestionWindow", MakeCallback(&Flow::OnCwnd, this));
         sock->Bind();
         sock->Connect(peer);
     }
@@ -238,9 +295,15 @@ class Flow : public Application {
             if (debug) { dbgT.push_back(lastTx); dbgSeq.push_back(seq.GetValue()); }
         }
     }
+    void OnCwnd(uint32_t oldv, uint32_t newv) {
+        Ptr<TcpSocketBase> tsb = DynamicCast<TcpSocketBase>(sock);
+        cwT.push_back(Simulator::Now().GetSeconds()); cwV.push_back(newv);
+        ssV.push_back(SocketPeek::Tcb(PeekPointer(tsb))->m_ssThresh.Get());
+    }
     void OnState(TcpSocketState::TcpCongState_t oldv, TcpSocketState::TcpCongState_t newv) {
         if (newv == TcpSocketState::CA_LOSS) {
             timeouts++;
+            if (debug) rtoT.push_back(Simulator::Now().GetSeconds());
             Ptr<TcpSocketBase> tsb = DynamicCast<TcpSocketBase>(sock);
             Ptr<TcpSocketState> tcb = SocketPeek::Tcb(PeekPointer(tsb));
             rtoLeft.push_back(double(target) - double(acked));          // bytes of the iteration not yet acked

@@ -45,7 +45,8 @@ from ..scenario import Scenario, ScenarioError
 from .engine import SimResult, build_cc
 
 ALGORITHMS = ("reno", "cubic", "mltcp-reno", "mltcp-cubic")
-HEADER_BYTES = 52          # IPv4 20 + TCP 20 + timestamp option 12
+HEADER_BYTES = 40          # IPv4 20 + TCP 20 (+ 12 with the timestamp option)
+PPP_BYTES = 2
 
 
 @dataclass
@@ -53,8 +54,13 @@ class Ns3Options:
     """ns-3 settings the scenario format does not name (defaults: what our model assumes)."""
     del_ack_count: int = 1          # ACK every segment, as the fast engine's byte-counted feedback
     sack: bool = True               # ns-3 and Linux default
+    timestamps: bool = False        # ns-3's TS option counts in ms: sub-ms RTT samples would read 0 or 1 ms
+    payload_rates: bool = True      # the scenario's rates carry payload, as in the fast engine: wire rate x (mss + headers) / mss
     hystart: bool = True            # TcpCubic HyStart (ns-3 and Linux default)
     chunk_s: float = 0.1            # simulated seconds between progress reports
+    linux_reno: bool = False        # reno = ns-3's TcpLinuxReno (ssthresh from cwnd) instead of TcpNewReno (docs/ns3.md: tried, not kept)
+    nic_limited_growth: bool = True # Linux/fast-engine rule: no growth while the NIC, not cwnd, limits (no TSQ in ns-3)
+    trace_cwnd: bool = False        # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
 
 
 def available() -> tuple[bool, str]:
@@ -215,6 +221,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     sd("ns3::TcpSocket::DataRetries", ns.UintegerValue(100))
     sd("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.Seconds(sc.min_rto_s)))
     sd("ns3::TcpSocketBase::Sack", ns.BooleanValue(opt.sack))
+    sd("ns3::TcpSocketBase::Timestamp", ns.BooleanValue(opt.timestamps))
     sd("ns3::TcpSocketBase::WindowScaling", ns.BooleanValue(True))
     if ecn_links:
         sd("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
@@ -227,7 +234,8 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     if "fast_convergence" in cub:
         sd("ns3::TcpCubic::FastConvergence", ns.BooleanValue(bool(cub["fast_convergence"])))
     base = "cubic" if "cubic" in cc_name else "reno"
-    sd("ns3::TcpL4Protocol::SocketType", ns.StringValue("ns3::TcpCubic" if base == "cubic" else "ns3::TcpNewReno"))
+    sd("ns3::TcpL4Protocol::SocketType", ns.StringValue(
+        "ns3::TcpCubic" if base == "cubic" else "ns3::TcpLinuxReno" if opt.linux_reno else "ns3::TcpNewReno"))
 
     # ---- nodes -----------------------------------------------------------------------------
     n_routers = len(set(ends.values()))
@@ -245,10 +253,13 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     subnet = [0]
     containers = []
 
+    hdr = HEADER_BYTES + (12 if opt.timestamps else 0)
+    wire = (mss + hdr + PPP_BYTES) / mss if opt.payload_rates else 1.0
+
     def p2p(a, b, rate_bps: float, delay_s: float):
         h = ns.PointToPointHelper()
-        h.SetDeviceAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(rate_bps))))
-        h.SetDeviceAttribute("Mtu", ns.UintegerValue(max(1500, mss + HEADER_BYTES + 8)))
+        h.SetDeviceAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(round(rate_bps * wire)))))
+        h.SetDeviceAttribute("Mtu", ns.UintegerValue(max(1500, mss + hdr + 8)))
         h.SetChannelAttribute("Delay", ns.TimeValue(ns.Seconds(delay_s)))
         devs = h.Install(a, b)
         addr = ns.Ipv4AddressHelper()
@@ -347,10 +358,14 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         apps.Start(ns.Seconds(0))
         jobs[ji].WatchSink(apps.Get(0))
         hv = cppyy_vector(hook)
-        cc = cx.MakeCc(cc_name, hv, keep)
+        cc = cx.MakeCc(cc_name, hv, keep, opt.linux_reno)
+        if opt.nic_limited_growth:
+            cx.SetNic(cc, s_devs.Get(0))
         ccs.append(cc)
         f = cx.MakeFlow(senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc, bool(sc.slow_start_after_idle),
                         marks)
+        if opt.trace_cwnd:
+            f.SetDebug(True)
         cx.Attach(jobs[ji], f)
         counters.Add(s_ifs.GetAddress(0), jobs[ji])
         flow_objs.append(f)
@@ -398,9 +413,13 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
                  "flow_job": [sc.jobs[ji].name for ji, _ in flows],
                  "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
                  "other_drops": float(counters.otherDrops),
+                 "growth_held_nic_limited": [int(cx.HeldGrowths(c)) for c in ccs],
                  # per RTO: bytes of the iteration still unacknowledged, and never sent (0 = tail loss)
                  "rto_bytes_left": [[float(x) for x in f.rtoLeft] for f in flow_objs],
                  "rto_bytes_unsent": [[float(x) for x in f.rtoUnsent] for f in flow_objs]}
+        if opt.trace_cwnd:       # (time s, cwnd bytes, ssthresh bytes) at every change; RTO times
+            stats["cwnd_trace"] = [np.array([list(f.cwT), list(f.cwV), list(f.ssV)]) for f in flow_objs]
+            stats["rto_times"] = [list(f.rtoT) for f in flow_objs]
     finally:
         ns.Simulator.Destroy()
     res = SimResult(sc.name, cc_name, records, drops, marks, t, time.perf_counter() - wall0, events,

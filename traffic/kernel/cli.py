@@ -25,9 +25,9 @@ def _variants(names: Optional[List[str]]) -> list[str]:
         fail(str(e))
 
 
-def _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease) -> Config:
+def _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap=False) -> Config:
     cfg = Config(slope=slope, intercept=intercept, idle_fraction=idle_fraction, min_idle=min_idle_ms / 1e3,
-                 scale_decrease=scale_decrease)
+                 scale_decrease=scale_decrease, nic_cap=nic_cap)
     try:
         cfg.validate()
     except ValueError as e:
@@ -59,9 +59,10 @@ def load(variant: Optional[List[str]] = VARIANT_OPT,
          idle_fraction: float = typer.Option(0.9, help="idle gap > fraction x last compute gap starts an iteration"),
          min_idle_ms: float = typer.Option(1.0, help="shortest idle gap that can start an iteration (ms)"),
          scale_decrease: bool = typer.Option(False, help="remove (0.8 - 0.6 r) x 2 x the base fraction on loss"),
+         nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
          clang: str = typer.Option("clang")):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
-    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease)
+    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap)
     try:
         regs = loader.load(_variants(variant), config=cfg, clang=clang)
     except loader.KernelCCError as e:
@@ -156,6 +157,7 @@ def experiment(
     slope: float = typer.Option(4.0), intercept: float = typer.Option(0.25),
     idle_fraction: float = typer.Option(0.9), min_idle_ms: float = typer.Option(1.0),
     scale_decrease: bool = typer.Option(False),
+    nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),
@@ -170,7 +172,7 @@ def experiment(
 
     setLogLevel("error")     # Mininet's warnings (as `mltcp emulate`): errors still show
 
-    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease)
+    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap)
     try:
         case = Case(rate_mbit=rate_mbit, payload_rate=payload_rate, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
                     compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,

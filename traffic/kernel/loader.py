@@ -231,7 +231,8 @@ def status() -> dict:
                 if valid:
                     entry["config"] = {"slope": round(slope / 1024, 4), "intercept": round(icpt / 1024, 4),
                                        "idle_fraction": round(idle / 1024, 4), "min_idle": min_idle / 1e6,
-                                       "scale_decrease": bool(flags & 1), "trace_port": trace}
+                                       "scale_decrease": bool(flags & 1), "nic_cap": bool(flags & 4),
+                                       "trace_port": trace}
                 else:
                     entry["config"] = "built-in defaults"
         except (MapsError, OSError) as e:

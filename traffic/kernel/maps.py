@@ -31,6 +31,7 @@ U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 FLAG_SCALE_DECREASE = 1
 FLAG_TRACE_ALL = 2
+FLAG_NIC_CAP = 4
 EV_GROW, EV_FRIENDLY, EV_SSTHRESH, EV_STATE = 1, 2, 3, 4
 STAT_NAMES = ("ssthresh_repairs", "repairs_not_ours", "cwnd_repairs", "ssthresh_calls", "state_calls")
 STAT_SSTHRESH_REPAIRS, STAT_REPAIRS_NOT_OURS = 0, 1
@@ -53,6 +54,7 @@ class Config:
     scale_decrease: bool = False
     trace_port: int = 0             # local port whose growth steps are traced (0 = none)
     trace_all: bool = False         # trace every socket (global configuration only)
+    nic_cap: bool = False           # no growth past 2 x pacing rate x min RTT (paced senders only)
 
     def validate(self) -> None:
         for name in ("slope", "intercept", "idle_fraction"):
@@ -73,7 +75,8 @@ class Config:
         return CFG.pack(1, round(self.slope * Q10), round(self.intercept * Q10),
                         round(self.idle_fraction * Q10), round(self.min_idle * 1e6),
                         (FLAG_SCALE_DECREASE if self.scale_decrease else 0)
-                        | (FLAG_TRACE_ALL if self.trace_all else 0), self.trace_port, 0)
+                        | (FLAG_TRACE_ALL if self.trace_all else 0)
+                        | (FLAG_NIC_CAP if self.nic_cap else 0), self.trace_port, 0)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@
 
 #define MLTCP_FLAG_SCALE_DECREASE 1U
 #define MLTCP_FLAG_TRACE_ALL 2U          /* global cfg only: trace every socket */
+#define MLTCP_FLAG_NIC_CAP 4U            /* no growth past 2 x the window the pacing rate fills at min RTT */
 #define MLTCP_TRACE_SLOTS 65536
 #define MLTCP_EV_GROW 1      /* tcp_cong_avoid_ai(tp, w, inc) step */
 #define MLTCP_EV_FRIENDLY 2  /* CUBIC Reno-friendly region: cwnd set to W_est (aux = W_est) */
@@ -408,11 +409,32 @@ static __always_inline void mltcp_trace_close(const struct tcp_sock *tp, struct 
  * tp->snd_cwnd_cnt in units of 1/1024 segment. It is the kernel's own tcp_cong_avoid_ai with the
  * divisor w given in 1/1024 segment (Reno: w = cwnd << 10) and the increment acked * F (Q10).
  */
+/*
+ * MLTCP_FLAG_NIC_CAP: a sender paced at its NIC's rate (SO_MAX_PACING_RATE) fills the path with
+ * rate x min RTT; a window beyond twice that only queues at the bottleneck. Such growth happens
+ * in the kernel when scheduling jitter lets the pacer catch up in bursts (a standing queue makes
+ * the flow cwnd-limited), and at F up to 4.25 it overruns a shallow buffer with no competitor.
+ */
+static __always_inline int mltcp_nic_capped(const struct tcp_sock *tp, const struct mltcp_sk *m)
+{
+	__u64 rate = ((const struct sock *)tp)->sk_max_pacing_rate;     /* bytes/s; ~0: not paced */
+	__u64 min_rtt_us = tp->rtt_min.s[0].v, mss = tp->mss_cache;
+
+	if (!m || !(m->flags & MLTCP_FLAG_NIC_CAP) || rate >= 0xffffffffULL || !min_rtt_us || !mss ||
+	    min_rtt_us == ~0U)
+		return 0;
+	return tp->snd_cwnd >= 2 * (rate * min_rtt_us / 1000000 / mss) + 2;
+}
+
 static __always_inline void mltcp_grow(struct tcp_sock *tp, const struct mltcp_sk *m, __u32 w,
 				       __u32 acked, __u32 aux)
 {
 	__u32 inc = acked * (m ? mltcp_f(m) : MLTCP_ONE);
-	struct mltcp_trace_ev *ev = mltcp_trace_open(tp, m, MLTCP_EV_GROW, w, acked, inc, aux);
+	struct mltcp_trace_ev *ev;
+
+	if (mltcp_nic_capped(tp, m))
+		return;
+	ev = mltcp_trace_open(tp, m, MLTCP_EV_GROW, w, acked, inc, aux);
 
 	tcp_cong_avoid_ai(tp, w, inc);
 	mltcp_trace_close(tp, ev);

@@ -136,7 +136,7 @@ void BPF_PROG(mcubic_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 	if (c->w_est_q20 > ((__u64)cwnd << 20) + cubic_inc_q20) {
 		w_est = (__u32)(c->w_est_q20 >> 20);
 		ev = mltcp_trace_open(tp, m, MLTCP_EV_FRIENDLY, 0, acked, 0, w_est);
-		if (w_est > cwnd)
+		if (w_est > cwnd && !mltcp_nic_capped(tp, m))   /* MLTCP: optional NIC cap */
 			tp->snd_cwnd = w_est < tp->snd_cwnd_clamp ? w_est : tp->snd_cwnd_clamp;
 		mltcp_trace_close(tp, ev);
 		return;
