@@ -40,7 +40,7 @@ def run(name: str, cfg: dict, seeds: list[int]) -> dict:
                      "base_conv": metrics.converged_at(base.records, compare.link_sharing(sc)),
                      "reform": metrics.reform_after_stragglers(ml.records, comp, sc.warmup_iterations),
                      "bound": sb["avg_iter_s"] / ideal, "p99_bound": sb["p99_iter_s"] / ideal,
-                     "base_rto": base.timeouts, "mltcp_rto": ml.timeouts})
+                     "base_rto": base.timeouts, "mltcp_rto": ml.timeouts, "mltcp_tlp": ml.probes})
     g = lambda k: math.exp(np.mean([math.log(r[k]) for r in rows]))
     reform = sum((r["reform"] for r in rows), [])
     return {"scenario": name, "config": cfg, "rows": rows, "avg": g("avg"), "p99": g("p99"), "bound": g("bound"),
@@ -65,13 +65,13 @@ def markdown_row(r: dict) -> str:
 
 
 def per_seed_rows(r: dict) -> list[str]:
-    """| scenario | seed | bound avg / p99 | avg / p99 | avg / bound | interleaved at | drops base -> MLTCP | RTOs base / MLTCP |"""
+    """| scenario | seed | bound avg / p99 | avg / p99 | avg / bound | interleaved at | drops base -> MLTCP | RTOs base / MLTCP (MLTCP TLPs) |"""
     out = []
     for x in r["rows"]:
         inter = "never" if x["inter"] is None else x["inter"]
         out.append(f"| {r['scenario']} | {x['seed']} | {x['bound']:.3f}x / {x['p99_bound']:.3f}x | {x['avg']:.3f}x / "
                    f"{x['p99']:.3f}x | {x['avg'] / x['bound']:.3f} | {inter} | {x['sig']} {x['base_sig']:.0f} -> "
-                   f"{x['mltcp_sig']:.0f} | {x['base_rto']} / {x['mltcp_rto']} |")
+                   f"{x['mltcp_sig']:.0f} | {x['base_rto']} / {x['mltcp_rto']} ({x['mltcp_tlp']}) |")
     return out
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from mltcp.scenario import ScenarioError, from_dict
-from mltcp.sim.engine import LR_LEN, LR_RTX, _split_loss, simulate
+from mltcp.sim.engine import (LR_HOLE, LR_LEN, LR_PROBE, LR_PROBED, LR_RTO_AT, LR_RTX, TLP_EXTRA, _arm_timer,
+                               _split_loss, simulate)
 
 MSS = 1448.0
 
@@ -34,6 +35,16 @@ def test_a_lost_retransmission_waits_for_the_rto_in_ns3_mode_but_rack_finds_it()
     # RACK too needs a later segment acknowledged; without one the probe (or RTO) finds the loss
     assert split(MSS, lo_rtx=MSS, rack=True) == (0.0, MSS)
     assert split(MSS, inflight=MSS, rack=True) == (MSS, 0.0)
+
+
+def test_rack_counts_segments_a_partial_last_segment_reveals_the_loss_before_it():
+    # the iteration's last 752 bytes sent after a lost full segment: delivered in the same slot, or
+    # still in flight, their SACK marks it lost (Linux RACK), no timer; sent before it: nothing does
+    assert split(MSS, a=752.0, rack=True) == (MSS, 0.0)
+    assert split(MSS, inflight=752.0, rack=True) == (MSS, 0.0)
+    assert split(MSS, a=MSS, rack=True) == (0.0, MSS)            # one whole segment: before or after, even odds
+    assert split(752.0, a=MSS, rack=True) == (0.0, 752.0)        # the lost tail itself: nothing after it
+    assert split(MSS, a=752.0) == (0.0, MSS)                     # ns-3: a duplicate ACK, not three
 
 
 def shallow(recovery, iterations=12):
@@ -75,3 +86,34 @@ def test_in_ns3_mode_reno_takes_ssthresh_at_a_timeout_from_the_bytes_in_flight()
         assert r.timeouts >= 1
         lows[cc] = r.cwnd_trace[:, 3:5].min() / MSS          # ssthresh columns of the two flows
     assert lows["reno"] == pytest.approx(2.0) and lows["cubic"] > 4.0, lows
+
+
+# ---- the timer armed for held bytes: Linux tcp_schedule_loss_probe / RFC 8985 7.2 ------------------
+SRTT, RTTVAR, MIN_RTO = 0.4e-3, 0.1e-3, 0.2
+
+
+def armed(hole, inflight=0.0, lo_rtx=0.0, rack=True, loss_rec=False, probed=0.0, t=1.0):
+    lr = np.zeros((1, LR_LEN))
+    lr[0, LR_HOLE], lr[0, LR_PROBED], lr[0, LR_RTO_AT] = hole, probed, np.inf
+    _arm_timer(lr, 0, t, 0.5e-3, lo_rtx, SRTT, RTTVAR, MIN_RTO, inflight, MSS, rack, loss_rec)
+    return lr[0, LR_RTO_AT] - t, lr[0, LR_PROBE] == 1.0
+
+
+def test_a_lone_partial_tail_segment_gets_a_probe_at_the_rto_time():
+    # one packet out (the iteration's last 752 bytes): PTO = 2 srtt + min_rto, later than the RTO, so
+    # the timer fires at the RTO's time but as a loss probe (a CWR reduction, not cwnd 1)
+    wait, probe = armed(752.0)
+    assert probe and wait == pytest.approx(SRTT + MIN_RTO)      # Linux's RTO: srtt + max(4 rttvar, rto_min)
+    # more than one packet out: 2 srtt + 2 ms
+    wait, probe = armed(752.0, inflight=MSS)
+    assert probe and wait == pytest.approx(2 * SRTT + TLP_EXTRA)
+
+
+def test_no_probe_in_loss_recovery_after_a_probe_or_in_ns3_mode():
+    for kw in ({"lo_rtx": MSS}, {"loss_rec": True}, {"probed": 1.0}, {"rack": False}):
+        wait, probe = armed(2 * MSS, inflight=4 * MSS, **kw)
+        assert not probe, kw
+        # the RTO (a lost retransmission's: from about when it was sent, one RTT earlier); ns-3's
+        # max(min_rto, srtt + 4 rttvar), Linux's srtt + max(4 rttvar, min_rto)
+        rto = MIN_RTO if kw.get("rack") is False else SRTT + MIN_RTO
+        assert wait == pytest.approx(rto - (0.5e-3 if "lo_rtx" in kw else 0.0)), kw

@@ -65,9 +65,11 @@ Q, QK, ARRIVE, PDROP, PMARK, INV_RATE, CDT, BUF = range(8)
 # loss recovery, one row per flow (lr): retransmissions queued (part of to_send, sent before new
 # data), retransmissions sent this slot, bytes whose recovery waits for a timer, when it fires,
 # RTO backoff, whether that timer is a tail-loss probe, whether a probe was sent since new data was
-# acked, the fast retransmission still to send whatever the window (RFC 6675: on entering recovery)
-LR_RTX, LR_RTX_SENT, LR_HOLE, LR_RTO_AT, LR_BACKOFF, LR_PROBE, LR_PROBED, LR_FRTX = range(8)
-LR_LEN = 8
+# acked, the fast retransmission still to send whatever the window (RFC 6675: on entering recovery),
+# until when the flow is in a loss episode (Linux CA_Recovery / CA_Loss; an ECN reduction, CA_CWR,
+# does not count)
+LR_RTX, LR_RTX_SENT, LR_HOLE, LR_RTO_AT, LR_BACKOFF, LR_PROBE, LR_PROBED, LR_FRTX, LR_LOSS_REC = range(9)
+LR_LEN = 9
 TLP_EXTRA = 0.002       # Linux tail-loss probe timeout: 2 srtt + TCP_TIMEOUT_MIN (2 jiffies at HZ=1000)
 
 
@@ -125,7 +127,7 @@ def _slot_at(t, dt):
 
 
 @njit(cache=True)
-def _split_loss(lr, f, a, lo, lo_rtx, inflight_f, to_send_f, mss, rack):
+def _split_loss(lr, f, a, lo, lo_rtx, inflight_f, to_send_f, mss, rack, whole=True):
     """(bytes fast recovery repairs, bytes that wait for a timer) of ``lo`` bytes lost. The ACKs
     that can reveal a loss are those of segments sent after it: half of its own slot's, all sent
     in later slots, and, once one of those came back, the new data that limited transmit and SACK
@@ -138,11 +140,33 @@ def _split_loss(lr, f, a, lo, lo_rtx, inflight_f, to_send_f, mss, rack):
     fresh = lo - lrtx
     dup = 0.5 * a + inflight_f
     if rack:
-        return (0.0, lo) if dup < mss else (lo, 0.0)
+        # segments, not bytes (``whole``: packet losses): any segment in flight was sent after the
+        # loss, and so was a delivered partial segment (a flow's last, the end of its iteration)
+        part = a - math.floor(a / mss + 1e-9) * mss if whole else 0.0
+        seen = dup >= mss or (whole and (inflight_f > 1.0 or part > 1.0))
+        return (lo, 0.0) if seen else (0.0, lo)
     new = max(to_send_f - lr[f, LR_RTX], 0.0)
     if fresh > 0.0 and (dup < mss or dup + new < 3.0 * mss):
         return 0.0, lo
     return fresh, lrtx
+
+
+@njit(cache=True)
+def _arm_timer(lr, f, t, rtt_s, lo_rtx, srtt, rttvar, min_rto, inflight_f, mss, rack, loss_rec):
+    """Arm flow f's timer for the bytes just held (LR_HOLE), at the ACK (time t) that advanced last.
+    The RTO, backed off (a lost retransmission's: from about when it was sent): ns-3's max(min_rto,
+    srtt + 4 rttvar), or Linux's srtt + max(4 rttvar, min_rto) (tcp_rtt_estimator keeps rttvar at
+    least rto_min). ``rack`` (Linux tcp_schedule_loss_probe, RFC 8985 7.2): a tail-loss probe instead, once per
+    flight, only outside loss recovery (CA_Open or CA_CWR: not after a lost retransmission or within
+    a loss episode), after 2 srtt + 2 ms, or 2 srtt + min_rto with one packet out (time for a delayed
+    ACK), or at the RTO if that is earlier: a timer that is a probe even when it fires at the RTO's time."""
+    rto = (srtt + max(4.0 * rttvar, min_rto) if rack else max(min_rto, srtt + 4.0 * rttvar)) * 2.0 ** lr[f, LR_BACKOFF]
+    lr[f, LR_RTO_AT] = t + rto - (rtt_s if lo_rtx > 0.0 else 0.0)
+    lr[f, LR_PROBE] = 0.0
+    if rack and lr[f, LR_PROBED] == 0.0 and lo_rtx <= 0.0 and not loss_rec:
+        pto = 2.0 * srtt + (TLP_EXTRA if lr[f, LR_HOLE] + inflight_f > mss else min_rto)
+        lr[f, LR_RTO_AT] = t + min(pto, rto)
+        lr[f, LR_PROBE] = 1.0
 
 
 @njit(cache=True)
@@ -365,21 +389,14 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                     credit_k[f] = max(k, _slot_at(paused_until[f], dt)) - 1
                 hole, req = 0.0, 0.0
                 if window:
-                    req, hole = _split_loss(lr, f, a, lo, lo_rtx, inflight[f], to_send[f], mss, rack)
+                    req, hole = _split_loss(lr, f, a, lo, lo_rtx, inflight[f], to_send[f], mss, rack, packet_losses)
                     to_send[f] += req
                     lr[f, LR_RTX] += req
                     if hole > 0.0:               # held until the retransmission timer fires
                         lr[f, LR_HOLE] += hole
                         if lr[f, LR_RTO_AT] == np.inf:
-                            # armed at the last ACK that advanced (a lost retransmission: about when it was sent)
-                            rto = max(min_rto, srtt[f] + 4.0 * rttvar[f]) * 2.0 ** lr[f, LR_BACKOFF]
-                            lr[f, LR_RTO_AT] = t + rto - (rtt_s if lo_rtx > 0.0 else 0.0)
-                            lr[f, LR_PROBE] = 0.0
-                            # Linux: a probe 2 srtt after the last send, once per episode, when more than one
-                            # segment is out (with one, the probe timeout is longer than the RTO)
-                            if rack and lr[f, LR_PROBED] == 0.0 and lr[f, LR_HOLE] + inflight[f] > mss:
-                                lr[f, LR_RTO_AT] = min(lr[f, LR_RTO_AT], t - rtt_s + 2.0 * srtt[f] + TLP_EXTRA)
-                                lr[f, LR_PROBE] = 1.0
+                            _arm_timer(lr, f, t, rtt_s, lo_rtx, srtt[f], rttvar[f], min_rto, inflight[f], mss,
+                                       rack, t < lr[f, LR_LOSS_REC])
                     elif a > 0.0 and lo == 0.0:
                         lr[f, LR_BACKOFF] = 0.0      # new data acknowledged: the RTO is computed afresh
                         lr[f, LR_PROBED] = 0.0
@@ -406,11 +423,13 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                     loss = req > 0.0 and lo > lo_rtx
                     if req > 0.0 and lo_rtx > 0.0 and in_rec:
                         recovery_until[f] = max(recovery_until[f], t + srtt[f])
+                        lr[f, LR_LOSS_REC] = max(lr[f, LR_LOSS_REC], recovery_until[f])
                     if (loss or marked) and not in_rec:
                         dispatch.on_congestion(kind, p, tcp, ca, f, not loss, t, _dscale(mltcp, mp, tr, f), mss)
                         recovery_until[f] = t + srtt[f]
                         if loss:
                             lr[f, LR_FRTX] = mss
+                            lr[f, LR_LOSS_REC] = recovery_until[f]
                     if hole > 0.0:               # recovery (no growth, no further reduction) lasts until the RTO
                         recovery_until[f] = max(recovery_until[f], lr[f, LR_RTO_AT])
                 elif (marked or lo > 0.0) and t - last_cnp[f] >= CNP_INTERVAL:
@@ -477,6 +496,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                     dispatch.on_timeout(kind, p, tcp, ca, f, t, _dscale(mltcp, mp, tr, f), mss)
                     lr[f, LR_BACKOFF] += 1.0
                     recovery_until[f] = t
+                    lr[f, LR_LOSS_REC] = t + srtt[f]      # CA_Loss: until what was out is acknowledged
                     fs[F_TOT_RTO] += 1.0
                 if to_send[f] <= 0.0:
                     credit_k[f] = k - 1
