@@ -37,6 +37,19 @@ def switch_stat_sources(net, topo: EmuTopo):
     return logs, ports
 
 
+def shim_ports(jobs, mode: str, transport: str, policy=None) -> None:
+    """Link modes bmv2 and switch run mltcp.p4, which parses the MLTCP shim on UDP port 9199 only:
+    every job is sent there (when no two share a receiver host), so the switch counts its packets
+    per job and a ``switch_policy`` sees its bytes_ratio. A job on another port carries no band to
+    the switch: an active policy over the userspace transport is then refused (EmulationError)."""
+    if mode not in ("bmv2", "switch"):
+        return
+    from .bmv2 import use_shim_port
+    if not use_shim_port(jobs) and transport == "udp" and policy is not None and policy.active:
+        raise EmulationError(f"switch_policy {policy.name!r} needs every job on UDP port 9199, where "
+                             "mltcp.p4 parses the MLTCP shim, and two jobs share a receiver host here")
+
+
 def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False, link_mode: str = "auto",
             on_record: Callable[[IterationRecord], None] | None = None,
             fail_after_records: int | None = None, timeout_s: float | None = None,
@@ -60,9 +73,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
                              switch_cls=switch_class_for(mode, switch_logs, pcap))
         topo.switch_policy = getattr(plan.scenario_obj, "switch", None)   # in-network MLTCP
         assign_endpoints(plan, topo)
-        if mode == "bmv2":
-            from .bmv2 import use_shim_port
-            use_shim_port(plan.jobs)
+        shim_ports(plan.jobs, mode, transport, topo.switch_policy)
         net = build_network(topo, mode, cl)
         if transport == "kernel":   # the scenario's RTO (stretched by --dilate), as the model's
             set_kernel_min_rto(net.hosts, min(j.min_rto_s for j in plan.jobs))

@@ -556,3 +556,38 @@ def test_dilation_slows_dcqcn_s_rates_and_stretches_its_timers():
     assert rescale(plain, rate_mbps=100, dilate=True).cc_params["dcqcn"]["rai_mbps"] == pytest.approx(0.5)
     cub = rescale(scn.load("cubic-two-jobs"), rate_mbps=100, dilate=True)    # x10: ready for --cc dcqcn
     assert cub.cc_params["dcqcn"]["timer_us"] == pytest.approx(9000) and cub.cc_params["cubic"] == {}
+
+
+def _planned_jobs(receivers):
+    from mltcp.emulation.plan import PORT_BASE
+    jobs = plan_from_scenario(scn.load("innet-ecn-reno-two-jobs")).jobs
+    for i, (j, r) in enumerate(zip(jobs, receivers)):
+        j.receiver, j.port = r, PORT_BASE + i
+    return jobs
+
+
+@pytest.mark.parametrize("mode", ["switch", "bmv2"])
+def test_p4_link_modes_send_jobs_to_the_shim_port(mode):
+    """mltcp.p4 parses the shim on UDP 9199 only: in both P4 link modes the jobs go there, or a
+    switch_policy would see no band (mltcp-switch ran its policy on nothing before this)."""
+    from mltcp.emulation.arm import shim_ports
+    from mltcp.traffic.transport.wire import MLTCP_UDP_PORT
+    sc = scn.load("innet-ecn-reno-two-jobs")
+    jobs = _planned_jobs(["r1", "r2"])
+    shim_ports(jobs, mode, "udp", sc.switch)
+    assert [j.port for j in jobs] == [MLTCP_UDP_PORT, MLTCP_UDP_PORT]
+
+
+def test_shim_port_left_alone_off_p4_and_refused_for_a_policy_it_cannot_serve():
+    from mltcp.emulation.arm import shim_ports
+    from mltcp.emulation.plan import PORT_BASE, EmulationError
+    sc = scn.load("innet-ecn-reno-two-jobs")
+    jobs = _planned_jobs(["r1", "r2"])
+    shim_ports(jobs, "htb", "udp", sc.switch)
+    assert [j.port for j in jobs] == [PORT_BASE, PORT_BASE + 1]
+    shared = _planned_jobs(["r1", "r1"])
+    with pytest.raises(EmulationError, match="9199"):
+        shim_ports(shared, "switch", "udp", sc.switch)
+    off = _planned_jobs(["r1", "r1"])
+    shim_ports(off, "switch", "udp", None)     # no policy: the ports stay (nothing to act on)
+    assert [j.port for j in off] == [PORT_BASE, PORT_BASE + 1]
