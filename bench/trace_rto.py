@@ -5,6 +5,8 @@ the bottleneck queue in the milliseconds before. Prints what it saw; nothing is 
     python bench/trace_rto.py two-jobs --seed 7                       # MLTCP, the scenario's [mltcp]
     python bench/trace_rto.py two-jobs --seed 7 --cc reno             # the baseline
     python bench/trace_rto.py two-jobs --seed 7 --config '{"mltcp.slope": 2.0}' --before-ms 3
+    python bench/trace_rto.py cubic-two-jobs --rate-mbps 50 --dilate --iterations 30 --chunk-us 2000
+        # the scenario `mltcp emulate ... --rate-mbps 50 --dilate --iterations 30` simulates for sim_vs_emu
 
 It runs the compiled loop in short pauses (``--chunk-us``; pausing does not change the run: the
 records are checked against an unpaused run) and snapshots the state after each pause.
@@ -101,9 +103,15 @@ def main():
     ap.add_argument("--every", type=int, default=1, help="print every Nth snapshot before an event")
     ap.add_argument("--timeline", help="T0,T1 in ms: print every snapshot in between instead of the events")
     ap.add_argument("--summary", action="store_true", help="one line per event: the flow and the other flows' windows")
+    ap.add_argument("--rate-mbps", type=float, help="rescaled as `mltcp emulate --rate-mbps` (emulation.plan.rescale)")
+    ap.add_argument("--dilate", action="store_true", help="with --rate-mbps: time dilation, as `mltcp emulate --dilate`")
+    ap.add_argument("--iterations", type=int, help="per job, as `mltcp emulate --iterations`")
     a = ap.parse_args()
     case = tune_eval.make_cases([a.scenario], [a.seed])[0]
     sc = case.scenario(json.loads(a.config))
+    if a.rate_mbps is not None or a.iterations is not None:
+        from mltcp.emulation.plan import rescale
+        sc = rescale(sc, a.rate_mbps, None, a.iterations, None, a.dilate)
     cc = a.cc or compare.mltcp_name(case.scenario().cc)
     keep = max(1, int(a.before_ms * 1e3 / a.chunk_us))
     win = tuple(float(x) * 1e-3 for x in a.timeline.split(",")) if a.timeline else None
@@ -112,6 +120,9 @@ def main():
     same = [(r.job, r.iteration, r.end) for r in res.records] == [(r.job, r.iteration, r.end) for r in plain.records]
     print(f"{sc.name} seed {a.seed} {cc}: {res.timeouts} RTOs, {res.probes} TLPs, drops {res.drops:.0f}; "
           f"paused run identical to the unpaused one: {same}")
+    slow = sorted(res.records, key=lambda r: r.start - r.end)[:3]
+    print("longest iterations: " + ", ".join(f"{r.job} it {r.iteration} {(r.end - r.start) * 1e3:.1f} ms "
+                                             f"(comm {(r.end - r.comm_start) * 1e3:.1f} ms)" for r in slow))
     if win:
         flows = range(len(res.timeline[0]["flows"])) if res.timeline else []
         for s in res.timeline[::a.every]:
