@@ -543,13 +543,14 @@ def configure_routing(net: Mininet, topo: EmuTopo) -> None:
                 run_checked(node, ["ip", "route", "replace", subnet, *nh])
 
 
-def disable_offloads(net: Mininet) -> None:
+def disable_offloads(net: Mininet, checksum: bool = False) -> None:
     """Segmentation/receive offloads off on every emulated interface, so queues hold wire-sized
-    packets (a 64 KB GSO burst counted as one packet would make drop-tail and ECN coarse)."""
+    packets (a 64 KB GSO burst counted as one packet would make drop-tail and ECN coarse);
+    ``checksum``: checksum offload off too (for nodes that copy frames, such as a delay line)."""
     for node in net.hosts + net.switches:
         for intf in node.intfList():
             if intf.name != "lo":
-                node.cmd(offloads.shell_command(intf.name, checksum=False))
+                node.cmd(offloads.shell_command(intf.name, checksum=checksum))
 
 
 def bottleneck_intfs(net: Mininet, topo: EmuTopo) -> list:

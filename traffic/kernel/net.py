@@ -21,11 +21,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mltcp import offloads
 from mltcp.emulation.netns import Cleanup, run_prefix
 from mltcp.emulation.network import build_network
 from mltcp.emulation.peers import set_kernel_min_rto
-from mltcp.emulation.topologies import Dumbbell, LinkParams, bottleneck_intfs, run_checked
+from mltcp.emulation.topologies import Dumbbell, LinkParams, bottleneck_intfs, disable_offloads, run_checked
 
 from . import loader
 from .delayline import DelayLine, DelayLineSwitch
@@ -105,10 +104,7 @@ class KernelNet:
             net = build_network(self.topo, "htb", self._cleanup)
             if self.delay_us > 0:
                 # the delay line copies frames: a partial checksum would stay wrong
-                for node in net.hosts + net.switches:
-                    for intf in node.intfList():
-                        if intf.name != "lo":
-                            node.cmd(offloads.shell_command(intf.name, checksum=True))
+                disable_offloads(net, checksum=True)
                 self.wire = net[self.topo.name("w")].line
             if not self.idle_restart:
                 for a in self.senders:
