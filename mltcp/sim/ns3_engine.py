@@ -61,6 +61,7 @@ class Ns3Options:
     linux_reno: bool = False        # reno = ns-3's TcpLinuxReno (ssthresh from cwnd) instead of TcpNewReno (docs/ns3.md: tried, not kept)
     nic_limited_growth: bool = True # Linux/fast-engine rule: no growth while the NIC, not cwnd, limits (no TSQ in ns-3)
     trace_cwnd: bool = False        # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
+    host_jitter: float = 0.0        # > 0: each packet a host sends waits U[0, x * one segment time at its NIC) (breaks phase lock; docs/ns3.md)
 
 
 def available() -> tuple[bool, str]:
@@ -210,6 +211,8 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
 
     # ---- TCP and algorithm defaults (reset first: one process may run several scenarios) ----
     ns.Config.Reset()
+    ns.RngSeedManager.SetSeed(max(1, int(sc.seed)))    # host jitter's draws: one stream per sender
+    ns.RngSeedManager.SetRun(1)
     ns.Ipv4AddressGenerator.Reset()
     big = max(64 << 20, int(2 * max(j.flow_bytes() for j in sc.jobs)) + (1 << 20))
     sd = ns.Config.SetDefault
@@ -284,6 +287,9 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     for fi, (ji, path) in enumerate(flows):
         first, last = path[0], path[-1]
         s_devs, s_ifs = p2p(senders.Get(fi), routers.Get(ends[(first, 0)]), sc.links[first].rate_bps, sc.host_delay_s / 2)
+        if opt.host_jitter > 0:
+            cx.AddHostJitter(s_devs.Get(0), s_devs.Get(1), sc.host_delay_s / 2,
+                             opt.host_jitter * mss * 8 / sc.links[first].rate_bps, fi)
         r_devs, r_ifs = p2p(routers.Get(ends[(last, 1)]), receivers.Get(fi), rx_rate, 0.0)
         for d in (s_devs.Get(0), s_devs.Get(1), r_devs.Get(0), r_devs.Get(1)):
             cx.SetDeviceQueue(d, huge_q)
