@@ -290,6 +290,24 @@ def test_hystart_ack_train_ends_slow_start_at_train_fraction_of_min_rtt():
         assert st.cwnd[0] - before < 0.5 * MSS
 
 
+def test_hystart_sees_acks_that_do_not_grow_the_window():
+    """A NIC-limited flow in slow start is not cwnd-limited, so its callers skip ``cong_avoid``; its
+    ACK train must still end slow start (Linux runs hystart_update from bictcp_acked, ns-3 from
+    TcpCubic::PktsAcked, on every ACK). Before, HyStart ran inside cong_avoid and missed such trains:
+    in ns3-dumbbell-100m the first job left slow start at 97 segments instead of near the BDP."""
+    cc = Cubic(hystart_train=1.0)
+    st = cc.new_state(1, mss=MSS)
+    st.cwnd[:] = 100 * MSS
+    t, dmin = 1.0, 400e-6
+    cc.pkts_acked(st, np.array([MSS]), np.array([dmin]), t)
+    while st.ssthresh[0] == np.inf:
+        t += 20e-6
+        cc.pkts_acked(st, np.array([MSS]), np.array([dmin]), t)
+        assert t < 1.01
+    assert t - 1.0 == pytest.approx(dmin, abs=21e-6)
+    assert st.cwnd[0] == 100 * MSS and st.ssthresh[0] == 100 * MSS     # exit, and no growth without cong_avoid
+
+
 def test_hystart_delay_rule_and_low_window():
     def run(rtts, cwnd_seg=20):
         """First ACK: min RTT 1 ms; then ACKs 3 ms apart (no train), the second one ending the round."""

@@ -248,7 +248,7 @@ class CongestionOps:
         """``acked`` bytes newly acknowledged per flow (0 = no ACK) with the RTT sample; always."""
         acked, rtt = _vec(acked, st.n), _vec(rtt, st.n)
         for i in np.flatnonzero(acked > 0):
-            self.k_pkts_acked(self.p, st.tcp, st.ca.a, i, acked[i], rtt[i], now)
+            self.k_pkts_acked(self.p, st.tcp, st.ca.a, i, acked[i], rtt[i], now, st.mss)
 
     def cong_avoid(self, st: FlowState, acked, now: float) -> None:
         """Grow the window for ``acked`` bytes (slow start, then avoidance). Callers call it only

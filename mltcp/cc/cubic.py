@@ -60,10 +60,12 @@ def init(p, tcp, ca, i, now):
 
 
 @njit(cache=True)
-def pkts_acked(p, tcp, ca, i, acked, rtt, now):
+def pkts_acked(p, tcp, ca, i, acked, rtt, now, mss):
     ca[i, RTT] = rtt
     if rtt > 0.0 and (ca[i, DELAY_MIN] == 0.0 or rtt < ca[i, DELAY_MIN]):
         ca[i, DELAY_MIN] = rtt
+    if tcp[i, CWND] < tcp[i, SSTHRESH]:     # HyStart sees every ACK in slow start, cwnd-limited or not
+        hystart_update(p, tcp, ca, i, acked, now, mss)      # (Linux bictcp_acked, ns-3 TcpCubic::PktsAcked)
 
 
 @njit(cache=True)
@@ -75,11 +77,12 @@ def _leave_slow_start(tcp, ca, i):
 
 @njit(cache=True)
 def hystart_update(p, tcp, ca, i, acked, now, mss):
-    """One ACK (batch) in slow start: round bookkeeping and the exit rules. Returns the factor
-    slow-start growth is scaled by (1, or 1/4 in HyStart++'s conservative slow start)."""
+    """One ACK (batch) in slow start, whether or not the window limits the sender: round
+    bookkeeping and the exit rules (HyStart++'s conservative slow start: ``HS_CSS`` >= 0, which
+    :func:`cong_avoid` reads to grow by 1/4)."""
     mode = p[HYSTART]
     if mode == HS_OFF or ca[i, HS_FOUND] != 0.0:
-        return 1.0
+        return
     cwnd = tcp[i, CWND]
     rtt = ca[i, RTT]
     ca[i, HS_ACKED] += acked
@@ -94,36 +97,33 @@ def hystart_update(p, tcp, ca, i, acked, now, mss):
             ca[i, HS_CSS] += 1.0
             if ca[i, HS_CSS] >= CSS_ROUNDS:       # RFC 9406: CSS_ROUNDS in CSS, then avoidance
                 _leave_slow_start(tcp, ca, i)
-                return 1.0
+                return
     if rtt > 0.0:
         ca[i, HS_CUR_RTT] = min(ca[i, HS_CUR_RTT], rtt)
         ca[i, HS_SAMPLES] += 1.0
     if cwnd < HS_LOW_WINDOW * mss:
-        return 1.0
+        return
     if mode == HS_LINUX:
         if now - ca[i, HS_LAST_ACK] <= HS_ACK_DELTA:      # the ACK train goes on
             ca[i, HS_LAST_ACK] = now
             if now - ca[i, HS_ROUND_T] > p[HYSTART_TRAIN] * ca[i, DELAY_MIN]:
                 _leave_slow_start(tcp, ca, i)
-                return 1.0
+                return
         dmin = ca[i, DELAY_MIN]
         if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and \
                 ca[i, HS_CUR_RTT] > dmin + min(max(dmin / 8.0, HS_DELAY_LO), HS_DELAY_HI):
             _leave_slow_start(tcp, ca, i)
-        return 1.0
+        return
     # HyStart++ (RFC 9406 4.2)
     if ca[i, HS_CSS] >= 0.0:
         if ca[i, HS_CUR_RTT] < ca[i, HS_CSS_BASE]:        # the delay increase was spurious
             ca[i, HS_CSS] = -1.0
-            return 1.0
-        return 1.0 / CSS_GROWTH_DIVISOR
+        return
     last = ca[i, HS_LAST_RTT]
     if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and ca[i, HS_CUR_RTT] < np.inf and last < np.inf and \
             ca[i, HS_CUR_RTT] >= last + min(max(last / 8.0, HS_DELAY_LO), HS_DELAY_HI):
         ca[i, HS_CSS] = 0.0
         ca[i, HS_CSS_BASE] = ca[i, HS_CUR_RTT]
-        return 1.0 / CSS_GROWTH_DIVISOR
-    return 1.0
 
 
 @njit(cache=True)
@@ -140,7 +140,7 @@ def w_cubic(p, ca, i, t):
 @njit(cache=True)
 def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
     if tcp[i, CWND] < tcp[i, SSTHRESH]:
-        f = hystart_update(p, tcp, ca, i, acked, now, mss)
+        f = 1.0 / CSS_GROWTH_DIVISOR if ca[i, HS_CSS] >= 0.0 else 1.0   # HyStart++ conservative slow start
         left = slow_start(tcp, i, acked * f) / f
     else:
         left = acked

@@ -34,7 +34,7 @@ def init(p, tcp, ca, i, now):
 
 
 @njit(cache=True)
-def pkts_acked(p, tcp, ca, i, acked, rtt, now):
+def pkts_acked(p, tcp, ca, i, acked, rtt, now, mss):
     pass    # rate-based: reacts to CNPs, timers and bytes sent
 
 

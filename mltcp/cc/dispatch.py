@@ -27,9 +27,9 @@ def init(kind, p, tcp, ca, i, now):
 
 
 @njit(cache=True)
-def pkts_acked(kind, p, tcp, ca, i, acked, rtt, now):
+def pkts_acked(kind, p, tcp, ca, i, acked, rtt, now, mss):
     if kind == CUBIC:
-        cubic.pkts_acked(p, tcp, ca, i, acked, rtt, now)
+        cubic.pkts_acked(p, tcp, ca, i, acked, rtt, now, mss)
 
 
 @njit(cache=True)
