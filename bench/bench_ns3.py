@@ -4,6 +4,7 @@
     python bench/bench_ns3.py --iterations 10 20 40    # speed over several run lengths
     python bench/bench_ns3.py --fidelity               # per-iteration avg and drops, 3 cases x 4 algorithms
     python bench/bench_ns3.py --fidelity --offsets 0 0.1 0.2 0.3 0.4   # the same over 5 start offsets
+    python bench/bench_ns3.py --fidelity --host-jitter 1 --seeds 1-10  # ns-3 hosts jittered, 10 seeds each
 
 Speed: each engine runs once untimed first (numba loads or compiles its loop; cppyy compiles the
 ns-3 engine's C++ and the ns-3 code paths it calls), then the timed run; the one-time costs are
@@ -77,13 +78,16 @@ def fidelity(args) -> list[dict]:
     for case in args.cases:
         for cc in args.cc_all:
             runs = []
-            for shift in args.offsets:           # the later jobs start `shift` ms later than the file says
-                sc = load(str(ROOT / "scenarios" / f"{case}.toml"))
-                for j in sc.jobs[1:]:
-                    j.start_offset_s += shift * 1e-3
-                f = engine.simulate(sc, cc)
-                n3 = ns3_engine.run(sc, cc)
-                runs.append((sc, f, n3, ns3_compare.ratios(sc, {cc: f}, {cc: n3})[cc]))
+            for seed in args.seeds or [None]:
+                for shift in args.offsets:           # the later jobs start `shift` ms later than the file says
+                    sc = load(str(ROOT / "scenarios" / f"{case}.toml"))
+                    if seed is not None:
+                        sc.seed = seed
+                    for j in sc.jobs[1:]:
+                        j.start_offset_s += shift * 1e-3
+                    f = engine.simulate(sc, cc)
+                    n3 = ns3_engine.run(sc, cc, options=ns3_engine.Ns3Options(host_jitter=args.host_jitter))
+                    runs.append((sc, f, n3, ns3_compare.ratios(sc, {cc: f}, {cc: n3})[cc]))
             sc = runs[0][0]
             per = sorted(v for _, _, _, rat in runs for j in rat["jobs"].values()
                          for v in j["iteration_ratio"][sc.warmup_iterations:])
@@ -94,10 +98,11 @@ def fidelity(args) -> list[dict]:
             d_f = sum(rat["drops_fast"] for *_, rat in runs)
             d_n = sum(rat["drops_ns3"] for *_, rat in runs)
             ov = lambda recs: (lambda o: sum(o.values()) / max(1, len(o)))(metrics.overlap_fractions(recs))
-            row = {"case": case, "cc": cc, "offsets_ms": list(args.offsets),
+            row = {"case": case, "cc": cc, "offsets_ms": list(args.offsets), "seeds": args.seeds or [sc.seed],
+                   "host_jitter": args.host_jitter,
                    "avg_fast_ms": round(a_f * 1e3, 2), "avg_ns3_ms": round(a_n * 1e3, 2),
                    "avg_ratio": round(a_f / a_n, 4),
-                   "per_offset_ratio": [round(rat["avg_ratio"], 3) for *_, rat in runs],
+                   "per_run_ratio": [round(rat["avg_ratio"], 3) for *_, rat in runs],
                    "median_iteration_ratio": round(med, 4), "drops_fast": d_f, "drops_ns3": d_n,
                    "drops_ratio": round(d_f / d_n, 3) if d_n else float("nan"),
                    "ns3_timeouts": sum(sum(n3.ns3_stats["timeouts"]) for _, _, n3, _ in runs),
@@ -108,12 +113,26 @@ def fidelity(args) -> list[dict]:
             row["drops_within_1_5x"] = bool((1 / 1.5) <= row["drops_ratio"] <= 1.5)
             rows.append(row)
             print(f"{case:<24} {cc:<12} avg fast {row['avg_fast_ms']:8.2f} ms  ns-3 {row['avg_ns3_ms']:8.2f} ms  "
-                  f"ratio {row['avg_ratio']:.3f} (per offset {row['per_offset_ratio']}, median/iter {row['median_iteration_ratio']:.3f})  "
+                  f"ratio {row['avg_ratio']:.3f} (per run {row['per_run_ratio']}, median/iter {row['median_iteration_ratio']:.3f})  "
                   f"drops {row['drops_fast']:.0f}/{row['drops_ns3']:.0f} = {row['drops_ratio']:.2f}  "
                   f"RTOs fast/ns-3 {row['fast_timeouts']}/{row['ns3_timeouts']}  overlap {row['overlap_fast']:.2f}/{row['overlap_ns3']:.2f}", flush=True)
     ok = sum(r["within_5pct"] for r in rows)
     print(f"within 5 % avg: {ok}/{len(rows)}; drops within 1.5x: {sum(r['drops_within_1_5x'] for r in rows)}/{len(rows)}")
     return rows
+
+
+def _seeds(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        try:
+            lo, hi = int(a), int(b or a)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"seeds: {text!r} is not like 1-10 or 1,3,5") from None
+        if lo < 1 or hi < lo:
+            raise argparse.ArgumentTypeError(f"seeds: {part!r} must be an increasing range of seeds >= 1")
+        out += range(lo, hi + 1)
+    return out
 
 
 def main():
@@ -127,6 +146,11 @@ def main():
     ap.add_argument("--offsets", type=float, nargs="+", default=[0.0],
                     help="fidelity: also run with the later jobs shifted by these ms (ensemble: the two engines "
                          "settle into turn-taking or sharing on details; averages over the runs)")
+    ap.add_argument("--seeds", type=_seeds, default=None,
+                    help="fidelity: run every case at these scenario seeds (1-10 or 1,3,5) and average (an ensemble)")
+    ap.add_argument("--host-jitter", type=float, default=0.0,
+                    help="fidelity: ns-3 hosts delay each packet by U[0, x segment times at the NIC) "
+                         "(Ns3Options.host_jitter; 0 = ns-3 as shipped, phase-locked)")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     ok, why = ns3_engine.available()

@@ -7,6 +7,7 @@ cwnd change (CongestionWindow trace source). Prints what it measured; asserts no
 
     python bench/ns3_trace.py ns3-dumbbell-100m cubic
     python bench/ns3_trace.py ns3-dumbbell-1g-shallow reno --npz /tmp/trace.npz
+    python bench/ns3_trace.py ns3-dumbbell-1g-deep reno --host-jitter 1 --seed 2
 """
 from __future__ import annotations
 
@@ -48,11 +49,15 @@ def main():
     ap.add_argument("cc")
     ap.add_argument("--sample-us", type=float, default=100.0)
     ap.add_argument("--npz", type=Path)
+    ap.add_argument("--seed", type=int, help="the scenario's seed instead of its own")
+    ap.add_argument("--host-jitter", type=float, default=0.0, help="ns-3 Ns3Options.host_jitter (0: as shipped)")
     a = ap.parse_args()
     sc = load(str(ROOT / "scenarios" / f"{a.case}.toml"))
+    if a.seed is not None:
+        sc.seed = a.seed
     mss = float(sc.mss)
     f = engine.simulate(sc, a.cc, cwnd_sample_s=a.sample_us * 1e-6)
-    n = ns3_engine.run(sc, a.cc, options=ns3_engine.Ns3Options(trace_cwnd=True))
+    n = ns3_engine.run(sc, a.cc, options=ns3_engine.Ns3Options(trace_cwnd=True, host_jitter=a.host_jitter))
     F = (f.cwnd_trace.shape[1] - 1) // 3
     ft = f.cwnd_trace[:, 0]
     fcw = [f.cwnd_trace[:, 1 + i] for i in range(F)]
