@@ -84,19 +84,20 @@ def _stop_children() -> None:
         p.join(5)
 
 
-def _simulate_worker(sc, algo, trace_interval, queue, engine="fast"):
-    if engine == "ns3":
-        from .sim.ns3_engine import run as simulate
-    else:
-        from .sim.engine import simulate
+def _simulate_worker(sc, algo, trace_interval, queue, engine="fast", ns3_options=None):
     report = None if queue is None else (lambda t, frac: queue.put((algo, t, frac)))
+    if engine == "ns3":
+        from .sim.ns3_engine import run
+        return run(sc, algo, trace_interval=trace_interval, progress=report, options=ns3_options)
+    from .sim.engine import simulate
     return simulate(sc, algo, trace_interval=trace_interval, progress=report)
 
 
 def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[float] = None,
-                    engine: str = "fast"):
+                    engine: str = "fast", ns3_options=None):
     """Run each algorithm in its own process (they are independent; two cores, two runs), with a
-    rich progress bar per run on stderr unless ``quiet``. ``engine``: "fast" or "ns3"."""
+    rich progress bar per run on stderr unless ``quiet``. ``engine``: "fast" or "ns3" (run with
+    ``ns3_options``, an :class:`~mltcp.sim.ns3_engine.Ns3Options`, or its defaults)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing.managers import SyncManager
@@ -112,7 +113,7 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
         manager.start(_die_with_parent, (me,))
         pool = ProcessPoolExecutor(max_workers=len(algos), mp_context=ctx, initializer=_die_with_parent,
                                    initargs=(me,))
-        results = _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine)
+        results = _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine, ns3_options)
     except BaseException:
         # Ctrl-C, SIGTERM, a worker's error: kill the workers first (a pool's normal shutdown
         # would wait for their simulations to end), so none outlives this call
@@ -128,9 +129,9 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
     return results
 
 
-def _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine="fast"):
+def _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine="fast", ns3_options=None):
     queue = None if quiet else manager.Queue()
-    futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue, engine) for a in algos}
+    futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue, engine, ns3_options) for a in algos}
     if not quiet:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err,
@@ -215,22 +216,31 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (no progress bar)"),
     engine: str = typer.Option("fast", "--engine", help="fast (the numba simulator), ns3 (ns-3, extra \\[ns3]) or both "
                                "(both, with per-job, per-iteration fast/ns-3 ratios)"),
+    ns3_host_jitter: float = typer.Option(0.0, "--ns3-host-jitter", help="ns-3 only: every packet a sending host emits "
+                                          "waits U[0, x segment times at its NIC), x in [0, 1]; 0 = ns-3 as shipped "
+                                          "(phase-locked drop-tail queues, docs/ns3.md)"),
 ):
     """Simulate a scenario in the fast simulator (or in ns-3, or both)."""
     if engine not in ("fast", "ns3", "both"):
         fail(f"--engine: unknown engine {engine!r} (choose from fast, ns3, both)")
+    if not 0.0 <= ns3_host_jitter <= 1.0:        # above one segment time a host could reorder its own packets
+        fail(f"--ns3-host-jitter: {ns3_host_jitter!r} is outside [0, 1]")
+    if ns3_host_jitter and engine == "fast":
+        fail("--ns3-host-jitter: applies to --engine ns3 or both only")
     try:
         sc = load(scenario)
         algos = _algorithms(sc, cc, do_compare)
         _check_outdir(outdir)
+        n3opt = None
         if engine != "fast":
             from .sim import ns3_engine
             ns3_engine.preflight(sc, algos)
+            n3opt = ns3_engine.Ns3Options(host_jitter=ns3_host_jitter)
         ti = _trace_interval(sc) if outdir else None
         with _interruptible():
             if engine == "both":
-                return _simulate_both(sc, algos, as_json, ti, outdir)
-            results = run_simulations(sc, algos, quiet=as_json, trace_interval=ti, engine=engine)
+                return _simulate_both(sc, algos, as_json, ti, outdir, n3opt)
+            results = run_simulations(sc, algos, quiet=as_json, trace_interval=ti, engine=engine, ns3_options=n3opt)
     except ScenarioError as e:
         fail(str(e))
     rep = build_report(sc, results)
@@ -275,10 +285,10 @@ class _interruptible:
         return False
 
 
-def _simulate_both(sc, algos, as_json: bool, trace_interval, outdir: Optional[Path]):
+def _simulate_both(sc, algos, as_json: bool, trace_interval, outdir: Optional[Path], ns3_options=None):
     from .sim import ns3_compare
     fast = run_simulations(sc, algos, quiet=as_json, trace_interval=trace_interval, engine="fast")
-    ns3 = run_simulations(sc, algos, quiet=as_json, trace_interval=trace_interval, engine="ns3")
+    ns3 = run_simulations(sc, algos, quiet=as_json, trace_interval=trace_interval, engine="ns3", ns3_options=ns3_options)
     rep = {"fast": build_report(sc, fast), "ns3": build_report(sc, ns3), "ratios": ns3_compare.ratios(sc, fast, ns3)}
     if outdir:
         _write_or_fail(sc, fast, rep["fast"], outdir / "fast")

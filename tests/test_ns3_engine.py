@@ -144,6 +144,16 @@ def test_cli_refuses_an_unknown_engine():
     assert r.exit_code == 2 and "--engine" in r.output
 
 
+def test_cli_refuses_host_jitter_out_of_range_or_without_ns3():
+    from typer.testing import CliRunner
+
+    from mltcp.cli import app
+    for argv in (["--engine", "ns3", "--ns3-host-jitter", "1.5"], ["--engine", "ns3", "--ns3-host-jitter", "-0.1"],
+                 ["--ns3-host-jitter", "0.5"]):
+        r = CliRunner().invoke(app, ["simulate", "two-jobs", *argv])
+        assert r.exit_code == 2 and "--ns3-host-jitter" in r.output, (argv, r.output)
+
+
 # ---- with ns-3 ---------------------------------------------------------------------------------
 
 @needs_ns3
@@ -322,3 +332,26 @@ def test_host_jitter_breaks_the_phase_lock_of_drop_tail_drops():
     alone = _dumbbell(jobs=1, iterations=2, nbytes=2_000_000, buffer_pkts=5000)
     r = ns3_engine.run(alone, "reno", options=ns3_engine.Ns3Options(host_jitter=1.0))
     assert r.drops == 0 and r.ns3_stats["retransmissions"] == [0]    # no reordering, no spurious recovery
+
+
+@needs_ns3
+def test_cli_host_jitter_reaches_ns3_and_changes_the_drop_split(tmp_path):
+    """`--ns3-host-jitter 1` runs ns-3 with the jittered hosts: the phase-locked first iteration
+    (all drops on one job) no longer happens."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from mltcp.cli import app
+    toml = tmp_path / "deep.toml"
+    toml.write_text((ROOT / "scenarios" / "ns3-dumbbell-1g-deep.toml").read_text().replace(
+        "iterations = 30", "iterations = 1").replace("warmup_iterations = 5", "warmup_iterations = 0"))
+    split = {}
+    for jitter in ("0", "1"):
+        out = tmp_path / f"j{jitter}"
+        r = CliRunner().invoke(app, ["simulate", str(toml), "--engine", "ns3", "--ns3-host-jitter", jitter,
+                                     "--json", "--out", str(out)])
+        assert r.exit_code == 0, r.output[-2000:]
+        with open(out / "records-reno.csv") as fh:
+            split[jitter] = sorted(float(row["drops"]) for row in csv.DictReader(fh))
+    assert split["0"][0] == 0 and split["1"][0] > 0.3 * sum(split["1"]), split
