@@ -329,6 +329,9 @@ def test_host_jitter_breaks_the_phase_lock_of_drop_tail_drops():
         assert 0.3 <= d["A"] / (d["A"] + d["B"]) <= 0.7, split
     assert split[0] != split[1]                      # the seed drives the draws
 
+    with pytest.raises(ValueError, match="host_jitter"):
+        ns3_engine.run(load("ns3-dumbbell-1g-deep"), "reno", options=ns3_engine.Ns3Options(host_jitter=1.5))
+
     alone = _dumbbell(jobs=1, iterations=2, nbytes=2_000_000, buffer_pkts=5000)
     r = ns3_engine.run(alone, "reno", options=ns3_engine.Ns3Options(host_jitter=1.0))
     assert r.drops == 0 and r.ns3_stats["retransmissions"] == [0]    # no reordering, no spurious recovery

@@ -200,6 +200,8 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     """Run ``sc`` under ``cc_name`` in ns-3 and return the fast engine's result type."""
     check(sc, cc_name)
     opt = options or Ns3Options()
+    if not 0.0 <= opt.host_jitter <= 1.0:       # above one segment time a host would reorder its own packets
+        raise ValueError(f"Ns3Options.host_jitter must be in [0, 1], got {opt.host_jitter!r}")
     from .ns3_cxx import load
     ns, cx = load()
     wall0 = time.perf_counter()
