@@ -63,6 +63,10 @@ class Ns3Options:
     trace_cwnd: bool = False        # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
     host_jitter: float = 0.0        # > 0: each packet a host sends waits U[0, x * one segment time at its NIC) (breaks phase lock; docs/ns3.md)
 
+    def __post_init__(self):
+        if not 0.0 <= self.host_jitter <= 1.0:     # above one segment time a host would reorder its own packets
+            raise ValueError(f"host_jitter must be in [0, 1], got {self.host_jitter!r}")
+
 
 def available() -> tuple[bool, str]:
     """(True, "") when ns-3 imports here, else (False, the reason)."""
@@ -200,8 +204,6 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     """Run ``sc`` under ``cc_name`` in ns-3 and return the fast engine's result type."""
     check(sc, cc_name)
     opt = options or Ns3Options()
-    if not 0.0 <= opt.host_jitter <= 1.0:       # above one segment time a host would reorder its own packets
-        raise ValueError(f"Ns3Options.host_jitter must be in [0, 1], got {opt.host_jitter!r}")
     from .ns3_cxx import load
     ns, cx = load()
     wall0 = time.perf_counter()
