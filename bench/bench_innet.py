@@ -24,7 +24,7 @@ DEFAULT = ("innet-ecn-reno-two-jobs", "innet-ecn-reno-three-jobs", "innet-ecn-re
 def run(sc, cc: str, policy: str, seed: int) -> dict:
     s = dataclasses.replace(sc, seed=seed, switch=dataclasses.replace(sc.switch, name=policy))
     r = simulate(s, cc)
-    out = compare.side(s, cc, r.records, r.drops, r.ecn_marks)
+    out = compare.side(s, cc, r.records, r.drops, r.ecn_marks, r.pfc_pause_s)
     # drops and marks of the iterations after the warm-up (the measured ones)
     tail = [x for x in r.records if x.iteration >= s.warmup_iterations]
     out["drops_tail"] = round(sum(x.drops for x in tail))
@@ -89,7 +89,8 @@ def main(argv=None) -> int:
                                converged=m["converged_at_iteration"],
                                interleaved_off=base["interleaved_at_iteration"], interleaved=m["interleaved_at_iteration"],
                                ideal_ms=round(compare.ideal_iter_s(sc) * 1e3, 2),
-                               per_job_off=base["per_job"], per_job=m["per_job"])
+                               per_job_off=base["per_job"], per_job=m["per_job"],
+                               pause_off_ms=_ms(base.get("pfc_pause_s")), pause_ms=_ms(m.get("pfc_pause_s")))
                     rows.append(row)
                     if not a.json:
                         print(f"{row['scenario']:32s} {cc:11s} {pol:21s} seed {seed}: avg {row['avg_off_ms']} -> "
@@ -98,7 +99,8 @@ def main(argv=None) -> int:
                               f"{row['marks_off']} -> {row['marks']} (after warm-up: drops {row['drops_tail_off']} -> "
                               f"{row['drops_tail']}, marks {row['marks_tail_off']} -> {row['marks_tail']}), converged at {row['converged_off']} -> "
                               f"{row['converged']}, interleaved at {row['interleaved_off']} -> {row['interleaved']} "
-                              f"(ideal {row['ideal_ms']} ms)", flush=True)
+                              f"(ideal {row['ideal_ms']} ms)" + (f", PFC pause {row['pause_off_ms']} -> {row['pause_ms']} "
+                                                                 "flow-ms" if row["pause_ms"] is not None else ""), flush=True)
                         if a.per_job:
                             for j, on in m["per_job"].items():
                                 off = base["per_job"][j]
@@ -113,6 +115,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def _ms(s: float | None) -> float | None:
+    return None if s is None else round(s * 1e3, 2)
+
+
 def _seeds(rows, key, fmt="{}") -> str:
     """The seeds' values, 'a / b / c'; one value when all are equal; None is 'never'."""
     vals = ["never" if r[key] is None else fmt.format(r[key]) for r in rows]
@@ -120,10 +126,12 @@ def _seeds(rows, key, fmt="{}") -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    """One row per (scenario, cc, policy), the seeds' values in seed order, separated by '/'."""
+    """One row per (scenario, cc, policy), the seeds' values in seed order, separated by '/' (and a
+    column of PFC pause time, flow-ms, when a scenario has a lossless link)."""
+    pfc = any(r["pause_ms"] is not None for r in rows)
     out = ["| scenario | cc | policy | seeds | avg off -> on (ms) | avg speed-up | p99 speed-up | interleaved at "
-           "| drops off -> on (after warm-up) | ECN marks off -> on |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "| drops off -> on (after warm-up) | ECN marks off -> on |" + (" PFC pause off -> on (flow-ms) |" if pfc else ""),
+           "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if pfc else "")]
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["scenario"], r["cc"], r["policy"]), []).append(r)
@@ -138,7 +146,8 @@ def markdown(rows: list[dict]) -> str:
         marks = f"{min(r['marks_off'] for r in rs):.0f}-{max(r['marks_off'] for r in rs):.0f} -> " \
                 f"{min(r['marks'] for r in rs):.0f}-{max(r['marks'] for r in rs):.0f}"
         out.append(f"| {name} | {cc} | {pol} | {seeds} | {avg} | {_seeds(rs, 'speedup_avg')} | "
-                   f"{_seeds(rs, 'speedup_p99')} | {il} | {drops} | {marks} |")
+                   f"{_seeds(rs, 'speedup_p99')} | {il} | {drops} | {marks} |"
+                   + (f" {_seeds(rs, 'pause_off_ms', '{:.1f}')} -> {_seeds(rs, 'pause_ms', '{:.1f}')} |" if pfc else ""))
     return "\n".join(out)
 
 

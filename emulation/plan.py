@@ -228,6 +228,10 @@ def plan_from_scenario(sc, topology: str = "auto") -> Plan:
     if any(j.jitter or j.straggler_prob for j in sc.jobs):
         notes.append("compute jitter and stragglers are drawn by each sender (mltcp.workload.Job model, "
                      "seeded), not the simulator's draws: compare the two statistically")
+    lossless = [n for n, lk in sc.links.items() if lk.pfc]
+    if lossless:
+        notes.append(f"links {', '.join(lossless)} are lossless (pfc) in the scenario; the emulated switches have "
+                     "no PFC, so there a full queue drops")
     return Plan(sc.name, kind, link_params_of(first, sc.mss), jobs, sc.warmup_iterations, sc, notes)
 
 

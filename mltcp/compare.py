@@ -18,12 +18,18 @@ def link_sharing(sc: Scenario) -> dict[str, set[str]]:
     return {j.name: set().union(*(on_link[h] for h in used[j.name])) - {j.name} for j in sc.jobs}
 
 
-def side(sc: Scenario, cc: str, records: list[IterationRecord], drops: float, marks: float) -> dict:
+def side(sc: Scenario, cc: str, records: list[IterationRecord], drops: float, marks: float,
+         pfc_pause_s: float | None = None) -> dict:
+    """One arm's summary. ``pfc_pause_s`` (flow-seconds paused by lossless links) is reported when
+    the scenario has a ``pfc`` link."""
     s = metrics.summary(records, sc.warmup_iterations)
-    return {"cc": cc, **s, "drops": round(float(drops), 1), "ecn_marks": round(float(marks), 1),
-            "converged_at_iteration": metrics.converged_at(records, link_sharing(sc)),
-            "interleaved_at_iteration": metrics.interleaved_at(records, link_sharing(sc)),
-            "per_job_avg_iter_s": metrics.per_job_avg(records, sc.warmup_iterations)}
+    out = {"cc": cc, **s, "drops": round(float(drops), 1), "ecn_marks": round(float(marks), 1),
+           "converged_at_iteration": metrics.converged_at(records, link_sharing(sc)),
+           "interleaved_at_iteration": metrics.interleaved_at(records, link_sharing(sc)),
+           "per_job_avg_iter_s": metrics.per_job_avg(records, sc.warmup_iterations)}
+    if any(lk.pfc for lk in sc.links.values()):
+        out["pfc_pause_s"] = round(float(pfc_pause_s or 0.0), 6)
+    return out
 
 
 def ideal_iter_s(sc: Scenario) -> float:

@@ -54,6 +54,7 @@ class Link:
     red_kmin_bytes: float = 0.0
     red_kmax_bytes: float = 0.0
     red_pmax: float = 0.2
+    pfc: bool = False               # lossless (PFC): a full queue pauses its senders instead of dropping
 
     @property
     def rate_Bps(self) -> float:
@@ -228,9 +229,10 @@ def _link(src: str, i: int, t: dict, mss: int, prefix: str | None = None, room: 
     pmax = r.get("red_pmax", float, 0.2, lambda v: 0 < v <= 1, "must be in (0, 1]")
     if ecn == "red" and kmax <= kmin:
         raise ScenarioError(src, r.name("red_kmax_pkts"), "must be greater than red_kmin")
+    pfc = r.get("pfc", bool, False)
     r.finish()
     names = [name] if count == 1 else [f"{name}{j}" for j in range(count)]
-    return [Link(n, rate, delay, buf, ecn, k, kmin, kmax, pmax) for n in names]
+    return [Link(n, rate, delay, buf, ecn, k, kmin, kmax, pmax, pfc) for n in names]
 
 
 def _jobs(src: str, i: int, t: dict, links: dict[str, Link], defaults: dict) -> list[Job]:

@@ -46,18 +46,18 @@ from ..cc.base import CWND, RATE, SSTHRESH
 from ..cc.dcqcn import NEXT_TIMER
 from ..cc import mltcp as hook
 from ..records import IterationRecord
-from ..scenario import Scenario, cc_kwargs
+from ..scenario import Scenario, ScenarioError, cc_kwargs
 from .. import tracker as trk
 
 CNP_INTERVAL = 50e-6   # at most one CNP per flow per 50 us (DCQCN notification point)
 
 # index of each scalar in the run's float / int state vectors (kept between chunks)
-F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T, F_TOT_RTO, F_TOT_TLP = range(7)
+F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T, F_TOT_RTO, F_TOT_TLP, F_TOT_PAUSE = range(8)
 I_K, I_STEPS, I_NREC, I_SEEDED, I_STATUS, I_HEAP, I_ACT, I_RING, I_COMM, I_DONE = range(10)
 RUNNING, DONE, PAUSED, OVER_HORIZON = 0, 1, 2, 3
 NEVER = 1 << 62                 # a slot that never comes
 # links, one row each (a row per link keeps what a packet's hop needs in one cache line):
-L_RATE, L_BUF, L_MODE, L_K, L_KMIN, L_KMAX, L_PMAX = range(7)       # lp: rate B/s, buffer B, ECN
+L_RATE, L_BUF, L_MODE, L_K, L_KMIN, L_KMAX, L_PMAX, L_XOFF = range(8)   # lp: rate B/s, buffer B, ECN, PFC (0: lossy)
 # ls: all that a slot's hops read and write (one 64-byte line per link): queue, slot of its last
 # update, bytes arriving this slot (> 0 marks the link touched), drop and mark fractions, 1 / rate,
 # bytes served per slot (rate x step), buffer
@@ -94,6 +94,7 @@ class SimResult:
     probes: int = 0                    # tail-loss probes (loss_recovery = "linux")
     loop_time: float = 0.0             # wall seconds in the compiled loop (the rest of wall_time: setup, records)
     cwnd_trace: np.ndarray | None = field(repr=False, default=None)   # (samples, 1 + 3 F): t, cwnd, ssthresh, in flight
+    pfc_pause_s: float = 0.0           # flow-seconds that lossless (pfc) links held senders paused
 
 
 def build_cc(sc: Scenario, cc_name: str):
@@ -230,6 +231,11 @@ def _heap_pop(ht, hj, n):
 PP_BANDS, PP_SHIFT, PP_LO, PP_HI, PP_PECN, PP_SHARED = range(6)   # pp: the policy's parameters (priority_ecn code,
 #                                                                  priority_buffer shared 1 / per-band 0)
 PQ_Q, PQ_ARR, PQ_DROP, PQ_MARK = range(4)          # pq[link, band]: strict-priority band queues
+# what waits in a band queue, per (link, band) a FIFO of sends (pe_f: the flow; pe_v: the columns
+# below; pe_hn[link, band] = head, count): a band queue serves its packets when the bands above leave
+# it room, so their feedback is timed at dequeue (a departure fixed at enqueue would let a band
+# below send while a band above holds the link)
+PE_REM, PE_DELIV, PE_LOST, PE_MKD, PE_LRTX, PE_EXTRA, PE_KENQ = range(7)
 
 
 @njit(cache=True)
@@ -253,19 +259,17 @@ def _ecn_mark(lp, lk, qn, ap, scale):
 
 @njit(cache=True)
 def _priority_queues(lp, ls, pp, pq, lk, k, dt):
-    """Strict priority at link lk: one queue per band (priority_buffer per-band: each as deep as the
-    link's buffer, like BMv2's priority queues under one set_queue_depth; shared: all of them in the
-    link's buffer, the lowest band's arrivals dropped first), the highest band served first, over the idle slots
-    since the last update and then this slot; drops per band, marks by the policy's priority_ecn
-    (the link's total queue, the band's own queue, or none)."""
+    """Strict priority at link lk, this slot's drop and mark fractions per band: one queue per band
+    (priority_buffer per-band: each as deep as the link's buffer, like BMv2's priority queues under
+    one set_queue_depth; shared: all of them in the link's buffer, the lowest band's arrivals dropped
+    first), the highest band served first; marks by the policy's priority_ecn (the link's total
+    queue, the band's own queue, or none). Returns each band's queue and their total after the slot
+    as that fluid account has them; the queues themselves are the FIFOs' (_serve_bands), served
+    every slot while they hold bytes, so no idle slot passes with a backlog."""
     nb = pq.shape[1]
     cdt = lp[lk, L_RATE] * dt
-    idle = cdt * (k - 1 - ls[lk, QK])
     total = 0.0
-    for b in range(nb - 1, -1, -1):                  # idle slots: the old queues only
-        d = min(idle, pq[lk, b, PQ_Q])
-        pq[lk, b, PQ_Q] -= d
-        idle -= d
+    q_end = np.empty(nb)
     budget = cdt
     for b in range(nb - 1, -1, -1):
         q = pq[lk, b, PQ_Q] + pq[lk, b, PQ_ARR]
@@ -274,7 +278,7 @@ def _priority_queues(lp, ls, pp, pq, lk, k, dt):
         budget -= d
         over = max(q - lp[lk, L_BUF], 0.0)
         q -= over
-        pq[lk, b, PQ_Q] = q
+        q_end[b] = q
         pq[lk, b, PQ_DROP] = min(over / max(pq[lk, b, PQ_ARR], 1e-300), 1.0)
         total += q
     if pp[PP_SHARED] != 0.0 and total > lp[lk, L_BUF]:
@@ -283,9 +287,9 @@ def _priority_queues(lp, ls, pp, pq, lk, k, dt):
         excess = total - lp[lk, L_BUF]
         for b in range(nb):
             arr = pq[lk, b, PQ_ARR]
-            cut = min(excess, arr * (1.0 - pq[lk, b, PQ_DROP]), pq[lk, b, PQ_Q])
+            cut = min(excess, arr * (1.0 - pq[lk, b, PQ_DROP]), q_end[b])
             if cut > 0.0:
-                pq[lk, b, PQ_Q] -= cut
+                q_end[b] -= cut
                 pq[lk, b, PQ_DROP] = min(pq[lk, b, PQ_DROP] + cut / arr, 1.0)
                 excess -= cut
                 total -= cut
@@ -294,9 +298,83 @@ def _priority_queues(lp, ls, pp, pq, lk, k, dt):
     mode = int(pp[PP_PECN])          # priority_ecn: 0 the link's total queue, 1 the band's own, 2 none
     for b in range(nb):
         ap = max(pq[lk, b, PQ_ARR], 1e-300)
-        pq[lk, b, PQ_MARK] = 0.0 if mode == 2 else _ecn_mark(lp, lk, total if mode == 0 else pq[lk, b, PQ_Q], ap, 1.0)
+        pq[lk, b, PQ_MARK] = 0.0 if mode == 2 else _ecn_mark(lp, lk, total if mode == 0 else q_end[b], ap, 1.0)
+    return q_end, total
+
+
+@njit(cache=True)
+def _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, deliv, lost, mkd, lost_rtx, rtt):
+    """File flow f's feedback (acked, lost, marked bytes, RTT, lost retransmissions) for slot
+    ``due``; returns the number of ring entries it added (0 or 1)."""
+    H = ring.shape[0]
+    sl = due % H
+    added = 0
+    if last_slot[f] == due:          # adds to this flow's entry for that slot
+        e = last_entry[f]
+    else:
+        # a new entry (on a multi-hop path whose queues drain fast a flow can have two
+        # in one slot: then it gets two feedback events there)
+        e = ring_n[sl]
+        if e == ring.shape[1]:       # row full: add to an entry of this flow
+            e = -1
+            for y in range(ring_n[sl]):
+                if ring[sl, y] == f:
+                    e = y
+                    break
+            if e < 0:
+                raise RuntimeError("feedback ring row overflow")
+        else:
+            ring_n[sl] = e + 1
+            ring[sl, e] = f
+            ring_v[sl, e, 0] = 0.0
+            ring_v[sl, e, 1] = 0.0
+            ring_v[sl, e, 2] = 0.0
+            ring_v[sl, e, 4] = 0.0
+            added = 1
+        last_slot[f] = due
+        last_entry[f] = e
+    ring_v[sl, e, 0] += deliv
+    ring_v[sl, e, 1] += lost
+    ring_v[sl, e, 2] += mkd
+    ring_v[sl, e, 4] += lost_rtx
+    ring_v[sl, e, 3] = rtt
+    return added
+
+
+@njit(cache=True)
+def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n, last_slot, last_entry):
+    """One slot of link lk's strict-priority service over what waits in its band FIFOs, the highest
+    band first; each send whose last byte leaves files its feedback, timed from now. Returns
+    (ring entries added, FIFO entries finished)."""
+    nb = pq.shape[1]
+    cap = pe_f.shape[2]
+    budget = lp[lk, L_RATE] * dt
+    added, done = 0, 0
+    total = 0.0
+    for b in range(nb - 1, -1, -1):
+        while budget > 0.0 and pe_hn[lk, b, 1] > 0:
+            e = pe_hn[lk, b, 0]
+            take = min(pe_v[lk, b, e, PE_REM], budget)
+            pe_v[lk, b, e, PE_REM] -= take
+            pq[lk, b, PQ_Q] -= take
+            budget -= take
+            if pe_v[lk, b, e, PE_REM] > 1e-9:
+                break
+            f = pe_f[lk, b, e]
+            extra = pe_v[lk, b, e, PE_EXTRA]
+            due = k + max(1, int(math.ceil(extra / dt - 1e-9)))
+            added += _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, pe_v[lk, b, e, PE_DELIV],
+                                    pe_v[lk, b, e, PE_LOST], pe_v[lk, b, e, PE_MKD], pe_v[lk, b, e, PE_LRTX],
+                                    extra + (k - pe_v[lk, b, e, PE_KENQ]) * dt)
+            pe_hn[lk, b, 0] = (e + 1) % cap
+            pe_hn[lk, b, 1] -= 1
+            done += 1
+        if pe_hn[lk, b, 1] == 0:
+            pq[lk, b, PQ_Q] = 0.0            # no rounding left behind
+        total += pq[lk, b, PQ_Q]
     ls[lk, Q] = total
     ls[lk, QK] = k
+    return added, done
 
 
 @njit(cache=True)
@@ -314,6 +392,32 @@ def _progress_hop(pol, pp, lp, ls, pq, lk, band):
 
 
 @njit(cache=True)
+def _pfc_paused(lp, ls, pq, pol, on_pol, path_ptr, path_link, f, band, k):
+    """PFC (IEEE 802.1Qbb) on lossless links: is flow f paused in slot k? A queue at or above its
+    link's XOFF threshold, as its last update left it and drained over the idle slots since, pauses
+    the senders that feed it: the link's one queue, or under priority-by-progress the flow's band
+    queue (one PFC priority class per band), so only the bands at their limit stop. The pause acts
+    within a slot (no pause-frame delay), the XOFF headroom covers one slot of every sender."""
+    for h in range(path_ptr[f], path_ptr[f + 1]):
+        lk = path_link[h]
+        xoff = lp[lk, L_XOFF]
+        if xoff <= 0.0:
+            continue
+        idle = ls[lk, CDT] * (k - 1 - ls[lk, QK])
+        if pol == 2 and on_pol[lk]:
+            q = 0.0
+            for b in range(pq.shape[1] - 1, band - 1, -1):   # the bands above drain first
+                d = min(idle, pq[lk, b, PQ_Q])
+                idle -= d
+                q = pq[lk, b, PQ_Q] - d
+        else:
+            q = ls[lk, Q] - idle
+        if q >= xoff:
+            return True
+    return False
+
+
+@njit(cache=True)
 def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          kind, p, mltcp, mp, tcp, ca, tr,
          flow_job, path_ptr, path_link, base_rtt, access, flow_bytes,
@@ -324,17 +428,23 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
          ring, ring_v, ring_n, last_slot, last_entry,
          rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks,
-         trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr, rack):
+         trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr, rack, pe_f, pe_v, pe_hn):
     F, J, L, H = len(flow_job), len(iters), len(lp), len(ring_n)
     window = kind != dispatch.DCQCN
     ecn = False                          # any link marking (otherwise no link reads lp in a slot)
+    pfc = False                          # any lossless link
     for lk in range(L):
         ecn = ecn or lp[lk, L_MODE] != 0.0
+        pfc = pfc or lp[lk, L_XOFF] > 0.0
     if ks[I_SEEDED] == 0:
         np.random.seed(seed)
         ks[I_SEEDED] = 1
     k = ks[I_K]
     n_heap, n_act, n_ring, n_comm, n_done = ks[I_HEAP], ks[I_ACT], ks[I_RING], ks[I_COMM], ks[I_DONE]
+    n_pe = 0                             # sends waiting in band FIFOs (priority-by-progress)
+    if pol == 2:
+        n_pe = pe_hn[:, :, 1].sum()
+    pe_cap = pe_f.shape[2]
     send = np.zeros(F)
     sending = np.empty(F, dtype=np.int64)
     touched = np.empty(L + 1, dtype=np.int64)      # one spare: a hop of a link already listed writes past the end
@@ -511,6 +621,14 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             if to_send[f] <= 0.0 or t < paused_until[f]:
                 wake[f] = _until_rto(lr, f, _slot_at(paused_until[f], dt) if to_send[f] > 0.0 else NEVER, dt)
                 continue
+            if pfc:
+                band = 0
+                if pol == 2:
+                    band = _band(pp, trk.ratio(tr, f) if mltcp else 1.0 - unacked[f] / max(flow_bytes[f], 1.0))
+                if _pfc_paused(lp, ls, pq, pol, on_pol, path_ptr, path_link, f, band, k):
+                    fs[F_TOT_PAUSE] += dt
+                    wake[f] = _until_rto(lr, f, k + 1, dt)
+                    continue
             nic = access[f] * dt
             if window:
                 # NIC budget of every slot since the last one counted (window-based flows are
@@ -601,10 +719,14 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 f = sending[x]
                 snd = send[f]
                 keep, clean, qdelay = 1.0, 1.0, 0.0
+                pql = -1                         # the first strict-priority hop: its wait is timed at dequeue
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
                     if pol != 0 and on_pol[lk]:
                         pd, pm, qd = _progress_hop(pol, pp, lp, ls, pq, lk, fband[f])
+                        if pol == 2 and pql < 0:
+                            pql = lk
+                            qd = 0.0
                     else:
                         pd, pm, qd = ls[lk, PDROP], ls[lk, PMARK], ls[lk, Q] * ls[lk, INV_RATE]
                     if pd != 0.0 or pm != 0.0:
@@ -630,37 +752,26 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 deliv = snd - lost
                 mkd = deliv * (1.0 - clean)
                 rtt_now = base_rtt[f] + qdelay
-                due = k + max(1, int(math.ceil(rtt_now / dt - 1e-9)))
-                sl = due % H
-                if last_slot[f] == due:          # adds to this flow's entry for that slot
-                    e = last_entry[f]
+                if pql >= 0:                     # waits in its band's FIFO; feedback when it leaves
+                    b = fband[f]
+                    if pe_hn[pql, b, 1] == pe_cap:
+                        raise RuntimeError("band FIFO overflow")
+                    e = (pe_hn[pql, b, 0] + pe_hn[pql, b, 1]) % pe_cap
+                    pe_hn[pql, b, 1] += 1
+                    n_pe += 1
+                    pe_f[pql, b, e] = f
+                    pe_v[pql, b, e, PE_REM] = deliv
+                    pe_v[pql, b, e, PE_DELIV] = deliv
+                    pe_v[pql, b, e, PE_LOST] = lost
+                    pe_v[pql, b, e, PE_MKD] = mkd
+                    pe_v[pql, b, e, PE_LRTX] = lost_rtx
+                    pe_v[pql, b, e, PE_EXTRA] = rtt_now
+                    pe_v[pql, b, e, PE_KENQ] = k
+                    pq[pql, b, PQ_Q] += deliv
                 else:
-                    # a new entry (on a multi-hop path whose queues drain fast a flow can have two
-                    # in one slot: then it gets two feedback events there)
-                    e = ring_n[sl]
-                    if e == ring.shape[1]:       # row full: add to an entry of this flow
-                        e = -1
-                        for y in range(ring_n[sl]):
-                            if ring[sl, y] == f:
-                                e = y
-                                break
-                        if e < 0:
-                            raise RuntimeError("feedback ring row overflow")
-                    else:
-                        ring_n[sl] = e + 1
-                        ring[sl, e] = f
-                        ring_v[sl, e, 0] = 0.0
-                        ring_v[sl, e, 1] = 0.0
-                        ring_v[sl, e, 2] = 0.0
-                        ring_v[sl, e, 4] = 0.0
-                        n_ring += 1
-                    last_slot[f] = due
-                    last_entry[f] = e
-                ring_v[sl, e, 0] += deliv
-                ring_v[sl, e, 1] += lost
-                ring_v[sl, e, 2] += mkd
-                ring_v[sl, e, 4] += lost_rtx
-                ring_v[sl, e, 3] = rtt_now
+                    due = k + max(1, int(math.ceil(rtt_now / dt - 1e-9)))
+                    n_ring += _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, deliv, lost, mkd,
+                                             lost_rtx, rtt_now)
                 j = flow_job[f]
                 it_drops[j] += lost
                 it_marks[j] += mkd
@@ -680,9 +791,18 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 ls[lk, ARRIVE] = 0.0
                 if pol == 2 and on_pol[lk]:
                     pq[lk, :, PQ_ARR] = 0.0
+        if n_pe > 0:                             # strict-priority band queues serve what waits
+            for lk in range(L):
+                if on_pol[lk] and pe_hn[lk, :, 1].sum() > 0:
+                    added, done = _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n,
+                                               last_slot, last_entry)
+                    n_ring += added
+                    n_pe -= done
         ks[I_STEPS] += 1
         # 5. the next slot in which something can happen
         k += 1
+        if n_pe > 0:                             # a band queue holds bytes: its next slot serves them
+            continue
         kn = _slot_at(heap_t[0], dt) if n_heap > 0 else 1 << 62
         if kn <= k:
             continue
@@ -744,6 +864,22 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
     return trace
 
 
+def _pfc_xoff(sc: Scenario, names: list[str], paths) -> np.ndarray:
+    """Each link's PFC XOFF threshold (bytes; 0 for a lossy link): its buffer less the headroom for
+    one slot of every sender that crosses it (each may send its NIC's slot budget plus two segments)."""
+    xoff = np.zeros(len(names))
+    for i, n in enumerate(names):
+        lk = sc.links[n]
+        if not lk.pfc:
+            continue
+        room = sum(sc.links[pth[0]].rate_Bps * sc.step_s + 2 * sc.mss for _, pth in paths if n in pth) + sc.mss
+        if room >= lk.buffer_bytes:
+            raise ScenarioError(sc.source, f"links.{n}.pfc", f"the buffer ({lk.buffer_bytes:g} B) does not exceed "
+                                f"PFC's headroom for its senders ({room:g} B): give it a deeper buffer")
+        xoff[i] = lk.buffer_bytes - room
+    return xoff
+
+
 def _policy_arrays(sc: Scenario, names: list[str]):
     """The scenario's switch policy for the compiled loop: code, parameters, which links, band queues."""
     pol = sc.switch
@@ -751,8 +887,19 @@ def _policy_arrays(sc: Scenario, names: list[str]):
                    float(pol.priority_ecn_code), 1.0 if pol.priority_buffer == "shared" else 0.0])
     on = set(pol.links) if pol.links else set(names)
     on_pol = np.array([n in on for n in names], dtype=np.bool_)
-    pq = np.zeros((len(names), pol.bands if pol.code == 2 else 1, 4))
+    nb = pol.bands if pol.code == 2 else 1
+    pq = np.zeros((len(names), nb, 4))
     return int(pol.code), pp, on_pol, pq
+
+
+def _band_fifos(sc: Scenario, names: list[str], pol: int, on_pol: np.ndarray, flows: int):
+    """The band queues' FIFOs of sends (see PE_*): room for a full buffer of one-segment sends
+    plus a slot's sends of every flow, per band of every priority link."""
+    if pol != 2:
+        return np.zeros((1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1, 7)), np.zeros((1, 1, 2), dtype=np.int64)
+    cap = int(max(sc.links[n].buffer_bytes for n, on in zip(names, on_pol) if on) / sc.mss) + 2 * flows + 8
+    L, B = len(names), sc.switch.bands
+    return np.zeros((L, B, cap), dtype=np.int64), np.zeros((L, B, cap, 7)), np.zeros((L, B, 2), dtype=np.int64)
 
 
 def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
@@ -777,6 +924,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     lp = np.zeros((len(links), 8))
     lp[:, :7] = [(lk.rate_Bps, lk.buffer_bytes, {"none": 0, "step": 1, "red": 2}[lk.ecn], lk.ecn_k_bytes,
                   lk.red_kmin_bytes, lk.red_kmax_bytes, lk.red_pmax) for lk in links]
+    lp[:, L_XOFF] = _pfc_xoff(sc, names, paths)
     ls = np.zeros((len(links), 8))
     ls[:, INV_RATE] = 1.0 / lp[:, L_RATE]
     ls[:, CDT] = lp[:, L_RATE] * float(sc.step_s)
@@ -804,6 +952,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     st = cc.new_state(F, sc.mss, 0.0)
     mltcp, mp = _hook_vector(cc)
     pol, pp, on_pol, pq = _policy_arrays(sc, names)
+    pe_f, pe_v, pe_hn = _band_fifos(sc, names, pol, on_pol, len(paths))
     tr = st.tracker.a if mltcp else np.zeros((F, trk.HISTORY + 1))
     iters = np.array([j.iterations for j in jobs], dtype=np.int64)
     comp = np.zeros((J, int(iters.max())))
@@ -839,7 +988,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     rec_start, rec_comm, rec_end, rec_drops, rec_marks = (np.zeros(R) for _ in range(5))
     trace_interval = float(trace_interval or 0.0)
     trace = np.zeros((1024 if trace_interval else 0, J))
-    fs = np.zeros(7)
+    fs = np.zeros(8)
     lr = np.zeros((F, LR_LEN))
     lr[:, LR_RTO_AT] = np.inf
     fband = np.zeros(F, dtype=np.int64)
@@ -870,7 +1019,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
         t_stop = min(t_stop + chunk, horizon + 1.0) if chunked else np.inf
         w = time.perf_counter()
         trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr,
-                     sc.loss_recovery == "linux")
+                     sc.loss_recovery == "linux", pe_f, pe_v, pe_hn)
         loop_time += time.perf_counter() - w
         if cwnd_sample_s:
             samples.append(np.concatenate(([fs[F_T]], st.tcp[:, CWND], st.tcp[:, SSTHRESH], inflight + lr[:, LR_HOLE])))
@@ -902,4 +1051,5 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     return SimResult(sc.name, cc_name, records, fs[F_TOT_DROP] / mss, fs[F_TOT_MARK] / mss, t_end,
                      time.perf_counter() - wall0, int(ks[I_STEPS]), trace_t, trace_rate, [j.name for j in jobs],
                      float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(inflight.sum()), int(ks[I_K]),
-                     int(fs[F_TOT_RTO]), int(fs[F_TOT_TLP]), loop_time, np.array(samples) if samples else None)
+                     int(fs[F_TOT_RTO]), int(fs[F_TOT_TLP]), loop_time, np.array(samples) if samples else None,
+                     float(fs[F_TOT_PAUSE]))

@@ -125,6 +125,10 @@ def check(sc: Scenario, cc_name: str) -> None:
                 raise ScenarioError(sc.source, f"mltcp.{spelled.get(name, name)}",
                                     f"the ns-3 engine's {cc_name} does not model this knob (it models: "
                                     f"{', '.join(spelled.get(k, k) for k in HOOK_KNOBS)})")
+    for n, lk in sc.links.items():
+        if lk.pfc:
+            raise ScenarioError(sc.source, f"links.{n}.pfc", "the ns-3 engine has no PFC (lossless links): "
+                                "use the fast engine, or drop pfc")
     for j in sc.jobs:
         if j.flow_bytes() >= 2**31:
             raise ScenarioError(sc.source, f"jobs.{j.name}.bytes", "more than 2 GB per flow and iteration is not supported by the ns-3 engine")
