@@ -87,3 +87,22 @@ def test_loader_refuses_clearly(monkeypatch, tmp_path):
     with pytest.raises(loader.KernelCCError, match="no BTF"):
         loader.require_btf()
     assert not list(tmp_path.glob("*.o"))
+
+
+def test_the_decrease_is_scaled_by_default_for_mltcp_cubic_only_and_an_explicit_flag_wins():
+    from mltcp.traffic.kernel.cli import _config
+
+    args = (4.0, 0.25, 0.9, 1.0)
+    assert _config(*args, None, False, "mltcp_cubic").scale_decrease is True
+    assert _config(*args, None, False, "mltcp_reno").scale_decrease is False
+    assert _config(*args, False, False, "mltcp_cubic").scale_decrease is False
+    assert _config(*args, True, False, "mltcp_reno").scale_decrease is True
+
+
+def test_load_wants_a_configuration_for_every_variant_before_touching_the_kernel():
+    from mltcp.traffic.kernel import loader
+
+    with pytest.raises(loader.KernelCCError, match="no configuration given for mltcp_cubic"):
+        loader.load(["mltcp_reno", "mltcp_cubic"], config={"mltcp_reno": Config()})
+    with pytest.raises(loader.KernelCCError, match="bad configuration"):
+        loader.load(["mltcp_cubic"], config={"mltcp_cubic": Config(slope=0.0, intercept=0.0)})

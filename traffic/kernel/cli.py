@@ -11,7 +11,7 @@ from rich.table import Table
 from mltcp.console import err, fail, out, print_json
 
 from . import loader
-from .maps import VARIANTS, Config, MapsError, mark_iteration_start
+from .maps import SCALE_DECREASE_DEFAULT, VARIANTS, Config, MapsError, mark_iteration_start
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="MLTCP as BPF struct_ops congestion control (mltcp_reno, mltcp_cubic).")
@@ -25,7 +25,13 @@ def _variants(names: Optional[List[str]]) -> list[str]:
         fail(str(e))
 
 
-def _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap=False) -> Config:
+SCALE_DECREASE_HELP = ("F also scales the window decrease: remove (0.8 - 0.6 r) x 2 x the base fraction on loss "
+                       "(default: on for mltcp_cubic, off for mltcp_reno; docs/kernel.md)")
+
+
+def _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap=False, variant=None) -> Config:
+    if scale_decrease is None:
+        scale_decrease = SCALE_DECREASE_DEFAULT.get(variant, False)
     cfg = Config(slope=slope, intercept=intercept, idle_fraction=idle_fraction, min_idle=min_idle_ms / 1e3,
                  scale_decrease=scale_decrease, nic_cap=nic_cap)
     try:
@@ -58,13 +64,15 @@ def load(variant: Optional[List[str]] = VARIANT_OPT,
          intercept: float = typer.Option(0.25),
          idle_fraction: float = typer.Option(0.9, help="idle gap > fraction x last compute gap starts an iteration"),
          min_idle_ms: float = typer.Option(1.0, help="shortest idle gap that can start an iteration (ms)"),
-         scale_decrease: bool = typer.Option(False, help="remove (0.8 - 0.6 r) x 2 x the base fraction on loss"),
+         scale_decrease: Optional[bool] = typer.Option(None, "--scale-decrease/--no-scale-decrease",
+                                                       help=SCALE_DECREASE_HELP),
          nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
          clang: str = typer.Option("clang")):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
-    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap)
+    names = _variants(variant)           # one configuration per variant (their defaults differ)
+    cfgs = {v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v) for v in names}
     try:
-        regs = loader.load(_variants(variant), config=cfg, clang=clang)
+        regs = loader.load(names, config=cfgs, clang=clang)
     except loader.KernelCCError as e:
         fail(str(e))
     for v, sid in regs.items():
@@ -156,7 +164,7 @@ def experiment(
                                 help="senders paced at the bottleneck rate, as NICs of that rate (SO_MAX_PACING_RATE)"),
     slope: float = typer.Option(4.0), intercept: float = typer.Option(0.25),
     idle_fraction: float = typer.Option(0.9), min_idle_ms: float = typer.Option(1.0),
-    scale_decrease: bool = typer.Option(False),
+    scale_decrease: Optional[bool] = typer.Option(None, "--scale-decrease/--no-scale-decrease", help=SCALE_DECREASE_HELP),
     nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
@@ -172,7 +180,7 @@ def experiment(
 
     setLogLevel("error")     # Mininet's warnings (as `mltcp emulate`): errors still show
 
-    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap)
+    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant)
     try:
         case = Case(rate_mbit=rate_mbit, payload_rate=payload_rate, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
                     compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,

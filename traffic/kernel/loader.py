@@ -145,15 +145,20 @@ def _unregister(name: str) -> None:
         _run(["bpftool", "struct_ops", "unregister", "id", str(sid)], f"unregistering {name}")
 
 
-def load(variants=tuple(VARIANTS), config: Config = Config(), clang: str = "clang") -> dict[str, int]:
-    """Build if needed, register the variants and write ``config``. Replaces loaded copies.
+def load(variants=tuple(VARIANTS), config: Config | dict[str, Config] = Config(), clang: str = "clang") -> dict[str, int]:
+    """Build if needed, register the variants and write ``config`` (one for all, or one per
+    variant). Replaces loaded copies.
 
     If any step fails, whatever this call registered is unregistered again before raising."""
     variants = check_variants(variants)
-    try:
-        config.validate()
-    except ValueError as e:
-        raise KernelCCError(f"bad configuration: {e}") from None
+    configs = config if isinstance(config, dict) else {v: config for v in variants}
+    for v in variants:
+        if v not in configs:
+            raise KernelCCError(f"no configuration given for {v}")
+        try:
+            configs[v].validate()
+        except ValueError as e:
+            raise KernelCCError(f"bad configuration: {e}") from None
     require_root("loading BPF congestion control")
     require_btf()
     require_tools("bpftool")
@@ -169,7 +174,7 @@ def load(variants=tuple(VARIANTS), config: Config = Config(), clang: str = "clan
             done.append(v)
             try:
                 with VariantMaps(v) as vm:
-                    vm.write_config(config)
+                    vm.write_config(configs[v])
             except (MapsError, OSError) as e:
                 raise KernelCCError(f"writing the configuration of {v}: {e}") from None
             if v not in available():

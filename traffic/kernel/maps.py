@@ -43,6 +43,14 @@ class MapsError(RuntimeError):
     pass
 
 
+# Whether F also scales the window decrease, by default, per variant (the CLI's default when
+# --scale-decrease/--no-scale-decrease is not given). mltcp_cubic scales it: with CUBIC's own 30 %
+# cut alone the flow behind keeps too much window and the jobs interleave late or not at all; with
+# the scaled cut it reached the ideal iteration in every run measured (docs/kernel.md, "mltcp_cubic
+# with the scaled decrease").
+SCALE_DECREASE_DEFAULT = {"mltcp_reno": False, "mltcp_cubic": True}
+
+
 @dataclass(frozen=True)
 class Config:
     """MLTCP parameters written into the cfg map (global) or the pcfg map (one job's port)."""
