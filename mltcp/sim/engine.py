@@ -778,7 +778,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 fs[F_TOT_DROP] += lost
                 fs[F_TOT_SENT] += snd
                 fs[F_TOT_MARK] += mkd
-                if trace_interval > 0.0:
+                if trace_interval > 0.0:         # bytes delivered, counted when sent (before a band queue)
                     b = int(t / trace_interval)
                     if b >= trace.shape[0]:
                         grown = np.zeros((max(2 * trace.shape[0], b + 1), J))
