@@ -172,16 +172,21 @@ def per_job_table(sc, results) -> Table:
 
 def summary_table(rep: dict) -> Table:
     t = Table(title="summary", title_justify="left")
-    for c in ("", "avg (ms)", "p99 (ms)", "drops", "ECN marks", "interleaved at iteration"):
+    pfc = "pfc_pause_s" in rep["baseline"]          # a lossless link: its pauses are the cost to show
+    cols = ("", "avg (ms)", "p99 (ms)", "drops", "ECN marks") + (("PFC pause (flow-ms)",) if pfc else ()) \
+        + ("interleaved at iteration",)
+    for c in cols:
         t.add_column(c, justify="right")
+    blank = [""] * (len(cols) - 3)
     for key in ("baseline", "mltcp"):
         if rep.get(key):
             s = rep[key]
             t.add_row(s["cc"], f"{s['avg_iter_s'] * 1e3:.2f}", f"{s['p99_iter_s'] * 1e3:.2f}", f"{s['drops']:.0f}",
-                      f"{s['ecn_marks']:.0f}", str(s["converged_at_iteration"]))
-    t.add_row("ideal", f"{rep['ideal_iter_s'] * 1e3:.2f}", "", "", "", "")
+                      f"{s['ecn_marks']:.0f}", *((f"{s['pfc_pause_s'] * 1e3:.1f}",) if pfc else ()),
+                      str(s["converged_at_iteration"]))
+    t.add_row("ideal", f"{rep['ideal_iter_s'] * 1e3:.2f}", *blank)
     if rep.get("speedup_avg") is not None:
-        t.add_row("speedup", f"{rep['speedup_avg']:.2f}x", f"{rep['speedup_p99']:.2f}x", "", "", "")
+        t.add_row("speedup", f"{rep['speedup_avg']:.2f}x", f"{rep['speedup_p99']:.2f}x", *blank[1:])
     return t
 
 

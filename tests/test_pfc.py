@@ -104,3 +104,14 @@ def test_a_band_below_waits_while_the_band_above_holds_the_link(cc):
     assert a.end - a.comm_start < 1.1 * alone           # A, ahead, keeps the link
     assert b.end - a.comm_start >= 2 * alone            # both jobs' bytes crossed one 1 Gb/s link
     assert r.drops == 0
+
+
+def test_the_cli_summary_shows_the_pause_column_only_for_a_lossless_scenario():
+    from mltcp.cli import build_report, summary_table
+
+    for pfc in (False, True):
+        sc = _sc(pfc=pfc)
+        t = summary_table(build_report(sc, {"reno": simulate(sc, "reno")}))
+        headers = [c.header for c in t.columns]
+        assert ("PFC pause (flow-ms)" in headers) is pfc
+        assert all(len(c._cells) == len(t.columns[0]._cells) for c in t.columns)   # every row full width
