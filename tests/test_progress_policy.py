@@ -76,8 +76,30 @@ def test_software_switch_uses_the_band_threshold():
 
     assert not marked(0x0100, 2) and marked(0x0100, 3)           # band 0: its own threshold 3
     assert not marked(0x1000, 9) and marked(0x1000, 10)          # band 1: the port's 10
+
+
+def test_software_switch_gives_an_mltcp_packet_its_band_priority():
+    from mltcp.emulation.switch import pipeline as pl
+    from mltcp.traffic.header import MLTCP
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    pipe = pl.Pipeline()
+    pipe.lpm.set(0x0A000200, 24, pl.Forward(b"\x02" * 6, 2))
+    t = pipe.tables[pl.T_PROGRESS_PRIORITY]
+    t.put((2, 15), t.value("MyIngress.set_progress_priority", {"priority": 7}))
+    t.put((2, 1), t.value("MyIngress.set_progress_priority", {"priority": 3}))
+
+    def prio(ratio, shim=True, port=2):
+        pkt = Ether() / IP(dst="10.0.2.2") / UDP(dport=9199 if shim else 5001)
+        return pipe.ingress(bytes(pkt / MLTCP(job_id=1, bytes_ratio=ratio) if shim else pkt), 1).priority
+
+    assert prio(0xF000) == 7 and prio(0x1FFF) == 3 and prio(0x0100) == 0   # band 15, 1; 0 has no entry
+    assert prio(0xF000, shim=False) == 0                                    # not MLTCP: priority 0
+    t.delete((2, 15))
+    assert prio(0xF000) == 0
     with pytest.raises(pl.UnsupportedAction):
-        pipe.tables[pl.T_PROGRESS_PRIORITY].value("MyIngress.set_progress_priority", {"priority": 1})
+        t.set_default(t.value("MyIngress.set_progress_priority", {"priority": 1}))
 
 
 def test_controlplane_entries_per_band():

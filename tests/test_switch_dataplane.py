@@ -132,6 +132,28 @@ def test_drop_tail_buffer(veths):
     assert q.dropped >= 50 - 9
 
 
+@root_only
+def test_strict_priority_lets_the_band_ahead_overtake_a_waiting_burst(veths):
+    """priority-by-progress on mltcp-switch: with a progress_priority entry for band 15, a frame
+    of that band, sent after a burst of band-0 frames has filled the slow line's queue, leaves
+    ahead of the burst's waiting frames (FIFO order without the entry)."""
+    def order(with_entry: bool) -> list[int]:
+        h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=50))   # a 150-byte frame: 12 ms
+        if with_entry:
+            t = h.pipeline.tables[pl.T_PROGRESS_PRIORITY]
+            t.put((2, 15), t.value("MyIngress.set_progress_priority", {"priority": 7}))
+        low = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
+                     / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100) / (b"d" * 100)) for i in range(10)]
+        high = bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40001, dport=9199)
+                     / MLTCP(job_id=3, iteration=99, bytes_ratio=0xF000) / (b"d" * 100))
+        got = _through(h, veths, low + [high], pause=lambda i: 0.0)
+        return [Ether(g)[MLTCP].iteration for g in got if Ether(g).haslayer(MLTCP)]
+
+    fifo, prio = order(False), order(True)
+    assert fifo == list(range(10)) + [99]
+    assert sorted(prio) == sorted(fifo) and prio.index(99) <= 2     # after the one or two already on the line
+
+
 def test_cli_rejects_bad_arguments():
     for args, needle in ((["-i", "veth1"], "PORT@IFNAME"),
                          (["-i", "1@x", "--rate", "fast"], "bad rate"),

@@ -222,6 +222,29 @@ def test_queue_depth_rate_and_delay():
     assert q.depth(0.010) == 0
 
 
+def test_strict_priority_serves_the_highest_waiting_priority_when_the_line_frees():
+    q = EgressQueue(LinkConfig(rate_bps=8e6, delay_s=0.5, buffer_pkts=2))   # 1000 B = 1 ms
+    assert q.admit_priority(0.0, 0) == 0
+    q.push(0, 1000, "a0", 0.0)
+    done, times, item = q.next_frame(0.0)                  # the line was free: a0 goes at once
+    assert (done, times, item) == (pytest.approx(0.001), [pytest.approx(0.501)], "a0")
+    for name in ("a1", "a2"):
+        assert q.admit_priority(0.0002, 0) is not None
+        q.push(0, 1000, name, 0.0002)
+    assert q.admit_priority(0.0003, 0) is None and q.dropped == 1   # priority 0's queue holds 2
+    assert q.admit_priority(0.0005, 7) == 2                 # depth: every priority's waiting frames
+    q.push(7, 1000, "b7", 0.0005)
+    assert q.next_frame(0.0009) is None                     # a0 still on the line
+    order = []
+    t = 0.001
+    while (nxt := q.next_frame(t)) is not None:
+        t, _, item = nxt
+        order.append((item, round(t * 1e3, 6)))
+    assert order == [("b7", 2.0), ("a1", 3.0), ("a2", 4.0)]   # b7 overtakes the frames that waited longer
+    q.push(0, 1000, "late", 0.010)                          # an idle line: starts on arrival, not before
+    assert q.next_frame(0.010)[0] == pytest.approx(0.011)
+
+
 def test_unshaped_queue_has_no_depth():
     q = EgressQueue(LinkConfig(rate_bps=None, delay_s=0.0))
     for _ in range(10):

@@ -188,6 +188,7 @@ class Port:
     stats: PortStats = field(default_factory=PortStats)
     max_frame: int = 1514
     pending: int = 0  # frames of this port on the egress heap or being sent by the egress thread
+    tx_busy: bool = False  # strict priority: a frame is on the line (its end is on the egress heap)
 
 
 class Dataplane:
@@ -267,6 +268,9 @@ class Dataplane:
             return
         n = len(res.buf)
         q = port.queue
+        if pipe.progress_priority:  # priority-by-progress entries: strict priority at the port
+            self._enqueue_priority(port, res, n, now)
+            return
         depth = q.admit(now, n)
         if depth is None:
             return
@@ -293,6 +297,46 @@ class Dataplane:
         if direct:
             for _ in times:
                 self._send(port, buf)
+
+    def _enqueue_priority(self, port: Port, res, n: int, now: float) -> None:
+        """Strict priority: the frame waits in its priority's queue; it is timed when the line
+        takes it (_start_tx), not on arrival."""
+        q = port.queue
+        with self._cond:
+            depth = q.admit_priority(now, res.priority)
+            if depth is None:
+                return
+            if self.pipeline.egress(res, depth):
+                port.stats.ecn_marked += 1
+            q.push(res.priority, n, bytes(res.buf), now)
+            if not port.tx_busy:
+                self._start_tx(port, now)
+
+    def _start_tx(self, port: Port, now: float) -> None:
+        """(Holding ``_cond``.) Put the next strict-priority frame of ``port`` on its line if the
+        line is free at ``now``: its deliveries and the end of its transmission go on the egress
+        heap, where that end starts the next one. With the line still busy (frames timed before
+        the entries came), the heap gets a wake-up for when it frees."""
+        q = port.queue
+        heap = self._heap
+        head = heap[0][0] if heap else None
+        nxt = q.next_frame(now)
+        if nxt is None:
+            port.tx_busy = bool(q.waiting())
+            if not port.tx_busy:
+                return
+            first = q.line_free_at()
+            heapq.heappush(heap, (first, next(self._seq), port, None))
+        else:
+            done, times, buf = nxt
+            for t in times:
+                heapq.heappush(heap, (t, next(self._seq), port, buf))
+            port.pending += len(times)
+            heapq.heappush(heap, (done, next(self._seq), port, None))
+            port.tx_busy = True
+            first = min(times + [done])
+        if head is None or first < head:
+            self._cond.notify()
 
     @staticmethod
     def _send(port: Port, buf: bytes) -> None:
@@ -384,7 +428,11 @@ class Dataplane:
                         cond.wait(t - now)
                         continue
                     while heap and heap[0][0] <= now:
-                        due.append(heapq.heappop(heap))
+                        ev = heapq.heappop(heap)
+                        if ev[3] is None:   # a strict-priority line is free: its next frame, from then
+                            self._start_tx(ev[2], ev[0])
+                        else:
+                            due.append(ev)
                     break
             for _t, _s, port, buf in due:
                 self._send(port, buf)

@@ -9,6 +9,13 @@ frames waiting is dropped (drop-tail). It is delivered ``delay`` seconds after i
 Impairments act on the wire, after the queue, with a seeded RNG: ``loss`` (percent) drops the
 frame, ``duplicate`` (percent) delivers it twice, ``reorder`` (percent) holds it back by
 ``reorder_gap`` seconds so later frames overtake it.
+
+Strict priority (``admit_priority`` / ``push`` / ``next_frame``; in-network MLTCP's
+priority-by-progress): one FIFO per priority 0-7 in front of the same line, each as deep as the
+buffer (BMv2's priority queues under one ``set_queue_depth``), the highest non-empty one served
+whenever the line is free. Such a frame's departure is decided when it leaves its queue, not
+when it arrives. Its ``enq_qdepth`` is every priority's waiting frames together, as v1model's
+on BMv2 with --priority-queues.
 """
 
 from __future__ import annotations
@@ -102,6 +109,9 @@ def parse_link_overrides(text: str, base: LinkConfig) -> LinkConfig:
     return replace(base, **kw)
 
 
+PRIORITIES = 8   # v1model's standard_metadata.priority is bit<3>
+
+
 class EgressQueue:
     """Admission and timing for one egress port; times are seconds on any monotonic clock."""
 
@@ -109,6 +119,7 @@ class EgressQueue:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
         self._waiting: deque[float] = deque()  # start-of-transmission times still in the future
+        self._prio: list[deque] = [deque() for _ in range(PRIORITIES)]   # strict priority: (bytes, arrival, item)
         self._free_at = 0.0
         self.enqueued = 0
         self.dropped = 0  # drop-tail
@@ -142,6 +153,48 @@ class EgressQueue:
                 self._waiting.append(start)
             done = start + nbytes * 8.0 / cfg.rate_bps
             self._free_at = done
+        return self._wire(done)
+
+    # -- strict priority -------------------------------------------------------------------
+    def admit_priority(self, now: float, priority: int) -> int | None:
+        """Queue depth seen by a frame of ``priority`` (every priority's waiting frames), or None
+        if its own queue is full (frame dropped)."""
+        if len(self._prio[priority]) >= self.cfg.buffer_pkts:
+            self.dropped += 1
+            return None
+        self.enqueued += 1
+        return self.depth(now) + sum(len(q) for q in self._prio)
+
+    def push(self, priority: int, nbytes: int, item, now: float) -> None:
+        self._prio[priority].append((nbytes, now, item))
+
+    def waiting(self) -> int:
+        """Frames in the priority queues."""
+        return sum(len(q) for q in self._prio)
+
+    def line_free_at(self) -> float:
+        return self._free_at
+
+    def next_frame(self, now: float):
+        """If the line is free at ``now``: the head of the highest non-empty priority starts, when
+        the line became free or when it arrived, whichever is later (a late caller loses no line
+        time); returns (end of its transmission, its delivery times as :meth:`schedule`, the
+        item). None if the line is busy at ``now`` or nothing waits."""
+        if self._free_at > now:
+            return None
+        for q in reversed(self._prio):
+            if q:
+                nbytes, arrived, item = q.popleft()
+                start = max(self._free_at, arrived)
+                rate = self.cfg.rate_bps
+                done = start if rate is None else start + nbytes * 8.0 / rate
+                self._free_at = done
+                return done, self._wire(done), item
+        return None
+
+    def _wire(self, done: float) -> list[float]:
+        """Delay and impairments after the last bit left at ``done``."""
+        cfg = self.cfg
         t = done + cfg.delay_s
         rng = self.rng
         if cfg.loss_pct and rng.random() * 100.0 < cfg.loss_pct:

@@ -10,8 +10,10 @@ Names follow docs/CONTRACTS.md. The model holds the P4 objects by their P4 names
   ``meta.progress_band`` = bytes_ratio[15:12]; ``set_progress_ecn(threshold)``): an MLTCP packet's
   own ECN threshold, in place of the port's (in-network MLTCP, docs/in-network.md);
   ``no_progress_ecn``: the band's MLTCP packets are never marked (priority_ecn = off),
-* table ``MyIngress.progress_priority`` is in the P4Info, but this target's egress queue is one
-  FIFO: ``set_progress_priority`` is refused (UnsupportedAction; BMv2 with --priority-queues runs it),
+* table ``MyIngress.progress_priority`` (exact on the egress spec and ``meta.progress_band``;
+  ``set_progress_priority(priority)``): the MLTCP packet's ``standard_metadata.priority`` (0-7),
+  which selects its strict-priority queue at the egress port (``links.EgressQueue``, as BMv2
+  with --priority-queues 8 but with one line rate per port),
 * counters ``MyIngress.job_tx`` (packets and bytes), ``MyEgress.job_ecn_marks`` (packets),
   ``MyIngress.parse_errors`` (packets), register ``MyIngress.job_bytes_ratio`` (bit<16>).
 
@@ -40,6 +42,7 @@ from mltcp.p4src.names import (
     A_NOACTION,
     A_SET_ECN_THRESHOLD,
     A_SET_PROGRESS_ECN,
+    A_SET_PROGRESS_PRIORITY,
     A_NO_PROGRESS_ECN,
     BAND_BITS,
     C_JOB_ECN_MARKS,
@@ -49,6 +52,7 @@ from mltcp.p4src.names import (
     MLTCP_V1MODEL,
     P_DST_ADDR,
     P_PORT,
+    P_PRIORITY,
     P_THRESHOLD,
     R_JOB_BYTES_RATIO,
     T_ECN_THRESHOLD,
@@ -361,25 +365,31 @@ class ProgressEcnTable(TableModel):
 
 
 class ProgressPriorityTable(TableModel):
-    """MyIngress.progress_priority: only NoAction here (one FIFO per port, no priority queues)."""
+    """MyIngress.progress_priority: key (egress spec, band) -> the MLTCP packet's priority (0-7;
+    NoAction: priority 0)."""
 
     name = T_PROGRESS_PRIORITY
     default_action = A_NOACTION
 
     def value(self, action: str, params: dict[str, int]):
+        if action == A_SET_PROGRESS_PRIORITY:
+            return params[P_PRIORITY]
         if action == A_NOACTION:
             return None
-        raise UnsupportedAction(f"action {action} needs priority queues: this target has one FIFO per "
-                                "port (use BMv2 with --priority-queues)")
+        return super().value(action, params)
 
     def put(self, key: tuple, value) -> None:
-        pass
+        if value is None:
+            self.pipeline.progress_priority.pop((key[0], key[1]), None)
+        else:
+            self.pipeline.progress_priority[(key[0], key[1])] = value
 
     def delete(self, key: tuple) -> None:
-        pass
+        self.pipeline.progress_priority.pop((key[0], key[1]), None)
 
     def set_default(self, value) -> None:
-        pass
+        if value is not None:
+            raise UnsupportedAction(f"{self.name}: only NoAction as the default action")
 
 
 BAND_SHIFT = 16 - BAND_BITS
@@ -392,6 +402,7 @@ class IngressResult:
     buf: bytearray
     port: int
     parsed: Parsed
+    priority: int = 0   # standard_metadata.priority: the egress port's strict-priority queue
 
 
 class Pipeline:
@@ -406,6 +417,7 @@ class Pipeline:
         self.ecn_thresholds: dict[int, int] = {}
         self.ecn_default: int | None = None  # threshold for ports without an entry; None = off
         self.progress_ecn: dict[tuple[int, int], int] = {}   # (port, band) -> threshold
+        self.progress_priority: dict[tuple[int, int], int] = {}   # (port, band) -> priority
         self.counters = {name: CounterArray(size) for name, size in COUNTER_SIZES.items()}
         self.registers = {name: [0] * size for name, size in REGISTER_SIZES.items()}
         self.active = True  # the P4Runtime server clears this until a pipeline config is set
@@ -421,6 +433,7 @@ class Pipeline:
         self.ecn_thresholds = {}
         self.ecn_default = None
         self.progress_ecn = {}
+        self.progress_priority = {}
         for c in self.counters.values():
             c.reset()
         for name, size in REGISTER_SIZES.items():
@@ -453,7 +466,10 @@ class Pipeline:
             buf[0:6] = action.dst_mac
             buf[off + 8] = (buf[off + 8] - 1) & 0xFF
         _fix_ipv4_checksum(buf, off, p.ihl_bytes)
-        return IngressResult(buf, action.port, p)
+        prio = 0
+        if p.job_id >= 0 and self.progress_priority:
+            prio = self.progress_priority.get((action.port, p.bytes_ratio >> BAND_SHIFT), 0)
+        return IngressResult(buf, action.port, p, prio)
 
     # -- egress ---------------------------------------------------------------------------
     def ecn_threshold_for(self, port: int) -> int | None:
