@@ -27,6 +27,13 @@ from .report import arm_summary, regime_notes, rtt_seen, sim_vs_emu
 from .topologies import features
 
 
+def _refuse_priority_on_bmv2(sc, mode: str) -> None:
+    if mode == "bmv2" and sc.switch.name == "priority-by-progress":
+        raise EmulationError("switch_policy = \"priority-by-progress\" is not emulated on BMv2: its priority queues "
+                             "(--priority-queues) are each paced at the port's rate, so a port would carry more "
+                             "than its line (docs/in-network.md); use --link-mode switch")
+
+
 def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport: str = "kernel",
                    link_mode: str = "auto", topology: str = "auto",
                    on_record: Callable[[str, IterationRecord], None] | None = None,
@@ -48,7 +55,9 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     plan = plan_from_scenario(sc, topology)
     if payload_rate:
         payload_rate_plan(plan, transport)
+    _refuse_priority_on_bmv2(sc, link_mode)     # asked for by name: before looking for BMv2
     mode = resolve_link_mode(link_mode, plan.topology, ecn=needs_ecn(sc, cc))
+    _refuse_priority_on_bmv2(sc, mode)
     if transport == "kernel":   # fail before the first arm, not after it
         kernel_cc_name(cc, False)
         if compare_mltcp:

@@ -114,10 +114,17 @@ def switch_tables(topo, sw) -> dict:
     pol = getattr(topo, "switch_policy", None)     # in-network MLTCP (docs/in-network.md)
     if pol is not None and pol.active:
         ports = ecn if pol.name == "ecn-by-progress" else [[port, None] for _, port, _ in routes]
-        out["progress"] = {"policy": {"name": pol.name, "bands": pol.bands, "ecn_scale_lo": pol.ecn_scale_lo,
-                                      "ecn_scale_hi": pol.ecn_scale_hi},
-                           "ports": sorted({tuple(p) for p in ports})}
+        out["progress"] = {"policy": policy_spec(pol), "ports": sorted({tuple(p) for p in ports})}
     return out
+
+
+def policy_spec(pol) -> dict:
+    """A switch policy as JSON for the switch's programming step: its ``[switch]`` fields, which
+    :func:`mltcp.progress_policy.from_table` reads back (``links`` is the simulator's only)."""
+    table = {"name": pol.name, "bands": pol.bands, "ecn_scale_lo": pol.ecn_scale_lo, "ecn_scale_hi": pol.ecn_scale_hi}
+    if pol.name == "priority-by-progress":     # what its band queues mark, and how deep they are
+        table.update(priority_ecn=pol.priority_ecn, priority_buffer=pol.priority_buffer)
+    return table
 
 
 def set_host_arp(net, topo) -> None:

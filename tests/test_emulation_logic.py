@@ -591,3 +591,27 @@ def test_shim_port_left_alone_off_p4_and_refused_for_a_policy_it_cannot_serve():
     off = _planned_jobs(["r1", "r1"])
     shim_ports(off, "switch", "udp", None)     # no policy: the ports stay (nothing to act on)
     assert [j.port for j in off] == [PORT_BASE, PORT_BASE + 1]
+
+
+def test_the_switch_policy_reaches_the_switch_with_all_its_fields():
+    """What softswitch.switch_tables hands the programming step reads back as the same policy
+    (priority-by-progress's priority_ecn / priority_buffer included: without them the switch
+    would get by-band marking, which v1model cannot do)."""
+    from mltcp.emulation.softswitch import policy_spec
+    from mltcp.progress_policy import from_table
+
+    for name, table in (("ecn-by-progress", {"bands": 4, "ecn_scale_lo": 0.5}),
+                        ("priority-by-progress", {"bands": 8, "priority_ecn": "link"}),
+                        ("priority-by-progress", {"bands": 4, "priority_ecn": "off", "priority_buffer": "shared"})):
+        pol = from_table(name, table)
+        spec = dict(policy_spec(pol))
+        assert from_table(spec.pop("name"), spec) == pol
+
+
+def test_priority_by_progress_is_refused_on_bmv2_before_any_network():
+    from mltcp.emulation.plan import EmulationError
+    from mltcp.emulation.runner import run_experiment
+
+    sc = scn.load("innet-dcqcn-two-jobs")
+    with pytest.raises(EmulationError, match="not emulated on BMv2"):
+        run_experiment(sc, "dcqcn", transport="udp", link_mode="bmv2", with_sim=False)
