@@ -24,7 +24,7 @@ DEFAULT = ("innet-ecn-reno-two-jobs", "innet-ecn-reno-three-jobs", "innet-ecn-re
 def run(sc, cc: str, policy: str, seed: int) -> dict:
     s = dataclasses.replace(sc, seed=seed, switch=dataclasses.replace(sc.switch, name=policy))
     r = simulate(s, cc)
-    out = compare.side(s, cc, r.records, r.drops, r.ecn_marks, r.pfc_pause_s)
+    out = compare.side(s, cc, r.records, r.drops, r.ecn_marks, r.pfc_pause_s, r.reordered)
     # drops and marks of the iterations after the warm-up (the measured ones)
     tail = [x for x in r.records if x.iteration >= s.warmup_iterations]
     out["drops_tail"] = round(sum(x.drops for x in tail))
@@ -90,7 +90,8 @@ def main(argv=None) -> int:
                                interleaved_off=base["interleaved_at_iteration"], interleaved=m["interleaved_at_iteration"],
                                ideal_ms=round(compare.ideal_iter_s(sc) * 1e3, 2),
                                per_job_off=base["per_job"], per_job=m["per_job"],
-                               pause_off_ms=_ms(base.get("pfc_pause_s")), pause_ms=_ms(m.get("pfc_pause_s")))
+                               pause_off_ms=_ms(base.get("pfc_pause_s")), pause_ms=_ms(m.get("pfc_pause_s")),
+                               reordered=m.get("reordered"))
                     rows.append(row)
                     if not a.json:
                         print(f"{row['scenario']:32s} {cc:11s} {pol:21s} seed {seed}: avg {row['avg_off_ms']} -> "
@@ -100,7 +101,9 @@ def main(argv=None) -> int:
                               f"{row['drops_tail']}, marks {row['marks_tail_off']} -> {row['marks_tail']}), converged at {row['converged_off']} -> "
                               f"{row['converged']}, interleaved at {row['interleaved_off']} -> {row['interleaved']} "
                               f"(ideal {row['ideal_ms']} ms)" + (f", PFC pause {row['pause_off_ms']} -> {row['pause_ms']} "
-                                                                 "flow-ms" if row["pause_ms"] is not None else ""), flush=True)
+                                                                 "flow-ms" if row["pause_ms"] is not None else "")
+                              + (f", reordered {row['reordered']:.0f} packets" if row["reordered"] is not None else ""),
+                              flush=True)
                         if a.per_job:
                             for j, on in m["per_job"].items():
                                 off = base["per_job"][j]

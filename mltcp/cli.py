@@ -149,7 +149,7 @@ def _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine="fast", ns
 
 def build_report(sc, results) -> dict:
     algos = list(results)
-    sides = {a: compare.side(sc, a, r.records, r.drops, r.ecn_marks, getattr(r, "pfc_pause_s", None)) for a, r in results.items()}
+    sides = {a: compare.side(sc, a, r.records, r.drops, r.ecn_marks, getattr(r, "pfc_pause_s", None), getattr(r, "reordered", None)) for a, r in results.items()}
     return compare.report(sc, sides[algos[0]], sides[algos[1]] if len(algos) == 2 else None)
 
 

@@ -19,9 +19,10 @@ def link_sharing(sc: Scenario) -> dict[str, set[str]]:
 
 
 def side(sc: Scenario, cc: str, records: list[IterationRecord], drops: float, marks: float,
-         pfc_pause_s: float | None = None) -> dict:
+         pfc_pause_s: float | None = None, reordered: float | None = None) -> dict:
     """One arm's summary. ``pfc_pause_s`` (flow-seconds paused by lossless links) is reported when
-    the scenario has a ``pfc`` link."""
+    the scenario has a ``pfc`` link, ``reordered`` (packets delivered after later ones of their
+    flow by strict-priority band queues) when the simulator gives it."""
     s = metrics.summary(records, sc.warmup_iterations)
     out = {"cc": cc, **s, "drops": round(float(drops), 1), "ecn_marks": round(float(marks), 1),
            "converged_at_iteration": metrics.converged_at(records, link_sharing(sc)),
@@ -29,6 +30,8 @@ def side(sc: Scenario, cc: str, records: list[IterationRecord], drops: float, ma
            "per_job_avg_iter_s": metrics.per_job_avg(records, sc.warmup_iterations)}
     if any(lk.pfc for lk in sc.links.values()):
         out["pfc_pause_s"] = round(float(pfc_pause_s or 0.0), 6)
+    if reordered is not None and sc.switch.name == "priority-by-progress":
+        out["reordered"] = round(float(reordered), 1)
     return out
 
 

@@ -52,7 +52,7 @@ from .. import tracker as trk
 CNP_INTERVAL = 50e-6   # at most one CNP per flow per 50 us (DCQCN notification point)
 
 # index of each scalar in the run's float / int state vectors (kept between chunks)
-F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T, F_TOT_RTO, F_TOT_TLP, F_TOT_PAUSE = range(8)
+F_TOT_DROP, F_TOT_MARK, F_TOT_SENT, F_TOT_ACKED, F_T, F_TOT_RTO, F_TOT_TLP, F_TOT_PAUSE, F_TOT_REORDER = range(9)
 I_K, I_STEPS, I_NREC, I_SEEDED, I_STATUS, I_HEAP, I_ACT, I_RING, I_COMM, I_DONE = range(10)
 RUNNING, DONE, PAUSED, OVER_HORIZON = 0, 1, 2, 3
 NEVER = 1 << 62                 # a slot that never comes
@@ -95,6 +95,7 @@ class SimResult:
     loop_time: float = 0.0             # wall seconds in the compiled loop (the rest of wall_time: setup, records)
     cwnd_trace: np.ndarray | None = field(repr=False, default=None)   # (samples, 1 + 3 F): t, cwnd, ssthresh, in flight
     pfc_pause_s: float = 0.0           # flow-seconds that lossless (pfc) links held senders paused
+    reordered: float = 0.0             # packets a strict-priority link delivered after later ones of their flow
 
 
 def build_cc(sc: Scenario, cc_name: str):
@@ -342,14 +343,17 @@ def _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, deliv, l
 
 
 @njit(cache=True)
-def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n, last_slot, last_entry):
+def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n, last_slot, last_entry, pe_last):
     """One slot of link lk's strict-priority service over what waits in its band FIFOs, the highest
-    band first; each send whose last byte leaves files its feedback, timed from now. Returns
-    (ring entries added, FIFO entries finished)."""
+    band first; each send whose last byte leaves files its feedback, timed from now. A send that
+    leaves after a later send of its flow (the flow moved up a band while it had bytes waiting
+    below) is reordered: the model acknowledges it as delivered, a real receiver sees it out of
+    order. Returns (ring entries added, FIFO entries finished, reordered bytes)."""
     nb = pq.shape[1]
     cap = pe_f.shape[2]
     budget = lp[lk, L_RATE] * dt
     added, done = 0, 0
+    reordered = 0.0
     total = 0.0
     for b in range(nb - 1, -1, -1):
         while budget > 0.0 and pe_hn[lk, b, 1] > 0:
@@ -361,6 +365,9 @@ def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n,
             if pe_v[lk, b, e, PE_REM] > 1e-9:
                 break
             f = pe_f[lk, b, e]
+            if pe_v[lk, b, e, PE_KENQ] < pe_last[f]:
+                reordered += pe_v[lk, b, e, PE_DELIV]
+            pe_last[f] = max(pe_last[f], pe_v[lk, b, e, PE_KENQ])
             extra = pe_v[lk, b, e, PE_EXTRA]
             due = k + max(1, int(math.ceil(extra / dt - 1e-9)))
             added += _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, pe_v[lk, b, e, PE_DELIV],
@@ -374,7 +381,7 @@ def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n,
         total += pq[lk, b, PQ_Q]
     ls[lk, Q] = total
     ls[lk, QK] = k
-    return added, done
+    return added, done, reordered
 
 
 @njit(cache=True)
@@ -428,7 +435,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
          ring, ring_v, ring_n, last_slot, last_entry,
          rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks,
-         trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr, rack, pe_f, pe_v, pe_hn):
+         trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr, rack, pe_f, pe_v, pe_hn, pe_last):
     F, J, L, H = len(flow_job), len(iters), len(lp), len(ring_n)
     window = kind != dispatch.DCQCN
     ecn = False                          # any link marking (otherwise no link reads lp in a slot)
@@ -794,10 +801,11 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
         if n_pe > 0:                             # strict-priority band queues serve what waits
             for lk in range(L):
                 if on_pol[lk] and pe_hn[lk, :, 1].sum() > 0:
-                    added, done = _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n,
-                                               last_slot, last_entry)
+                    added, done, reord = _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n,
+                                                      last_slot, last_entry, pe_last)
                     n_ring += added
                     n_pe -= done
+                    fs[F_TOT_REORDER] += reord
         ks[I_STEPS] += 1
         # 5. the next slot in which something can happen
         k += 1
@@ -953,6 +961,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     mltcp, mp = _hook_vector(cc)
     pol, pp, on_pol, pq = _policy_arrays(sc, names)
     pe_f, pe_v, pe_hn = _band_fifos(sc, names, pol, on_pol, len(paths))
+    pe_last = np.full(len(paths), -1.0)      # each flow's latest send (slot) a band queue delivered
     tr = st.tracker.a if mltcp else np.zeros((F, trk.HISTORY + 1))
     iters = np.array([j.iterations for j in jobs], dtype=np.int64)
     comp = np.zeros((J, int(iters.max())))
@@ -988,7 +997,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     rec_start, rec_comm, rec_end, rec_drops, rec_marks = (np.zeros(R) for _ in range(5))
     trace_interval = float(trace_interval or 0.0)
     trace = np.zeros((1024 if trace_interval else 0, J))
-    fs = np.zeros(8)
+    fs = np.zeros(9)
     lr = np.zeros((F, LR_LEN))
     lr[:, LR_RTO_AT] = np.inf
     fband = np.zeros(F, dtype=np.int64)
@@ -1019,7 +1028,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
         t_stop = min(t_stop + chunk, horizon + 1.0) if chunked else np.inf
         w = time.perf_counter()
         trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr,
-                     sc.loss_recovery == "linux", pe_f, pe_v, pe_hn)
+                     sc.loss_recovery == "linux", pe_f, pe_v, pe_hn, pe_last)
         loop_time += time.perf_counter() - w
         if cwnd_sample_s:
             samples.append(np.concatenate(([fs[F_T]], st.tcp[:, CWND], st.tcp[:, SSTHRESH], inflight + lr[:, LR_HOLE])))
@@ -1052,4 +1061,4 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
                      time.perf_counter() - wall0, int(ks[I_STEPS]), trace_t, trace_rate, [j.name for j in jobs],
                      float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(inflight.sum()), int(ks[I_K]),
                      int(fs[F_TOT_RTO]), int(fs[F_TOT_TLP]), loop_time, np.array(samples) if samples else None,
-                     float(fs[F_TOT_PAUSE]))
+                     float(fs[F_TOT_PAUSE]), float(fs[F_TOT_REORDER]) / mss)
