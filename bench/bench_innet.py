@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", default="")
     ap.add_argument("--cc", default="", help="algorithms (default: the scenario's cc)")
     ap.add_argument("--switch", default="", help="KEY=VALUE,... overriding the scenarios' [switch] table "
-                                                 "(bands, ecn_scale_lo, ecn_scale_hi, priority_ecn, priority_buffer)")
+                                                 "(bands, ecn_scale_lo, ecn_scale_hi, priority_ecn, priority_buffer, priority_pin)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="also print one table row per scenario, cc and policy")
     ap.add_argument("--per-job", action="store_true", help="also print each job's figures after the warm-up (off and on)")
@@ -60,9 +60,10 @@ def main(argv=None) -> int:
     over = {}
     for kv in filter(None, a.switch.split(",")):
         k, _, v = kv.partition("=")
-        if k not in ("bands", "ecn_scale_lo", "ecn_scale_hi", "priority_ecn", "priority_buffer"):
+        if k not in ("bands", "ecn_scale_lo", "ecn_scale_hi", "priority_ecn", "priority_buffer", "priority_pin"):
             ap.error(f"--switch: unknown field {k!r}")
-        over[k] = int(v) if k == "bands" else v if k.startswith("priority_") else float(v)
+        over[k] = (int(v) if k == "bands" else v.lower() in ("1", "true", "yes") if k == "priority_pin"
+                   else v if k.startswith("priority_") else float(v))
     rows = []
     for name in a.scenarios.split(","):
         sc = scenario.load(name)

@@ -123,7 +123,7 @@ def policy_spec(pol) -> dict:
     :func:`mltcp.progress_policy.from_table` reads back (``links`` is the simulator's only)."""
     table = {"name": pol.name, "bands": pol.bands, "ecn_scale_lo": pol.ecn_scale_lo, "ecn_scale_hi": pol.ecn_scale_hi}
     if pol.name == "priority-by-progress":     # what its band queues mark, and how deep they are
-        table.update(priority_ecn=pol.priority_ecn, priority_buffer=pol.priority_buffer)
+        table.update(priority_ecn=pol.priority_ecn, priority_buffer=pol.priority_buffer, priority_pin=pol.priority_pin)
     return table
 
 

@@ -22,6 +22,10 @@ the packet's own band queue, ``off`` nothing (no marks: drop-tail only), with th
 thresholds (ecn_scale_lo / hi are ecn-by-progress's). In mltcp.p4: ``link`` is v1model's (BMv2's
 enq_qdepth counts all the port's priority queues; no progress_ecn entries), ``by-band`` is TNA's
 (enq_qdepth of the packet's queue), ``off`` is a no_progress_ecn entry per band.
+``priority_pin`` (default true): a flow's packets go to the band queue that already holds packets
+of it, and move to the band its bytes_ratio says only once that queue has none of them, so a flow
+is never reordered (flowlet-style; without it a flow moving up a band overtakes its own packets
+waiting below, which TCP's dupACK rule and RoCE's go-back-N take for loss).
 ``priority_buffer``: ``per-band`` (each band queue as
 deep as the link's buffer, BMv2's priority queues) or ``shared`` (the bands share the link's
 buffer; what overflows it is dropped from the lowest band's arrivals first). With ``link`` the flow
@@ -59,6 +63,7 @@ class ProgressPolicy:
     links: tuple[str, ...] | None = None   # links (simulator) the policy runs on; None = all
     priority_ecn: str = "by-band"   # priority queues' ECN: the link's total queue, the band's own, or none
     priority_buffer: str = "per-band"   # each band queue as deep as the buffer (BMv2), or one shared buffer
+    priority_pin: bool = True       # a flow keeps its band queue while packets of it wait there (no reordering)
 
     @property
     def code(self) -> int:
@@ -104,7 +109,7 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
     if not isinstance(name, str) or name not in POLICIES:
         raise PolicyError("switch_policy", f"must be one of {', '.join(POLICIES)} (got {name!r})")
     t = dict(table or {})
-    known = {"bands", "ecn_scale_lo", "ecn_scale_hi", "links", "priority_ecn", "priority_buffer"}
+    known = {"bands", "ecn_scale_lo", "ecn_scale_hi", "links", "priority_ecn", "priority_buffer", "priority_pin"}
     for k in t:
         if k not in known:
             raise PolicyError(f"{where}.{k}", f"unknown field (fields: {', '.join(sorted(known))})")
@@ -133,7 +138,10 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
     pbuf = t.get("priority_buffer", "per-band")
     if not isinstance(pbuf, str) or pbuf not in PRIORITY_BUFFER:
         raise PolicyError(f"{where}.priority_buffer", f"must be one of {', '.join(PRIORITY_BUFFER)} (got {pbuf!r})")
-    for k in ("priority_ecn", "priority_buffer"):
+    pin = t.get("priority_pin", True)
+    if not isinstance(pin, bool):
+        raise PolicyError(f"{where}.priority_pin", f"must be true or false (got {pin!r})")
+    for k in ("priority_ecn", "priority_buffer", "priority_pin"):
         if k in t and name == "ecn-by-progress":
             raise PolicyError(f"{where}.{k}", "applies to priority-by-progress (or off), not ecn-by-progress")
-    return ProgressPolicy(name, bands, vals["ecn_scale_lo"], vals["ecn_scale_hi"], links, pecn, pbuf)
+    return ProgressPolicy(name, bands, vals["ecn_scale_lo"], vals["ecn_scale_hi"], links, pecn, pbuf, pin)

@@ -602,7 +602,8 @@ def test_the_switch_policy_reaches_the_switch_with_all_its_fields():
 
     for name, table in (("ecn-by-progress", {"bands": 4, "ecn_scale_lo": 0.5}),
                         ("priority-by-progress", {"bands": 8, "priority_ecn": "link"}),
-                        ("priority-by-progress", {"bands": 4, "priority_ecn": "off", "priority_buffer": "shared"})):
+                        ("priority-by-progress", {"bands": 4, "priority_ecn": "off", "priority_buffer": "shared",
+                                                  "priority_pin": False})):
         pol = from_table(name, table)
         spec = dict(policy_spec(pol))
         assert from_table(spec.pop("name"), spec) == pol

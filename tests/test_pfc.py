@@ -117,16 +117,20 @@ def test_the_cli_summary_shows_the_pause_column_only_for_a_lossless_scenario():
         assert all(len(c._cells) == len(t.columns[0]._cells) for c in t.columns)   # every row full width
 
 
-def test_the_simulator_counts_what_strict_priority_delivers_out_of_order():
+def test_strict_priority_reorders_a_flow_unless_it_is_pinned_to_its_queue():
     """A flow that moves up a band while bytes of it wait below overtakes them: the model counts
-    those packets (a real receiver sees them out of order; docs/in-network.md). One FIFO does not
-    reorder."""
+    those packets (a real receiver sees them out of order; docs/in-network.md). With priority_pin
+    (the default) a flow stays in the band queue that holds packets of it: nothing is reordered,
+    and on ECN-Reno two-jobs it costs nothing. One FIFO does not reorder."""
     sc = scn.load("innet-ecn-reno-two-jobs")
     sc.jobs = [dataclasses.replace(j, iterations=12) for j in sc.jobs]
     out = {}
-    for pol in ("off", "priority-by-progress"):
-        s = dataclasses.replace(sc, switch=dataclasses.replace(sc.switch, name=pol))
+    for pol, pin in (("off", True), ("priority-by-progress", False), ("priority-by-progress", True)):
+        s = dataclasses.replace(sc, switch=dataclasses.replace(sc.switch, name=pol, priority_pin=pin))
         r = simulate(s, "reno")
-        out[pol] = (r.reordered, compare.side(s, "reno", r.records, r.drops, r.ecn_marks, None, r.reordered))
-    assert out["off"][0] == 0.0 and "reordered" not in out["off"][1]
-    assert out["priority-by-progress"][0] > 0 and out["priority-by-progress"][1]["reordered"] > 0
+        out[pol, pin] = (r, compare.side(s, "reno", r.records, r.drops, r.ecn_marks, None, r.reordered))
+    assert out["off", True][0].reordered == 0.0 and "reordered" not in out["off", True][1]
+    loose, pinned = out["priority-by-progress", False], out["priority-by-progress", True]
+    assert loose[0].reordered > 0 and loose[1]["reordered"] > 0
+    assert pinned[0].reordered == 0.0
+    assert pinned[1]["avg_iter_s"] <= 1.01 * loose[1]["avg_iter_s"]

@@ -34,6 +34,8 @@ def test_defaults_keep_the_old_band_queues():
     ({"priority_buffer": "pooled"}, "priority-by-progress", "switch.priority_buffer", "per-band, shared"),
     ({"priority_ecn": "off"}, "ecn-by-progress", "switch.priority_ecn", "not ecn-by-progress"),
     ({"priority_buffer": "shared"}, "ecn-by-progress", "switch.priority_buffer", "not ecn-by-progress"),
+    ({"priority_pin": "yes"}, "priority-by-progress", "switch.priority_pin", "true or false"),
+    ({"priority_pin": False}, "ecn-by-progress", "switch.priority_pin", "not ecn-by-progress"),
 ])
 def test_bad_priority_fields_name_file_and_field(switch, policy, field, text):
     with pytest.raises(ScenarioError) as e:

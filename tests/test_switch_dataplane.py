@@ -154,6 +154,18 @@ def test_strict_priority_lets_the_band_ahead_overtake_a_waiting_burst(veths):
     assert sorted(prio) == sorted(fifo) and prio.index(99) <= 2     # after the one or two already on the line
 
 
+@root_only
+def test_a_job_that_moves_up_a_band_does_not_overtake_its_own_waiting_frames(veths):
+    h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=50))
+    t = h.pipeline.tables[pl.T_PROGRESS_PRIORITY]
+    t.put((2, 15), t.value("MyIngress.set_progress_priority", {"priority": 7}))
+    frames = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
+                    / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100 if i < 10 else 0xF000) / (b"d" * 100))
+              for i in range(12)]
+    got = _through(h, veths, frames, pause=lambda i: 0.0)
+    assert [Ether(g)[MLTCP].iteration for g in got if Ether(g).haslayer(MLTCP)] == list(range(12))
+
+
 def test_cli_rejects_bad_arguments():
     for args, needle in ((["-i", "veth1"], "PORT@IFNAME"),
                          (["-i", "1@x", "--rate", "fast"], "bad rate"),

@@ -222,6 +222,8 @@ class Dataplane:
         self._threads: list[threading.Thread] = []
         self._wake_r, self._wake_w = socket.socketpair()
         self.no_route = 0
+        # strict priority: (port, job id) -> [priority its waiting frames are in, how many wait]
+        self._pins: dict[tuple[int, int], list[int]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -300,15 +302,23 @@ class Dataplane:
 
     def _enqueue_priority(self, port: Port, res, n: int, now: float) -> None:
         """Strict priority: the frame waits in its priority's queue; it is timed when the line
-        takes it (_start_tx), not on arrival."""
+        takes it (_start_tx), not on arrival. A job's frame goes where frames of that job still
+        wait, and to its own priority only once none do (priority_pin: a job that moves up a band
+        does not overtake its own frames, which its receiver would take for loss)."""
         q = port.queue
+        job = res.parsed.job_id
         with self._cond:
-            depth = q.admit_priority(now, res.priority)
+            key = (port.number, job)
+            pin = self._pins.get(key) if job >= 0 else None
+            prio = pin[0] if pin is not None and pin[1] > 0 else res.priority
+            depth = q.admit_priority(now, prio)
             if depth is None:
                 return
             if self.pipeline.egress(res, depth):
                 port.stats.ecn_marked += 1
-            q.push(res.priority, n, bytes(res.buf), now)
+            if job >= 0:
+                self._pins[key] = [prio, (pin[1] if pin is not None else 0) + 1]
+            q.push(prio, n, (bytes(res.buf), key if job >= 0 else None), now)
             if not port.tx_busy:
                 self._start_tx(port, now)
 
@@ -328,7 +338,9 @@ class Dataplane:
             first = q.line_free_at()
             heapq.heappush(heap, (first, next(self._seq), port, None))
         else:
-            done, times, buf = nxt
+            done, times, (buf, key) = nxt
+            if key is not None:
+                self._pins[key][1] -= 1
             for t in times:
                 heapq.heappush(heap, (t, next(self._seq), port, buf))
             port.pending += len(times)

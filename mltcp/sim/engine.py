@@ -229,7 +229,7 @@ def _heap_pop(ht, hj, n):
 
 
 # ---- in-network policy (mltcp.progress_policy): the switch acts on each packet's bytes_ratio --------
-PP_BANDS, PP_SHIFT, PP_LO, PP_HI, PP_PECN, PP_SHARED = range(6)   # pp: the policy's parameters (priority_ecn code,
+PP_BANDS, PP_SHIFT, PP_LO, PP_HI, PP_PECN, PP_SHARED, PP_PIN = range(7)   # pp: the policy's parameters (priority_ecn code,
 #                                                                  priority_buffer shared 1 / per-band 0)
 PQ_Q, PQ_ARR, PQ_DROP, PQ_MARK = range(4)          # pq[link, band]: strict-priority band queues
 # what waits in a band queue, per (link, band) a FIFO of sends (pe_f: the flow; pe_v: the columns
@@ -343,7 +343,7 @@ def _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, deliv, l
 
 
 @njit(cache=True)
-def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n, last_slot, last_entry, pe_last):
+def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n, last_slot, last_entry, pe_last, pin_n):
     """One slot of link lk's strict-priority service over what waits in its band FIFOs, the highest
     band first; each send whose last byte leaves files its feedback, timed from now. A send that
     leaves after a later send of its flow (the flow moved up a band while it had bytes waiting
@@ -368,6 +368,7 @@ def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n,
             if pe_v[lk, b, e, PE_KENQ] < pe_last[f]:
                 reordered += pe_v[lk, b, e, PE_DELIV]
             pe_last[f] = max(pe_last[f], pe_v[lk, b, e, PE_KENQ])
+            pin_n[f] -= 1
             extra = pe_v[lk, b, e, PE_EXTRA]
             due = k + max(1, int(math.ceil(extra / dt - 1e-9)))
             added += _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, pe_v[lk, b, e, PE_DELIV],
@@ -435,7 +436,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
          phase, it_idx, it_start, comm_start, it_drops, it_marks, flows_left, heap_t, heap_j,
          ring, ring_v, ring_n, last_slot, last_entry,
          rec_job, rec_iter, rec_start, rec_comm, rec_end, rec_drops, rec_marks,
-         trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr, rack, pe_f, pe_v, pe_hn, pe_last):
+         trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr, rack, pe_f, pe_v, pe_hn, pe_last, pin_n, pin_b):
     F, J, L, H = len(flow_job), len(iters), len(lp), len(ring_n)
     window = kind != dispatch.DCQCN
     ecn = False                          # any link marking (otherwise no link reads lp in a slot)
@@ -632,6 +633,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 band = 0
                 if pol == 2:
                     band = _band(pp, trk.ratio(tr, f) if mltcp else 1.0 - unacked[f] / max(flow_bytes[f], 1.0))
+                    if pin_n[f] > 0 and pp[PP_PIN] != 0.0:
+                        band = pin_b[f]
                 if _pfc_paused(lp, ls, pq, pol, on_pol, path_ptr, path_link, f, band, k):
                     fs[F_TOT_PAUSE] += dt
                     wake[f] = _until_rto(lr, f, k + 1, dt)
@@ -688,6 +691,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 if pol != 0:    # what the host stamps: MLTCP's tracker, or a plain host's own count
                     r = trk.ratio(tr, f) if mltcp else 1.0 - unacked[f] / max(flow_bytes[f], 1.0)
                     fband[f] = _band(pp, r)
+                    if pol == 2 and pin_n[f] > 0 and pp[PP_PIN] != 0.0:
+                        fband[f] = pin_b[f]      # priority_pin: where packets of it still wait
                 snd = send[f]
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
@@ -761,6 +766,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 rtt_now = base_rtt[f] + qdelay
                 if pql >= 0:                     # waits in its band's FIFO; feedback when it leaves
                     b = fband[f]
+                    pin_b[f] = b
+                    pin_n[f] += 1
                     if pe_hn[pql, b, 1] == pe_cap:
                         raise RuntimeError("band FIFO overflow")
                     e = (pe_hn[pql, b, 0] + pe_hn[pql, b, 1]) % pe_cap
@@ -802,7 +809,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             for lk in range(L):
                 if on_pol[lk] and pe_hn[lk, :, 1].sum() > 0:
                     added, done, reord = _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n,
-                                                      last_slot, last_entry, pe_last)
+                                                      last_slot, last_entry, pe_last, pin_n)
                     n_ring += added
                     n_pe -= done
                     fs[F_TOT_REORDER] += reord
@@ -892,7 +899,8 @@ def _policy_arrays(sc: Scenario, names: list[str]):
     """The scenario's switch policy for the compiled loop: code, parameters, which links, band queues."""
     pol = sc.switch
     pp = np.array([float(pol.bands), 16.0 - math.log2(pol.bands), pol.ecn_scale_lo, pol.ecn_scale_hi,
-                   float(pol.priority_ecn_code), 1.0 if pol.priority_buffer == "shared" else 0.0])
+                   float(pol.priority_ecn_code), 1.0 if pol.priority_buffer == "shared" else 0.0,
+                   1.0 if pol.priority_pin else 0.0])
     on = set(pol.links) if pol.links else set(names)
     on_pol = np.array([n in on for n in names], dtype=np.bool_)
     nb = pol.bands if pol.code == 2 else 1
@@ -962,6 +970,8 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     pol, pp, on_pol, pq = _policy_arrays(sc, names)
     pe_f, pe_v, pe_hn = _band_fifos(sc, names, pol, on_pol, len(paths))
     pe_last = np.full(len(paths), -1.0)      # each flow's latest send (slot) a band queue delivered
+    pin_n = np.zeros(len(paths), dtype=np.int64)   # sends of each flow waiting in its band queue ...
+    pin_b = np.zeros(len(paths), dtype=np.int64)   # ... and that band (priority_pin)
     tr = st.tracker.a if mltcp else np.zeros((F, trk.HISTORY + 1))
     iters = np.array([j.iterations for j in jobs], dtype=np.int64)
     comp = np.zeros((J, int(iters.max())))
@@ -1028,7 +1038,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
         t_stop = min(t_stop + chunk, horizon + 1.0) if chunked else np.inf
         w = time.perf_counter()
         trace = _run(t_stop, horizon, *args, trace, trace_interval, fs, ks, skip, pol, pp, on_pol, pq, fband, lr,
-                     sc.loss_recovery == "linux", pe_f, pe_v, pe_hn, pe_last)
+                     sc.loss_recovery == "linux", pe_f, pe_v, pe_hn, pe_last, pin_n, pin_b)
         loop_time += time.perf_counter() - w
         if cwnd_sample_s:
             samples.append(np.concatenate(([fs[F_T]], st.tcp[:, CWND], st.tcp[:, SSTHRESH], inflight + lr[:, LR_HOLE])))
