@@ -340,7 +340,10 @@ class Dataplane:
         else:
             done, times, (buf, key) = nxt
             if key is not None:
-                self._pins[key][1] -= 1
+                pin = self._pins[key]
+                pin[1] -= 1
+                if pin[1] == 0:         # none of that job's frames wait: it may change priority
+                    del self._pins[key]
             for t in times:
                 heapq.heappush(heap, (t, next(self._seq), port, buf))
             port.pending += len(times)
