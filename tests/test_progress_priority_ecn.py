@@ -55,11 +55,10 @@ def _queues(mode: str, buffer: str, q_low: float, arr_low: float, arr_high: floa
                                               "priority_ecn": mode, "priority_buffer": buffer})
     lp = np.zeros((1, 8))
     lp[0, E.L_RATE], lp[0, E.L_BUF], lp[0, E.L_MODE], lp[0, E.L_K] = 125e6, buf, 1.0, 20e3
-    ls = np.zeros((1, 8))
     pp = np.array([2.0, 15.0, 1.0, 1.0, float(pol.priority_ecn_code), 1.0 if buffer == "shared" else 0.0])
     pq = np.zeros((1, 2, 4))
     pq[0, 0, E.PQ_Q], pq[0, 0, E.PQ_ARR], pq[0, 1, E.PQ_ARR] = q_low, arr_low, arr_high
-    q_end, total = E._priority_queues(lp, ls, pp, pq, 0, 10, 20e-6)   # 2500 B served per 20 us slot
+    q_end, total = E._priority_queues(lp, pp, pq, 0, 20e-6)   # 2500 B served per 20 us slot
     pq[0, :, E.PQ_Q] = q_end
     return pq[0], total
 

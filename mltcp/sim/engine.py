@@ -247,6 +247,15 @@ def _band(pp, ratio):
 
 
 @njit(cache=True)
+def _flow_band(pol, pp, tr, mltcp, unacked, flow_bytes, pin_n, pin_b, f):
+    """The band flow f's next packets take: the bytes_ratio its host stamps (MLTCP's tracker, or
+    a plain host's own count), or under priority_pin the band queue where packets of it still wait."""
+    if pol == 2 and pin_n[f] > 0 and pp[PP_PIN] != 0.0:
+        return pin_b[f]
+    return _band(pp, trk.ratio(tr, f) if mltcp else 1.0 - unacked[f] / max(flow_bytes[f], 1.0))
+
+
+@njit(cache=True)
 def _ecn_mark(lp, lk, qn, ap, scale):
     """Fraction of ``ap`` arriving bytes marked at queue ``qn`` by link lk's ECN, thresholds x scale."""
     mode = lp[lk, L_MODE]
@@ -259,7 +268,7 @@ def _ecn_mark(lp, lk, qn, ap, scale):
 
 
 @njit(cache=True)
-def _priority_queues(lp, ls, pp, pq, lk, k, dt):
+def _priority_queues(lp, pp, pq, lk, dt):
     """Strict priority at link lk, this slot's drop and mark fractions per band: one queue per band
     (priority_buffer per-band: each as deep as the link's buffer, like BMv2's priority queues under
     one set_queue_depth; shared: all of them in the link's buffer, the lowest band's arrivals dropped
@@ -630,11 +639,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 wake[f] = _until_rto(lr, f, _slot_at(paused_until[f], dt) if to_send[f] > 0.0 else NEVER, dt)
                 continue
             if pfc:
-                band = 0
-                if pol == 2:
-                    band = _band(pp, trk.ratio(tr, f) if mltcp else 1.0 - unacked[f] / max(flow_bytes[f], 1.0))
-                    if pin_n[f] > 0 and pp[PP_PIN] != 0.0:
-                        band = pin_b[f]
+                band = _flow_band(pol, pp, tr, mltcp, unacked, flow_bytes, pin_n, pin_b, f) if pol == 2 else 0
                 if _pfc_paused(lp, ls, pq, pol, on_pol, path_ptr, path_link, f, band, k):
                     fs[F_TOT_PAUSE] += dt
                     wake[f] = _until_rto(lr, f, k + 1, dt)
@@ -688,11 +693,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             nt = 0
             for x in range(ns_):
                 f = sending[x]
-                if pol != 0:    # what the host stamps: MLTCP's tracker, or a plain host's own count
-                    r = trk.ratio(tr, f) if mltcp else 1.0 - unacked[f] / max(flow_bytes[f], 1.0)
-                    fband[f] = _band(pp, r)
-                    if pol == 2 and pin_n[f] > 0 and pp[PP_PIN] != 0.0:
-                        fband[f] = pin_b[f]      # priority_pin: where packets of it still wait
+                if pol != 0:
+                    fband[f] = _flow_band(pol, pp, tr, mltcp, unacked, flow_bytes, pin_n, pin_b, f)
                 snd = send[f]
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
@@ -705,7 +707,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             for y in range(nt):
                 lk = touched[y]
                 if pol == 2 and on_pol[lk]:
-                    _priority_queues(lp, ls, pp, pq, lk, k, dt)
+                    _priority_queues(lp, pp, pq, lk, dt)
                     continue
                 cdt = ls[lk, CDT]
                 arr = ls[lk, ARRIVE]
@@ -903,8 +905,7 @@ def _policy_arrays(sc: Scenario, names: list[str]):
                    1.0 if pol.priority_pin else 0.0])
     on = set(pol.links) if pol.links else set(names)
     on_pol = np.array([n in on for n in names], dtype=np.bool_)
-    nb = pol.bands if pol.code == 2 else 1
-    pq = np.zeros((len(names), nb, 4))
+    pq = np.zeros((len(names), pol.bands if pol.code == 2 else 1, 4))
     return int(pol.code), pp, on_pol, pq
 
 
