@@ -17,6 +17,9 @@ import numpy as np
 from mltcp import compare, scenario
 from mltcp.sim.engine import simulate
 
+# the [switch] fields --switch may override, each with its parser
+SWITCH_FIELDS = {"bands": int, "ecn_scale_lo": float, "ecn_scale_hi": float, "priority_ecn": str,
+                 "priority_buffer": str, "priority_pin": lambda v: v.lower() in ("1", "true", "yes")}
 DEFAULT = ("innet-ecn-reno-two-jobs", "innet-ecn-reno-three-jobs", "innet-ecn-reno-partial-compat",
            "innet-dcqcn-two-jobs")
 
@@ -60,10 +63,9 @@ def main(argv=None) -> int:
     over = {}
     for kv in filter(None, a.switch.split(",")):
         k, _, v = kv.partition("=")
-        if k not in ("bands", "ecn_scale_lo", "ecn_scale_hi", "priority_ecn", "priority_buffer", "priority_pin"):
+        if k not in SWITCH_FIELDS:
             ap.error(f"--switch: unknown field {k!r}")
-        over[k] = (int(v) if k == "bands" else v.lower() in ("1", "true", "yes") if k == "priority_pin"
-                   else v if k.startswith("priority_") else float(v))
+        over[k] = SWITCH_FIELDS[k](v)
     rows = []
     for name in a.scenarios.split(","):
         sc = scenario.load(name)

@@ -10,7 +10,7 @@ from mltcp.sim.engine import simulate
 
 
 def _sc(pfc=True, iterations=4, **link):
-    lk = {"name": "bn", "rate_gbps": 1.0, "delay_us": 50, "pfc": pfc, **(link or {"buffer_bdp": 1.0})}
+    lk = {"name": "bn", "rate_gbps": 1.0, "delay_us": 50, "pfc": pfc, **link}
     if not any(k.startswith("buffer_") for k in lk):
         lk["buffer_bdp"] = 1.0
     return from_dict({"name": "t", "iterations": iterations, "warmup_iterations": 1, "links": [lk],

@@ -163,7 +163,7 @@ class EgressQueue:
             self.dropped += 1
             return None
         self.enqueued += 1
-        return self.depth(now) + sum(len(q) for q in self._prio)
+        return self.depth(now) + self.waiting()
 
     def push(self, priority: int, nbytes: int, item, now: float) -> None:
         self._prio[priority].append((nbytes, now, item))
