@@ -25,6 +25,7 @@ class ArmResult:
     link_mode: str
     wall_s: float
     peer_stats: dict = field(default_factory=dict)   # job -> the sender's per-flow counters (udp)
+    stamp_stats: dict = field(default_factory=dict)  # job -> its host's stamper counters (kernel + policy)
 
 
 def switch_stat_sources(net, topo: EmuTopo):
@@ -48,6 +49,40 @@ def shim_ports(jobs, mode: str, transport: str, policy=None) -> None:
     if not use_shim_port(jobs) and transport == "udp" and policy is not None and policy.active:
         raise EmulationError(f"switch_policy {policy.name!r} needs every job on UDP port 9199, where "
                              "mltcp.p4 parses the MLTCP shim, and two jobs share a receiver host here")
+
+
+def needs_stamper(mode: str, transport: str, policy) -> bool:
+    """Kernel TCP carries no shim: through a P4 switch with an active ``switch_policy`` each
+    sender host stamps the MLTCP IPv4 option (traffic/kernel/stamp.bpf.c) instead."""
+    return transport == "kernel" and mode in ("bmv2", "switch") and policy is not None and policy.active
+
+
+def stamp_kernel_senders(net, plan: Plan) -> dict[str, tuple]:
+    """The stamper on every job's sender host (its job_id; the idle rule's minimum gap half the
+    job's compute time, at least the scenario's min_idle, so TCP's own pauses within an
+    iteration never split it). Returns job -> (namespace file, interface) for :func:`stamp_stats`."""
+    from mltcp.traffic.kernel import stamp
+    from mltcp.traffic.kernel.netns import netns_path
+    hosts = [j.sender for j in plan.jobs]
+    if len(set(hosts)) < len(hosts):
+        raise EmulationError("a switch_policy over kernel TCP stamps each sender host with its job's id, "
+                             "and two jobs share a sender host here")
+    where = {}
+    for j in plan.jobs:
+        node = net[j.sender]
+        cfg = stamp.StampConfig(job_id=j.spec.job_id, idle_fraction=j.hook.get("idle_fraction", 0.9),
+                                min_idle_s=max(j.hook.get("min_idle", 0.001), 0.5 * j.job.compute_s))
+        where[j.name] = (netns_path(node.pid), node.defaultIntf().name)
+        stamp.install(*where[j.name], cfg)
+    return where
+
+
+def read_stamp_stats(where: dict[str, tuple]) -> dict[str, dict]:
+    """job -> the counters of its host's stamper (stamped, no_room, failed, iterations, retrans)."""
+    if not where:
+        return {}
+    from mltcp.traffic.kernel import stamp
+    return {job: stamp.stats(ns, dev) for job, (ns, dev) in where.items()}
 
 
 def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False, link_mode: str = "auto",
@@ -75,6 +110,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         assign_endpoints(plan, topo)
         shim_ports(plan.jobs, mode, transport, topo.switch_policy)
         net = build_network(topo, mode, cl)
+        stamped = stamp_kernel_senders(net, plan) if needs_stamper(mode, transport, topo.switch_policy) else {}
         if transport == "kernel":   # the scenario's RTO (stretched by --dilate), as the model's
             set_kernel_min_rto(net.hosts, min(j.min_rto_s for j in plan.jobs))
         if transport == "kernel" and features(mode)["ecn"]:
@@ -123,6 +159,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
                 if p.returncode not in (0, None) and name not in done:
                     raise EmulationError(f"receiver of {name} exited {p.returncode}: "
                                          f"{' | '.join(receivers[name].err[-3:])}")
+        stamp_stats = read_stamp_stats(stamped)
         if mode == "switch":
             sw_logs, bn_ports = switch_stat_sources(net, topo)
         elif mode == "bmv2":
@@ -138,4 +175,4 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         marks = collect_stats(bm_switches)
         drops = estimated_drops(records, peer_stats)   # BMv2 has no readable queue-drop counter
     return ArmResult(wire_cc, sorted(records, key=lambda r: (r.job, r.iteration)), drops, marks, retrans,
-                     mode, time.monotonic() - wall0, peer_stats)
+                     mode, time.monotonic() - wall0, peer_stats, stamp_stats)

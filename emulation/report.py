@@ -23,6 +23,8 @@ def arm_summary(arm: ArmResult, sc) -> dict:
              wall_s=round(arm.wall_s, 2))
     if arm.peer_stats:
         d["sender_stats"] = arm.peer_stats
+    if arm.stamp_stats:
+        d["stamp_stats"] = arm.stamp_stats   # the MLTCP IPv4 option on kernel TCP (stamp.bpf.c)
     return d
 
 

@@ -42,6 +42,10 @@ __all__ = [
     "ratio_to_q16",
     "q16_to_ratio",
     "parse_mltcp",
+    "IPOPT_KIND",
+    "IPOPT_LEN",
+    "mltcp_ipopt",
+    "parse_mltcp_ipopt",
 ]
 
 MLTCP_UDP_PORT = 9199
@@ -53,6 +57,12 @@ FLAG_ACK = 0x1
 FLAG_CNP = 0x2
 FLAG_ITER_START = 0x4
 FLAG_ECE = 0x8
+# The MLTCP IPv4 option (docs/CONTRACTS.md): the shim's job_id and bytes_ratio for packets that
+# carry no UDP shim (kernel TCP, stamped by traffic/kernel/stamp.bpf.c). Kind 94 = copy 0,
+# class 2, number 30: an RFC 4727 experimental option. 8 bytes, so a stamped header has IHL 7.
+IPOPT_KIND = 0x5E
+IPOPT_LEN = 8
+
 # FlagsField names, bit 0 first.
 FLAG_NAMES = ["ACK", "CNP", "ITER_START", "ECE"]
 
@@ -123,6 +133,27 @@ def parse_mltcp(data: bytes) -> MLTCP:
     if version != MLTCP_VERSION:
         raise MLTCPParseError(f"MLTCP version {version}, expected {MLTCP_VERSION}")
     return MLTCP(data)
+
+
+def mltcp_ipopt(job_id: int, bytes_ratio: int, flags: int = 0) -> bytes:
+    """The 8-byte MLTCP IPv4 option: kind 94, length 8, version | flags, 0, job_id, bytes_ratio
+    (Q0.16), network byte order. Put it in ``IP(options=[IPOption(...)])`` to build a packet."""
+    if not 0 <= job_id <= 0xFFFF or not 0 <= bytes_ratio <= Q16_ONE or not 0 <= flags <= 0xF:
+        raise ValueError(f"job_id {job_id}, bytes_ratio {bytes_ratio} or flags {flags} out of range")
+    return bytes([IPOPT_KIND, IPOPT_LEN, MLTCP_VERSION << 4 | flags, 0]) + job_id.to_bytes(2, "big") \
+        + bytes_ratio.to_bytes(2, "big")
+
+
+def parse_mltcp_ipopt(options: bytes) -> tuple[int, int, int] | None:
+    """(job_id, bytes_ratio, flags) of the MLTCP option when ``options`` (an IPv4 header's
+    options) is exactly that option, as the switches match it; None for any other options.
+    Raises MLTCPParseError for the option with a version other than 1."""
+    options = bytes(options)
+    if len(options) != IPOPT_LEN or options[0] != IPOPT_KIND or options[1] != IPOPT_LEN:
+        return None
+    if options[2] >> 4 != MLTCP_VERSION:
+        raise MLTCPParseError(f"MLTCP IPv4 option version {options[2] >> 4}, expected {MLTCP_VERSION}")
+    return int.from_bytes(options[4:6], "big"), int.from_bytes(options[6:8], "big"), options[2] & 0xF
 
 
 # Dissection matches either port. When building ``UDP()/MLTCP()`` scapy fills in the port of

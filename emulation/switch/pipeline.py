@@ -17,9 +17,11 @@ Names follow docs/CONTRACTS.md. The model holds the P4 objects by their P4 names
 * counters ``MyIngress.job_tx`` (packets and bytes), ``MyEgress.job_ecn_marks`` (packets),
   ``MyIngress.parse_errors`` (packets), register ``MyIngress.job_bytes_ratio`` (bit<16>).
 
-Parser: Ethernet -> IPv4 (0x0800, options skipped) -> UDP (17) / TCP (6) for first fragments
-only; UDP with source or destination port
-9199 -> MLTCP shim (12 bytes, version must be 1). A truncated Ethernet/IPv4/UDP/TCP/shim header,
+Parser: Ethernet -> IPv4 (0x0800) -> UDP (17) / TCP (6) for first fragments only; UDP with source
+or destination port 9199 -> MLTCP shim (12 bytes, version must be 1). IPv4 options are skipped,
+except the MLTCP IPv4 option (IHL 7 and the options start with kind 94, length 8; version must
+be 1), which gives the packet a job_id and bytes_ratio as the shim does (kernel TCP stamped by
+traffic/kernel/stamp.bpf.c); a UDP shim in the same packet wins. A truncated Ethernet/IPv4/UDP/TCP/shim header,
 an IPv4 IHL below 5 or a shim version other than 1 is a parser error: ``parse_errors`` +1 and
 the packet is dropped. Non-IPv4 frames parse fine but are dropped (no route).
 ``ipv4_forward`` sets the source MAC to the old destination MAC, the destination MAC to its
@@ -67,6 +69,8 @@ IPV4_MIN_LEN = 20
 UDP_LEN = 8
 TCP_MIN_LEN = 20
 SHIM_LEN = 12
+IPOPT_KIND = 0x5E          # the MLTCP IPv4 option (mltcp.traffic.header.mltcp_ipopt)
+IPOPT_LEN = 8
 MLTCP_UDP_PORT = 9199
 MLTCP_VERSION = 1
 PROTO_TCP = 6
@@ -113,6 +117,11 @@ def parse(data: bytes | bytearray | memoryview) -> Parsed:
     p.ihl_bytes = ihl
     proto = data[off + 9]
     l4 = off + ihl
+    if ihl == IPV4_MIN_LEN + IPOPT_LEN and data[off + 20] == IPOPT_KIND and data[off + 21] == IPOPT_LEN:
+        if data[off + 22] >> 4 != MLTCP_VERSION:
+            raise ParseError(f"MLTCP IPv4 option version {data[off + 22] >> 4} != {MLTCP_VERSION}")
+        p.job_id = data[off + 24] << 8 | data[off + 25]
+        p.bytes_ratio = data[off + 26] << 8 | data[off + 27]
     if (data[off + 6] & 0x1F) or data[off + 7]:  # not a first fragment: L4 not parsed
         return p
     if proto == PROTO_UDP:

@@ -13,11 +13,8 @@ partial build.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 import struct
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,26 +23,15 @@ from mltcp.emulation.network import build_network
 from mltcp.emulation.peers import set_kernel_min_rto
 from mltcp.emulation.topologies import Dumbbell, LinkParams, bottleneck_intfs, disable_offloads, run_checked
 
-from . import loader
+from . import tcprog
 from .delayline import DelayLine, DelayLineSwitch
 from .netns import NetnsError, netns_path
 
 
 def build_ecn_marker(rate_mbit: float, k_pkts: int, limit_bytes: int) -> Path:
     """ecn_mark.bpf.c compiled for this bottleneck (its numbers are constants), into the cache."""
-    rate_bps, k_bytes = round(rate_mbit * 1e6), k_pkts * 1514
-    out = loader.cache_dir() / f"ecn_mark-{rate_bps}-{k_bytes}-{limit_bytes}.bpf.o"
-    src = loader.source_dir() / "ecn_mark.bpf.c"
-    if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
-        return out
-    loader.build([])      # vmlinux.h into the cache directory
-    arch = {"x86_64": "x86", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
-    p = subprocess.run(["clang", "-O2", "-g", "-target", "bpf", f"-D__TARGET_ARCH_{arch}", "-I", str(out.parent),
-                        f"-DRATE_BPS={rate_bps}ULL", f"-DK_BYTES={k_bytes}", f"-DLIMIT_BYTES={limit_bytes}",
-                        "-c", str(src), "-o", str(out)], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise NetnsError(f"ECN marker: clang failed on {src}:\n{p.stderr.strip()}")
-    return out
+    return tcprog.build("ecn_mark.bpf.c", {"RATE_BPS": f"{round(rate_mbit * 1e6)}ULL", "K_BYTES": k_pkts * 1514,
+                                           "LIMIT_BYTES": limit_bytes})
 
 
 @dataclass
@@ -120,10 +106,7 @@ class KernelNet:
 
     def _mark_ecn(self) -> None:
         obj = build_ecn_marker(self.rate_mbit, self.ecn_k_pkts, self.buffer_bytes)
-        port = self.bottleneck
-        run_checked(port.node, ["tc", "qdisc", "add", "dev", port.name, "clsact"])
-        run_checked(port.node, ["tc", "filter", "add", "dev", port.name, "egress", "bpf", "direct-action",
-                                "obj", str(obj), "sec", "tc"])
+        tcprog.attach(netns_path(self.bottleneck.node.pid), self.bottleneck.name, obj)
         for h in self.senders + self.receivers:
             run_checked(h, ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"])
 
@@ -131,15 +114,7 @@ class KernelNet:
         """The marker's counters (frames seen, marked CE), or None without ECN."""
         if self.ecn_k_pkts <= 0:
             return None
-        port = self.bottleneck
-        out = run_checked(port.node, ["tc", "filter", "show", "dev", port.name, "egress"])
-        m = re.search(r" id (\d+) ", out)
-        if not m:
-            raise NetnsError(f"ECN marker not found on {port.name}: {out!r}")
-        prog = json.loads(run_checked(port.node, ["bpftool", "prog", "show", "id", m.group(1), "--json"]))
-        raw = json.loads(run_checked(port.node, ["bpftool", "map", "lookup", "id", str(prog["map_ids"][0]),
-                                                 "key", "0", "0", "0", "0", "--json"]))
-        val = bytes(int(b, 16) for b in raw["value"])
+        val = tcprog.array_map(netns_path(self.bottleneck.node.pid), self.bottleneck.name, "ecn_vq")
         _, _, marked, seen = struct.unpack("<4Q", val[:32])
         return {"marked": marked, "seen": seen}
 
