@@ -3,8 +3,12 @@
  * mltcp.p4 -- MLTCP-aware IPv4 switch for the v1model architecture (BMv2 simple_switch_grpc).
  *
  *  - Parses Ethernet / IPv4 / TCP / UDP and, when a UDP port is 9199, the 12-byte MLTCP shim
- *    (docs/CONTRACTS.md). A shim with version != 1 is a parser error (MLTCPBadVersion);
- *    a packet cut short inside a header is PacketTooShort.
+ *    (docs/CONTRACTS.md). A packet without the shim may carry the same progress in the 8-byte
+ *    MLTCP IPv4 option (IHL 7, options starting with kind 94, length 8: kernel TCP stamped by
+ *    traffic/kernel/stamp.bpf.c); other IPv4 options are skipped, and a shim wins over the
+ *    option. Either with version != 1 is a parser error (MLTCPBadVersion); a packet cut short
+ *    inside a header is PacketTooShort. The parser copies job_id and bytes_ratio of either into
+ *    meta (has_progress), which the controls read.
  *  - Ingress: packets with any parser error are counted in parse_errors and dropped;
  *    IPv4 packets with TTL 0 or 1 are dropped (RFC 1812: a router does not forward them);
  *    IPv4 longest-prefix-match forwarding (ipv4_lpm); for every valid MLTCP packet the per-job
@@ -12,9 +16,9 @@
  *    job_bytes_ratio (index job_id; job_ids >= MLTCP_MAX_JOBS are forwarded but not recorded).
  *  - Egress: per-port ECN threshold (ecn_threshold, queue depth in packets); an ECN-capable
  *    packet (ecn 1 or 2) that found enq_qdepth >= threshold is marked CE (ecn 3), and the mark
- *    is counted per job in job_ecn_marks when it carries an MLTCP shim.
+ *    is counted per job in job_ecn_marks when it carries MLTCP progress.
  *  - In-network MLTCP (docs/in-network.md), chosen by table entries: a packet's progress band
- *    is the top 4 bits of its shim's bytes_ratio. progress_priority (ingress, egress_spec and
+ *    is the top 4 bits of its bytes_ratio. progress_priority (ingress, egress_spec and
  *    band) sets standard_metadata.priority: strict-priority queues by band with BMv2
  *    --priority-queues (higher is served first). progress_ecn (egress, egress_port and band)
  *    gives the packet its own ECN threshold instead of the port's: a flow behind in its
@@ -35,6 +39,7 @@ const bit<8>  PROTO_TCP = 6;
 const bit<8>  PROTO_UDP = 17;
 const bit<16> MLTCP_UDP_PORT = 9199;
 const bit<4>  MLTCP_VERSION = 1;
+const bit<16> MLTCP_IPOPT = 0x5E08;   /* kind 94, length 8 */
 const bit<2>  ECN_CE = 3;
 #define MLTCP_MAX_JOBS 1024
 
@@ -77,6 +82,17 @@ header ipv4_options_t {
     varbit<320> options;  /* (ihl - 5) 32-bit words, at most 10 */
 }
 
+/* The MLTCP IPv4 option: the shim's job_id and bytes_ratio for packets without it. */
+header mltcp_ipopt_t {
+    bit<8>  kind;         /* 94 */
+    bit<8>  len;          /* 8 */
+    bit<4>  version;
+    bit<4>  flags;
+    bit<8>  reserved;
+    bit<16> job_id;
+    bit<16> bytes_ratio;
+}
+
 header tcp_t {
     bit<16> srcPort;
     bit<16> dstPort;
@@ -111,12 +127,16 @@ header mltcp_t {
 struct metadata {
     bit<1>  ecn_enabled;
     bit<19> ecn_threshold;
-    bit<4>  progress_band;   /* hdr.mltcp.bytes_ratio[15:12] */
+    bit<4>  progress_band;   /* bytes_ratio[15:12] */
+    bit<1>  has_progress;    /* a shim or the MLTCP IPv4 option was parsed */
+    bit<16> job_id;
+    bit<16> bytes_ratio;
 }
 
 struct headers {
     ethernet_t     ethernet;
     ipv4_t         ipv4;
+    mltcp_ipopt_t  mltcp_ipopt;
     ipv4_options_t ipv4_options;
     tcp_t          tcp;
     udp_t          udp;
@@ -149,8 +169,25 @@ parser MyParser(packet_in packet,
         verify(hdr.ipv4.ihl >= 5, error.IPv4BadIHL);
         transition select(hdr.ipv4.ihl) {
             5: parse_ipv4_l4;
+            7: parse_ipv4_ihl7;
             default: parse_ipv4_options;
         }
+    }
+
+    state parse_ipv4_ihl7 {
+        transition select(packet.lookahead<bit<16>>()) {
+            MLTCP_IPOPT: parse_mltcp_ipopt;
+            default: parse_ipv4_options;
+        }
+    }
+
+    state parse_mltcp_ipopt {
+        packet.extract(hdr.mltcp_ipopt);
+        verify(hdr.mltcp_ipopt.version == MLTCP_VERSION, error.MLTCPBadVersion);
+        meta.has_progress = 1;
+        meta.job_id = hdr.mltcp_ipopt.job_id;
+        meta.bytes_ratio = hdr.mltcp_ipopt.bytes_ratio;
+        transition parse_ipv4_l4;
     }
 
     state parse_ipv4_options {
@@ -183,6 +220,9 @@ parser MyParser(packet_in packet,
     state parse_mltcp {
         packet.extract(hdr.mltcp);
         verify(hdr.mltcp.version == MLTCP_VERSION, error.MLTCPBadVersion);
+        meta.has_progress = 1;
+        meta.job_id = hdr.mltcp.job_id;
+        meta.bytes_ratio = hdr.mltcp.bytes_ratio;
         transition accept;
     }
 }
@@ -254,9 +294,9 @@ control MyIngress(inout headers hdr,
             parse_errors.count(0);
             drop();
         } else if (hdr.ipv4.isValid()) {
-            if (hdr.mltcp.isValid() && hdr.mltcp.job_id < MLTCP_MAX_JOBS) {
-                job_tx.count((bit<32>)hdr.mltcp.job_id);
-                job_bytes_ratio.write((bit<32>)hdr.mltcp.job_id, hdr.mltcp.bytes_ratio);
+            if (meta.has_progress == 1 && meta.job_id < MLTCP_MAX_JOBS) {
+                job_tx.count((bit<32>)meta.job_id);
+                job_bytes_ratio.write((bit<32>)meta.job_id, meta.bytes_ratio);
             }
             if (hdr.ipv4.ttl <= 1) {
                 /* RFC 1812 5.3.1: a router does not forward a packet whose TTL would
@@ -264,8 +304,8 @@ control MyIngress(inout headers hdr,
                 drop();
             } else {
                 ipv4_lpm.apply();
-                if (hdr.mltcp.isValid()) {
-                    meta.progress_band = hdr.mltcp.bytes_ratio[15:12];
+                if (meta.has_progress == 1) {
+                    meta.progress_band = meta.bytes_ratio[15:12];
                     progress_priority.apply();
                 }
             }
@@ -334,16 +374,16 @@ control MyEgress(inout headers hdr,
         meta.ecn_enabled = 0;
         if (hdr.ipv4.isValid()) {
             ecn_threshold.apply();
-            if (hdr.mltcp.isValid()) {
-                meta.progress_band = hdr.mltcp.bytes_ratio[15:12];
+            if (meta.has_progress == 1) {
+                meta.progress_band = meta.bytes_ratio[15:12];
                 progress_ecn.apply();
             }
             if (meta.ecn_enabled == 1
                     && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)
                     && standard_metadata.enq_qdepth >= meta.ecn_threshold) {
                 hdr.ipv4.ecn = ECN_CE;
-                if (hdr.mltcp.isValid() && hdr.mltcp.job_id < MLTCP_MAX_JOBS) {
-                    job_ecn_marks.count((bit<32>)hdr.mltcp.job_id);
+                if (meta.has_progress == 1 && meta.job_id < MLTCP_MAX_JOBS) {
+                    job_ecn_marks.count((bit<32>)meta.job_id);
                 }
             }
         }
@@ -370,6 +410,13 @@ control MyComputeChecksum(inout headers hdr, inout metadata meta) {
               hdr.ipv4.protocol,
               hdr.ipv4.srcAddr,
               hdr.ipv4.dstAddr,
+              hdr.mltcp_ipopt.kind,
+              hdr.mltcp_ipopt.len,
+              hdr.mltcp_ipopt.version,
+              hdr.mltcp_ipopt.flags,
+              hdr.mltcp_ipopt.reserved,
+              hdr.mltcp_ipopt.job_id,
+              hdr.mltcp_ipopt.bytes_ratio,
               hdr.ipv4_options.options },
             hdr.ipv4.hdrChecksum,
             HashAlgorithm.csum16);
@@ -384,6 +431,7 @@ control MyDeparser(packet_out packet, in headers hdr) {
     apply {
         packet.emit(hdr.ethernet);
         packet.emit(hdr.ipv4);
+        packet.emit(hdr.mltcp_ipopt);
         packet.emit(hdr.ipv4_options);
         packet.emit(hdr.tcp);
         packet.emit(hdr.udp);

@@ -14,9 +14,12 @@
  *  - The ecn_threshold key is eg_intr_md.egress_port, named "standard_metadata.egress_port"
  *    for the control plane with @name, so table entries are identical on both targets.
  *  - Parser errors: a shim version other than 1, or IPv4 with options (ihl != 5; no varbit
- *    on Tofino), leaves the parser with no matching transition; the Tofino parser flags
+ *    on Tofino) other than exactly the MLTCP IPv4 option (ihl 7: kind 94, length 8,
+ *    version 1), leaves the parser with no matching transition; the Tofino parser flags
  *    that (and truncation) in ig_prsr_md.parser_err, which ingress counts and drops.
  *  - Register writes go through a RegisterAction.
+ *  - Progress (job_id, bytes_ratio) comes from the UDP shim or, without it, the MLTCP IPv4
+ *    option; each control copies it into its metadata first (ProgressFromHeaders).
  */
 
 #include <core.p4>
@@ -60,6 +63,17 @@ header ipv4_t {
     ip4Addr_t dstAddr;
 }
 
+/* The MLTCP IPv4 option: the shim's job_id and bytes_ratio for packets without it. */
+header mltcp_ipopt_t {
+    bit<8>  kind;         /* 94 */
+    bit<8>  len;          /* 8 */
+    bit<4>  version;
+    bit<4>  flags;
+    bit<8>  reserved;
+    bit<16> job_id;
+    bit<16> bytes_ratio;
+}
+
 header tcp_t {
     bit<16> srcPort;
     bit<16> dstPort;
@@ -93,13 +107,17 @@ header mltcp_t {
 struct headers {
     ethernet_t ethernet;
     ipv4_t     ipv4;
+    mltcp_ipopt_t mltcp_ipopt;
     tcp_t      tcp;
     udp_t      udp;
     mltcp_t    mltcp;
 }
 
 struct ingress_metadata_t {
-    bit<4>  progress_band;   /* hdr.mltcp.bytes_ratio[15:12] */
+    bit<4>  progress_band;   /* bytes_ratio[15:12] */
+    bit<1>  has_progress;    /* a shim or the MLTCP IPv4 option is valid */
+    bit<16> job_id;
+    bit<16> bytes_ratio;
 }
 
 struct egress_metadata_t {
@@ -107,6 +125,9 @@ struct egress_metadata_t {
     bit<19> ecn_threshold;
     bit<4>  progress_band;
     bit<20> depth_diff;   /* enq_qdepth - threshold, one extra bit for the sign */
+    bit<1>  has_progress;
+    bit<16> job_id;
+    bit<16> bytes_ratio;
 }
 
 /*************************************************************************
@@ -131,6 +152,18 @@ parser HeaderParser(packet_in packet, out headers hdr) {
             (5, 0, PROTO_TCP): parse_tcp;
             (5, 0, PROTO_UDP): parse_udp;
             (5, _, _): accept;
+            (7, _, _): parse_mltcp_ipopt;
+        }
+    }
+
+    state parse_mltcp_ipopt {
+        packet.extract(hdr.mltcp_ipopt);
+        /* any other 8 bytes of options, or version != 1: no transition matches -> parser error */
+        transition select(hdr.mltcp_ipopt.kind, hdr.mltcp_ipopt.len, hdr.mltcp_ipopt.version,
+                          hdr.ipv4.fragOffset, hdr.ipv4.protocol) {
+            (94, 8, MLTCP_VERSION, 0, PROTO_TCP): parse_tcp;
+            (94, 8, MLTCP_VERSION, 0, PROTO_UDP): parse_udp;
+            (94, 8, MLTCP_VERSION, _, _): accept;
         }
     }
 
@@ -165,6 +198,9 @@ parser MyIngressParser(packet_in packet,
 
     state start {
         meta.progress_band = 0;
+        meta.has_progress = 0;
+        meta.job_id = 0;
+        meta.bytes_ratio = 0;
         packet.extract(ig_intr_md);
         transition select(ig_intr_md.resubmit_flag) {
             0: parse_port_metadata;
@@ -190,6 +226,9 @@ parser MyEgressParser(packet_in packet,
         meta.ecn_threshold = 0;
         meta.depth_diff = 0;
         meta.progress_band = 0;
+        meta.has_progress = 0;
+        meta.job_id = 0;
+        meta.bytes_ratio = 0;
         header_parser.apply(packet, hdr);
         transition accept;
     }
@@ -199,6 +238,24 @@ parser MyEgressParser(packet_in packet,
 **************  I N G R E S S   P R O C E S S I N G   *******************
 *************************************************************************/
 
+/* The packet's progress: the UDP shim's, else the MLTCP IPv4 option's (has = 0: neither). */
+control ProgressFromHeaders(in headers hdr, out bit<1> has, out bit<16> job_id, out bit<16> ratio) {
+    apply {
+        has = 0;
+        job_id = 0;
+        ratio = 0;
+        if (hdr.mltcp.isValid()) {
+            has = 1;
+            job_id = hdr.mltcp.job_id;
+            ratio = hdr.mltcp.bytes_ratio;
+        } else if (hdr.mltcp_ipopt.isValid()) {
+            has = 1;
+            job_id = hdr.mltcp_ipopt.job_id;
+            ratio = hdr.mltcp_ipopt.bytes_ratio;
+        }
+    }
+}
+
 control MyIngress(inout headers hdr,
                   inout ingress_metadata_t meta,
                   in ingress_intrinsic_metadata_t ig_intr_md,
@@ -206,13 +263,14 @@ control MyIngress(inout headers hdr,
                   inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
                   inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
+    ProgressFromHeaders() progress;
     Counter<bit<64>, job_index_t>(MLTCP_MAX_JOBS, CounterType_t.PACKETS_AND_BYTES) job_tx;
     Counter<bit<32>, bit<1>>(1, CounterType_t.PACKETS) parse_errors;
     Register<bit<16>, job_index_t>(MLTCP_MAX_JOBS, 0) job_bytes_ratio;
 
     RegisterAction<bit<16>, job_index_t, bit<16>>(job_bytes_ratio) write_bytes_ratio = {
         void apply(inout bit<16> value) {
-            value = hdr.mltcp.bytes_ratio;
+            value = meta.bytes_ratio;
         }
     };
 
@@ -264,9 +322,10 @@ control MyIngress(inout headers hdr,
             parse_errors.count(0);
             drop();
         } else if (hdr.ipv4.isValid()) {
-            if (hdr.mltcp.isValid() && hdr.mltcp.job_id < MLTCP_MAX_JOBS) {
-                job_tx.count((job_index_t)hdr.mltcp.job_id);
-                write_bytes_ratio.execute((job_index_t)hdr.mltcp.job_id);
+            progress.apply(hdr, meta.has_progress, meta.job_id, meta.bytes_ratio);
+            if (meta.has_progress == 1 && meta.job_id < MLTCP_MAX_JOBS) {
+                job_tx.count((job_index_t)meta.job_id);
+                write_bytes_ratio.execute((job_index_t)meta.job_id);
             }
             if (hdr.ipv4.ttl <= 1) {
                 /* RFC 1812 5.3.1: a router does not forward a packet whose TTL would
@@ -274,8 +333,8 @@ control MyIngress(inout headers hdr,
                 drop();
             } else {
                 ipv4_lpm.apply();
-                if (hdr.mltcp.isValid()) {
-                    meta.progress_band = hdr.mltcp.bytes_ratio[15:12];
+                if (meta.has_progress == 1) {
+                    meta.progress_band = meta.bytes_ratio[15:12];
                     progress_priority.apply();
                 }
             }
@@ -297,7 +356,10 @@ control MyIngressDeparser(packet_out packet,
             hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.ecn,
             hdr.ipv4.totalLen, hdr.ipv4.identification, hdr.ipv4.flags,
             hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
-            hdr.ipv4.srcAddr, hdr.ipv4.dstAddr });
+            hdr.ipv4.srcAddr, hdr.ipv4.dstAddr,
+            hdr.mltcp_ipopt.kind, hdr.mltcp_ipopt.len, hdr.mltcp_ipopt.version,
+            hdr.mltcp_ipopt.flags, hdr.mltcp_ipopt.reserved, hdr.mltcp_ipopt.job_id,
+            hdr.mltcp_ipopt.bytes_ratio });
         packet.emit(hdr);
     }
 }
@@ -313,6 +375,7 @@ control MyEgress(inout headers hdr,
                  inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
                  inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
 
+    ProgressFromHeaders() progress;
     Counter<bit<32>, job_index_t>(MLTCP_MAX_JOBS, CounterType_t.PACKETS) job_ecn_marks;
 
     /* threshold: queue depth at which ECN-capable packets get CE (80-byte cells on Tofino). */
@@ -362,9 +425,10 @@ control MyEgress(inout headers hdr,
 
     apply {
         if (hdr.ipv4.isValid()) {
+            progress.apply(hdr, meta.has_progress, meta.job_id, meta.bytes_ratio);
             ecn_threshold.apply();
-            if (hdr.mltcp.isValid()) {
-                meta.progress_band = hdr.mltcp.bytes_ratio[15:12];
+            if (meta.has_progress == 1) {
+                meta.progress_band = meta.bytes_ratio[15:12];
                 progress_ecn.apply();
             }
             /* enq_qdepth >= threshold, as a subtraction and a sign bit: a gateway cannot
@@ -374,8 +438,8 @@ control MyEgress(inout headers hdr,
                     && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)
                     && meta.depth_diff[19:19] == 0) {
                 hdr.ipv4.ecn = ECN_CE;
-                if (hdr.mltcp.isValid() && hdr.mltcp.job_id < MLTCP_MAX_JOBS) {
-                    job_ecn_marks.count((job_index_t)hdr.mltcp.job_id);
+                if (meta.has_progress == 1 && meta.job_id < MLTCP_MAX_JOBS) {
+                    job_ecn_marks.count((job_index_t)meta.job_id);
                 }
             }
         }
@@ -394,7 +458,10 @@ control MyEgressDeparser(packet_out packet,
             hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.ecn,
             hdr.ipv4.totalLen, hdr.ipv4.identification, hdr.ipv4.flags,
             hdr.ipv4.fragOffset, hdr.ipv4.ttl, hdr.ipv4.protocol,
-            hdr.ipv4.srcAddr, hdr.ipv4.dstAddr });
+            hdr.ipv4.srcAddr, hdr.ipv4.dstAddr,
+            hdr.mltcp_ipopt.kind, hdr.mltcp_ipopt.len, hdr.mltcp_ipopt.version,
+            hdr.mltcp_ipopt.flags, hdr.mltcp_ipopt.reserved, hdr.mltcp_ipopt.job_id,
+            hdr.mltcp_ipopt.bytes_ratio });
         packet.emit(hdr);
     }
 }

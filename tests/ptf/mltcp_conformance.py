@@ -35,12 +35,12 @@ import time
 import ptf
 import ptf.testutils as tu
 from ptf.base_tests import BaseTest
-from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.inet import IP, TCP, UDP, IPOption
 from scapy.layers.l2 import Ether
 from scapy.packet import fuzz
 
 from mltcp.controlplane.counters import bitstring_to_int
-from mltcp.traffic.header import MLTCP
+from mltcp.traffic.header import MLTCP, mltcp_ipopt
 
 import p4runtime_sh.shell as sh
 
@@ -63,6 +63,17 @@ def params() -> dict:
 def mltcp_pkt(dst="10.0.2.2", job=1, ratio=0, tos=1, size=200, sport=40000):
     base = (Ether(dst=SWITCH_MAC, src=H1_MAC) / IP(src="10.0.1.1", dst=dst, tos=tos, ttl=64)
             / UDP(sport=sport, dport=9199) / MLTCP(job_id=job, bytes_ratio=ratio, iteration=1))
+    pad = max(0, size - len(base))
+    return base / (b"\xab" * pad)
+
+
+def ipopt_pkt(dst="10.0.2.2", job=1, ratio=0, tos=1, size=200, sport=40000, version=1):
+    """Kernel TCP as stamp.bpf.c leaves it: TCP with the 8-byte MLTCP IPv4 option, no shim."""
+    opt = bytearray(mltcp_ipopt(job, ratio))
+    opt[2] = version << 4 | (opt[2] & 0xF)
+    base = (Ether(dst=SWITCH_MAC, src=H1_MAC) / IP(src="10.0.1.1", dst=dst, tos=tos, ttl=64,
+                                                   options=[IPOption(bytes(opt))])
+            / TCP(sport=sport, dport=5001, flags="A"))
     pad = max(0, size - len(base))
     return base / (b"\xab" * pad)
 
@@ -262,16 +273,17 @@ class ProgressEcn(MltcpTest):
     leaves its band unmarked; without an entry, or once the entries are deleted (policy off), the
     port's threshold applies again."""
 
-    def _burst(self, ratio: int, n: int, sport: int) -> list[bool]:
+    def _burst(self, ratio: int, n: int, sport: int, ipopt: bool = False) -> list[bool]:
         slow = self.p["slow_port"]
-        burst = [mltcp_pkt(dst="10.0.3.3", job=7, tos=2, size=200, ratio=ratio, sport=sport + i) for i in range(n)]
+        make, l4 = (ipopt_pkt, TCP) if ipopt else (mltcp_pkt, UDP)
+        burst = [make(dst="10.0.3.3", job=7, tos=2, size=200, ratio=ratio, sport=sport + i) for i in range(n)]
         self.send_raw(IN_PORT, [bytes(b) for b in burst])
         marked = []
         for i in range(n):
             res = tu.dp_poll(self, port_number=slow, timeout=10)
             self.assertIsInstance(res, self.dataplane.PollSuccess, f"ratio {ratio:#x}: packet {i} missing")
             got = Ether(res.packet)
-            self.assertEqual(got[UDP].sport, sport + i, "reordered")
+            self.assertEqual(got[l4].sport, sport + i, "reordered")
             marked.append(got[IP].tos & 3 == 3)
         return marked
 
@@ -305,6 +317,13 @@ class ProgressEcn(MltcpTest):
                 self.assertIsNotNone(first, f"ratio {ratio:#x}: no mark (K={k})")
                 self.assertTrue(not any(marked[:k]), f"ratio {ratio:#x}: CE before K={k}: {marked}")
                 self.assertLessEqual(first, k + 2, f"ratio {ratio:#x}: first CE at {first}, K={k}")
+        # the same bands from the MLTCP IPv4 option (kernel TCP, no shim)
+        behind = self._burst(0x0000, n, 43700, ipopt=True)
+        ahead = self._burst(0xFFFF, n, 43800, ipopt=True)
+        first = behind.index(True) if True in behind else None
+        print(f"PROGRESS-ECN-IPOPT behind first_marked_index={first} ahead marked={sum(ahead)}/{n}", flush=True)
+        self.assertTrue(first is not None and not any(behind[:behind_k]) and first <= behind_k + 2, behind)
+        self.assertFalse(any(ahead), f"IPv4 option, band 15 marked: {ahead}")
         # priority_ecn = off: no_progress_ecn on band 8, whose packets the port's threshold marked
         te = sh.TableEntry("MyEgress.progress_ecn")(action="MyEgress.no_progress_ecn")
         te.match["standard_metadata.egress_port"] = str(slow)
@@ -364,6 +383,36 @@ class JobCounters(MltcpTest):
         for job in jobs:
             self.assertEqual(self.register("MyIngress.job_bytes_ratio", job), last[job], f"job {job}")
         self.dataplane.flush()
+
+
+class IpOptionProgress(MltcpTest):
+    """The MLTCP IPv4 option (IHL 7, kind 94, length 8) counts like a shim: job_tx, job_bytes_ratio;
+    it is forwarded intact. Another 8-byte option is skipped (forwarded, not counted); the option
+    with version != 1 is a parser error."""
+
+    def runTest(self):
+        self.route("10.0.2.0/24", H2_MAC, OUT_PORT)
+        pkt = ipopt_pkt(job=5, ratio=0x1234, size=300)
+        for _ in range(3):
+            tu.send_packet(self, IN_PORT, pkt)
+            tu.verify_packet(self, expect_forwarded(pkt, H2_MAC), OUT_PORT)
+        got = self.wait_counter("MyIngress.job_tx", 5, 3)
+        ratio = self.register("MyIngress.job_bytes_ratio", 5)
+        other = (Ether(dst=SWITCH_MAC, src=H1_MAC) / IP(src="10.0.1.1", dst="10.0.2.2", ttl=64,
+                                                         options=[IPOption(b"\x44\x08\x05\x00" + bytes(4))])
+                 / TCP(sport=1, dport=2) / (b"o" * 50))
+        tu.send_packet(self, IN_PORT, other)
+        tu.verify_packet(self, expect_forwarded(other, H2_MAC), OUT_PORT)
+        before = self.counter("MyIngress.parse_errors", 0)[0]
+        tu.send_packet(self, IN_PORT, ipopt_pkt(job=6, version=2))
+        errors = self.wait_counter("MyIngress.parse_errors", 0, before + 1)[0] - before
+        total = sum(e.data.msg().packet_count for e in sh.CounterEntry("MyIngress.job_tx").read())
+        print(f"IPOPT job_tx[5]={got} bytes_ratio={ratio:#06x} parse_errors+{errors} job_tx_total={total}", flush=True)
+        self.assertEqual(got, (3, 3 * len(pkt)))
+        self.assertEqual(ratio, 0x1234)
+        self.assertEqual(errors, 1)
+        self.assertEqual(total, 3)          # neither the other option nor the bad version counted
+        tu.verify_no_other_packets(self)
 
 
 class MalformedHeaders(MltcpTest):
