@@ -2,6 +2,7 @@
 control, collect the per-iteration records and the switches' drop/mark counters, tear down."""
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 from dataclasses import dataclass, field
@@ -12,8 +13,8 @@ from mltcp.records import IterationRecord
 from . import netns
 from .network import build_network, resolve_link_mode
 from .peers import Peer, kernel_cc_name, messages, peer_commands, sender_doc, set_kernel_min_rto, start_together
-from .plan import EmulationError, Plan, assign_endpoints, expected_duration
-from .topologies import EmuTopo, bottleneck_intfs, features, make_topology, qdisc_drops
+from .plan import KERNEL_ONLY_CCS, EmulationError, Plan, assign_endpoints, expected_duration
+from .topologies import EmuTopo, bottleneck_intfs, features, make_topology, qdisc_drops, run_checked
 
 @dataclass
 class ArmResult:
@@ -51,10 +52,12 @@ def shim_ports(jobs, mode: str, transport: str, policy=None) -> None:
                              "mltcp.p4 parses the MLTCP shim, and two jobs share a receiver host here")
 
 
-def needs_stamper(mode: str, transport: str, policy) -> bool:
-    """Kernel TCP carries no shim: through a P4 switch with an active ``switch_policy`` each
-    sender host stamps the MLTCP IPv4 option (traffic/kernel/stamp.bpf.c) instead."""
-    return transport == "kernel" and mode in ("bmv2", "switch") and policy is not None and policy.active
+def needs_stamper(mode: str, transport: str) -> bool:
+    """Kernel TCP carries no shim: through a P4 switch each sender host stamps the MLTCP IPv4
+    option (traffic/kernel/stamp.bpf.c) instead, as the userspace transport always sends its
+    shim. A ``switch_policy`` acts on it; with the policy off the switch still counts each job's
+    packets and ECN marks (mltcp.p4's job_tx and job_ecn_marks, which BMv2 reports)."""
+    return transport == "kernel" and mode in ("bmv2", "switch")
 
 
 def stamp_kernel_senders(net, plan: Plan) -> dict[str, tuple]:
@@ -65,7 +68,7 @@ def stamp_kernel_senders(net, plan: Plan) -> dict[str, tuple]:
     from mltcp.traffic.kernel.netns import netns_path
     hosts = [j.sender for j in plan.jobs]
     if len(set(hosts)) < len(hosts):
-        raise EmulationError("a switch_policy over kernel TCP stamps each sender host with its job's id, "
+        raise EmulationError("kernel TCP through a P4 switch stamps each sender host with its job's id, "
                              "and two jobs share a sender host here")
     where = {}
     for j in plan.jobs:
@@ -85,6 +88,22 @@ def read_stamp_stats(where: dict[str, tuple]) -> dict[str, dict]:
     return {job: stamp.stats(ns, dev) for job, (ns, dev) in where.items()}
 
 
+@contextlib.contextmanager
+def kernel_base_cc(cc: str, transport: str):
+    """A base algorithm the kernel lacks (dctcp: bpf_dctcp) registered for one arm, and
+    unregistered after it when the arm was the one that registered it."""
+    if transport != "kernel" or cc not in KERNEL_ONLY_CCS:
+        yield
+        return
+    from mltcp.traffic.kernel import base_cc
+    mine = base_cc.ensure(cc)
+    try:
+        yield
+    finally:
+        if mine:
+            base_cc.remove(cc)
+
+
 def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False, link_mode: str = "auto",
             on_record: Callable[[IterationRecord], None] | None = None,
             fail_after_records: int | None = None, timeout_s: float | None = None,
@@ -101,7 +120,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         wire_cc = f"mltcp-{cc}" if mltcp else cc
     prefix = netns.run_prefix()
     wall0 = time.monotonic()
-    with netns.Cleanup(prefix) as cl:
+    with kernel_base_cc(cc, transport), netns.Cleanup(prefix) as cl:
         cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
         from .network import switch_class_for
         topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
@@ -110,12 +129,15 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         assign_endpoints(plan, topo)
         shim_ports(plan.jobs, mode, transport, topo.switch_policy)
         net = build_network(topo, mode, cl)
-        stamped = stamp_kernel_senders(net, plan) if needs_stamper(mode, transport, topo.switch_policy) else {}
+        stamped = stamp_kernel_senders(net, plan) if needs_stamper(mode, transport) else {}
         if transport == "kernel":   # the scenario's RTO (stretched by --dilate), as the model's
             set_kernel_min_rto(net.hosts, min(j.min_rto_s for j in plan.jobs))
         if transport == "kernel" and features(mode)["ecn"]:
             for h in net.hosts:   # ECN-capable kernel TCP where the links can mark
                 h.cmd("sysctl -qw net.ipv4.tcp_ecn=1")
+        if transport == "kernel" and cc in KERNEL_ONLY_CCS:   # receivers' sockets run it too
+            for h in net.hosts:
+                run_checked(h, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={wire_cc}"])
         q: queue.Queue = queue.Queue()
         receivers, senders = {}, {}
         for job in plan.jobs:

@@ -82,8 +82,11 @@ def udp_available() -> bool:
 def kernel_cc_name(cc: str, mltcp: bool) -> str:
     """Kernel TCP_CONGESTION name for an arm; MLTCP needs the BPF struct_ops algorithm registered."""
     if not mltcp:
+        if cc == "dctcp":
+            from mltcp.traffic.kernel.base_cc import kernel_name
+            return kernel_name(cc)      # registered by the arm that runs it (run_arm)
         if cc not in ("reno", "cubic"):
-            raise EmulationError(f"kernel transport supports --cc reno or cubic, not {cc}")
+            raise EmulationError(f"kernel transport supports --cc reno, cubic or dctcp, not {cc}")
         return cc
     avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
     for name in (f"mltcp_{cc}", f"bpf_mltcp_{cc}"):

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from mltcp.scenario import Scenario
 
 TRANSPORTS = ("kernel", "udp")
-BASE_CCS = BASES   # the emulation runs every base algorithm (dcqcn on the userspace transport)
+BASE_CCS = BASES + ("dctcp",)   # every base algorithm (dcqcn on the userspace transport), and
+KERNEL_ONLY_CCS = ("dctcp",)     # dctcp as kernel TCP only (bpf_dctcp; not in the simulator's core)
 PORT_BASE = 5001
 
 
@@ -85,8 +86,8 @@ def link_params_of(link, mss: int = 1448) -> LinkParams:
 
 
 def needs_ecn(sc, cc: str = "") -> bool:
-    """Whether the scenario's links mark ECN (or its algorithm, DCQCN, lives on marks)."""
-    return "dcqcn" in (cc, sc.cc) or any(l.ecn != "none" for l in sc.links.values())
+    """Whether the scenario's links mark ECN (or its algorithm, DCQCN or DCTCP, lives on marks)."""
+    return bool({"dcqcn", "dctcp"} & {cc, sc.cc}) or any(l.ecn != "none" for l in sc.links.values())
 
 
 def choose_topology(sc) -> str:

@@ -6,7 +6,8 @@ from mltcp.emulation import netns
 from mltcp.emulation.baseline import jain_index
 from mltcp.emulation.arm import ArmResult
 from mltcp.emulation.peers import kernel_cc_name, peer_commands, sender_doc
-from mltcp.emulation.plan import choose_topology, job_plan, link_params_of, plan_from_scenario, rescale
+from mltcp.emulation.plan import (EmulationError, choose_topology, job_plan, link_params_of, needs_ecn,
+                                  plan_from_scenario, rescale)
 from mltcp.emulation.report import arm_summary
 from mltcp.metrics import per_job_avg
 from mltcp.emulation.topologies import LinkParams, TopologyError, tc_commands
@@ -146,7 +147,8 @@ def test_peer_commands_kernel_and_tag():
 
 def test_kernel_cc_name():
     assert kernel_cc_name("reno", False) == "reno"
-    with pytest.raises(Exception, match="reno or cubic"):
+    assert kernel_cc_name("dctcp", False) == "bpf_dctcp"     # registered by the arm (base_cc)
+    with pytest.raises(Exception, match="reno, cubic or dctcp"):
         kernel_cc_name("dcqcn", False)
 
 
@@ -616,3 +618,13 @@ def test_priority_by_progress_is_refused_on_bmv2_before_any_network():
     sc = scn.load("innet-dcqcn-two-jobs")
     with pytest.raises(EmulationError, match="not emulated on BMv2"):
         run_experiment(sc, "dcqcn", transport="udp", link_mode="bmv2", with_sim=False)
+
+
+def test_dctcp_is_kernel_only_and_has_no_mltcp_variant():
+    from mltcp.emulation.runner import run_experiment
+    sc = _sc([["L"], ["L"]])
+    with pytest.raises(EmulationError, match="kernel TCP only"):
+        run_experiment(sc, "dctcp", transport="udp", link_mode="switch", with_sim=False)
+    with pytest.raises(EmulationError, match="no MLTCP variant of dctcp"):
+        run_experiment(sc, "dctcp", compare_mltcp=True, transport="kernel", link_mode="switch", with_sim=False)
+    assert needs_ecn(sc, "dctcp") and not needs_ecn(sc, "reno")

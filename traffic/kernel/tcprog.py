@@ -22,8 +22,8 @@ def build(source: str, defines: dict[str, int | str]) -> Path:
     """``source`` (a file in this package) compiled with ``-DNAME=value`` for each define; cached
     by source and values, rebuilt when the source is newer."""
     src = loader.source_dir() / source
-    tag = "-".join(f"{v}" for v in defines.values())
-    out = loader.cache_dir() / f"{source.removesuffix('.bpf.c')}-{tag}.bpf.o"
+    tag = "".join(f"-{v}" for v in defines.values())
+    out = loader.cache_dir() / f"{source.removesuffix('.bpf.c')}{tag}.bpf.o"
     if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
         return out
     loader.build([])      # vmlinux.h into the cache directory

@@ -23,7 +23,7 @@ HDR = struct.Struct("!IIQ")
 ACK = struct.Struct("!Q8s")
 MAGIC = 0x4D4C5443  # "MLTC"
 CHUNK = 1 << 20
-KERNEL_CCS = ("reno", "cubic", "mltcp_reno", "mltcp_cubic")
+KERNEL_CCS = ("reno", "cubic", "dctcp", "mltcp_reno", "mltcp_cubic")   # dctcp: bpf_dctcp where the kernel has none
 
 # struct tcp_info: 8 bytes of u8 fields, then u32 fields in this order (linux/tcp.h).
 _TI_FIELDS = ("rto", "ato", "snd_mss", "rcv_mss", "unacked", "sacked", "lost", "retrans", "fackets",
@@ -38,11 +38,12 @@ class TransportError(RuntimeError):
 
 
 def tcp_info(sock: socket.socket) -> dict[str, int]:
-    """The fields of TCP_INFO up to tcpi_total_retrans (rtt in us, cwnd in segments)."""
+    """The fields of TCP_INFO up to tcpi_total_retrans (rtt in us, cwnd in segments), and the
+    state, ca_state and options bytes."""
     raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TI.size)
     v = _TI.unpack(raw[:_TI.size].ljust(_TI.size, b"\0"))
     d = dict(zip(_TI_FIELDS, v[8:]))
-    d["state"], d["ca_state"] = v[0], v[1]
+    d["state"], d["ca_state"], d["options"] = v[0], v[1], v[5]   # options: TCPI_OPT_* (ECN = 8)
     return d
 
 
