@@ -60,16 +60,20 @@ def needs_stamper(mode: str, transport: str) -> bool:
     return transport == "kernel" and mode in ("bmv2", "switch")
 
 
-def stamp_kernel_senders(net, plan: Plan) -> dict[str, tuple]:
+def stamp_kernel_senders(net, plan: Plan, policy=None) -> dict[str, tuple]:
     """The stamper on every job's sender host (its job_id; the idle rule's minimum gap half the
     job's compute time, at least the scenario's min_idle, so TCP's own pauses within an
-    iteration never split it). Returns job -> (namespace file, interface) for :func:`stamp_stats`."""
+    iteration never split it). The id is per host: where two jobs share a sender host nothing
+    is stamped, and an active ``policy`` is refused. Returns job -> (namespace file, interface)
+    for :func:`read_stamp_stats`."""
     from mltcp.traffic.kernel import stamp
     from mltcp.traffic.kernel.netns import netns_path
     hosts = [j.sender for j in plan.jobs]
     if len(set(hosts)) < len(hosts):
-        raise EmulationError("kernel TCP through a P4 switch stamps each sender host with its job's id, "
-                             "and two jobs share a sender host here")
+        if policy is not None and policy.active:
+            raise EmulationError(f"switch_policy {policy.name!r} over kernel TCP stamps each sender host with "
+                                 "its job's id, and two jobs share a sender host here")
+        return {}
     where = {}
     for j in plan.jobs:
         node = net[j.sender]
@@ -129,7 +133,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         assign_endpoints(plan, topo)
         shim_ports(plan.jobs, mode, transport, topo.switch_policy)
         net = build_network(topo, mode, cl)
-        stamped = stamp_kernel_senders(net, plan) if needs_stamper(mode, transport) else {}
+        stamped = stamp_kernel_senders(net, plan, topo.switch_policy) if needs_stamper(mode, transport) else {}
         if transport == "kernel":   # the scenario's RTO (stretched by --dilate), as the model's
             set_kernel_min_rto(net.hosts, min(j.min_rto_s for j in plan.jobs))
         if transport == "kernel" and features(mode)["ecn"]:
