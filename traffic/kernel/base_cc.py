@@ -4,10 +4,8 @@ emulation registers one for a run that asks for it and unregisters it afterwards
 (:func:`ensure`, :func:`remove`)."""
 from __future__ import annotations
 
-import json
-import subprocess
-
 from . import loader, tcprog
+from .maps import _bpftool_json
 
 PROGRAMS = {"dctcp": ("bpf_dctcp", "dctcp.bpf.c")}
 
@@ -17,10 +15,7 @@ def kernel_name(cc: str) -> str:
 
 
 def _ids(name: str) -> list[int]:
-    p = subprocess.run(["bpftool", "struct_ops", "list", "--json"], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise loader.KernelCCError(f"bpftool struct_ops list failed: {p.stderr.strip()}")
-    return [s["id"] for s in json.loads(p.stdout or "[]") if s.get("name") == name]
+    return [s["id"] for s in _bpftool_json("struct_ops", "list") if s.get("name") == name]
 
 
 def ensure(cc: str) -> bool:

@@ -3,8 +3,9 @@
 Hosts keep their own congestion control; the option tells a progress-aware switch
 (``switch_policy``) each segment's job and bytes_ratio (docs/CONTRACTS.md, docs/in-network.md).
 :func:`install` prepares the interface: its MTU lowered by the option's 8 bytes (TCP then picks
-an MSS that leaves room), segmentation offloads off (the program stamps wire-sized segments),
-then the program attached. :func:`stats` reads its counters.
+an MSS that leaves room), segmentation offloads off (as on every emulated interface; TCP's GSO
+super-packets still reach tc egress, and the program keeps their segment size), then the program
+attached. :func:`stats` reads its counters.
 """
 from __future__ import annotations
 
