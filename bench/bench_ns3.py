@@ -80,7 +80,7 @@ def fidelity(args) -> list[dict]:
             runs = []
             for seed in args.seeds or [None]:
                 for shift in args.offsets:           # the later jobs start `shift` ms later than the file says
-                    sc = load(str(ROOT / "scenarios" / f"{case}.toml"))
+                    sc = load(_case_path(case))
                     if seed is not None:
                         sc.seed = seed
                     for j in sc.jobs[1:]:
@@ -119,6 +119,11 @@ def fidelity(args) -> list[dict]:
     ok = sum(r["within_5pct"] for r in rows)
     print(f"within 5 % avg: {ok}/{len(rows)}; drops within 1.5x: {sum(r['drops_within_1_5x'] for r in rows)}/{len(rows)}")
     return rows
+
+
+def _case_path(case: str) -> str:
+    """A fidelity case: a scenario name under scenarios/, or a TOML path."""
+    return case if case.endswith(".toml") else str(ROOT / "scenarios" / f"{case}.toml")
 
 
 def _seeds(text: str) -> list[int]:

@@ -52,7 +52,7 @@ def main():
     ap.add_argument("--seed", type=int, help="the scenario's seed instead of its own")
     ap.add_argument("--host-jitter", type=float, default=0.0, help="ns-3 Ns3Options.host_jitter (0: as shipped)")
     a = ap.parse_args()
-    sc = load(str(ROOT / "scenarios" / f"{a.case}.toml"))
+    sc = load(a.case if a.case.endswith(".toml") else str(ROOT / "scenarios" / f"{a.case}.toml"))
     if a.seed is not None:
         sc.seed = a.seed
     mss = float(sc.mss)

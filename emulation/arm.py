@@ -13,7 +13,7 @@ from mltcp.records import IterationRecord
 from . import netns
 from .network import build_network, resolve_link_mode
 from .peers import Peer, kernel_cc_name, messages, peer_commands, sender_doc, set_kernel_min_rto, start_together
-from .plan import KERNEL_ONLY_CCS, EmulationError, Plan, assign_endpoints, expected_duration
+from .plan import KERNEL_BPF_CCS, EmulationError, Plan, assign_endpoints, expected_duration
 from .topologies import EmuTopo, bottleneck_intfs, features, make_topology, qdisc_drops, run_checked
 
 @dataclass
@@ -96,7 +96,7 @@ def read_stamp_stats(where: dict[str, tuple]) -> dict[str, dict]:
 def kernel_base_cc(cc: str, transport: str):
     """A base algorithm the kernel lacks (dctcp: bpf_dctcp) registered for one arm, and
     unregistered after it when the arm was the one that registered it."""
-    if transport != "kernel" or cc not in KERNEL_ONLY_CCS:
+    if transport != "kernel" or cc not in KERNEL_BPF_CCS:
         yield
         return
     from mltcp.traffic.kernel import base_cc
@@ -139,7 +139,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         if transport == "kernel" and features(mode)["ecn"]:
             for h in net.hosts:   # ECN-capable kernel TCP where the links can mark
                 h.cmd("sysctl -qw net.ipv4.tcp_ecn=1")
-        if transport == "kernel" and cc in KERNEL_ONLY_CCS:   # receivers' sockets run it too
+        if transport == "kernel" and cc in KERNEL_BPF_CCS:   # receivers' sockets run it too
             for h in net.hosts:
                 run_checked(h, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={wire_cc}"])
         q: queue.Queue = queue.Queue()

@@ -101,7 +101,7 @@ OUT_OPT = typer.Option(None, "--out", help="write the JSON document to this file
 @app.command("run")
 def emulate(
     scenario: str = typer.Argument(..., help="scenario name (built-in) or TOML file"),
-    cc: str = typer.Option("", help="base congestion control: reno | cubic | dcqcn | dctcp (kernel only) (default: the scenario's)"),
+    cc: str = typer.Option("", help="base congestion control: reno | cubic | dcqcn (udp only) | dctcp (default: the scenario's)"),
     compare: bool = typer.Option(False, "--compare", help="also run the MLTCP variant and report speedups"),
     transport: str = typer.Option("kernel", help="udp (userspace MLTCP transport) | kernel (Linux TCP)"),
     link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch | bmv2 (docs/design.md, Emulation: link modes)"),

@@ -88,6 +88,8 @@ def kernel_cc_name(cc: str, mltcp: bool) -> str:
         if cc not in ("reno", "cubic"):
             raise EmulationError(f"kernel transport supports --cc reno, cubic or dctcp, not {cc}")
         return cc
+    if cc not in ("reno", "cubic"):
+        raise EmulationError(f"kernel TCP has MLTCP variants of reno and cubic only, not of {cc}")
     avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
     for name in (f"mltcp_{cc}", f"bpf_mltcp_{cc}"):
         if name in avail:

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from mltcp.scenario import Scenario
 
 TRANSPORTS = ("kernel", "udp")
-BASE_CCS = BASES + ("dctcp",)   # every base algorithm (dcqcn on the userspace transport), and
-KERNEL_ONLY_CCS = ("dctcp",)     # dctcp as kernel TCP only (bpf_dctcp; not in the simulator's core)
+BASE_CCS = BASES                 # every base algorithm (dcqcn on the userspace transport only)
+KERNEL_BPF_CCS = ("dctcp",)      # as kernel TCP: bpf_dctcp, registered for the arm; no kernel MLTCP variant
 PORT_BASE = 5001
 
 

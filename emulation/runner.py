@@ -22,7 +22,7 @@ from .arm import run_arm
 from .calibrate import calibrate_rtt
 from .network import resolve_link_mode
 from .peers import kernel_cc_name, udp_available
-from .plan import (BASE_CCS, KERNEL_ONLY_CCS, TRANSPORTS, EmulationError, needs_ecn, payload_rate_plan,
+from .plan import (BASE_CCS, KERNEL_BPF_CCS, TRANSPORTS, EmulationError, needs_ecn, payload_rate_plan,
                    plan_from_scenario)
 from .report import arm_summary, regime_notes, rtt_seen, sim_vs_emu
 from .topologies import features
@@ -58,12 +58,9 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
         raise EmulationError(f"--transport must be one of {', '.join(TRANSPORTS)}, got {transport}")
     if cc == "dcqcn" and transport == "kernel":
         raise EmulationError("DCQCN is rate-based: use --transport udp")
-    if cc in KERNEL_ONLY_CCS:
-        if transport != "kernel":
-            raise EmulationError(f"{cc} runs as kernel TCP only (a BPF struct_ops program): use --transport kernel")
-        if compare_mltcp:
-            raise EmulationError(f"there is no MLTCP variant of {cc}: drop --compare")
-        with_sim = False      # the simulator's core has no DCTCP
+    if cc in KERNEL_BPF_CCS and transport == "kernel" and compare_mltcp:
+        raise EmulationError(f"kernel TCP has no MLTCP variant of {cc}: drop --compare, or use --transport udp "
+                             f"(mltcp-{cc} in the userspace transport)")
     plan = plan_from_scenario(sc, topology)
     if payload_rate:
         payload_rate_plan(plan, transport)

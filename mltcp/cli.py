@@ -215,7 +215,7 @@ def write_outputs(sc, results, rep: dict, outdir: Path) -> list[Path]:
 @app.command()
 def simulate(
     scenario: str = typer.Argument(..., help="a scenario TOML file or a built-in name (see `mltcp scenarios`)"),
-    cc: Optional[str] = typer.Option(None, help="reno|cubic|dcqcn or mltcp-*; default: the scenario's cc"),
+    cc: Optional[str] = typer.Option(None, help="reno|cubic|dcqcn|dctcp or mltcp-*; default: the scenario's cc"),
     do_compare: bool = typer.Option(False, "--compare", help="run the base algorithm and its MLTCP variant"),
     outdir: Optional[Path] = typer.Option(None, "--out", help="write records CSV, summary.json and PNG plots here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (no progress bar)"),

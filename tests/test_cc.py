@@ -392,3 +392,58 @@ def test_hystart_plus_plus_conservative_slow_start_then_avoidance():
     t += 1e-3
     _ss_ack(cc, st, MSS, 2e-3, t)
     assert st.ca.hs_css[0] == -1.0 and st.ssthresh[0] == np.inf
+
+
+# ---- DCTCP (RFC 8257) ---------------------------------------------------------------------------
+
+def test_dctcp_alpha_is_the_marked_fraction_averaged_once_per_window():
+    from mltcp.cc import Dctcp
+    cc = Dctcp()
+    st = cc.new_state(1, mss=1000)
+    assert st.ca.alpha[0] == 1.0                       # Linux dctcp_alpha_on_init
+    rtt = np.array([1e-3])
+    cc.in_ack_event(st, np.array([10 * MSS]), np.array([0.0]), rtt, 0.0)     # opens the first window
+    cc.in_ack_event(st, np.array([10 * MSS]), np.array([5 * MSS]), rtt, 0.5e-3)
+    assert st.ca.alpha[0] == 1.0                       # the window has not ended: no update yet
+    cc.in_ack_event(st, np.array([20 * MSS]), np.array([0.0]), rtt, 1.0e-3)
+    # 5 of 40 segments marked over the window: alpha = 15/16 + 1/16 x 1/8
+    assert st.ca.alpha[0] == pytest.approx(15 / 16 + 1 / 16 * 5 / 40)
+    for k in range(200):                               # no marks for many windows: alpha decays to 0
+        cc.in_ack_event(st, np.array([10 * MSS]), np.array([0.0]), rtt, 2e-3 + k * 1e-3)
+    assert st.ca.alpha[0] < 1e-4
+
+
+def test_dctcp_cuts_by_alpha_over_two_on_ecn_and_halves_on_loss_and_timeout():
+    from mltcp.cc import Dctcp
+    cc = Dctcp()
+    st = cc.new_state(3, mss=1000)
+    st.cwnd[:] = 40 * MSS
+    st.ca.alpha[:] = [0.1, 1.0, 0.1]
+    cc.on_congestion(st, np.array([True, True, False]), "ecn", 0.0)
+    assert list(st.cwnd) == pytest.approx([38 * MSS, 20 * MSS, 40 * MSS])
+    cc.on_congestion(st, np.array([True, False, False]), "loss", 0.0)
+    assert st.cwnd[0] == pytest.approx(19 * MSS)
+    cc.on_timeout(st, np.array([False, False, True]), 0.0)
+    assert st.cwnd[2] == MSS and st.ssthresh[2] == 20 * MSS
+    st.cwnd[:] = 10 * MSS
+    st.ssthresh[:] = 5 * MSS
+    cc.on_ack(st, np.array([10 * MSS] * 3), np.array([1e-3] * 3), 0.0)   # Reno's additive increase
+    assert st.cwnd[0] == pytest.approx(11 * MSS)
+
+
+def test_mltcp_dctcp_is_dctcp_plus_the_hook():
+    from mltcp.cc import MLTCPDctcp
+    cc = MLTCPDctcp(scale_decrease=True)
+    st = cc.new_state(1, mss=1000)
+    ack(cc, st, 100_000, now=0.0)                      # first iteration learns 100 kB
+    ack(cc, st, 50_000, now=0.5)                       # idle gap: the next one, half sent
+    st.cwnd[:], st.ssthresh[:] = 20 * MSS, 10 * MSS
+    ack(cc, st, 20 * MSS, now=0.6)                     # r = 0.7: F = 4 x 0.7 + 0.25
+    assert st.cwnd[0] == pytest.approx(20 * MSS + (4 * 0.7 + 0.25) * MSS)
+    st.ca.alpha[:] = 0.5
+    w = st.cwnd[0]
+    cc.on_congestion(st, np.array([True]), "ecn", 0.6)
+    # the ECN cut alpha / 2, scaled by the decrease's (0.8 - 0.6 r) / 0.5 at r = 0.7
+    r = st.tracker.bytes_ratio[0]
+    assert r == pytest.approx(0.7)
+    assert st.cwnd[0] == pytest.approx(w * (1 - 0.25 * (0.8 - 0.6 * r) / 0.5))

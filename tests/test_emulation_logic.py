@@ -620,11 +620,13 @@ def test_priority_by_progress_is_refused_on_bmv2_before_any_network():
         run_experiment(sc, "dcqcn", transport="udp", link_mode="bmv2", with_sim=False)
 
 
-def test_dctcp_is_kernel_only_and_has_no_mltcp_variant():
+def test_dctcp_has_no_kernel_mltcp_variant_but_runs_on_both_transports():
+    from mltcp.emulation.plan import BASE_CCS
     from mltcp.emulation.runner import run_experiment
     sc = _sc([["L"], ["L"]])
-    with pytest.raises(EmulationError, match="kernel TCP only"):
-        run_experiment(sc, "dctcp", transport="udp", link_mode="switch", with_sim=False)
-    with pytest.raises(EmulationError, match="no MLTCP variant of dctcp"):
+    assert "dctcp" in BASE_CCS                  # udp: the core's Dctcp and MLTCPDctcp; kernel: bpf_dctcp
+    with pytest.raises(EmulationError, match="no MLTCP variant of dctcp.*--transport udp"):
         run_experiment(sc, "dctcp", compare_mltcp=True, transport="kernel", link_mode="switch", with_sim=False)
+    with pytest.raises(EmulationError, match="MLTCP variants of reno and cubic only, not of dctcp"):
+        kernel_cc_name("dctcp", True)
     assert needs_ecn(sc, "dctcp") and not needs_ecn(sc, "reno")

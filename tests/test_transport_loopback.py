@@ -73,7 +73,7 @@ def test_clean_loopback_grows_window_and_no_retransmits():
             assert f.rtt.srtt is not None
 
 
-@pytest.mark.parametrize("cc", ["reno", "mltcp-cubic"])
+@pytest.mark.parametrize("cc", ["reno", "mltcp-cubic", "dctcp"])
 def test_ecn_echo_reduces_window(cc):
     with Receiver(("127.0.0.1", 0)) as rx, LossyRelay(rx.addr, ce=0.05, seed=3) as relay:
         rx.start(); relay.start()
@@ -85,6 +85,19 @@ def test_ecn_echo_reduces_window(cc):
     assert relay.stats["ce"] > 0 and flow.ce == relay.stats["ce"]   # CE seen via IP_RECVTOS
     assert st["ece"] > 0 and st["ecn_events"] > 0 and st["loss_events"] == 0
     assert st["ecn_events"] <= st["ece"]
+
+
+def test_dctcp_alpha_follows_the_marked_fraction_the_receiver_echoes():
+    """5 % of the datagrams CE-marked by the relay: the receiver's ce_count reaches the sender's
+    in_ack_event, so DCTCP's alpha settles near 0.05 (from 1.0 at the start; 0 if no CE reached it)."""
+    with Receiver(("127.0.0.1", 0)) as rx, LossyRelay(rx.addr, ce=0.05, seed=3) as relay:
+        rx.start(); relay.start()
+        with UdpTransport([relay.addr], cc="dctcp", timeout=30) as tx:
+            tx.send_iteration(3_000_000, 0)
+            rx.stop()
+            _check_integrity(rx, tx, 3_000_000)
+            alpha = float(tx.flows[0].st.ca.alpha[0])
+    assert 0.01 < alpha < 0.3, alpha
 
 
 def test_dcqcn_cnp_path_lowers_rate():

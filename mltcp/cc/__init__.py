@@ -27,12 +27,13 @@ numba.config.CACHE_DIR = _jit_cache_dir()
 from .base import TX_START, CaState, CongestionOps, FlowState, Param
 from .cubic import Cubic
 from .dcqcn import Dcqcn
-from .mltcp import Linear, MLTCPCubic, MLTCPDcqcn, MLTCPHook, MLTCPReno
+from .dctcp import Dctcp
+from .mltcp import Linear, MLTCPCubic, MLTCPDcqcn, MLTCPDctcp, MLTCPHook, MLTCPReno
 from .reno import Reno
 
-ALGORITHMS = {c.name: c for c in (Reno, Cubic, Dcqcn, MLTCPReno, MLTCPCubic, MLTCPDcqcn)}
-BASE_OF = {"mltcp-reno": "reno", "mltcp-cubic": "cubic", "mltcp-dcqcn": "dcqcn"}
-BASES = tuple(n for n in ALGORITHMS if n not in BASE_OF)   # the base algorithms: reno, cubic, dcqcn
+ALGORITHMS = {c.name: c for c in (Reno, Cubic, Dcqcn, Dctcp, MLTCPReno, MLTCPCubic, MLTCPDcqcn, MLTCPDctcp)}
+BASE_OF = {"mltcp-reno": "reno", "mltcp-cubic": "cubic", "mltcp-dcqcn": "dcqcn", "mltcp-dctcp": "dctcp"}
+BASES = tuple(n for n in ALGORITHMS if n not in BASE_OF)   # the base algorithms: reno, cubic, dcqcn, dctcp
 
 
 def make_cc(name: str, **params) -> CongestionOps:
@@ -46,5 +47,5 @@ def make_cc(name: str, **params) -> CongestionOps:
     return cls(**params)
 
 
-__all__ = ["ALGORITHMS", "BASES", "BASE_OF", "CaState", "CongestionOps", "Cubic", "Dcqcn", "FlowState", "Linear",
-           "MLTCPCubic", "MLTCPDcqcn", "MLTCPHook", "MLTCPReno", "Param", "Reno", "TX_START", "make_cc"]
+__all__ = ["ALGORITHMS", "BASES", "BASE_OF", "CaState", "CongestionOps", "Cubic", "Dcqcn", "Dctcp", "FlowState",
+           "Linear", "MLTCPCubic", "MLTCPDcqcn", "MLTCPDctcp", "MLTCPHook", "MLTCPReno", "Param", "Reno", "TX_START", "make_cc"]

@@ -4,6 +4,8 @@
 Operations (the caller decides when each applies, as the TCP core does in Linux):
 
 * :meth:`CongestionOps.pkts_acked` -- every ACK (batch): RTT sample, MLTCP's iteration tracker;
+* :meth:`CongestionOps.in_ack_event` -- every ACK (batch) with the bytes it acknowledged and those
+  of them that arrived CE-marked (Linux ``in_ack_event``; DCTCP's marked fraction);
 * :meth:`CongestionOps.cong_avoid` -- window growth (slow start + avoidance), only when the flow is
   cwnd-limited and not in recovery (Linux ``tcp_cong_control`` -> ``tcp_may_raise_cwnd``);
 * :meth:`CongestionOps.cwnd_event` -- ``TX_START``: the first send after the flow went idle (restart
@@ -176,6 +178,11 @@ def _noop_event(p, tcp, ca, i, now, idle):
     pass
 
 
+@njit(cache=True)
+def _noop_ack_event(p, tcp, ca, i, acked, ce, rtt, now, mss):
+    pass
+
+
 # ---- the ops classes ---------------------------------------------------------------------------------
 
 class CongestionOps:
@@ -192,6 +199,7 @@ class CongestionOps:
     # kernels (numba functions over one flow); subclasses set them (staticmethod)
     k_init = k_pkts_acked = k_cong_avoid = k_ssthresh = k_on_congestion = k_on_timeout = None
     k_cwnd_event = staticmethod(_noop_event)
+    k_in_ack_event = staticmethod(_noop_ack_event)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -249,6 +257,13 @@ class CongestionOps:
         acked, rtt = _vec(acked, st.n), _vec(rtt, st.n)
         for i in np.flatnonzero(acked > 0):
             self.k_pkts_acked(self.p, st.tcp, st.ca.a, i, acked[i], rtt[i], now, st.mss)
+
+    def in_ack_event(self, st: FlowState, acked, ce, rtt, now: float) -> None:
+        """``acked`` bytes newly acknowledged per flow, ``ce`` of them CE-marked; always (after
+        :meth:`pkts_acked`). Only ECN-proportional algorithms (DCTCP) use it."""
+        acked, ce, rtt = _vec(acked, st.n), _vec(ce, st.n), _vec(rtt, st.n)
+        for i in np.flatnonzero(acked > 0):
+            self.k_in_ack_event(self.p, st.tcp, st.ca.a, i, acked[i], ce[i], rtt[i], now, st.mss)
 
     def cong_avoid(self, st: FlowState, acked, now: float) -> None:
         """Grow the window for ``acked`` bytes (slow start, then avoidance). Callers call it only

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from numba import njit
 
-from . import cubic, dcqcn, reno
+from . import cubic, dcqcn, dctcp, reno
 from .base import cwnd_restart
 
-RENO, CUBIC, DCQCN = reno.Reno.kind, cubic.Cubic.kind, dcqcn.Dcqcn.kind
+RENO, CUBIC, DCQCN, DCTCP = reno.Reno.kind, cubic.Cubic.kind, dcqcn.Dcqcn.kind, dctcp.Dctcp.kind
 
 
 @njit(cache=True)
@@ -22,6 +22,8 @@ def init(kind, p, tcp, ca, i, now):
         reno.init(p, tcp, ca, i, now)
     elif kind == CUBIC:
         cubic.init(p, tcp, ca, i, now)
+    elif kind == DCTCP:
+        dctcp.init(p, tcp, ca, i, now)
     else:
         dcqcn.init(p, tcp, ca, i, now)
 
@@ -33,8 +35,14 @@ def pkts_acked(kind, p, tcp, ca, i, acked, rtt, now, mss):
 
 
 @njit(cache=True)
+def in_ack_event(kind, p, tcp, ca, i, acked, ce, rtt, now, mss):
+    if kind == DCTCP:
+        dctcp.in_ack_event(p, tcp, ca, i, acked, ce, rtt, now, mss)
+
+
+@njit(cache=True)
 def cong_avoid(kind, p, tcp, ca, i, acked, gain, now, mss):
-    if kind == RENO:
+    if kind == RENO or kind == DCTCP:
         reno.cong_avoid(p, tcp, ca, i, acked, gain, now, mss)
     elif kind == CUBIC:
         cubic.cong_avoid(p, tcp, ca, i, acked, gain, now, mss)
@@ -46,6 +54,8 @@ def on_congestion(kind, p, tcp, ca, i, ecn, now, dscale, mss):
         reno.on_congestion(p, tcp, ca, i, ecn, now, dscale, mss)
     elif kind == CUBIC:
         cubic.on_congestion(p, tcp, ca, i, ecn, now, dscale, mss)
+    elif kind == DCTCP:
+        dctcp.on_congestion(p, tcp, ca, i, ecn, now, dscale, mss)
     else:
         dcqcn.on_congestion(p, tcp, ca, i, ecn, now, dscale, mss)
 
@@ -56,6 +66,8 @@ def on_timeout(kind, p, tcp, ca, i, now, dscale, mss):
         reno.on_timeout(p, tcp, ca, i, now, dscale, mss)
     elif kind == CUBIC:
         cubic.on_timeout(p, tcp, ca, i, now, dscale, mss)
+    elif kind == DCTCP:
+        dctcp.on_timeout(p, tcp, ca, i, now, dscale, mss)
     else:
         dcqcn.on_timeout(p, tcp, ca, i, now, dscale, mss)
 

@@ -25,6 +25,7 @@ from ..tracker import GAP_RULES, IterationTracker
 from .base import Param
 from .cubic import Cubic
 from .dcqcn import Dcqcn
+from .dctcp import Dctcp
 from .reno import Reno
 
 SHAPES = ("linear", "capped", "convex")
@@ -154,6 +155,11 @@ class MLTCPCubic(MLTCPHook, Cubic):
     name = "mltcp-cubic"
 
 
+class MLTCPDctcp(MLTCPHook, Dctcp):
+    """F scales Reno's additive increase; with ``scale_decrease`` also the ECN cut alpha / 2 and the halving."""
+    name = "mltcp-dctcp"
+
+
 class MLTCPDcqcn(MLTCPHook, Dcqcn):
     """Where F applies in DCQCN: each flag below (defaults: F on R_AI and R_HAI, as before)."""
     name = "mltcp-dcqcn"
@@ -170,7 +176,7 @@ class MLTCPDcqcn(MLTCPHook, Dcqcn):
 def hook_fields() -> dict[str, Param]:
     """Every ``[mltcp]`` key (scenario spelling -> Param) over the MLTCP variants."""
     out = {}
-    for cls in (MLTCPReno, MLTCPCubic, MLTCPDcqcn):
+    for cls in (MLTCPReno, MLTCPCubic, MLTCPDctcp, MLTCPDcqcn):
         for name, prm in cls.params.items():
             if name in cls.__dict__ or name in vars(MLTCPHook) or name in vars(IterationTracking):
                 out[prm.key] = prm

@@ -537,6 +537,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                     if mltcp:
                         trk.on_ack(tr, f, a, t, mp[hook.IDLE_FRACTION], mp[hook.MIN_IDLE], mp[hook.GAP_MIN2] != 0.0)
                     dispatch.pkts_acked(kind, p, tcp, ca, f, a, rtt_s, t, mss)
+                    dispatch.in_ack_event(kind, p, tcp, ca, f, a, mk, rtt_s, t, mss)
                 in_rec = t < recovery_until[f]
                 # ECN echo / CNP: the Poisson chance of at least one marked packet among mk bytes
                 marked = mk > 0.0 and np.random.random() < -math.expm1(-mk / mss)

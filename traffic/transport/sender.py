@@ -158,7 +158,7 @@ class FlowSender:
     def drain(self, now: float, limit: int = 512) -> None:
         """Process every ACK waiting on the socket, then apply one CC update for the batch."""
         sock, buf = self.sock, self._rbuf
-        delivered, lost, ece, cnp, rtt_sample, n = 0, 0, False, 0, -1.0, 0
+        delivered, lost, ece, cnp, ce, rtt_sample, n = 0, 0, False, 0, 0, -1.0, 0
         sb, reo = self.sb, self.reo_wnd
         if reo is None:
             reo = self.rtt.min_rtt / 4 if self.rtt.srtt is not None else 0.0
@@ -205,6 +205,7 @@ class FlowSender:
             if res.advanced:
                 self.rto_start = now if sb.outstanding else None
             self.stats["ce_marks"] += p.ce_count
+            ce += p.ce_count
             if p.flags & wire.FLAG_ECE:
                 ece = True
                 self.stats["ece"] += 1
@@ -222,6 +223,7 @@ class FlowSender:
             self._acked[0] = delivered
             self._rttv[0] = self.rtt.latest
             cc.pkts_acked(st, self._acked, self._rttv, now)   # RTT, the MLTCP tracker: always
+            cc.in_ack_event(st, self._acked, min(ce * self.payload, delivered), self._rttv, now)   # DCTCP's alpha
             # As Linux (tcp_may_raise_cwnd, tcp_is_cwnd_limited / RFC 7661) and the simulator: the
             # window grows only outside recovery/CWR and when the window limited the sender.
             if self.cwnd_limited and sb.snd_una >= self.recovery_end:
