@@ -41,7 +41,7 @@ def sender_doc(job: JobPlan, transport: str, cc: str, t0: float = -1.0) -> dict:
             doc["nic_rate_mbps"] = job.line_rate_mbps
         return doc
     doc.update(line_rate_mbps=job.line_rate_mbps, min_rto_s=job.min_rto_s, idle_restart=job.idle_restart)
-    params = dict(job.dcqcn) if cc.endswith("dcqcn") else {}
+    params = dict(job.dcqcn) if cc.endswith("dcqcn") else dict(job.dctcp) if cc.endswith("dctcp") else {}
     params.update(udp_hook_params(job.hook, cc))
     if params:
         doc["cc_params"] = params

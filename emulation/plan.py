@@ -46,6 +46,7 @@ class JobPlan:
     idle_restart: bool = True       # the scenario's slow_start_after_idle
     hook: dict = field(default_factory=dict)   # the scenario's [mltcp] table (hook Param names)
     dcqcn: dict = field(default_factory=dict)  # its [cc_params.dcqcn] as constructor arguments (B/s, s)
+    dctcp: dict = field(default_factory=dict)  # its [cc_params.dctcp] (g, alpha_init, loss_beta)
 
     @property
     def name(self) -> str:
@@ -223,7 +224,8 @@ def plan_from_scenario(sc, topology: str = "auto") -> Plan:
     # window at each iteration start) happens in the emulation exactly when it does in the model.
     jobs = [JobPlan(JobSpec(dataclasses.replace(j), i, seed=None if sc.seed is None else sc.seed * 1000 + i),
                     min_rto_s=sc.min_rto_s, idle_restart=sc.slow_start_after_idle, hook=dict(sc.mltcp_params),
-                    dcqcn=cc_kwargs(sc, "dcqcn") if sc.cc_params.get("dcqcn") else {})
+                    dcqcn=cc_kwargs(sc, "dcqcn") if sc.cc_params.get("dcqcn") else {},
+                    dctcp=cc_kwargs(sc, "dctcp") if sc.cc_params.get("dctcp") else {})
             for i, j in enumerate(sc.jobs)]
     notes = []
     if any(j.jitter or j.straggler_prob for j in sc.jobs):

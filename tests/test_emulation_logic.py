@@ -630,3 +630,16 @@ def test_dctcp_has_no_kernel_mltcp_variant_but_runs_on_both_transports():
     with pytest.raises(EmulationError, match="MLTCP variants of reno and cubic only, not of dctcp"):
         kernel_cc_name("dctcp", True)
     assert needs_ecn(sc, "dctcp") and not needs_ecn(sc, "reno")
+
+
+def test_udp_sender_doc_carries_dctcp_params_and_the_peer_builds_dctcp():
+    from mltcp.cc import Dctcp, MLTCPDctcp, make_cc
+    job = _placed(line_rate_mbps=100.0)
+    job.dctcp = {"g": 0.125}
+    job.hook = {"slope": 2.0, "min_idle": 0.5}
+    doc = sender_doc(job, "udp", "mltcp-dctcp")
+    assert doc["cc_params"] == {"g": 0.125, "slope": 2.0}        # the tracker's knobs stay the sender's
+    cc = make_cc(doc["cc"], **doc["cc_params"])
+    assert isinstance(cc, MLTCPDctcp) and isinstance(cc, Dctcp) and cc.g == 0.125 and cc.slope == 2.0
+    assert "cc_params" not in sender_doc(job, "udp", "reno")
+    assert sender_doc(job, "udp", "dctcp")["cc_params"] == {"g": 0.125}
