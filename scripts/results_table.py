@@ -19,7 +19,8 @@ from mltcp.cli import _algorithms, build_report, run_simulations
 from mltcp.scenario import load
 
 DEFAULT = ["two-jobs", "three-jobs", "circular", "straggler", "partial-compat", "cubic-two-jobs",
-           "dcqcn-two-jobs", "paper-like", "resnet50-pair", "ring-allreduce", "thousand-jobs",
+           "dcqcn-two-jobs", "dctcp-two-jobs", "dctcp-three-jobs", "paper-like", "resnet50-pair",
+           "ring-allreduce", "thousand-jobs",
            "two-jobs-no-rack", "three-jobs-no-rack", "cubic-two-jobs-no-rack"]
 
 
