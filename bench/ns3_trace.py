@@ -31,12 +31,15 @@ def _at(t, v, x):
     return v[max(i, 0)] if len(v) else float("nan")
 
 
-def _window_stats(t, cw, ss, recs, flow_of_job, mss):
+def _window_stats(t, cw, ss, recs, flow_of_job, mss, lag=0.0):
+    """Per iteration: cwnd as the communication starts (after the restart after idle: ``lag`` is the
+    fast engine's sampling interval, whose sample at comm_start precedes it), its maximum, ssthresh
+    at the end."""
     out = {}
     for r in recs:
         m = (t >= r.comm_start) & (t <= r.end)
         f = flow_of_job[r.job]
-        c0 = _at(t, cw[f], r.comm_start) / mss
+        c0 = _at(t, cw[f], r.comm_start + lag) / mss
         cmax = (cw[f][m].max() / mss) if m.any() else c0
         s1 = _at(t, ss[f], r.end) / mss
         out[(r.job, r.iteration)] = (c0, cmax, s1)
@@ -64,7 +67,7 @@ def main():
     fss = [f.cwnd_trace[:, 1 + F + i] for i in range(F)]
     nt = [tr[0] for tr in n.ns3_stats["cwnd_trace"]]
     job_flow = {j.name: i for i, j in enumerate(sc.jobs)}      # one flow per job in these cases
-    fs = _window_stats(ft, fcw, fss, f.records, job_flow, mss)
+    fs = _window_stats(ft, fcw, fss, f.records, job_flow, mss, lag=a.sample_us * 1e-6)
     ns_ = {}
     for r in n.records:
         i = job_flow[r.job]
