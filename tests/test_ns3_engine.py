@@ -374,3 +374,17 @@ def test_no_rack_mltcp_reno_beats_reno_in_jittered_ns3():
     sm = metrics.summary(ml.records, sc.warmup_iterations)
     assert sb["avg_iter_s"] / sm["avg_iter_s"] >= 1.2, (sb["avg_iter_s"], sm["avg_iter_s"])
     assert ml.drops < base.drops, (ml.drops, base.drops)
+
+
+@needs_ns3
+def test_cubic_epoch_moves_by_the_idle_time_before_each_iteration_as_linux_does():
+    """ns-3's TcpCubic has no CwndEvent, so its W(t) counted each compute phase as sending time; the
+    flow now moves the epoch by the idle time when it starts sending again (Linux bictcp_cwnd_event).
+    Two jobs on a 20-packet buffer lose in their first iteration, so CUBIC has an epoch from then on."""
+    sc = _dumbbell(buffer_pkts=20, iterations=4)
+    for cc in ("cubic", "mltcp-cubic", "reno"):
+        shifts = ns3_engine.run(sc, cc).ns3_stats["cubic_epoch_shifts"]
+        if cc == "reno":
+            assert shifts == [0, 0]
+        else:
+            assert all(1 <= s <= 3 for s in shifts), (cc, shifts)   # at most once per later iteration

@@ -16,7 +16,9 @@ It holds what must run inside ns-3's event loop, per packet or per ACK:
 * ``Flow``: an application on a sender host with one TCP socket; it sends its share of each
   iteration's bytes when its job says so and reports when the last byte is acknowledged. Before
   sending after an idle period longer than the RTO it applies Linux's ``tcp_cwnd_restart`` (RFC 2861,
-  the scenario's ``slow_start_after_idle``), which ns-3's TCP does not do by itself.
+  the scenario's ``slow_start_after_idle``), which ns-3's TCP does not do by itself; and for CUBIC,
+  after any idle period, Linux's ``bictcp_cwnd_event``: the curve's epoch moves by the idle time
+  (ns-3's ``TcpCubic`` has no ``CwndEvent`` and counts the idle time in W(t)).
 * ``Job``: alternates compute and communication over its flows and records per-iteration times,
   drops and ECN marks; ``Counters`` attributes queue drops and marks to jobs by source address.
 
@@ -44,6 +46,13 @@ struct SocketPeek : public TcpSocketBase {
     static Ptr<TcpSocketState> Tcb(TcpSocketBase* s) { return s->*(&SocketPeek::m_tcb); }
     static Time Rto(TcpSocketBase* s) { return (s->*(&SocketPeek::m_rto)).Get(); }
 };
+
+// ---- TcpCubic's epoch (private): named through an explicit instantiation, which C++ exempts from
+// access checks, so that the flow can move it after an idle period as Linux does
+template <typename Tag, typename Tag::type Member>
+struct Unlock { friend typename Tag::type Field(Tag) { return Member; } };
+struct CubicEpoch { using type = Time TcpCubic::*; friend type Field(CubicEpoch); };
+template struct Unlock<CubicEpoch, &TcpCubic::m_epochStart>;
 
 // ---- the iteration tracker (mltcp/tracker.py, one flow) ----------------------------------------
 struct Tracker {
@@ -264,6 +273,7 @@ class Flow : public Application {
     bool waiting = false;
     int64_t synAck = 1;                // the SYN's sequence number is not data
     uint32_t retx = 0, timeouts = 0, recoveries = 0;   // retransmitted segments, RTOs, fast recoveries
+    uint32_t epochShifts = 0;          // CUBIC epochs moved by an idle period (bictcp_cwnd_event)
     SequenceNumber32 highSent{0};
     std::vector<double> dbgT, dbgSeq;  // filled when debug is set
     std::vector<double> cwT, cwV, ssV, rtoT;   // debug: every cwnd change (time, cwnd, ssthresh bytes), RTO times
@@ -366,6 +376,16 @@ class Job : public SimpleRefCount<Job> {
 void Flow::Send(uint64_t bytes) {
     Ptr<TcpSocketBase> tsb = DynamicCast<TcpSocketBase>(sock);
     double now = Simulator::Now().GetSeconds();
+    Ptr<TcpCubic> cubic = DynamicCast<TcpCubic>(cc);
+    if (cubic && txBytes > 0 && now > lastTx) {
+        // Linux bictcp_cwnd_event(CA_EVENT_TX_START): the curve's epoch moves by the idle time, so
+        // W(t) does not count time the flow was not sending (ns-3's TcpCubic counts it)
+        Time& epoch = PeekPointer(cubic)->*Field(CubicEpoch());
+        if (epoch != Time::Min()) {
+            epoch = std::min(epoch + Seconds(now - lastTx), Simulator::Now());
+            epochShifts++;
+        }
+    }
     if (restartAfterIdle && txBytes > 0) {
         // Linux tcp_cwnd_restart: halve cwnd once per RTO idle, not below the initial window
         Ptr<TcpSocketState> tcb = SocketPeek::Tcb(PeekPointer(tsb));

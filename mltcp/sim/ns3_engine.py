@@ -29,7 +29,9 @@ returns, so the CLI reports the same JSON keys. Mapping of the scenario onto ns-
   :func:`check` (file and field named), never silently run at its default.
 * Jobs alternate compute (the same compute times as the fast engine: same seed, same draws) and
   communication; an iteration ends when the last byte of every flow is acknowledged. Linux's cwnd
-  restart after an idle RTO is applied when ``slow_start_after_idle`` is true (ns-3 lacks it).
+  restart after an idle RTO is applied when ``slow_start_after_idle`` is true, and CUBIC's epoch
+  moves by the idle time when a flow starts sending again (Linux ``bictcp_cwnd_event``); ns-3
+  lacks both.
 """
 from __future__ import annotations
 
@@ -424,6 +426,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         drops, marks = float(counters.drops), float(counters.marks)
         stats = {"retransmissions": [int(f.retx) for f in flow_objs], "timeouts": [int(f.timeouts) for f in flow_objs],
                  "fast_recoveries": [int(f.recoveries) for f in flow_objs],
+                 "cubic_epoch_shifts": [int(f.epochShifts) for f in flow_objs],
                  "flow_job": [sc.jobs[ji].name for ji, _ in flows],
                  "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
                  "other_drops": float(counters.otherDrops),
