@@ -19,7 +19,8 @@ from mltcp.sim.engine import simulate
 
 # the [switch] fields --switch may override, each with its parser
 SWITCH_FIELDS = {"bands": int, "ecn_scale_lo": float, "ecn_scale_hi": float, "priority_ecn": str,
-                 "priority_buffer": str, "priority_pin": lambda v: v.lower() in ("1", "true", "yes")}
+                 "priority_buffer": str, "priority_pin": lambda v: v.lower() in ("1", "true", "yes"),
+                 "contest_window_us": float}
 DEFAULT = ("innet-ecn-reno-two-jobs", "innet-ecn-reno-three-jobs", "innet-ecn-reno-partial-compat",
            "innet-dcqcn-two-jobs")
 
@@ -55,7 +56,8 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", default="")
     ap.add_argument("--cc", default="", help="algorithms (default: the scenario's cc)")
     ap.add_argument("--switch", default="", help="KEY=VALUE,... overriding the scenarios' [switch] table "
-                                                 "(bands, ecn_scale_lo, ecn_scale_hi, priority_ecn, priority_buffer, priority_pin)")
+                                                 "(bands, ecn_scale_lo, ecn_scale_hi, priority_ecn, priority_buffer, priority_pin, "
+                                                 "contest_window_us)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="also print one table row per scenario, cc and policy")
     ap.add_argument("--per-job", action="store_true", help="also print each job's figures after the warm-up (off and on)")

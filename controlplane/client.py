@@ -538,7 +538,9 @@ class SwitchConnection:
     def set_progress_policy(self, port: int, policy, base_threshold: int | None = None) -> int:
         """In-network MLTCP on ``port`` (mltcp.progress_policy.ProgressPolicy): one entry per
         bytes_ratio band in MyEgress.progress_ecn (thresholds scaled from ``base_threshold``) or
-        MyIngress.progress_priority (insert or modify). ``off`` installs nothing. Returns the count."""
+        MyIngress.progress_priority (insert or modify), and MyEgress.progress_contest when the
+        policy has a contest window (one it no longer has is not deleted: the emulation programs
+        fresh switches). ``off`` installs nothing. Returns the count."""
         check_port(port, "command line", "port")
         if base_threshold is not None:
             check_threshold(base_threshold, "command line", "threshold")

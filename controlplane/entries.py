@@ -112,6 +112,24 @@ def progress_priority_entry(idx: P4InfoIndex, port: int, band: int, priority: in
     return te
 
 
+def progress_contest_entry(idx: P4InfoIndex, port: int, window_us: int | None = None
+                           ) -> p4runtime_pb2.TableEntry:
+    """MyEgress.progress_contest: egress port -> set_contest_window(window, microseconds); None:
+    key only."""
+    te = _entry(idx, N.T_PROGRESS_CONTEST)
+    mf = idx.match_field(N.T_PROGRESS_CONTEST, N.K_EGRESS_PORT)
+    te.match.add(field_id=mf.id).exact.value = bitstring(port, mf.bitwidth, N.K_EGRESS_PORT)
+    if window_us is not None:
+        _action(idx, te, N.A_SET_CONTEST_WINDOW, {N.P_WINDOW: window_us})
+    return te
+
+
+def contest_window_us(policy) -> int:
+    """The policy's contest window as mltcp.p4's whole microseconds (at least 1 when set); 0: none."""
+    w = float(getattr(policy, "contest_window_us", 0.0) or 0.0)
+    return max(1, int(round(w))) if w > 0 else 0
+
+
 def progress_entries(idx: P4InfoIndex, port: int, policy, base_threshold: int | None
                      ) -> list[p4runtime_pb2.TableEntry]:
     """The entries of a mltcp.progress_policy.ProgressPolicy on one port: one per hardware band
@@ -124,7 +142,10 @@ def progress_entries(idx: P4InfoIndex, port: int, policy, base_threshold: int | 
         if not base_threshold:
             raise ValueError(f"port {port}: ecn-by-progress needs the port's ECN threshold")
         ks = policy.thresholds(base_threshold)
-        return [progress_ecn_entry(idx, port, hb, ks[b]) for hb, b in enumerate(policy.hw_band_map())]
+        tes = [progress_ecn_entry(idx, port, hb, ks[b]) for hb, b in enumerate(policy.hw_band_map())]
+        if contest_window_us(policy):      # the bands' thresholds only while another job shares the port
+            tes.append(progress_contest_entry(idx, port, contest_window_us(policy)))
+        return tes
     if policy.name == "priority-by-progress":
         pecn = getattr(policy, "priority_ecn", "link")
         if pecn == "by-band":
@@ -164,6 +185,8 @@ def describe(idx: P4InfoIndex, te: p4runtime_pb2.TableEntry) -> str:
             return "route 0.0.0.0/0"
         v = int.from_bytes(te.match[0].lpm.value, "big")
         return f"route {ipaddress.IPv4Address(v)}/{te.match[0].lpm.prefix_len}"
+    if name == N.T_PROGRESS_CONTEST and te.match:
+        return f"progress contest window on port {int.from_bytes(te.match[0].exact.value, 'big')}"
     if name in (N.T_PROGRESS_ECN, N.T_PROGRESS_PRIORITY) and len(te.match) == 2:
         port, band = (int.from_bytes(m.exact.value, "big") for m in te.match)
         what = "ECN threshold" if name == N.T_PROGRESS_ECN else "priority"

@@ -149,6 +149,8 @@ def rescale(sc, rate_mbps: float | None = None, delay_ms: float | None = None, i
         sc.step_s *= stretch
         if "min_idle" in sc.mltcp_params:
             sc.mltcp_params["min_idle"] *= stretch
+        if sc.switch.contest_window_us:     # the switch's contest window is a time too
+            sc.switch = dataclasses.replace(sc.switch, contest_window_us=sc.switch.contest_window_us * stretch)
         sc.cc_params["dcqcn"] = dilate_rate_params(sc.cc_params.get("dcqcn", {}), stretch)   # also for --cc dcqcn
     elif rate_mbps is not None:
         for job in sc.jobs:

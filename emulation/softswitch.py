@@ -124,6 +124,8 @@ def policy_spec(pol) -> dict:
     table = {"name": pol.name, "bands": pol.bands, "ecn_scale_lo": pol.ecn_scale_lo, "ecn_scale_hi": pol.ecn_scale_hi}
     if pol.name == "priority-by-progress":     # what its band queues mark, and how deep they are
         table.update(priority_ecn=pol.priority_ecn, priority_buffer=pol.priority_buffer, priority_pin=pol.priority_pin)
+    if pol.name == "ecn-by-progress" and pol.contest_window_us:
+        table["contest_window_us"] = pol.contest_window_us
     return table
 
 

@@ -16,6 +16,12 @@ Threshold of band b = the link's threshold x scale(b), scale(b) = lo + (hi - lo)
 Priority of band b = b (higher is served first, as v1model's ``standard_metadata.priority`` with
 BMv2 ``--priority-queues``).
 
+``contest_window_us`` (ecn-by-progress only; 0, the default, = always): the band's threshold applies
+only while the port is contested, i.e. a packet of another job than the one before it passed the
+port within the window; a job alone on the port is marked at the port's own threshold. Without it a
+lone flow in a low band is marked at a fraction of the port's threshold, which Reno-style senders
+need to be at least about a BDP to keep the link busy (mltcp.p4: table progress_contest, registers
+contest_job / contest_seen).
 ``priority_ecn`` (priority-by-progress only) says what the strict-priority queues' ECN marking
 compares with the link's thresholds: ``link`` the port's total queue (every band's), ``by-band``
 the packet's own band queue, ``off`` nothing (no marks: drop-tail only), with the link's own
@@ -46,6 +52,7 @@ PRIORITY_ECN_CODE = {"link": 0, "by-band": 1, "off": 2}
 PRIORITY_BUFFER = ("per-band", "shared")
 MAX_PRIORITY_BANDS = 8          # v1model priority is bit<3>; BMv2 --priority-queues at most 8
 Q16_ONE = 0xFFFF
+MAX_CONTEST_WINDOW_US = 60e6    # mltcp.p4's window is bit<32> microseconds; a minute is plenty
 
 
 class PolicyError(ValueError):
@@ -64,6 +71,7 @@ class ProgressPolicy:
     priority_ecn: str = "by-band"   # priority queues' ECN: the link's total queue, the band's own, or none
     priority_buffer: str = "per-band"   # each band queue as deep as the buffer (BMv2), or one shared buffer
     priority_pin: bool = True       # a flow keeps its band queue while packets of it wait there (no reordering)
+    contest_window_us: float = 0.0  # ecn-by-progress: scale thresholds only while another job passed within it (0: always)
 
     @property
     def code(self) -> int:
@@ -109,7 +117,8 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
     if not isinstance(name, str) or name not in POLICIES:
         raise PolicyError("switch_policy", f"must be one of {', '.join(POLICIES)} (got {name!r})")
     t = dict(table or {})
-    known = {"bands", "ecn_scale_lo", "ecn_scale_hi", "links", "priority_ecn", "priority_buffer", "priority_pin"}
+    known = {"bands", "ecn_scale_lo", "ecn_scale_hi", "links", "priority_ecn", "priority_buffer", "priority_pin",
+             "contest_window_us"}
     for k in t:
         if k not in known:
             raise PolicyError(f"{where}.{k}", f"unknown field (fields: {', '.join(sorted(known))})")
@@ -144,4 +153,12 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
     for k in ("priority_ecn", "priority_buffer", "priority_pin"):
         if k in t and name == "ecn-by-progress":
             raise PolicyError(f"{where}.{k}", "applies to priority-by-progress (or off), not ecn-by-progress")
-    return ProgressPolicy(name, bands, vals["ecn_scale_lo"], vals["ecn_scale_hi"], links, pecn, pbuf, pin)
+    win = t.get("contest_window_us", 0.0)
+    if isinstance(win, bool) or not isinstance(win, (int, float)) or not math.isfinite(win) \
+            or not (0 <= win <= MAX_CONTEST_WINDOW_US):
+        raise PolicyError(f"{where}.contest_window_us",
+                          f"must be a number of microseconds in [0, {MAX_CONTEST_WINDOW_US:.0f}] (got {win!r})")
+    if win and name == "priority-by-progress":
+        raise PolicyError(f"{where}.contest_window_us", "applies to ecn-by-progress (or off), not priority-by-progress")
+    return ProgressPolicy(name, bands, vals["ecn_scale_lo"], vals["ecn_scale_hi"], links, pecn, pbuf, pin,
+                          float(win))

@@ -131,6 +131,8 @@ struct metadata {
     bit<1>  has_progress;    /* a shim or the MLTCP IPv4 option was parsed */
     bit<16> job_id;
     bit<16> bytes_ratio;
+    bit<1>  contest_on;      /* progress_contest has an entry for the egress port */
+    bit<32> contest_window;  /* its window, microseconds */
 }
 
 struct headers {
@@ -356,6 +358,28 @@ control MyEgress(inout headers hdr,
         meta.ecn_enabled = 0;
     }
 
+    /* contested: another job's packet left this port within the window (us), so the port is
+       shared and progress_ecn's per-band thresholds apply; alone, the port's threshold does */
+    register<bit<16>>(512) contest_job;    /* last MLTCP job at the port, + 1 (0: none yet) */
+    register<bit<48>>(512) contest_seen;   /* when the job last changed there (egress timestamp, us) */
+
+    action set_contest_window(bit<32> window) {
+        meta.contest_on = 1;
+        meta.contest_window = window;
+    }
+
+    table progress_contest {
+        key = {
+            standard_metadata.egress_port: exact;
+        }
+        actions = {
+            set_contest_window;
+            NoAction;
+        }
+        size = 512;
+        default_action = NoAction();
+    }
+
     table progress_ecn {
         key = {
             standard_metadata.egress_port: exact;
@@ -376,7 +400,27 @@ control MyEgress(inout headers hdr,
             ecn_threshold.apply();
             if (meta.has_progress == 1) {
                 meta.progress_band = meta.bytes_ratio[15:12];
-                progress_ecn.apply();
+                meta.contest_on = 0;
+                progress_contest.apply();
+                bit<1> contested = 1;
+                if (meta.contest_on == 1) {
+                    bit<32> port = (bit<32>)standard_metadata.egress_port;
+                    bit<16> last;
+                    bit<48> seen;
+                    contest_job.read(last, port);
+                    contest_seen.read(seen, port);
+                    if (last != 0 && last != meta.job_id + 1) {
+                        seen = standard_metadata.egress_global_timestamp;
+                        contest_seen.write(port, seen);
+                    }
+                    contest_job.write(port, meta.job_id + 1);
+                    if (standard_metadata.egress_global_timestamp - seen >= (bit<48>)meta.contest_window) {
+                        contested = 0;
+                    }
+                }
+                if (contested == 1) {
+                    progress_ecn.apply();
+                }
             }
             if (meta.ecn_enabled == 1
                     && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)

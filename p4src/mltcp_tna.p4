@@ -18,6 +18,9 @@
  *    version 1), leaves the parser with no matching transition; the Tofino parser flags
  *    that (and truncation) in ig_prsr_md.parser_err, which ingress counts and drops.
  *  - Register writes go through a RegisterAction.
+ *  - progress_contest: contest_seen holds 32 bits of the global timestamp in 1.024 us units
+ *    (global_tstamp[41:10], wrapping after 73 minutes), so set_contest_window's `window` counts
+ *    those units here (2.4 % longer than v1model's microseconds).
  *  - Progress (job_id, bytes_ratio) comes from the UDP shim or, without it, the MLTCP IPv4
  *    option; each control copies it into its metadata first (ProgressFromHeaders).
  */
@@ -128,6 +131,13 @@ struct egress_metadata_t {
     bit<1>  has_progress;
     bit<16> job_id;
     bit<16> bytes_ratio;
+    bit<1>  contest_on;
+    bit<32> contest_window;
+    bit<32> now;          /* global_tstamp[41:10] */
+    bit<16> job_plus1;
+    bit<1>  job_changed;
+    bit<32> contest_age;
+    bit<33> age_diff;     /* contest_age - window, one extra bit for the sign */
 }
 
 /*************************************************************************
@@ -409,6 +419,51 @@ control MyEgress(inout headers hdr,
         meta.ecn_enabled = 0;
     }
 
+    /* contested: another job's packet left this port within the window, so the port is shared
+       and progress_ecn's per-band thresholds apply; alone, the port's threshold does */
+    Register<bit<16>, PortId_t>(512, 0) contest_job;    /* last MLTCP job at the port, + 1 */
+    Register<bit<32>, PortId_t>(512, 0) contest_seen;   /* when the job last changed there */
+
+    RegisterAction<bit<16>, PortId_t, bit<1>>(contest_job) swap_contest_job = {
+        void apply(inout bit<16> value, out bit<1> changed) {
+            changed = 0;
+            if (value != 0 && value != meta.job_plus1) {
+                changed = 1;
+            }
+            value = meta.job_plus1;
+        }
+    };
+
+    RegisterAction<bit<32>, PortId_t, bit<32>>(contest_seen) stamp_contest_seen = {
+        void apply(inout bit<32> value, out bit<32> age) {
+            value = meta.now;
+            age = 0;
+        }
+    };
+
+    RegisterAction<bit<32>, PortId_t, bit<32>>(contest_seen) age_contest_seen = {
+        void apply(inout bit<32> value, out bit<32> age) {
+            age = meta.now - value;
+        }
+    };
+
+    action set_contest_window(bit<32> window) {
+        meta.contest_on = 1;
+        meta.contest_window = window;
+    }
+
+    table progress_contest {
+        key = {
+            eg_intr_md.egress_port: exact @name("standard_metadata.egress_port");
+        }
+        actions = {
+            set_contest_window;
+            NoAction;
+        }
+        size = 512;
+        default_action = NoAction();
+    }
+
     table progress_ecn {
         key = {
             eg_intr_md.egress_port: exact @name("standard_metadata.egress_port");
@@ -429,7 +484,26 @@ control MyEgress(inout headers hdr,
             ecn_threshold.apply();
             if (meta.has_progress == 1) {
                 meta.progress_band = meta.bytes_ratio[15:12];
-                progress_ecn.apply();
+                meta.contest_on = 0;
+                progress_contest.apply();
+                bit<1> contested = 1;
+                if (meta.contest_on == 1) {
+                    meta.now = eg_prsr_md.global_tstamp[41:10];
+                    meta.job_plus1 = meta.job_id + 1;
+                    meta.job_changed = swap_contest_job.execute(eg_intr_md.egress_port);
+                    if (meta.job_changed == 1) {
+                        meta.contest_age = stamp_contest_seen.execute(eg_intr_md.egress_port);
+                    } else {
+                        meta.contest_age = age_contest_seen.execute(eg_intr_md.egress_port);
+                    }
+                    meta.age_diff = (bit<33>)meta.contest_age - (bit<33>)meta.contest_window;
+                    if (meta.age_diff[32:32] == 0) {
+                        contested = 0;
+                    }
+                }
+                if (contested == 1) {
+                    progress_ecn.apply();
+                }
             }
             /* enq_qdepth >= threshold, as a subtraction and a sign bit: a gateway cannot
                compare two 19-bit PHV fields directly. */

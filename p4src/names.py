@@ -17,6 +17,8 @@ THRESHOLD_BITS = 19   # queue depth (v1model enq_qdepth)
 MAC_BITS = 48
 IPV4_BITS = 32
 BYTES_RATIO_BITS = 16  # Q0.16 fraction carried by the MLTCP shim
+WINDOW_BITS = 32       # set_contest_window(window), microseconds
+TIMESTAMP_BITS = 48    # v1model egress_global_timestamp
 BAND_BITS = 4          # progress band: bytes_ratio[15:12] (mltcp.progress_policy.HW_BANDS = 16)
 PRIORITY_BITS = 3      # v1model standard_metadata.priority
 
@@ -32,6 +34,11 @@ T_PROGRESS_ECN = "MyEgress.progress_ecn"
 A_SET_PROGRESS_PRIORITY = "MyIngress.set_progress_priority"
 A_SET_PROGRESS_ECN = "MyEgress.set_progress_ecn"
 A_NO_PROGRESS_ECN = "MyEgress.no_progress_ecn"    # priority_ecn = off: the band is never marked
+T_PROGRESS_CONTEST = "MyEgress.progress_contest"  # egress port -> the window of contest_seen (us)
+A_SET_CONTEST_WINDOW = "MyEgress.set_contest_window"
+P_WINDOW = "window"         # set_contest_window(window): microseconds
+R_CONTEST_JOB = "MyEgress.contest_job"      # per port: the last MLTCP job there, + 1
+R_CONTEST_SEEN = "MyEgress.contest_seen"    # per port: when that job last changed (us)
 P_PRIORITY = "priority"     # set_progress_priority(priority); set_progress_ecn(threshold)
 K_EGRESS_SPEC = "standard_metadata.egress_spec"
 K_PROGRESS_BAND = "meta.progress_band"
@@ -104,6 +111,8 @@ MLTCP_V1MODEL = Program(
               (A_SET_PROGRESS_PRIORITY, A_NOACTION), PROGRESS_TABLE_SIZE, default_action=A_NOACTION),
         Table(T_ECN_THRESHOLD, ((K_EGRESS_PORT, PORT_BITS, "EXACT"),),
               (A_SET_ECN_THRESHOLD, A_NOACTION), ECN_TABLE_SIZE, default_action=A_NOACTION),
+        Table(T_PROGRESS_CONTEST, ((K_EGRESS_PORT, PORT_BITS, "EXACT"),),
+              (A_SET_CONTEST_WINDOW, A_NOACTION), ECN_TABLE_SIZE, default_action=A_NOACTION),
         Table(T_PROGRESS_ECN, ((K_EGRESS_PORT, PORT_BITS, "EXACT"), (K_PROGRESS_BAND, BAND_BITS, "EXACT")),
               (A_SET_PROGRESS_ECN, A_NO_PROGRESS_ECN, A_NOACTION), PROGRESS_TABLE_SIZE, default_action=A_NOACTION),
     ],
@@ -116,6 +125,7 @@ MLTCP_V1MODEL = Program(
         Action(A_SET_ECN_THRESHOLD, ((P_THRESHOLD, THRESHOLD_BITS),)),
         Action(A_SET_PROGRESS_ECN, ((P_THRESHOLD, THRESHOLD_BITS),)),
         Action(A_NO_PROGRESS_ECN),
+        Action(A_SET_CONTEST_WINDOW, ((P_WINDOW, WINDOW_BITS),)),
     ],
     counters=[
         Counter(C_JOB_TX, "BOTH", JOB_SLOTS),
@@ -124,5 +134,7 @@ MLTCP_V1MODEL = Program(
     ],
     registers=[
         Register(R_JOB_BYTES_RATIO, BYTES_RATIO_BITS, JOB_SLOTS),
+        Register(R_CONTEST_JOB, 16, ECN_TABLE_SIZE),
+        Register(R_CONTEST_SEEN, TIMESTAMP_BITS, ECN_TABLE_SIZE),
     ],
 )

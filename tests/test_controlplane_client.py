@@ -228,7 +228,7 @@ def test_push_sends_p4info_and_config(server, conn, tmp_path):
     t = server.target
     assert t.pushes == 1 and t.device_config == b'{"fake": "bmv2 json"}'
     assert {x.preamble.name for x in t.p4info.tables} == {N.T_IPV4_LPM, N.T_ECN_THRESHOLD, N.T_PROGRESS_ECN,
-                                                         N.T_PROGRESS_PRIORITY}
+                                                         N.T_PROGRESS_PRIORITY, N.T_PROGRESS_CONTEST}
 
 
 def test_push_without_config_sends_empty(server, conn):

@@ -133,10 +133,12 @@ def test_reader_finds_the_contract_objects(v1model_decls):
     # guards the regex reader itself: if it silently found nothing, the comparisons below
     # would compare empty sets
     assert set(v1model_decls["tables"]) == {"MyIngress.ipv4_lpm", "MyEgress.ecn_threshold",
-                                            "MyIngress.progress_priority", "MyEgress.progress_ecn"}
+                                            "MyIngress.progress_priority", "MyEgress.progress_ecn",
+                                            "MyEgress.progress_contest"}
     assert set(v1model_decls["counters"]) == {"MyIngress.job_tx", "MyIngress.parse_errors",
                                               "MyEgress.job_ecn_marks"}
-    assert set(v1model_decls["registers"]) == {"MyIngress.job_bytes_ratio"}
+    assert set(v1model_decls["registers"]) == {"MyIngress.job_bytes_ratio", "MyEgress.contest_job",
+                                               "MyEgress.contest_seen"}
 
 
 @pytest.mark.parametrize("kind", ["tables", "actions", "counters", "registers"])

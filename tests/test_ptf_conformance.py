@@ -31,8 +31,8 @@ P4INFO = ROOT / "p4src" / "mltcp.p4info.txtpb"
 PTF = Path(sys.executable).with_name("ptf")
 SLOW_PORT_CONFIG = "rate=100kbit,buffer=400"  # 200-byte frames: 16 ms each, a burst queues up
 TARGETS = ("mltcp-switch", "bmv2")
-PTF_TESTS = ("Forwarding", "TtlExpiry", "EcnOnset", "ProgressEcn", "JobCounters", "IpOptionProgress",
-             "MalformedHeaders")
+PTF_TESTS = ("Forwarding", "TtlExpiry", "EcnOnset", "ProgressEcn", "ProgressContest", "JobCounters",
+             "IpOptionProgress", "MalformedHeaders")
 
 _why = have_root_netns()
 if _why is None and not PTF.exists() and shutil.which("ptf") is None:
@@ -123,6 +123,10 @@ def test_ptf(target, tmp_path, test):
         assert len(re.findall(r"PROGRESS-ECN ratio=", out)) == 5 and len(re.findall(r"PROGRESS-ECN-OFF", out)) == 3
         assert "PROGRESS-ECN-NOMARK ratio=0x8000 band=8 marked=0/" in out
         assert re.search(r"PROGRESS-ECN-IPOPT behind first_marked_index=\d+ ahead marked=0/", out)
+    elif test == "ProgressContest":
+        assert re.search(r"PROGRESS-CONTEST alone expected_K=10 first_marked_index=\d+", out)
+        assert re.search(r"PROGRESS-CONTEST after-job-9 expected_K=4 first_marked_index=\d+", out)
+        assert re.search(r"PROGRESS-CONTEST expired expected_K=10 first_marked_index=\d+", out)
     elif test == "IpOptionProgress":
         assert "IPOPT job_tx[5]=(3, " in out
     elif test == "TtlExpiry":

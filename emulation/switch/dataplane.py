@@ -276,7 +276,7 @@ class Dataplane:
         depth = q.admit(now, n)
         if depth is None:
             return
-        if pipe.egress(res, depth):
+        if pipe.egress(res, depth, now):
             port.stats.ecn_marked += 1
         times = q.schedule(now, n)
         if not times:
@@ -314,7 +314,7 @@ class Dataplane:
             depth = q.admit_priority(now, prio)
             if depth is None:
                 return
-            if self.pipeline.egress(res, depth):
+            if self.pipeline.egress(res, depth, now):
                 port.stats.ecn_marked += 1
             if job >= 0:
                 self._pins[key] = [prio, (pin[1] if pin is not None else 0) + 1]

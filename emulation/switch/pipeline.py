@@ -10,12 +10,21 @@ Names follow docs/CONTRACTS.md. The model holds the P4 objects by their P4 names
   ``meta.progress_band`` = bytes_ratio[15:12]; ``set_progress_ecn(threshold)``): an MLTCP packet's
   own ECN threshold, in place of the port's (in-network MLTCP, docs/in-network.md);
   ``no_progress_ecn``: the band's MLTCP packets are never marked (priority_ecn = off),
+* table ``MyEgress.progress_contest`` (exact on ``standard_metadata.egress_port``;
+  ``set_contest_window(window)``, microseconds): progress_ecn applies only while the port is
+  contested, i.e. a packet of another MLTCP job than the one before it passed the port within the
+  window (registers ``MyEgress.contest_job``, job + 1, and ``MyEgress.contest_seen``, microseconds
+  of the switch's clock); a job alone is marked at the port's threshold,
 * table ``MyIngress.progress_priority`` (exact on the egress spec and ``meta.progress_band``;
   ``set_progress_priority(priority)``): the MLTCP packet's ``standard_metadata.priority`` (0-7),
   which selects its strict-priority queue at the egress port (``links.EgressQueue``, as BMv2
   with --priority-queues 8 but with one line rate per port),
 * counters ``MyIngress.job_tx`` (packets and bytes), ``MyEgress.job_ecn_marks`` (packets),
   ``MyIngress.parse_errors`` (packets), register ``MyIngress.job_bytes_ratio`` (bit<16>).
+
+Where BMv2 runs egress after the queue, this model runs it when the frame is queued (``enq_qdepth``
+is the depth it found), so progress_contest sees the jobs in arrival order, which is the same
+order on a FIFO port.
 
 Parser: Ethernet -> IPv4 (0x0800) -> UDP (17) / TCP (6) for first fragments only; UDP with source
 or destination port 9199 -> MLTCP shim (12 bytes, version must be 1). IPv4 options are skipped,
@@ -46,6 +55,7 @@ from mltcp.p4src.names import (
     A_SET_PROGRESS_ECN,
     A_SET_PROGRESS_PRIORITY,
     A_NO_PROGRESS_ECN,
+    A_SET_CONTEST_WINDOW,
     BAND_BITS,
     C_JOB_ECN_MARKS,
     C_JOB_TX,
@@ -56,9 +66,13 @@ from mltcp.p4src.names import (
     P_PORT,
     P_PRIORITY,
     P_THRESHOLD,
+    P_WINDOW,
+    R_CONTEST_JOB,
+    R_CONTEST_SEEN,
     R_JOB_BYTES_RATIO,
     T_ECN_THRESHOLD,
     T_IPV4_LPM,
+    T_PROGRESS_CONTEST,
     T_PROGRESS_ECN,
     T_PROGRESS_PRIORITY,
 )
@@ -339,6 +353,34 @@ class EcnThresholdTable(TableModel):
         self.pipeline.ecn_default = value
 
 
+class ProgressContestTable(TableModel):
+    """MyEgress.progress_contest: key (egress_port,) -> the window (microseconds) within which
+    another job's packet makes the port contested; None (NoAction, the default): always contested."""
+
+    name = T_PROGRESS_CONTEST
+    default_action = A_NOACTION
+
+    def value(self, action: str, params: dict[str, int]):
+        if action == A_SET_CONTEST_WINDOW:
+            return params[P_WINDOW]
+        if action == A_NOACTION:
+            return None
+        return super().value(action, params)
+
+    def put(self, key: tuple, value) -> None:
+        if value is None:
+            self.pipeline.progress_contest.pop(key[0], None)
+        else:
+            self.pipeline.progress_contest[key[0]] = value
+
+    def delete(self, key: tuple) -> None:
+        self.pipeline.progress_contest.pop(key[0], None)
+
+    def set_default(self, value) -> None:
+        if value is not None:
+            raise UnsupportedAction(f"{self.name}: only NoAction as the default action")
+
+
 NO_MARK = -1      # progress_ecn's no_progress_ecn: the band is not marked at any depth
 
 
@@ -427,6 +469,7 @@ class Pipeline:
         self.ecn_default: int | None = None  # threshold for ports without an entry; None = off
         self.progress_ecn: dict[tuple[int, int], int] = {}   # (port, band) -> threshold
         self.progress_priority: dict[tuple[int, int], int] = {}   # (port, band) -> priority
+        self.progress_contest: dict[int, int] = {}   # port -> window (us)
         self.counters = {name: CounterArray(size) for name, size in COUNTER_SIZES.items()}
         self.registers = {name: [0] * size for name, size in REGISTER_SIZES.items()}
         self.active = True  # the P4Runtime server clears this until a pipeline config is set
@@ -434,6 +477,7 @@ class Pipeline:
         self.tables: dict[str, TableModel] = {T_IPV4_LPM: RouteTable(self),
                                               T_ECN_THRESHOLD: EcnThresholdTable(self),
                                               T_PROGRESS_ECN: ProgressEcnTable(self),
+                                              T_PROGRESS_CONTEST: ProgressContestTable(self),
                                               T_PROGRESS_PRIORITY: ProgressPriorityTable(self)}
 
     def reset_state(self) -> None:
@@ -443,6 +487,7 @@ class Pipeline:
         self.ecn_default = None
         self.progress_ecn = {}
         self.progress_priority = {}
+        self.progress_contest = {}
         for c in self.counters.values():
             c.reset()
         for name, size in REGISTER_SIZES.items():
@@ -484,11 +529,30 @@ class Pipeline:
     def ecn_threshold_for(self, port: int) -> int | None:
         return self.ecn_thresholds.get(port, self.ecn_default)
 
-    def egress(self, res: IngressResult, enq_qdepth: int) -> bool:
-        """Mark CE in place when ``enq_qdepth >= threshold`` and the packet is ECT; True if marked."""
+    def contested(self, port: int, job: int, now: float) -> bool:
+        """progress_contest on ``port`` for a packet of ``job`` at ``now`` (seconds): True without
+        an entry; with one, whether a job change there (this packet's included) lies within the
+        window. Updates contest_job / contest_seen as mltcp.p4 does."""
+        window = self.progress_contest.get(port)
+        if window is None or port >= len(self.registers[R_CONTEST_JOB]):
+            return True
+        us = int(round(now * 1e6)) & ((1 << 48) - 1)
+        last = self.registers[R_CONTEST_JOB]
+        seen = self.registers[R_CONTEST_SEEN]
+        me = (job + 1) & 0xFFFF
+        if last[port] != 0 and last[port] != me:
+            seen[port] = us
+        last[port] = me
+        return ((us - seen[port]) & ((1 << 48) - 1)) < window
+
+    def egress(self, res: IngressResult, enq_qdepth: int, now: float = 0.0) -> bool:
+        """Mark CE in place when ``enq_qdepth >= threshold`` and the packet is ECT; True if marked.
+        ``now`` (seconds, the switch's clock) is what progress_contest compares."""
         threshold = self.ecn_thresholds.get(res.port, self.ecn_default)
         p = res.parsed
-        if p.job_id >= 0 and self.progress_ecn:   # progress_ecn: the MLTCP packet's own threshold
+        if p.job_id >= 0 and self.progress_ecn and (not self.progress_contest
+                                                    or self.contested(res.port, p.job_id, now)):
+            # progress_ecn: the MLTCP packet's own threshold
             threshold = self.progress_ecn.get((res.port, p.bytes_ratio >> BAND_SHIFT), threshold)
         if threshold is None or threshold == NO_MARK or enq_qdepth < threshold:
             return False

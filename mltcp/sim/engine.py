@@ -229,9 +229,10 @@ def _heap_pop(ht, hj, n):
 
 
 # ---- in-network policy (mltcp.progress_policy): the switch acts on each packet's bytes_ratio --------
-PP_BANDS, PP_SHIFT, PP_LO, PP_HI, PP_PECN, PP_SHARED, PP_PIN = range(7)   # pp: the policy's parameters (priority_ecn code,
-#                                                                  priority_buffer shared 1 / per-band 0)
+PP_BANDS, PP_SHIFT, PP_LO, PP_HI, PP_PECN, PP_SHARED, PP_PIN, PP_WINDOW = range(8)   # pp: the policy's parameters
+#     (priority_ecn code, priority_buffer shared 1 / per-band 0, contest window in seconds, 0: none)
 PQ_Q, PQ_ARR, PQ_DROP, PQ_MARK = range(4)          # pq[link, band]: strict-priority band queues
+PC_JOB, PC_SEEN = range(2)    # pq[link, 0] under ecn-by-progress: the last job at the link + 1, when it last changed (s)
 # what waits in a band queue, per (link, band) a FIFO of sends (pe_f: the flow; pe_v: the columns
 # below; pe_hn[link, band] = head, count): a band queue serves its packets when the bands above leave
 # it room, so their feedback is timed at dequeue (a departure fixed at enqueue would let a band
@@ -395,12 +396,15 @@ def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n,
 
 
 @njit(cache=True)
-def _progress_hop(pol, pp, lp, ls, pq, lk, band):
+def _progress_hop(pol, pp, lp, ls, pq, lk, band, t):
     """(drop fraction, mark fraction, queueing delay) that a packet of ``band`` meets at link lk
-    under the policy: ecn-by-progress scales the link's thresholds by the band; priority-by-progress
-    waits behind its own band and the bands above it."""
+    under the policy: ecn-by-progress scales the link's thresholds by the band (with a contest
+    window, only while another job sent there within it); priority-by-progress waits behind its
+    own band and the bands above it."""
     if pol == 1:
         scale = pp[PP_LO] + (pp[PP_HI] - pp[PP_LO]) * band / (pp[PP_BANDS] - 1.0)
+        if pp[PP_WINDOW] > 0.0 and t - pq[lk, 0, PC_SEEN] >= pp[PP_WINDOW]:
+            scale = 1.0                  # a job alone at the link: the link's own thresholds
         return ls[lk, PDROP], _ecn_mark(lp, lk, ls[lk, Q], max(ls[lk, ARRIVE], 1e-300), scale), ls[lk, Q] * ls[lk, INV_RATE]
     ahead = 0.0
     for b in range(band, pq.shape[1]):
@@ -699,6 +703,11 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 snd = send[f]
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
+                    if pol == 1 and on_pol[lk] and pp[PP_WINDOW] > 0.0:   # contest: another job than the last
+                        jj = flow_job[f] + 1.0
+                        if pq[lk, 0, PC_JOB] != 0.0 and pq[lk, 0, PC_JOB] != jj:
+                            pq[lk, 0, PC_SEEN] = t
+                        pq[lk, 0, PC_JOB] = jj
                     a0 = ls[lk, ARRIVE]
                     ls[lk, ARRIVE] = a0 + snd
                     if pol == 2 and on_pol[lk]:
@@ -738,7 +747,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
                 for h in range(path_ptr[f], path_ptr[f + 1]):
                     lk = path_link[h]
                     if pol != 0 and on_pol[lk]:
-                        pd, pm, qd = _progress_hop(pol, pp, lp, ls, pq, lk, fband[f])
+                        pd, pm, qd = _progress_hop(pol, pp, lp, ls, pq, lk, fband[f], t)
                         if pol == 2 and pql < 0:
                             pql = lk
                             qd = 0.0
@@ -903,10 +912,12 @@ def _policy_arrays(sc: Scenario, names: list[str]):
     pol = sc.switch
     pp = np.array([float(pol.bands), 16.0 - math.log2(pol.bands), pol.ecn_scale_lo, pol.ecn_scale_hi,
                    float(pol.priority_ecn_code), 1.0 if pol.priority_buffer == "shared" else 0.0,
-                   1.0 if pol.priority_pin else 0.0])
+                   1.0 if pol.priority_pin else 0.0, pol.contest_window_us * 1e-6 if pol.code == 1 else 0.0])
     on = set(pol.links) if pol.links else set(names)
     on_pol = np.array([n in on for n in names], dtype=np.bool_)
     pq = np.zeros((len(names), pol.bands if pol.code == 2 else 1, 4))
+    if pol.code == 1:
+        pq[:, 0, PC_SEEN] = -1e300       # no job change seen yet: not contested
     return int(pol.code), pp, on_pol, pq
 
 

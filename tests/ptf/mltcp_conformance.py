@@ -347,6 +347,65 @@ class ProgressEcn(MltcpTest):
         tu.verify_no_other_packets(self)
 
 
+class ProgressContest(MltcpTest):
+    """ecn-by-progress with a contest window (progress_contest): band 0's early threshold applies
+    only while another job's packet passed the port within the window; a job alone, before any
+    other job came or once the window has passed since the last change, gets the port's."""
+
+    def _burst(self, lead_job: int | None, n: int, sport: int) -> list[bool]:
+        """Optionally one band-15 packet of ``lead_job``, then ``n`` band-0 packets of job 7; the
+        CE bits of the job-7 packets, in order."""
+        slow = self.p["slow_port"]
+        frames = []
+        if lead_job is not None:
+            frames.append(mltcp_pkt(dst="10.0.3.3", job=lead_job, tos=2, size=200, ratio=0xFFFF, sport=sport - 1))
+        frames += [mltcp_pkt(dst="10.0.3.3", job=7, tos=2, size=200, ratio=0x0000, sport=sport + i) for i in range(n)]
+        self.send_raw(IN_PORT, [bytes(f) for f in frames])
+        marked = []
+        for i in range(len(frames)):
+            res = tu.dp_poll(self, port_number=slow, timeout=10)
+            self.assertIsInstance(res, self.dataplane.PollSuccess, f"packet {i} missing")
+            got = Ether(res.packet)
+            if got[MLTCP].job_id == 7:
+                marked.append(got[IP].tos & 3 == 3)
+        return marked
+
+    def runTest(self):
+        slow = self.p["slow_port"]
+        if self.p["target"] == "bmv2":
+            cli = f"set_queue_rate {self.p['slow_pps']} {slow}\nset_queue_depth 400 {slow}\n"
+            subprocess.run([self.p["cli"], "--thrift-port", str(self.p["thrift_port"])],
+                           input=cli, text=True, check=True, capture_output=True)
+        self.route("10.0.3.0/24", H3_MAC, slow)
+        port_k, behind_k, n, window_s = 10, 4, 16, 1.0
+        self.ecn_threshold(slow, port_k)
+        te = sh.TableEntry("MyEgress.progress_ecn")(action="MyEgress.set_progress_ecn")
+        te.match["standard_metadata.egress_port"] = str(slow)
+        te.match["meta.progress_band"] = "0"
+        te.action["threshold"] = str(behind_k)
+        te.insert()
+        te = sh.TableEntry("MyEgress.progress_contest")(action="MyEgress.set_contest_window")
+        te.match["standard_metadata.egress_port"] = str(slow)
+        te.action["window"] = str(int(window_s * 1e6))
+        te.insert()
+        cases = [("alone", None, port_k), ("after-job-9", 9, behind_k)]
+        for c, (name, lead, k) in enumerate(cases):
+            marked = self._burst(lead, n, 45000 + 100 * c)
+            first = marked.index(True) if True in marked else None
+            print(f"PROGRESS-CONTEST {name} expected_K={k} first_marked_index={first} marked={sum(marked)}/{n}",
+                  flush=True)
+            self.assertIsNotNone(first, f"{name}: no mark (K={k})")
+            # the lead packet queues ahead of job 7's: its burst sees one more packet
+            self.assertTrue(not any(marked[:k - (1 if lead else 0)]), f"{name}: CE before K={k}: {marked}")
+            self.assertLessEqual(first, k + 2, f"{name}: first CE at {first}, K={k}")
+        time.sleep(window_s + 0.5)      # the window passes: job 7 alone again
+        marked = self._burst(None, n, 45300)
+        first = marked.index(True) if True in marked else None
+        print(f"PROGRESS-CONTEST expired expected_K={port_k} first_marked_index={first}", flush=True)
+        self.assertTrue(first is not None and not any(marked[:port_k]) and first <= port_k + 2, marked)
+        tu.verify_no_other_packets(self)
+
+
 class JobCounters(MltcpTest):
     """job_tx counts exactly the MLTCP packets and bytes sent per job; job_bytes_ratio is the last."""
 
