@@ -69,11 +69,18 @@ def ecn_entry(idx: P4InfoIndex, port: int, threshold: int | None = None
     """MyEgress.ecn_threshold: egress port -> set_ecn_threshold(threshold).
 
     With threshold None the entry has only its key (enough to delete it)."""
-    te = _entry(idx, N.T_ECN_THRESHOLD)
-    mf = idx.match_field(N.T_ECN_THRESHOLD, N.K_EGRESS_PORT)
+    return _port_entry(idx, N.T_ECN_THRESHOLD, port, N.A_SET_ECN_THRESHOLD,
+                       None if threshold is None else {N.P_THRESHOLD: threshold})
+
+
+def _port_entry(idx: P4InfoIndex, table: str, port: int, action: str, params: dict | None
+                ) -> p4runtime_pb2.TableEntry:
+    """An entry of a table keyed on the egress port alone; ``params`` None: key only."""
+    te = _entry(idx, table)
+    mf = idx.match_field(table, N.K_EGRESS_PORT)
     te.match.add(field_id=mf.id).exact.value = bitstring(port, mf.bitwidth, N.K_EGRESS_PORT)
-    if threshold is not None:
-        _action(idx, te, N.A_SET_ECN_THRESHOLD, {N.P_THRESHOLD: threshold})
+    if params is not None:
+        _action(idx, te, action, params)
     return te
 
 
@@ -116,12 +123,8 @@ def progress_contest_entry(idx: P4InfoIndex, port: int, window_us: int | None = 
                            ) -> p4runtime_pb2.TableEntry:
     """MyEgress.progress_contest: egress port -> set_contest_window(window, microseconds); None:
     key only."""
-    te = _entry(idx, N.T_PROGRESS_CONTEST)
-    mf = idx.match_field(N.T_PROGRESS_CONTEST, N.K_EGRESS_PORT)
-    te.match.add(field_id=mf.id).exact.value = bitstring(port, mf.bitwidth, N.K_EGRESS_PORT)
-    if window_us is not None:
-        _action(idx, te, N.A_SET_CONTEST_WINDOW, {N.P_WINDOW: window_us})
-    return te
+    return _port_entry(idx, N.T_PROGRESS_CONTEST, port, N.A_SET_CONTEST_WINDOW,
+                       None if window_us is None else {N.P_WINDOW: window_us})
 
 
 def contest_window_us(policy) -> int:

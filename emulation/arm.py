@@ -52,6 +52,25 @@ def shim_ports(jobs, mode: str, transport: str, policy=None) -> None:
                              "mltcp.p4 parses the MLTCP shim, and two jobs share a receiver host here")
 
 
+PFC_HEADROOM = 64     # frames a lossless queue keeps free for what its senders send before they stop
+
+
+def lossless(plan, mode: str, transport: str) -> bool:
+    """Whether the run emulates the scenario's PFC links: mltcp-switch sends PFC frames, which the
+    userspace senders obey (kernel TCP and BMv2 have no PFC here: their queues drop)."""
+    sc = getattr(plan, "scenario_obj", None)
+    return (sc is not None and mode == "switch" and transport == "udp"
+            and any(lk.pfc for lk in sc.links.values()))
+
+
+def lossless_doc(doc: dict, job, node) -> dict:
+    """A userspace sender's document on a lossless link: obey PFC on its interface, and since such
+    a fabric loses nothing (and priority queues without priority_pin reorder), find losses by the
+    RTO only (RACK's reordering window = the minimum RTO)."""
+    doc.update(pfc_ifname=node.defaultIntf().name, reo_wnd_s=job.min_rto_s)
+    return doc
+
+
 def needs_stamper(mode: str, transport: str) -> bool:
     """Kernel TCP carries no shim: through a P4 switch each sender host stamps the MLTCP IPv4
     option (traffic/kernel/stamp.bpf.c) instead, as the userspace transport always sends its
@@ -130,6 +149,7 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
         topo = make_topology(plan.topology, prefix, plan.bottleneck, n_jobs=len(plan.jobs),
                              switch_cls=switch_class_for(mode, switch_logs, pcap))
         topo.switch_policy = getattr(plan.scenario_obj, "switch", None)   # in-network MLTCP
+        topo.pfc_headroom = PFC_HEADROOM if lossless(plan, mode, transport) else 0
         assign_endpoints(plan, topo)
         shim_ports(plan.jobs, mode, transport, topo.switch_policy)
         net = build_network(topo, mode, cl)
@@ -149,8 +169,10 @@ def run_arm(plan: Plan, cc: str, transport: str = "kernel", mltcp: bool = False,
             receivers[job.name] = Peer(net[job.receiver], r_argv, f"recv:{job.name}", q, cl)
         for job in plan.jobs:
             _, s_argv = peer_commands(job, transport, prefix)
-            senders[job.name] = Peer(net[job.sender], s_argv, f"send:{job.name}", q, cl,
-                                     doc=sender_doc(job, transport, wire_cc))
+            doc = sender_doc(job, transport, wire_cc)
+            if topo.pfc_headroom:
+                doc = lossless_doc(doc, job, net[job.sender])
+            senders[job.name] = Peer(net[job.sender], s_argv, f"send:{job.name}", q, cl, doc=doc)
         start_together(senders, q, timeout_s=60 + 2 * len(plan.jobs))
         records: list[IterationRecord] = []
         retrans: dict[str, int] = {}

@@ -29,8 +29,9 @@ FRAME_BYTES = 1514      # a full-sized Ethernet frame: the unit of a rate given 
 
 def switch_argv(interfaces: dict[int, str], grpc_port: int, thrift_port: int, device_id: int = 0,
                 log_path: str | Path | None = None, debug: bool = False,
-                pcap_dir: str | Path | None = None) -> list[str]:
-    """simple_switch_grpc's command line (pure apart from finding the binary)."""
+                pcap_dir: str | Path | None = None, target_args: tuple[str, ...] = ()) -> list[str]:
+    """simple_switch_grpc's command line (pure apart from finding the binary); ``target_args``
+    go after ``--`` with the gRPC address (e.g. ``("--priority-queues", "8")``)."""
     exe = tools.bmv2_switch(fast=not debug)
     # the notifications socket defaults to /tmp/bmv2-<device id>-...: one per instance instead
     ipc = f"ipc://{tempfile.gettempdir()}/mltcp-bmv2-{os.getpid()}-{thrift_port}-notifications.ipc"
@@ -42,7 +43,7 @@ def switch_argv(interfaces: dict[int, str], grpc_port: int, thrift_port: int, de
         argv += ["--log-file", str(Path(log_path).with_suffix("")), "--log-flush"]
     if pcap_dir:
         argv += ["--pcap", str(pcap_dir)]
-    return argv + ["--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}"]
+    return argv + ["--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}", *target_args]
 
 
 def queue_rate_pps(rate_mbps: float, frame_bytes: int = FRAME_BYTES) -> int:
@@ -103,7 +104,8 @@ def stop(proc: subprocess.Popen, grace_s: float = 10) -> None:
 
 def start_in_netns(netns: str | None, interfaces: dict[int, str], log_path: str | Path | None = None,
                    device_id: int = 0, debug: bool = False, timeout: float = 20,
-                   pcap_dir: str | Path | None = None) -> tuple[subprocess.Popen, int, int]:
+                   pcap_dir: str | Path | None = None, target_args: tuple[str, ...] = ()
+                   ) -> tuple[subprocess.Popen, int, int]:
     """Start simple_switch_grpc on ``interfaces`` (inside ``netns`` if given) with its gRPC and
     thrift servers on free ports of 127.0.0.1 there; returns (process, grpc port, thrift port)."""
     from mltcp.emulation.switch.runtime import free_tcp_port
@@ -111,7 +113,7 @@ def start_in_netns(netns: str | None, interfaces: dict[int, str], log_path: str 
     grpc_port, thrift_port = free_tcp_port(), free_tcp_port()
     while thrift_port == grpc_port:
         thrift_port = free_tcp_port()
-    argv = switch_argv(interfaces, grpc_port, thrift_port, device_id, log_path, debug, pcap_dir)
+    argv = switch_argv(interfaces, grpc_port, thrift_port, device_id, log_path, debug, pcap_dir, target_args)
     argv = nsexec.argv(argv, netns)
     log = open(log_path, "w") if log_path else subprocess.DEVNULL
     try:

@@ -235,8 +235,9 @@ def plan_from_scenario(sc, topology: str = "auto") -> Plan:
                      "seeded), not the simulator's draws: compare the two statistically")
     lossless = [n for n, lk in sc.links.items() if lk.pfc]
     if lossless:
-        notes.append(f"links {', '.join(lossless)} are lossless (pfc) in the scenario; the emulated switches have "
-                     "no PFC, so there a full queue drops")
+        notes.append(f"links {', '.join(lossless)} are lossless (pfc) in the scenario: emulated only by mltcp-switch "
+                     "with userspace senders (PFC frames from the switch, obeyed by the senders); kernel TCP "
+                     "and BMv2 have no PFC here, so there a full queue drops")
     return Plan(sc.name, kind, link_params_of(first, sc.mss), jobs, sc.warmup_iterations, sc, notes)
 
 

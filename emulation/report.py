@@ -16,7 +16,10 @@ def arm_summary(arm: ArmResult, sc) -> dict:
     later iteration under 5 % overlap): with real hosts a job's solo communication phase is a
     little longer than in the model, and when it exceeds half the period even a perfect interleave
     keeps ~10 % overlap; and one late hiccup of a host should not erase an interleave."""
-    d = compare.side(sc, arm.cc, arm.records, arm.drops, arm.ecn_marks or 0)
+    # flow-seconds the senders spent paused by the switch's PFC frames (lossless links; the
+    # simulator's pfc_pause_s); without PFC frames obeyed (kernel TCP, BMv2) it stays 0
+    paused = sum(f.get("paused_s", 0.0) for flows in (arm.peer_stats or {}).values() for f in flows)
+    d = compare.side(sc, arm.cc, arm.records, arm.drops, arm.ecn_marks or 0, pfc_pause_s=paused)
     if arm.ecn_marks is None:
         d["ecn_marks"] = None          # this link mode cannot mark: not "zero marks"
     d.update(retransmissions=sum(arm.retrans.values()), retransmissions_per_job=arm.retrans,

@@ -32,12 +32,10 @@ def _refuse_priority_on_bmv2(sc, mode: str) -> None:
     if sc.switch.name != "priority-by-progress":
         return
     if mode == "bmv2":
-        raise EmulationError("switch_policy = \"priority-by-progress\" is not emulated on BMv2: its priority queues "
-                             "(--priority-queues) are each paced at the port's rate, so a port would carry more "
-                             "than its line (docs/in-network.md); use --link-mode switch")
-    if mode == "switch" and not sc.switch.priority_pin:
-        raise EmulationError("switch.priority_pin = false is not emulated: mltcp-switch always keeps a job's frames "
-                             "in the priority queue that holds frames of it (docs/in-network.md)")
+        raise EmulationError("switch_policy = \"priority-by-progress\" is not emulated on BMv2: the prebuilt BMv2 has "
+                             "no priority queues, and one built with them (--priority-queues) paces each queue at "
+                             "the port's rate, so a port would carry more than its line (docs/in-network.md); "
+                             "use --link-mode switch")
 
 
 def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport: str = "kernel",

@@ -46,7 +46,7 @@ def switch_class():
             self.link_opts["stats_file"] = self.stats_file
 
         def start(self, controllers) -> None:
-            self.link_opts["port_config"] = port_config(self)
+            self.link_opts["port_config"] = port_config(self, self.topo)
             super().start(controllers)
             if self.topo is not None:
                 program_switch(switch_tables(self.topo, self), self.name)
@@ -66,13 +66,22 @@ def port_params(intf) -> LinkParams | None:
     return None if p is None or p == LinkParams() else p
 
 
-def port_config(sw) -> dict[int, str]:
-    """mltcp-switch --port-config of every shaped port of ``sw``."""
+def port_config(sw, topo=None) -> dict[int, str]:
+    """mltcp-switch --port-config of every shaped port of ``sw``; with ``topo``, its lossless
+    setting (``pfc_headroom``: PFC on the strict-priority queues) and a policy's ``priority_pin``."""
     cfg = {}
+    pfc = getattr(topo, "pfc_headroom", 0)
+    pol = getattr(topo, "switch_policy", None)
+    unpinned = pol is not None and pol.name == "priority-by-progress" and not pol.priority_pin
     for intf, port in _linked_ports(sw):
         p = port_params(intf)
         if p is not None and port_spec(p):
-            cfg[port] = port_spec(p)
+            spec = port_spec(p)
+            if pfc and p.buffer_bytes is not None and p.buffer_bytes // 1500 > pfc:
+                spec += f",pfc={pfc}"
+            if unpinned:
+                spec += ",pin=0"
+            cfg[port] = spec
     return cfg
 
 

@@ -20,6 +20,8 @@ UDP_FIELDS = {
     "min_rto_s": ((int, float), 0.2),        # minimum retransmission timeout (the scenario's min_rto)
     "idle_restart": (bool, True),            # halve the window per RTO idle (slow_start_after_idle)
     "cc_params": (dict, {}),                 # DCQCN's and the MLTCP hook's settings (the scenario's tables)
+    "pfc_ifname": (str, ""),                 # lossless link: obey PAUSE/PFC frames arriving on this interface
+    "reo_wnd_s": ((int, float), -1.0),       # RACK's reordering window (< 0: a quarter of the min RTT)
 }
 
 app = typer.Typer(add_completion=False, help="Userspace MLTCP transport peer (runs inside emulated hosts).")
@@ -48,8 +50,15 @@ def send(spec: str = SPEC_OPT,
         raise SystemExit("udp_peer send: min_rto_s must be > 0")
     line = o["line_rate_mbps"] * 1e6 / 8 if o["line_rate_mbps"] > 0 else None
     nic = o["nic_rate_mbps"] * 1e6 / 8 if o["nic_rate_mbps"] > 0 else None
+    pause = None
+    if o["pfc_ifname"]:
+        from mltcp.traffic.pause import PauseListener
+        if not line:
+            raise SystemExit("udp_peer send: pfc_ifname needs line_rate_mbps (a pause lasts quanta x 512 bit times)")
+        pause = PauseListener(o["pfc_ifname"], line * 8)
+    reo = o["reo_wnd_s"] if o["reo_wnd_s"] >= 0 else None
     with UdpTransport(f"{o['host']}:{o['port']}", cc=o["cc"], job_id=job.job_id, line_rate=line, timeout=120.0,
-                      cc_params=o["cc_params"],
+                      cc_params=o["cc_params"], pause=pause, reo_wnd=reo,
                       min_rto=o["min_rto_s"], idle_restart=o["idle_restart"], nic_rate=nic) as tr:
         if o["bulk_s"] > 0:
             t0 = start_at(o["t0"], job.job.start_offset_s)
@@ -63,8 +72,13 @@ def send(spec: str = SPEC_OPT,
             _emit({"type": "summary", "job": job.label, "cc": o["cc"], "bytes": sent, "retrans": tr.retransmits})
             return
         run_iterations(tr, job, o["t0"])
+        flows = _flow_stats(tr)
+        if pause is not None:
+            for d in flows:
+                d.update(pause_frames=pause.frames, paused_s=round(pause.paused_s, 4))
+            pause.close()
         _emit({"type": "summary", "job": job.label, "cc": o["cc"], "retrans": tr.retransmits,
-               "flows": _flow_stats(tr)})
+               "flows": flows})
 
 
 def _flow_stats(tr) -> list[dict]:

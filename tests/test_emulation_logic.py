@@ -643,3 +643,38 @@ def test_udp_sender_doc_carries_dctcp_params_and_the_peer_builds_dctcp():
     assert isinstance(cc, MLTCPDctcp) and isinstance(cc, Dctcp) and cc.g == 0.125 and cc.slope == 2.0
     assert "cc_params" not in sender_doc(job, "udp", "reno")
     assert sender_doc(job, "udp", "dctcp")["cc_params"] == {"g": 0.125}
+
+
+def test_lossless_runs_only_on_mltcp_switch_with_userspace_senders():
+    """A scenario's pfc links: mltcp-switch sends PFC frames and the udp senders obey them on
+    their interface (RACK's window = the RTO: a lossless fabric loses nothing, unpinned priority
+    queues reorder); kernel TCP and BMv2 have no PFC, and the plan says so."""
+    from types import SimpleNamespace
+
+    from mltcp.emulation.arm import lossless, lossless_doc
+
+    p = plan_from_scenario(scn.load("innet-dcqcn-two-jobs"))
+    assert lossless(p, "switch", "udp")
+    assert not lossless(p, "bmv2", "udp") and not lossless(p, "switch", "kernel")
+    assert not lossless(plan_from_scenario(scn.load("two-jobs")), "switch", "udp")
+    assert any("lossless (pfc)" in n and "mltcp-switch" in n for n in p.notes)
+    node = SimpleNamespace(defaultIntf=lambda: SimpleNamespace(name="m-a1-eth0"))
+    doc = lossless_doc({"cc": "dcqcn"}, p.jobs[0], node)
+    assert doc == {"cc": "dcqcn", "pfc_ifname": "m-a1-eth0", "reo_wnd_s": p.jobs[0].min_rto_s}
+
+
+def test_switch_ports_get_the_lossless_and_unpinned_settings(monkeypatch):
+    from types import SimpleNamespace
+
+    from mltcp.emulation import softswitch
+    from mltcp.emulation.topologies import LinkParams
+    from mltcp.progress_policy import from_table
+
+    ports = [(SimpleNamespace(link_params=LinkParams(rate_mbps=25, buffer_bytes=4_000_000)), 1),
+             (SimpleNamespace(link_params=LinkParams(rate_mbps=25, buffer_bytes=45_000)), 2)]
+    monkeypatch.setattr(softswitch, "_linked_ports", lambda sw: ports)
+    topo = SimpleNamespace(pfc_headroom=64, switch_policy=from_table(
+        "priority-by-progress", {"bands": 8, "priority_ecn": "off", "priority_pin": False}))
+    cfg = softswitch.port_config(None, topo)
+    assert cfg[1].endswith(",pfc=64,pin=0") and cfg[2].endswith("buffer=30,pin=0")   # 30 packets: no room for 64
+    assert "pfc" not in softswitch.port_config(None)[1]

@@ -401,3 +401,57 @@ def test_a_port_receives_no_frame_of_another_link(veths, monkeypatch):
             port.recvmsg(dp.MAX_FRAME, dp.AUX_SPACE)
     finally:
         port.close()
+
+
+@root_only
+def test_a_lossless_priority_queue_pauses_its_sender_and_resumes_it(veths):
+    """pfc_headroom: a priority queue at XOFF (buffer - headroom) sends a PFC pause frame for its
+    priority back out of the port the frames came in on; nothing is dropped while the headroom
+    holds; once the queue drains to XON (buffer - 2 x headroom) a resume frame (quanta 0) follows."""
+    from mltcp.traffic.pause import MAX_QUANTA, parse_pause
+
+    h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=20, pfc_headroom=4))   # 150-byte frame: 12 ms
+    t = h.pipeline.tables[pl.T_PROGRESS_PRIORITY]
+    t.put((2, 0), t.value("MyIngress.set_progress_priority", {"priority": 3}))
+    frames = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
+                    / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100) / (b"d" * 100)) for i in range(19)]
+    back = _raw(veths[1])          # the sender's end of port 1: where the pause frames arrive
+    try:
+        got = _through(h, veths, frames, pause=lambda i: 0.0)
+        pauses = [(f, parse_pause(f)) for f in _drain(back, quiet=0.2, limit=2.0)]
+    finally:
+        back.close()
+    q = h.dataplane.ports[2].queue
+    st = h.dataplane.ports[2].stats
+    assert len([g for g in got if Ether(g).haslayer(MLTCP)]) == 19 and q.dropped == 0
+    quanta = [p for _, p in pauses if p is not None]
+    assert quanta[0] == MAX_QUANTA and quanta[-1] == 0, quanta
+    f0 = pauses[0][0]
+    assert f0[:6] == bytes.fromhex("0180c2000001") and f0[12:14] == b"\x88\x08"
+    assert int.from_bytes(f0[16:18], "big") == 1 << 3          # class 3: the queue's priority
+    assert st.pfc_pause_sent >= 1 and st.pfc_resume_sent == 1
+
+
+def test_lossless_and_unpinned_port_settings_parse():
+    from mltcp.emulation.switch.links import parse_link_overrides
+
+    c = parse_link_overrides("buffer=50,pfc=8,pin=0", LinkConfig())
+    assert c.pfc_headroom == 8 and c.priority_pin is False
+    assert parse_link_overrides("buffer=50", LinkConfig()).priority_pin is True
+    for bad in ("buffer=50,pfc=50", "pin=2", "pfc=-1"):
+        with pytest.raises(ValueError):
+            parse_link_overrides(bad, LinkConfig())
+
+
+@root_only
+def test_unpinned_a_job_that_moves_up_a_band_overtakes_its_waiting_frames(veths):
+    """priority_pin off (pin=0): the job's band-15 frames leave before its band-0 frames still
+    waiting (what RoCE NICs that accept out-of-order packets are for; docs/in-network.md)."""
+    h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=50, priority_pin=False))
+    t = h.pipeline.tables[pl.T_PROGRESS_PRIORITY]
+    t.put((2, 15), t.value("MyIngress.set_progress_priority", {"priority": 7}))
+    frames = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
+                    / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100 if i < 10 else 0xF000) / (b"d" * 100))
+              for i in range(12)]
+    got = [Ether(g)[MLTCP].iteration for g in _through(h, veths, frames, pause=lambda i: 0.0) if Ether(g).haslayer(MLTCP)]
+    assert sorted(got) == list(range(12)) and got.index(10) <= 2 and got.index(11) <= 3

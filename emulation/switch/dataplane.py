@@ -15,6 +15,12 @@ the *peers* that send into the switch should have TSO/GSO/GRO off (``disable_off
 super-frames above the MTU cannot be forwarded and are dropped (counted as ``oversize``, with
 one warning). Frames whose TCP/UDP checksum the sender left to the NIC
 (TX checksum offload on; PACKET_AUXDATA says so) get it finished here (``csum_fixed``).
+
+Lossless strict-priority queues (a port's ``LinkConfig.pfc_headroom`` > 0): a priority queue that
+reaches XOFF (its buffer less the headroom) sends an 802.1Qbb PFC pause frame for that priority out
+of the port the frame came in on, refreshed every PFC_REFRESH_S; at XON (the buffer less twice the
+headroom) a resume frame (quanta 0). The switch's peers must obey them (the userspace transport's
+``pfc_ifname``); the headroom takes what they send before they stop.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import time
 from dataclasses import dataclass, field
 
 from mltcp import offloads
+from mltcp.traffic.pause import MAX_QUANTA, pause_frame
 
 from .links import EgressQueue, LinkConfig
 from .pipeline import Pipeline
@@ -53,6 +60,8 @@ AUX_SPACE = socket.CMSG_SPACE(20) + socket.CMSG_SPACE(16)
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
 SOCKET_BUFFER = 16 << 20
+PFC_REFRESH_S = 0.1       # a pause is sent again this often while its queue stays above XON
+PFC_SRC_MAC = bytes.fromhex("024d4c5443fd")   # locally administered; "MLTC" + fd
 
 
 def complete_l4_checksum(frame: bytes) -> bytes:
@@ -177,6 +186,8 @@ class PortStats:
     csum_fixed: int = 0  # frames whose TCP/UDP checksum the switch finished (peer offload on)
     oversize: int = 0  # GSO/GRO super-frames above the MTU: dropped
     rx_socket_drops: int = 0  # frames the kernel dropped because the switch did not read in time
+    pfc_pause_sent: int = 0   # lossless priority queues: PFC pause frames sent for this egress port's queues
+    pfc_resume_sent: int = 0  # ... and resume (quanta 0) frames
 
 
 @dataclass
@@ -224,6 +235,9 @@ class Dataplane:
         self.no_route = 0
         # strict priority: (port, job id) -> [priority its waiting frames are in, how many wait]
         self._pins: dict[tuple[int, int], list[int]] = {}
+        # lossless priority queues (LinkConfig.pfc_headroom): (egress port, priority) -> {ingress
+        # port paused: when its pause frame was sent}
+        self._paused: dict[tuple[int, int], dict[int, float]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -271,7 +285,7 @@ class Dataplane:
         n = len(res.buf)
         q = port.queue
         if pipe.progress_priority:  # priority-by-progress entries: strict priority at the port
-            self._enqueue_priority(port, res, n, now)
+            self._enqueue_priority(port, res, n, now, in_port)
             return
         depth = q.admit(now, n)
         if depth is None:
@@ -300,27 +314,64 @@ class Dataplane:
             for _ in times:
                 self._send(port, buf)
 
-    def _enqueue_priority(self, port: Port, res, n: int, now: float) -> None:
+    def _enqueue_priority(self, port: Port, res, n: int, now: float, in_port: int = -1) -> None:
         """Strict priority: the frame waits in its priority's queue; it is timed when the line
         takes it (_start_tx), not on arrival. A job's frame goes where frames of that job still
         wait, and to its own priority only once none do (priority_pin: a job that moves up a band
-        does not overtake its own frames, which its receiver would take for loss)."""
+        does not overtake its own frames, which its receiver would take for loss). With
+        ``pfc_headroom`` the queues are lossless: a queue at its XOFF depth pauses the port the
+        frame came in on (a PFC frame for that priority), and _start_tx resumes it."""
         q = port.queue
+        cfg = q.cfg
         job = res.parsed.job_id
+        pinned = job >= 0 and cfg.priority_pin
         with self._cond:
             key = (port.number, job)
-            pin = self._pins.get(key) if job >= 0 else None
+            pin = self._pins.get(key) if pinned else None
             prio = pin[0] if pin is not None and pin[1] > 0 else res.priority
             depth = q.admit_priority(now, prio)
             if depth is None:
                 return
             if self.pipeline.egress(res, depth, now):
                 port.stats.ecn_marked += 1
-            if job >= 0:
+            if pinned:
                 self._pins[key] = [prio, (pin[1] if pin is not None else 0) + 1]
-            q.push(prio, n, (bytes(res.buf), key if job >= 0 else None), now)
+            q.push(prio, n, (bytes(res.buf), key if pinned else None), now)
+            if cfg.pfc_headroom and in_port in self.ports and \
+                    q.prio_depth(prio) >= cfg.buffer_pkts - cfg.pfc_headroom:
+                paused = self._paused.setdefault((port.number, prio), {})
+                if now - paused.get(in_port, -1e9) > PFC_REFRESH_S:
+                    self._pfc(port, prio, in_port, MAX_QUANTA, now)
             if not port.tx_busy:
                 self._start_tx(port, now)
+
+    def _pfc(self, port: Port, prio: int, in_port: int, quanta: int, now: float) -> None:
+        """(Holding ``_cond``.) A PFC frame for ``prio`` out of ``in_port``, for ``port``'s queue:
+        pause (``quanta`` > 0; refreshed every PFC_REFRESH_S while the queue stays above XON) or
+        resume (0)."""
+        self._send(self.ports[in_port], pause_frame(PFC_SRC_MAC, quanta, 1 << prio))
+        paused = self._paused.setdefault((port.number, prio), {})
+        if quanta:
+            paused[in_port] = now
+            port.stats.pfc_pause_sent += 1
+        else:
+            paused.pop(in_port, None)
+            port.stats.pfc_resume_sent += 1
+
+    def _pfc_departure(self, port: Port, now: float) -> None:
+        """(Holding ``_cond``.) After a frame left ``port``: resume the ports paused for a queue
+        now at or below XON (buffer - 2 x headroom), refresh the other pauses."""
+        cfg = port.queue.cfg
+        xon = max(0, cfg.buffer_pkts - 2 * cfg.pfc_headroom)
+        for (pnum, prio), paused in list(self._paused.items()):
+            if pnum != port.number or not paused:
+                continue
+            low = port.queue.prio_depth(prio) <= xon
+            for in_port, sent in list(paused.items()):
+                if low:
+                    self._pfc(port, prio, in_port, 0, now)
+                elif now - sent > PFC_REFRESH_S:
+                    self._pfc(port, prio, in_port, MAX_QUANTA, now)
 
     def _start_tx(self, port: Port, now: float) -> None:
         """(Holding ``_cond``.) Put the next strict-priority frame of ``port`` on its line if the
@@ -344,6 +395,8 @@ class Dataplane:
                 pin[1] -= 1
                 if pin[1] == 0:         # none of that job's frames wait: it may change priority
                     del self._pins[key]
+            if self._paused:
+                self._pfc_departure(port, now)
             for t in times:
                 heapq.heappush(heap, (t, next(self._seq), port, buf))
             port.pending += len(times)

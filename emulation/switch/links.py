@@ -67,6 +67,9 @@ class LinkConfig:
     duplicate_pct: float = 0.0
     reorder_gap_s: float = 0.001
     seed: int = 1
+    pfc_headroom: int = 0      # > 0: lossless strict-priority queues (PFC): a priority queue that
+    #                            reaches buffer - pfc_headroom frames pauses the ports feeding it
+    priority_pin: bool = True  # a job's frames go to the priority queue still holding frames of it
 
     def __post_init__(self) -> None:
         for name in ("loss_pct", "reorder_pct", "duplicate_pct"):
@@ -79,13 +82,17 @@ class LinkConfig:
             raise ValueError("delay and reorder gap must be >= 0")
         if self.rate_bps is not None and self.rate_bps <= 0:
             raise ValueError(f"rate_bps = {self.rate_bps} must be positive or None")
+        if not 0 <= self.pfc_headroom < self.buffer_pkts:
+            raise ValueError(f"pfc_headroom = {self.pfc_headroom} must be in 0..buffer_pkts - 1")
 
     def with_(self, **kw) -> "LinkConfig":
         return replace(self, **kw)
 
 
 def parse_link_overrides(text: str, base: LinkConfig) -> LinkConfig:
-    """'rate=10mbit,delay=5ms,buffer=50,loss=1,reorder=0,duplicate=0,seed=3' over ``base``."""
+    """'rate=10mbit,delay=5ms,buffer=50,loss=1,reorder=0,duplicate=0,seed=3' over ``base``;
+    'pfc=N' makes its strict-priority queues lossless with N frames of headroom, 'pin=0' lets a
+    job's frames change priority queue while frames of it wait (they may overtake them)."""
     kw = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         if "=" not in item:
@@ -103,9 +110,15 @@ def parse_link_overrides(text: str, base: LinkConfig) -> LinkConfig:
             kw[f"{k}_pct"] = float(v)
         elif k == "seed":
             kw["seed"] = int(v)
+        elif k == "pfc":
+            kw["pfc_headroom"] = int(v)
+        elif k == "pin":
+            if v not in ("0", "1"):
+                raise ValueError(f"bad link setting pin={v!r} (0 or 1)")
+            kw["priority_pin"] = v == "1"
         else:
             raise ValueError(f"unknown link setting {k!r} (rate, delay, buffer, loss, reorder, "
-                             "duplicate, reorder-gap, seed)")
+                             "duplicate, reorder-gap, seed, pfc, pin)")
     return replace(base, **kw)
 
 
@@ -167,6 +180,10 @@ class EgressQueue:
 
     def push(self, priority: int, nbytes: int, item, now: float) -> None:
         self._prio[priority].append((nbytes, now, item))
+
+    def prio_depth(self, priority: int) -> int:
+        """Frames waiting in one priority's queue."""
+        return len(self._prio[priority])
 
     def waiting(self) -> int:
         """Frames in the priority queues."""

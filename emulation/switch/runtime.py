@@ -71,9 +71,11 @@ def start_switch(interfaces: dict[int, str], links: LinkConfig | dict[int, LinkC
     for n, p in sorted(dp.ports.items()):
         c = p.queue.cfg
         log.info("port %d = %s: rate %s, delay %.6gs, buffer %d, loss %g%%, reorder %g%%, "
-                 "duplicate %g%%, seed %d", n, p.ifname,
+                 "duplicate %g%%, seed %d%s%s", n, p.ifname,
                  "unlimited" if c.rate_bps is None else f"{c.rate_bps:.6g} bit/s",
-                 c.delay_s, c.buffer_pkts, c.loss_pct, c.reorder_pct, c.duplicate_pct, c.seed)
+                 c.delay_s, c.buffer_pkts, c.loss_pct, c.reorder_pct, c.duplicate_pct, c.seed,
+                 f", lossless (PFC, headroom {c.pfc_headroom})" if c.pfc_headroom else "",
+                 "" if c.priority_pin else ", priority queues unpinned")
     return SwitchHandle(pipeline, dp, target, server, grpc_address(grpc_host, target.port))
 
 

@@ -127,6 +127,14 @@ class MltcpTest(BaseTest):
         te.action["threshold"] = str(k)
         getattr(te, update)()
 
+    def slow_bmv2_port(self, port: int, depth: int = 400) -> None:
+        """BMv2: the slow port's queue rate (slow_pps) and depth, with simple_switch_CLI (the
+        software switch gets them on its command line)."""
+        if self.p["target"] == "bmv2":
+            cli = f"set_queue_rate {self.p['slow_pps']} {port}\nset_queue_depth {depth} {port}\n"
+            subprocess.run([self.p["cli"], "--thrift-port", str(self.p["thrift_port"])],
+                           input=cli, text=True, check=True, capture_output=True)
+
     def counter(self, name: str, index: int) -> tuple[int, int]:
         c = sh.CounterEntry(name)
         c.index = index
@@ -228,10 +236,7 @@ class EcnOnset(MltcpTest):
 
     def runTest(self):
         slow = self.p["slow_port"]
-        if self.p["target"] == "bmv2":
-            cli = f"set_queue_rate {self.p['slow_pps']} {slow}\nset_queue_depth 400 {slow}\n"
-            subprocess.run([self.p["cli"], "--thrift-port", str(self.p["thrift_port"])],
-                           input=cli, text=True, check=True, capture_output=True)
+        self.slow_bmv2_port(slow)
         self.route("10.0.3.0/24", H3_MAC, slow)
         ks = [int(k) for k in str(self.p["ecn_thresholds"]).split(",")]
         marks_total = 0
@@ -296,10 +301,7 @@ class ProgressEcn(MltcpTest):
 
     def runTest(self):
         slow = self.p["slow_port"]
-        if self.p["target"] == "bmv2":
-            cli = f"set_queue_rate {self.p['slow_pps']} {slow}\nset_queue_depth 400 {slow}\n"
-            subprocess.run([self.p["cli"], "--thrift-port", str(self.p["thrift_port"])],
-                           input=cli, text=True, check=True, capture_output=True)
+        self.slow_bmv2_port(slow)
         self.route("10.0.3.0/24", H3_MAC, slow)
         port_k, behind_k, ahead_k, n = 10, 4, 40, 18
         self.ecn_threshold(slow, port_k)
@@ -372,10 +374,7 @@ class ProgressContest(MltcpTest):
 
     def runTest(self):
         slow = self.p["slow_port"]
-        if self.p["target"] == "bmv2":
-            cli = f"set_queue_rate {self.p['slow_pps']} {slow}\nset_queue_depth 400 {slow}\n"
-            subprocess.run([self.p["cli"], "--thrift-port", str(self.p["thrift_port"])],
-                           input=cli, text=True, check=True, capture_output=True)
+        self.slow_bmv2_port(slow)
         self.route("10.0.3.0/24", H3_MAC, slow)
         port_k, behind_k, n, window_s = 10, 4, 16, 1.0
         self.ecn_threshold(slow, port_k)

@@ -59,7 +59,7 @@ class FlowSender:
                  clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None,
                  explicit_iterations: bool = True, min_pto: float = 0.01, idle_restart: bool = True,
                  nic_rate: float | None = None, nic_burst: int = 12, nic_wake: int = 2,
-                 rcv_window: int = wire.RCV_WINDOW):
+                 rcv_window: int = wire.RCV_WINDOW, pause=None):
         if not 0 < payload <= 65000:
             raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
         if not payload <= rcv_window < 1 << 32:
@@ -71,6 +71,7 @@ class FlowSender:
         self.dest, self.cc, self.job_id, self.payload = dest, cc, job_id, payload
         self.burst, self.max_window, self.clock = burst, max_window, clock
         self.reo_wnd = reo_wnd
+        self.pause = pause                        # a traffic.pause.PauseListener: the link's PFC (lossless)
         self.explicit_iterations = explicit_iterations
         self.idle_restart = idle_restart
         self.last_send = None                     # time of the last datagram sent
@@ -88,8 +89,10 @@ class FlowSender:
         self.t0 = now
         self.st = cc.new_state(n=1, mss=payload, now=now)
         self.rate_based = not cc.window_based
-        self.sb = Scoreboard()
-        self.rtt = RttEstimator(min_rto=min_rto)
+        # an explicit reordering window is the flow's tolerance: RACK alone finds losses (RFC 8985
+        # 6.2), without the three-duplicate-ACK rule that any reordering by 3 segments trips
+        self.sb = Scoreboard() if reo_wnd is None else Scoreboard(dupthresh=1 << 30)
+        self.rtt = RttEstimator(min_rto=min_rto, max_rto=max(60.0, min_rto))   # a dilated run stretches min_rto
         self.rto_start: float | None = None     # when the retransmission timer was armed
         self.min_pto = min_pto                    # tail loss probe: floor of 2 x SRTT
         self.tlp_out = False                      # a probe is outstanding
@@ -295,6 +298,8 @@ class FlowSender:
             self.cc.on_timer(st, now)
         if now < self.blocked_until:
             return min(wake, self.blocked_until)
+        if self.pause is not None and self.pause.paused(now):   # the NIC is paused (PFC): nothing leaves
+            return min(wake, self.pause.until, now + PAUSE_POLL_S)
         # Tail loss probe (RFC 8985 7): no progress for max(2 SRTT, min_pto) with data in flight
         # and nothing known lost -> resend the most recently sent segment, so that a lost tail
         # is found by SACK/RACK instead of the retransmission timeout.
@@ -405,6 +410,9 @@ class FlowSender:
 
     def close(self) -> None:
         self.sock.close()
+
+
+PAUSE_POLL_S = 0.0005   # while paused, look for the resume frame this often
 
 
 def run_until(flows: list[FlowSender], done, clock=time.monotonic, timeout: float | None = None) -> bool:

@@ -53,7 +53,9 @@ class UdpTransport:
     go to it; ``line_rate`` (bytes/s) scales DCQCN's rate parameters. ``explicit_iterations``:
     tell the MLTCP tracker where iterations start (default) or let it find them by idle gaps.
     ``nic_rate`` (bytes/s of IP datagrams): pace every flow at this line rate (a NIC's), window-based
-    algorithms too; None sends window-limited bursts at memory speed. Every flow carries
+    algorithms too; None sends window-limited bursts at memory speed. ``pause`` (a
+    :class:`mltcp.traffic.pause.PauseListener`) stops every flow while the link is paused (PFC);
+    ``reo_wnd`` (s) overrides RACK's reordering window. Every flow carries
     ``bytes`` per iteration (the per-flow size of the public traces).
     """
 
@@ -62,7 +64,7 @@ class UdpTransport:
                  min_rto: float = 0.2, ecn: bool = True, burst: int = 16, clock=time.monotonic,
                  timeout: float | None = None, max_window: int = 16 << 20,
                  explicit_iterations: bool = True, idle_restart: bool = True,
-                 nic_rate: float | None = None):
+                 nic_rate: float | None = None, pause=None, reo_wnd: float | None = None):
         if isinstance(peers, (str, tuple)):
             peers = [peers]
         dests = [parse_hostport(p) if isinstance(p, str) else tuple(p) for p in peers]
@@ -74,7 +76,8 @@ class UdpTransport:
                                  job_id=job_id, payload=payload, min_rto=min_rto, ecn=ecn,
                                  burst=burst, clock=clock, max_window=max_window,
                                  explicit_iterations=explicit_iterations,
-                                 idle_restart=idle_restart, nic_rate=nic_rate) for d in dests]
+                                 idle_restart=idle_restart, nic_rate=nic_rate, pause=pause,
+                                 reo_wnd=reo_wnd) for d in dests]
 
     def send_iteration(self, nbytes: int, iteration: int) -> SendResult:
         t0 = self.clock()
