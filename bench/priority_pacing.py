@@ -47,6 +47,9 @@ def frames(n: int) -> list[bytes]:
 
 
 def capture(ifname: str, until: float, got: list) -> None:
+    """(arrival time, MLTCP job id) of every shim frame leaving on ``ifname`` until ``until``."""
+    from mltcp.emulation.switch.pipeline import ParseError, parse
+
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.bind((ifname, 0))
     s.settimeout(0.2)
@@ -56,14 +59,14 @@ def capture(ifname: str, until: float, got: list) -> None:
                 data, addr = s.recvfrom(2048)
             except socket.timeout:
                 continue
-            if addr[2] == socket.PACKET_OUTGOING or len(data) < 14 + 20 + 8 + 12 or data[12:14] != b"\x08\x00":
+            if addr[2] == socket.PACKET_OUTGOING:
                 continue
-            ihl = (data[14] & 0xF) * 4
-            if data[14 + 9] != 17 or int.from_bytes(data[14 + ihl + 2:14 + ihl + 4], "big") != 9199:
+            try:
+                job = parse(data).job_id
+            except ParseError:
                 continue
-            shim = 14 + ihl + 8
-            job = int.from_bytes(data[shim + 2:shim + 4], "big")
-            got.append((time.monotonic(), job))
+            if job >= 0:
+                got.append((time.monotonic(), job))
     finally:
         s.close()
 

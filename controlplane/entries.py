@@ -146,8 +146,9 @@ def progress_entries(idx: P4InfoIndex, port: int, policy, base_threshold: int | 
             raise ValueError(f"port {port}: ecn-by-progress needs the port's ECN threshold")
         ks = policy.thresholds(base_threshold)
         tes = [progress_ecn_entry(idx, port, hb, ks[b]) for hb, b in enumerate(policy.hw_band_map())]
-        if contest_window_us(policy):      # the bands' thresholds only while another job shares the port
-            tes.append(progress_contest_entry(idx, port, contest_window_us(policy)))
+        window = contest_window_us(policy)
+        if window:      # the bands' thresholds only while another job shares the port
+            tes.append(progress_contest_entry(idx, port, window))
         return tes
     if policy.name == "priority-by-progress":
         pecn = getattr(policy, "priority_ecn", "link")

@@ -236,7 +236,7 @@ class Dataplane:
         # strict priority: (port, job id) -> [priority its waiting frames are in, how many wait]
         self._pins: dict[tuple[int, int], list[int]] = {}
         # lossless priority queues (LinkConfig.pfc_headroom): (egress port, priority) -> {ingress
-        # port paused: when its pause frame was sent}
+        # port paused: when its pause frame was sent}; a queue with nothing paused has no entry
         self._paused: dict[tuple[int, int], dict[int, float]] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -339,8 +339,8 @@ class Dataplane:
             q.push(prio, n, (bytes(res.buf), key if pinned else None), now)
             if cfg.pfc_headroom and in_port in self.ports and \
                     q.prio_depth(prio) >= cfg.buffer_pkts - cfg.pfc_headroom:
-                paused = self._paused.setdefault((port.number, prio), {})
-                if now - paused.get(in_port, -1e9) > PFC_REFRESH_S:
+                sent = self._paused.get((port.number, prio), {}).get(in_port, -1e9)
+                if now - sent > PFC_REFRESH_S:
                     self._pfc(port, prio, in_port, MAX_QUANTA, now)
             if not port.tx_busy:
                 self._start_tx(port, now)
@@ -350,12 +350,15 @@ class Dataplane:
         pause (``quanta`` > 0; refreshed every PFC_REFRESH_S while the queue stays above XON) or
         resume (0)."""
         self._send(self.ports[in_port], pause_frame(PFC_SRC_MAC, quanta, 1 << prio))
-        paused = self._paused.setdefault((port.number, prio), {})
+        key = (port.number, prio)
         if quanta:
-            paused[in_port] = now
+            self._paused.setdefault(key, {})[in_port] = now
             port.stats.pfc_pause_sent += 1
         else:
+            paused = self._paused.get(key, {})
             paused.pop(in_port, None)
+            if not paused:              # nothing paused for this queue: no check at its departures
+                self._paused.pop(key, None)
             port.stats.pfc_resume_sent += 1
 
     def _pfc_departure(self, port: Port, now: float) -> None:
@@ -364,7 +367,7 @@ class Dataplane:
         cfg = port.queue.cfg
         xon = max(0, cfg.buffer_pkts - 2 * cfg.pfc_headroom)
         for (pnum, prio), paused in list(self._paused.items()):
-            if pnum != port.number or not paused:
+            if pnum != port.number:
                 continue
             low = port.queue.prio_depth(prio) <= xon
             for in_port, sent in list(paused.items()):

@@ -534,7 +534,7 @@ class Pipeline:
         an entry; with one, whether a job change there (this packet's included) lies within the
         window. Updates contest_job / contest_seen as mltcp.p4 does."""
         window = self.progress_contest.get(port)
-        if window is None or port >= len(self.registers[R_CONTEST_JOB]):
+        if window is None:
             return True
         us = int(round(now * 1e6)) & ((1 << 48) - 1)
         last = self.registers[R_CONTEST_JOB]
