@@ -86,7 +86,8 @@ def fidelity(args) -> list[dict]:
                     for j in sc.jobs[1:]:
                         j.start_offset_s += shift * 1e-3
                     f = engine.simulate(sc, cc)
-                    n3 = ns3_engine.run(sc, cc, options=ns3_engine.Ns3Options(host_jitter=args.host_jitter))
+                    n3 = ns3_engine.run(sc, cc, options=ns3_engine.Ns3Options(host_jitter=args.host_jitter,
+                                                                          recovery=args.ns3_recovery))
                     runs.append((sc, f, n3, ns3_compare.ratios(sc, {cc: f}, {cc: n3})[cc]))
             sc = runs[0][0]
             per = sorted(v for _, _, _, rat in runs for j in rat["jobs"].values()
@@ -99,7 +100,7 @@ def fidelity(args) -> list[dict]:
             d_n = sum(rat["drops_ns3"] for *_, rat in runs)
             ov = lambda recs: (lambda o: sum(o.values()) / max(1, len(o)))(metrics.overlap_fractions(recs))
             row = {"case": case, "cc": cc, "offsets_ms": list(args.offsets), "seeds": args.seeds or [sc.seed],
-                   "host_jitter": args.host_jitter,
+                   "host_jitter": args.host_jitter, "ns3_recovery": args.ns3_recovery,
                    "avg_fast_ms": round(a_f * 1e3, 2), "avg_ns3_ms": round(a_n * 1e3, 2),
                    "avg_ratio": round(a_f / a_n, 4),
                    "per_run_ratio": [round(rat["avg_ratio"], 3) for *_, rat in runs],
@@ -153,6 +154,8 @@ def main():
                          "settle into turn-taking or sharing on details; averages over the runs)")
     ap.add_argument("--seeds", type=_seeds, default=None,
                     help="fidelity: run every case at these scenario seeds (1-10 or 1,3,5) and average (an ensemble)")
+    ap.add_argument("--ns3-recovery", choices=sorted(ns3_engine.RECOVERY_TYPES), default="prr",
+                    help="fidelity: ns-3's fast recovery (prr: its default; classic: TcpClassicRecovery)")
     ap.add_argument("--host-jitter", type=float, default=0.0,
                     help="fidelity: ns-3 hosts delay each packet by U[0, x segment times at the NIC) "
                          "(Ns3Options.host_jitter; 0 = ns-3 as shipped, phase-locked)")

@@ -54,13 +54,16 @@ def main():
     ap.add_argument("--npz", type=Path)
     ap.add_argument("--seed", type=int, help="the scenario's seed instead of its own")
     ap.add_argument("--host-jitter", type=float, default=0.0, help="ns-3 Ns3Options.host_jitter (0: as shipped)")
+    ap.add_argument("--ns3-recovery", choices=sorted(ns3_engine.RECOVERY_TYPES), default="prr",
+                    help="ns-3's fast recovery (Ns3Options.recovery)")
     a = ap.parse_args()
     sc = load(a.case if a.case.endswith(".toml") else str(ROOT / "scenarios" / f"{a.case}.toml"))
     if a.seed is not None:
         sc.seed = a.seed
     mss = float(sc.mss)
     f = engine.simulate(sc, a.cc, cwnd_sample_s=a.sample_us * 1e-6)
-    n = ns3_engine.run(sc, a.cc, options=ns3_engine.Ns3Options(trace_cwnd=True, host_jitter=a.host_jitter))
+    n = ns3_engine.run(sc, a.cc, options=ns3_engine.Ns3Options(trace_cwnd=True, host_jitter=a.host_jitter,
+                                                                      recovery=a.ns3_recovery))
     F = (f.cwnd_trace.shape[1] - 1) // 3
     ft = f.cwnd_trace[:, 0]
     fcw = [f.cwnd_trace[:, 1 + i] for i in range(F)]

@@ -154,6 +154,14 @@ def test_cubic_fast_convergence_lowers_w_max():
     st.cwnd[:] = 80 * MSS
     cc.on_congestion(st, np.array([True]), "loss", 1.0)      # 80 < 100: W_max = 80 * 1.7 / 2
     assert st.ca.w_max[0] == pytest.approx(80 * 1.7 / 2)
+    # RFC 9438 / Linux keep one W_max: the next loss compares with the lowered 68, not with 80
+    # (RFC 8312's W_last_max), so a loss at 75 is no reason to lower it again
+    st.cwnd[:] = 75 * MSS
+    cc.on_congestion(st, np.array([True]), "loss", 2.0)
+    assert st.ca.w_max[0] == pytest.approx(75.0)
+    st.cwnd[:] = 70 * MSS
+    cc.on_congestion(st, np.array([True]), "loss", 3.0)      # 70 < 75: lowered
+    assert st.ca.w_max[0] == pytest.approx(70 * 1.7 / 2)
 
 
 def test_dcqcn_cnp_alpha_and_rate_sequence():

@@ -388,3 +388,31 @@ def test_cubic_epoch_moves_by_the_idle_time_before_each_iteration_as_linux_does(
             assert shifts == [0, 0]
         else:
             assert all(1 <= s <= 3 for s in shifts), (cc, shifts)   # at most once per later iteration
+
+
+def test_recovery_option_is_validated():
+    with pytest.raises(ValueError, match="recovery"):
+        ns3_engine.Ns3Options(recovery="newreno")
+    assert set(ns3_engine.RECOVERY_TYPES) == {"prr", "prr-rfc", "classic"}
+
+
+@needs_ns3
+def test_ns3_prr_counts_dupacks_twice_and_prr_rfc_does_not():
+    """ns-3 3.44's TcpPrrRecovery adds a segment to DeliveredData on every duplicate ACK although
+    SACK already counts it: during a CUBIC recovery it sends 1.4 segments per delivered one, so one
+    round trip after the first drops a second, larger burst overflows the shared drop-tail queue
+    (both jobs lose). ``recovery = "prr-rfc"`` counts delivered data once (RFC 6937, Linux) and that
+    burst is gone. The drop trace records every drop's time and job."""
+    def run(rec):
+        sc = load("ns3-dumbbell-100m")
+        sc.seed = 1
+        for j in sc.jobs:
+            j.compute_s, j.iterations = 0.02, 8          # the jobs always share the link
+        return ns3_engine.run(sc, "cubic", options=ns3_engine.Ns3Options(host_jitter=1.0, recovery=rec,
+                                                                         trace_cwnd=True))
+    prr, rfc = run("prr"), run("prr-rfc")
+    for r in (prr, rfc):
+        t, job = r.ns3_stats["drop_trace"]
+        assert len(t) == len(job) == r.drops > 0
+        assert set(job.tolist()) == {0, 1} and (t[1:] >= t[:-1]).all()
+    assert prr.drops >= 2 * rfc.drops, (prr.drops, rfc.drops)

@@ -21,7 +21,9 @@ from numba import njit
 from .base import CWND, SSTHRESH, CaState, CongestionOps, Param, reduce_to, slow_start, timeout_to
 
 C, BETA, FAST_CONVERGENCE, HYSTART, HYSTART_TRAIN = range(5)     # parameter vector
-W_MAX, W_LAST_MAX, EPOCH, K, W_EST, RTT = range(6)                 # CubicState columns
+# CubicState columns: W_MAX the current curve's plateau (Linux bic_origin_point), W_LAST_MAX the
+# W_max of RFC 9438 (Linux last_max_cwnd: cwnd at the last reduction, lowered by fast convergence)
+W_MAX, W_LAST_MAX, EPOCH, K, W_EST, RTT = range(6)
 (DELAY_MIN, HS_FOUND, HS_ACKED, HS_END, HS_ROUND_T, HS_LAST_ACK, HS_CUR_RTT, HS_LAST_RTT,
  HS_SAMPLES, HS_CSS, HS_CSS_BASE) = range(6, 17)
 
@@ -147,9 +149,8 @@ def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
     if left <= 0.0:
         return
     seg = tcp[i, CWND] / mss
-    if math.isnan(ca[i, EPOCH]):     # a new epoch starts at the first avoidance ACK after a reduction
-        if ca[i, W_MAX] < seg:
-            ca[i, W_MAX] = seg
+    if math.isnan(ca[i, EPOCH]):     # a new epoch starts at the first avoidance ACK after a reduction:
+        ca[i, W_MAX] = max(ca[i, W_LAST_MAX], seg)     # the curve's plateau (Linux bic_origin_point)
         ca[i, K] = k_of(p, ca[i, W_MAX], seg)
         ca[i, W_EST] = seg
         ca[i, EPOCH] = now
@@ -173,11 +174,15 @@ def ssthresh(p, tcp, ca, i, dscale):
 @njit(cache=True)
 def on_congestion(p, tcp, ca, i, ecn, now, dscale, mss):
     seg = tcp[i, CWND] / mss
-    w_max = seg
-    if p[FAST_CONVERGENCE] != 0.0 and seg < ca[i, W_LAST_MAX]:   # RFC 9438 4.7: release bandwidth faster
-        w_max = seg * (1.0 + p[BETA]) / 2.0
-    ca[i, W_LAST_MAX] = seg
-    ca[i, W_MAX] = w_max
+    # RFC 9438 4.7 / Linux bictcp_recalc_ssthresh: one W_max, compared and lowered in place (not
+    # RFC 8312's W_last_max, which keeps the unlowered value: fast convergence would fire more often).
+    # Compared in whole segments, as Linux's integer windows are: a window that crept up to the
+    # plateau (W(t) approaches W_max from below) is at W_max, not below it
+    if p[FAST_CONVERGENCE] != 0.0 and math.floor(seg) < math.floor(ca[i, W_LAST_MAX]):
+        ca[i, W_LAST_MAX] = seg * (1.0 + p[BETA]) / 2.0
+    else:
+        ca[i, W_LAST_MAX] = seg
+    ca[i, W_MAX] = ca[i, W_LAST_MAX]
     ca[i, EPOCH] = np.nan
     reduce_to(tcp, i, ssthresh(p, tcp, ca, i, dscale), mss)
 

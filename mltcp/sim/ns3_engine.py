@@ -64,10 +64,17 @@ class Ns3Options:
     nic_limited_growth: bool = True # Linux/fast-engine rule: no growth while the NIC, not cwnd, limits (no TSQ in ns-3)
     trace_cwnd: bool = False        # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
     host_jitter: float = 0.0        # > 0: each packet a host sends waits U[0, x * one segment time at its NIC) (breaks phase lock; docs/ns3.md)
+    recovery: str = "prr"           # fast recovery: "prr" (ns-3's TcpPrrRecovery, its default), "prr-rfc" (PRR counting
+                                    # delivered data once, as RFC 6937 and Linux: ns3_cxx.PrrRfc) or "classic" (TcpClassicRecovery); docs/ns3.md
 
     def __post_init__(self):
         if not 0.0 <= self.host_jitter <= 1.0:     # above one segment time a host would reorder its own packets
             raise ValueError(f"host_jitter must be in [0, 1], got {self.host_jitter!r}")
+        if self.recovery not in RECOVERY_TYPES:
+            raise ValueError(f"recovery must be one of {', '.join(RECOVERY_TYPES)}, got {self.recovery!r}")
+
+
+RECOVERY_TYPES = {"prr": "TcpPrrRecovery", "prr-rfc": "TcpPrrRecovery", "classic": "TcpClassicRecovery"}   # prr-rfc: replaced per socket
 
 
 def available() -> tuple[bool, str]:
@@ -236,6 +243,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     sd("ns3::TcpSocketBase::Sack", ns.BooleanValue(opt.sack))
     sd("ns3::TcpSocketBase::Timestamp", ns.BooleanValue(opt.timestamps))
     sd("ns3::TcpSocketBase::WindowScaling", ns.BooleanValue(True))
+    sd("ns3::TcpL4Protocol::RecoveryType", ns.TypeIdValue(getattr(ns, RECOVERY_TYPES[opt.recovery]).GetTypeId()))
     if ecn_links:
         sd("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
     cub = sc.cc_params.get("cubic", {})
@@ -311,6 +319,8 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         tch.Uninstall(devs)
 
     counters = cx.MakeCounters()
+    counters.KeepDrops(bool(opt.trace_cwnd))
+    src_job: dict[int, int] = {}
     for i in range(n_routers):      # a full device queue stops the TC layer, which drops (TcDrop)
         counters.WatchNode(routers.Get(i))
     discs = []
@@ -382,8 +392,10 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
                         marks)
         if opt.trace_cwnd:
             f.SetDebug(True)
+        f.SetPrrRfc(opt.recovery == "prr-rfc")
         cx.Attach(jobs[ji], f)
         counters.Add(s_ifs.GetAddress(0), jobs[ji])
+        src_job[int(s_ifs.GetAddress(0).Get())] = ji
         flow_objs.append(f)
     for jb in jobs:
         cx.ScheduleJob(jb)
@@ -437,6 +449,8 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         if opt.trace_cwnd:       # (time s, cwnd bytes, ssthresh bytes) at every change; RTO times
             stats["cwnd_trace"] = [np.array([list(f.cwT), list(f.cwV), list(f.ssV)]) for f in flow_objs]
             stats["rto_times"] = [list(f.rtoT) for f in flow_objs]
+            stats["drop_trace"] = (np.array(list(counters.dropT)),          # every drop: time s, job index
+                                   np.array([src_job[int(a)] for a in counters.dropSrc], dtype=int))
     finally:
         ns.Simulator.Destroy()
     res = SimResult(sc.name, cc_name, records, drops, marks, t, time.perf_counter() - wall0, events,
