@@ -224,17 +224,24 @@ def simulate(
     ns3_host_jitter: float = typer.Option(0.0, "--ns3-host-jitter", help="ns-3 only: every packet a sending host emits "
                                           "waits U[0, x segment times at its NIC), x in [0, 1]; 0 = ns-3 as shipped "
                                           "(phase-locked drop-tail queues, docs/ns3.md)"),
+    ns3_recovery: str = typer.Option("prr", "--ns3-recovery", help="ns-3 only: fast recovery, prr (ns-3 3.44's, which "
+                                     "counts SACKed dupACKs twice), prr-rfc (RFC 6937 / Linux) or classic (docs/ns3.md)"),
 ):
     """Simulate a scenario in the fast simulator (or in ns-3, or both)."""
     if engine not in ("fast", "ns3", "both"):
         fail(f"--engine: unknown engine {engine!r} (choose from fast, ns3, both)")
-    from .sim.ns3_engine import Ns3Options      # (ns-3 itself loads only when a run needs it)
+    from .sim.ns3_engine import RECOVERY_TYPES, Ns3Options      # (ns-3 itself loads only when a run needs it)
     try:
         n3opt = Ns3Options(host_jitter=ns3_host_jitter)
     except ValueError as e:
         fail(f"--ns3-host-jitter: {e}")
+    if ns3_recovery not in RECOVERY_TYPES:
+        fail(f"--ns3-recovery: unknown {ns3_recovery!r} (choose from {', '.join(RECOVERY_TYPES)})")
+    n3opt.recovery = ns3_recovery
     if ns3_host_jitter and engine == "fast":
         fail("--ns3-host-jitter: applies to --engine ns3 or both only")
+    if ns3_recovery != "prr" and engine == "fast":
+        fail("--ns3-recovery: applies to --engine ns3 or both only")
     try:
         sc = load(scenario)
         algos = _algorithms(sc, cc, do_compare)
