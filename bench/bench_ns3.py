@@ -2,7 +2,7 @@
 
     python bench/bench_ns3.py                          # speed: the issue's case, Reno and CUBIC
     python bench/bench_ns3.py --iterations 10 20 40    # speed over several run lengths
-    python bench/bench_ns3.py --fidelity               # per-iteration avg and drops, 3 cases x 4 algorithms
+    python bench/bench_ns3.py --fidelity               # per-iteration avg and drops, 6 cases x 4 algorithms
     python bench/bench_ns3.py --fidelity --offsets 0 0.1 0.2 0.3 0.4   # the same over 5 start offsets
     python bench/bench_ns3.py --fidelity --host-jitter 1 --seeds 1-10  # ns-3 hosts jittered, 10 seeds each
 
@@ -29,7 +29,8 @@ from mltcp.scenario import load  # noqa: E402
 from mltcp.sim import engine, ns3_compare, ns3_engine  # noqa: E402
 
 ISSUE_CASE = ROOT / "scenarios" / "ns3-dumbbell-100m.toml"
-FIDELITY_CASES = ["ns3-dumbbell-100m", "ns3-dumbbell-1g-deep", "ns3-dumbbell-1g-shallow"]
+FIDELITY_CASES = ["ns3-dumbbell-100m", "ns3-dumbbell-1g-deep", "ns3-dumbbell-1g-shallow",
+                  "ns3-dumbbell-100m-shared", "ns3-dumbbell-1g-shared-deep", "ns3-dumbbell-1g-shared-mid"]
 
 
 def _with_iterations(path, n):
@@ -154,8 +155,8 @@ def main():
                          "settle into turn-taking or sharing on details; averages over the runs)")
     ap.add_argument("--seeds", type=_seeds, default=None,
                     help="fidelity: run every case at these scenario seeds (1-10 or 1,3,5) and average (an ensemble)")
-    ap.add_argument("--ns3-recovery", choices=sorted(ns3_engine.RECOVERY_TYPES), default="prr",
-                    help="fidelity: ns-3's fast recovery (prr: its default; classic: TcpClassicRecovery)")
+    ap.add_argument("--ns3-recovery", choices=sorted(ns3_engine.RECOVERY_TYPES), default="prr-rfc",
+                    help="fidelity: ns-3's fast recovery (prr-rfc: RFC 6937 PRR; prr: ns-3 3.44's own; classic)")
     ap.add_argument("--host-jitter", type=float, default=0.0,
                     help="fidelity: ns-3 hosts delay each packet by U[0, x segment times at the NIC) "
                          "(Ns3Options.host_jitter; 0 = ns-3 as shipped, phase-locked)")

@@ -54,7 +54,7 @@ def main():
     ap.add_argument("--npz", type=Path)
     ap.add_argument("--seed", type=int, help="the scenario's seed instead of its own")
     ap.add_argument("--host-jitter", type=float, default=0.0, help="ns-3 Ns3Options.host_jitter (0: as shipped)")
-    ap.add_argument("--ns3-recovery", choices=sorted(ns3_engine.RECOVERY_TYPES), default="prr",
+    ap.add_argument("--ns3-recovery", choices=sorted(ns3_engine.RECOVERY_TYPES), default="prr-rfc",
                     help="ns-3's fast recovery (Ns3Options.recovery)")
     a = ap.parse_args()
     sc = load(a.case if a.case.endswith(".toml") else str(ROOT / "scenarios" / f"{a.case}.toml"))

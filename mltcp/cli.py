@@ -224,8 +224,9 @@ def simulate(
     ns3_host_jitter: float = typer.Option(0.0, "--ns3-host-jitter", help="ns-3 only: every packet a sending host emits "
                                           "waits U[0, x segment times at its NIC), x in [0, 1]; 0 = ns-3 as shipped "
                                           "(phase-locked drop-tail queues, docs/ns3.md)"),
-    ns3_recovery: str = typer.Option("prr", "--ns3-recovery", help="ns-3 only: fast recovery, prr (ns-3 3.44's, which "
-                                     "counts SACKed dupACKs twice), prr-rfc (RFC 6937 / Linux) or classic (docs/ns3.md)"),
+    ns3_recovery: str = typer.Option("prr-rfc", "--ns3-recovery", help="ns-3 only: fast recovery, prr-rfc (PRR as RFC "
+                                     "6937 and Linux), prr (ns-3 3.44's own, which counts SACKed dupACKs twice) or "
+                                     "classic (docs/ns3.md)"),
 ):
     """Simulate a scenario in the fast simulator (or in ns-3, or both)."""
     if engine not in ("fast", "ns3", "both"):
@@ -240,7 +241,7 @@ def simulate(
     n3opt.recovery = ns3_recovery
     if ns3_host_jitter and engine == "fast":
         fail("--ns3-host-jitter: applies to --engine ns3 or both only")
-    if ns3_recovery != "prr" and engine == "fast":
+    if ns3_recovery != "prr-rfc" and engine == "fast":
         fail("--ns3-recovery: applies to --engine ns3 or both only")
     try:
         sc = load(scenario)

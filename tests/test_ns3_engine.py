@@ -152,7 +152,7 @@ def test_cli_refuses_host_jitter_out_of_range_or_without_ns3():
                  ["--ns3-host-jitter", "0.5"]):
         r = CliRunner().invoke(app, ["simulate", "two-jobs", *argv])
         assert r.exit_code == 2 and "--ns3-host-jitter" in r.output, (argv, r.output)
-    for argv in (["--engine", "ns3", "--ns3-recovery", "newreno"], ["--ns3-recovery", "prr-rfc"]):
+    for argv in (["--engine", "ns3", "--ns3-recovery", "newreno"], ["--ns3-recovery", "prr"]):
         r = CliRunner().invoke(app, ["simulate", "two-jobs", *argv])
         assert r.exit_code == 2 and "--ns3-recovery" in r.output, (argv, r.output)
 

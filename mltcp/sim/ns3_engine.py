@@ -64,8 +64,9 @@ class Ns3Options:
     nic_limited_growth: bool = True # Linux/fast-engine rule: no growth while the NIC, not cwnd, limits (no TSQ in ns-3)
     trace_cwnd: bool = False        # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
     host_jitter: float = 0.0        # > 0: each packet a host sends waits U[0, x * one segment time at its NIC) (breaks phase lock; docs/ns3.md)
-    recovery: str = "prr"           # fast recovery: "prr" (ns-3's TcpPrrRecovery, its default), "prr-rfc" (PRR counting
-                                    # delivered data once, as RFC 6937 and Linux: ns3_cxx.PrrRfc) or "classic" (TcpClassicRecovery); docs/ns3.md
+    recovery: str = "prr-rfc"       # fast recovery: "prr-rfc" (PRR counting delivered data once, as RFC 6937 and Linux:
+                                    # ns3_cxx.PrrRfc), "prr" (ns-3 3.44's TcpPrrRecovery, which counts a SACKed dupACK
+                                    # twice) or "classic" (TcpClassicRecovery); docs/ns3.md
 
     def __post_init__(self):
         if not 0.0 <= self.host_jitter <= 1.0:     # above one segment time a host would reorder its own packets
