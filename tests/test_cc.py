@@ -316,6 +316,32 @@ def test_hystart_sees_acks_that_do_not_grow_the_window():
     assert st.cwnd[0] == 100 * MSS and st.ssthresh[0] == 100 * MSS     # exit, and no growth without cong_avoid
 
 
+@pytest.mark.parametrize("rounds, train", [(0, 0.5), (1, 1.0)])
+def test_hystart_rounds_as_linux_and_ns3_count_them(rounds, train):
+    """Linux (rounds from 16 segments, train 1/2 min RTT) and ns-3 3.44 (rounds from the first ACK,
+    checked before the next starts, train 1 min RTT) both leave slow start at the second burst after
+    16 segments at a sub-millisecond RTT: the idle gap between bursts (ACKs < 2 ms apart) is inside
+    the train. ns-3, traced at 1 Gb/s, 415 us RTT, ACKs 12 us apart: ssthresh 20 (docs/ns3.md).
+    Rounds that start at a burst's first ACK and reset before the checks ended it at about 40."""
+    cc = Cubic(hystart_train=train, hystart_rounds=rounds)
+    st = cc.new_state(1, mss=MSS)
+    rtt, spacing, t0 = 415e-6, 12e-6, 1.0
+    burst_start, sent_in_burst = t0, 10                   # the initial window's ACKs, then one burst per RTT
+    while st.ssthresh[0] == np.inf:
+        nxt = 0
+        for k in range(sent_in_burst):
+            _ss_ack(cc, st, MSS, rtt, burst_start + k * spacing)
+            nxt += 2                                      # slow start: two segments out per ACK
+            if st.ssthresh[0] != np.inf:
+                break
+        burst_start += rtt
+        sent_in_burst = nxt
+        assert burst_start < t0 + 10 * rtt
+    assert 18 * MSS <= st.ssthresh[0] <= 22 * MSS, st.ssthresh[0] / MSS
+    with pytest.raises(ValueError, match="hystart_rounds"):
+        Cubic(hystart_rounds=2).kernel_params()
+
+
 def test_hystart_delay_rule_and_low_window():
     def run(rtts, cwnd_seg=20):
         """First ACK: min RTT 1 ms; then ACKs 3 ms apart (no train), the second one ending the round."""

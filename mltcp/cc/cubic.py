@@ -20,7 +20,7 @@ from numba import njit
 
 from .base import CWND, SSTHRESH, CaState, CongestionOps, Param, reduce_to, slow_start, timeout_to
 
-C, BETA, FAST_CONVERGENCE, HYSTART, HYSTART_TRAIN = range(5)     # parameter vector
+C, BETA, FAST_CONVERGENCE, HYSTART, HYSTART_TRAIN, HYSTART_ROUNDS = range(6)     # parameter vector
 # CubicState columns: W_MAX the current curve's plateau (Linux bic_origin_point), W_LAST_MAX the
 # W_max of RFC 9438 (Linux last_max_cwnd: cwnd at the last reduction, lowered by fast convergence)
 W_MAX, W_LAST_MAX, EPOCH, K, W_EST, RTT = range(6)
@@ -78,23 +78,41 @@ def _leave_slow_start(tcp, ca, i):
 
 
 @njit(cache=True)
+def _new_round(ca, i, now, cwnd):
+    """A HyStart round starts: it ends when a window's worth of bytes (cwnd now) is acknowledged."""
+    ca[i, HS_END] = ca[i, HS_ACKED] + cwnd
+    ca[i, HS_ROUND_T] = now
+    ca[i, HS_LAST_ACK] = now
+    ca[i, HS_LAST_RTT] = ca[i, HS_CUR_RTT]
+    ca[i, HS_CUR_RTT] = np.inf
+    ca[i, HS_SAMPLES] = 0.0
+
+
+@njit(cache=True)
 def hystart_update(p, tcp, ca, i, acked, now, mss):
     """One ACK (batch) in slow start, whether or not the window limits the sender: round
     bookkeeping and the exit rules (HyStart++'s conservative slow start: ``HS_CSS`` >= 0, which
-    :func:`cong_avoid` reads to grow by 1/4)."""
+    :func:`cong_avoid` reads to grow by 1/4).
+
+    HyStart's rounds (``hystart_rounds``): 0 = Linux (``hystart_update``, called from the low window
+    on: no rounds below 16 segments, so the first one starts mid-burst; a round that ends starts the
+    next before the checks); 1 = ns-3 3.44's ``TcpCubic`` (rounds from the first ACK; the checks
+    run against the round this ACK ends, then the next starts). At sub-millisecond RTTs both put the
+    idle gap between two bursts inside an ACK train (ACKs < 2 ms apart), so slow start ends at the
+    second burst after 16 segments (traced against ns-3: docs/ns3.md)."""
     mode = p[HYSTART]
     if mode == HS_OFF or ca[i, HS_FOUND] != 0.0:
         return
     cwnd = tcp[i, CWND]
     rtt = ca[i, RTT]
+    ns3_rounds = mode == HS_LINUX and p[HYSTART_ROUNDS] != 0.0
     ca[i, HS_ACKED] += acked
-    if ca[i, HS_ACKED] >= ca[i, HS_END]:          # a new round: the last one's window is acknowledged
-        ca[i, HS_END] = ca[i, HS_ACKED] + cwnd
-        ca[i, HS_ROUND_T] = now
-        ca[i, HS_LAST_ACK] = now
-        ca[i, HS_LAST_RTT] = ca[i, HS_CUR_RTT]
-        ca[i, HS_CUR_RTT] = np.inf
-        ca[i, HS_SAMPLES] = 0.0
+    if mode == HS_LINUX and not ns3_rounds and cwnd < HS_LOW_WINDOW * mss:
+        ca[i, HS_END] = ca[i, HS_ACKED]           # no round yet: the next ACK at 16 segments starts one
+        return
+    ended = ca[i, HS_ACKED] >= ca[i, HS_END]      # the round's window is acknowledged
+    if ended and not ns3_rounds:
+        _new_round(ca, i, now, cwnd)
         if ca[i, HS_CSS] >= 0.0:
             ca[i, HS_CSS] += 1.0
             if ca[i, HS_CSS] >= CSS_ROUNDS:       # RFC 9406: CSS_ROUNDS in CSS, then avoidance
@@ -103,29 +121,29 @@ def hystart_update(p, tcp, ca, i, acked, now, mss):
     if rtt > 0.0:
         ca[i, HS_CUR_RTT] = min(ca[i, HS_CUR_RTT], rtt)
         ca[i, HS_SAMPLES] += 1.0
-    if cwnd < HS_LOW_WINDOW * mss:
-        return
-    if mode == HS_LINUX:
-        if now - ca[i, HS_LAST_ACK] <= HS_ACK_DELTA:      # the ACK train goes on
-            ca[i, HS_LAST_ACK] = now
-            if now - ca[i, HS_ROUND_T] > p[HYSTART_TRAIN] * ca[i, DELAY_MIN]:
+    if cwnd >= HS_LOW_WINDOW * mss:
+        if mode == HS_LINUX:
+            if now - ca[i, HS_LAST_ACK] <= HS_ACK_DELTA:      # the ACK train goes on
+                ca[i, HS_LAST_ACK] = now
+                if now - ca[i, HS_ROUND_T] > p[HYSTART_TRAIN] * ca[i, DELAY_MIN]:
+                    _leave_slow_start(tcp, ca, i)
+                    return
+            dmin = ca[i, DELAY_MIN]
+            if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and \
+                    ca[i, HS_CUR_RTT] > dmin + min(max(dmin / 8.0, HS_DELAY_LO), HS_DELAY_HI):
                 _leave_slow_start(tcp, ca, i)
                 return
-        dmin = ca[i, DELAY_MIN]
-        if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and \
-                ca[i, HS_CUR_RTT] > dmin + min(max(dmin / 8.0, HS_DELAY_LO), HS_DELAY_HI):
-            _leave_slow_start(tcp, ca, i)
-        return
-    # HyStart++ (RFC 9406 4.2)
-    if ca[i, HS_CSS] >= 0.0:
-        if ca[i, HS_CUR_RTT] < ca[i, HS_CSS_BASE]:        # the delay increase was spurious
-            ca[i, HS_CSS] = -1.0
-        return
-    last = ca[i, HS_LAST_RTT]
-    if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and ca[i, HS_CUR_RTT] < np.inf and last < np.inf and \
-            ca[i, HS_CUR_RTT] >= last + min(max(last / 8.0, HS_DELAY_LO), HS_DELAY_HI):
-        ca[i, HS_CSS] = 0.0
-        ca[i, HS_CSS_BASE] = ca[i, HS_CUR_RTT]
+        elif ca[i, HS_CSS] >= 0.0:
+            if ca[i, HS_CUR_RTT] < ca[i, HS_CSS_BASE]:        # the delay increase was spurious
+                ca[i, HS_CSS] = -1.0
+        else:
+            last = ca[i, HS_LAST_RTT]
+            if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and ca[i, HS_CUR_RTT] < np.inf and last < np.inf and \
+                    ca[i, HS_CUR_RTT] >= last + min(max(last / 8.0, HS_DELAY_LO), HS_DELAY_HI):
+                ca[i, HS_CSS] = 0.0
+                ca[i, HS_CSS_BASE] = ca[i, HS_CUR_RTT]
+    if ended and ns3_rounds:
+        _new_round(ca, i, now, cwnd)
 
 
 @njit(cache=True)
@@ -214,6 +232,8 @@ class Cubic(CongestionOps):
     fast_convergence = Param(True, "bool", "lower W_max when a flow loses before regaining it (RFC 9438 4.7)")
     hystart = Param(1, "mode", "slow-start exit: 0 off, 1 HyStart (Linux, ns-3), 2 HyStart++ (RFC 9406)")
     hystart_train = Param(0.5, "min RTT", "HyStart ACK-train length that ends slow start (Linux 0.5, ns-3 1.0)")
+    hystart_rounds = Param(0, "mode", "HyStart rounds: 0 Linux (from 16 segments, reset before the checks), "
+                                      "1 ns-3 3.44 (from the first ACK, checked before the reset)")
 
     k_init, k_pkts_acked, k_cong_avoid = staticmethod(init), staticmethod(pkts_acked), staticmethod(cong_avoid)
     k_ssthresh, k_on_congestion, k_on_timeout = staticmethod(ssthresh), staticmethod(on_congestion), staticmethod(on_timeout)
@@ -222,7 +242,10 @@ class Cubic(CongestionOps):
     def kernel_params(self):
         if self.hystart not in (HS_OFF, HS_LINUX, HS_PLUS):
             raise ValueError(f"cubic: hystart must be 0 (off), 1 (HyStart) or 2 (HyStart++), got {self.hystart!r}")
-        return [self.c, self.beta, float(self.fast_convergence), float(self.hystart), float(self.hystart_train)]
+        if self.hystart_rounds not in (0, 1):
+            raise ValueError(f"cubic: hystart_rounds must be 0 (Linux) or 1 (ns-3), got {self.hystart_rounds!r}")
+        return [self.c, self.beta, float(self.fast_convergence), float(self.hystart), float(self.hystart_train),
+                float(self.hystart_rounds)]
 
     @property
     def alpha(self) -> float:

@@ -127,6 +127,9 @@ def check(sc: Scenario, cc_name: str) -> None:
     if "cubic" in cc_name and "hystart_train" in cub and float(cub["hystart_train"]) != 1.0:
         raise ScenarioError(sc.source, "cc_params.cubic.hystart_train",
                             "ns-3's TcpCubic ends slow start at an ACK train of one minimum RTT: only 1.0 is supported by the ns-3 engine")
+    if "cubic" in cc_name and "hystart_rounds" in cub and int(cub["hystart_rounds"]) != 1:
+        raise ScenarioError(sc.source, "cc_params.cubic.hystart_rounds",
+                            "ns-3's TcpCubic counts HyStart rounds its own way: only 1 is supported by the ns-3 engine")
     if cc_name.startswith("mltcp-"):
         from ..cc.mltcp import hook_fields
         spelled = {p.name: k for k, p in hook_fields().items()}
