@@ -7,7 +7,9 @@ Slow-start exit (``hystart``): 1 = HyStart as Linux ``tcp_cubic`` and ns-3 ``Tcp
 (default): from 16 segments on, slow start ends (ssthresh = cwnd) when a round's ACK train lasts
 longer than ``hystart_train`` x the minimum RTT (Linux 0.5 without pacing, ns-3 1.0), or when the
 round's minimum RTT (after 8 samples) exceeds the minimum RTT by clamp(min RTT / 8, 4 ms, 16 ms);
-it runs once per connection and again after a retransmission timeout. 2 = HyStart++ (RFC 9406):
+it runs once per connection and again after a retransmission timeout. Rounds (``hystart_rounds``):
+0 as Linux (from 16 segments, each round reset before the checks), 1 as ns-3 3.44 (from the first
+ACK, the checks before the next round starts). 2 = HyStart++ (RFC 9406):
 the delay rule against the previous round's minimum, then conservative slow start (growth / 4)
 for 5 rounds before avoidance, back to slow start if the RTT falls below the baseline. 0 = off.
 A round ends when a window's worth of bytes (the cwnd at its start) has been acknowledged."""
