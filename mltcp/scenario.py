@@ -82,6 +82,7 @@ class Scenario:
     fabric: Any = None              # the mltcp.fabric.Fabric that made the fabric's links, if any
     switch: ProgressPolicy = field(default_factory=ProgressPolicy)   # in-network policy (switch_policy)
     loss_recovery: str = "linux"    # linux: SACK + RACK-TLP; ns3: SACK only (ns-3 3.44), tail losses wait for the RTO
+    nic_backlog_segments: int = 0   # whole segments a window may leave waiting for the NIC and still grow (docs/simulator.md)
 
     def base_rtt(self, job: Job) -> float:
         """Round trip of the job's longest flow path."""
@@ -306,6 +307,7 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     ssai = net.get("slow_start_after_idle", bool, True)
     loss_model = net.get("loss_model", str, "packet", lambda v: v in ("fluid", "packet"), "must be fluid or packet")
     recovery = net.get("loss_recovery", str, "linux", lambda v: v in ("linux", "ns3"), "must be linux or ns3")
+    backlog = net.get("nic_backlog_segments", int, 0, lambda v: 0 <= v <= 64, "must be in [0, 64]")
     net.finish()
     fab, links = _fabric(src, r, mss, seed)
     raw_links = r.get("links", list, [] if fab else ...)
@@ -347,6 +349,7 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     sc.fabric = fab[0] if fab else None
     sc.switch = policy
     sc.loss_recovery = recovery
+    sc.nic_backlog_segments = backlog
     return sc
 
 

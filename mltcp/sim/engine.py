@@ -439,7 +439,7 @@ def _pfc_paused(lp, ls, pq, pol, on_pol, path_ptr, path_link, f, band, k):
 
 
 @njit(cache=True)
-def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
+def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed, nic_backlog,
          kind, p, mltcp, mp, tcp, ca, tr,
          flow_job, path_ptr, path_link, base_rtt, access, flow_bytes,
          job_ptr, iters, comp,
@@ -679,7 +679,9 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed,
             if window:
                 cw = tcp[f, CWND]
                 pipe = inflight[f] + lr[f, LR_HOLE]
-                cwnd_limited[f] = cw < 2.0 * pipe if cw < tcp[f, SSTHRESH] else pipe >= cw - mss
+                # avoidance: the window is the limit unless more than nic_backlog whole segments it
+                # allows wait for the NIC ([network] nic_backlog_segments; 0: the window is full)
+                cwnd_limited[f] = cw < 2.0 * pipe if cw < tcp[f, SSTHRESH] else pipe >= cw - (nic_backlog + 1.0) * mss
                 if to_send[f] <= 0.0 or max(cw - pipe, min(lr[f, LR_FRTX], lr[f, LR_RTX])) < mss:
                     wake[f] = _until_rto(lr, f, NEVER, dt)   # until feedback opens the window (or the RTO)
                 else:                                # the slot its budget reaches a segment (one early)
@@ -1030,6 +1032,7 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     horizon = max_sim_time or float(sum(j.start_offset_s for j in jobs) + 50 * max(
         j.iterations * sc.ideal_iter_s(j) for j in jobs) + 10)
     args = (dt, mss, float(sc.min_rto_s), bool(sc.slow_start_after_idle), sc.loss_model == "packet", int(sc.seed),
+            float(sc.nic_backlog_segments),
             int(cc.kind), cc.p, mltcp, mp, st.tcp, st.ca.a, tr,
             flow_job, path_ptr, path_link, base_rtt, access, flow_bytes,
             job_ptr, iters, comp,

@@ -103,11 +103,12 @@ template <class Base>
 class Host : public Base {
   public:
     Ptr<Queue<Packet>> nic;            // the sender's device queue; null: stock ns-3 growth
+    double allowance = 0.0;            // packets that may wait in it while the window still grows
     uint32_t held = 0;                 // growths skipped (diagnosis)
     bool CwndLimited(Ptr<TcpSocketState> tcb, uint32_t segmentsAcked) const {
         if (!nic) return true;
-        // Linux TSQ lets about two segments wait below TCP; a longer NIC backlog is the NIC's limit
-        double backlog = std::max(0.0, double(nic->GetNPackets()) - 2.0);
+        // a NIC backlog beyond the allowance ([network] nic_backlog_segments) is the NIC's limit
+        double backlog = std::max(0.0, double(nic->GetNPackets()) - allowance);
         if (tcb->m_cWnd >= tcb->m_ssThresh) return backlog == 0.0;
         // slow start (Linux: cwnd < 2 x packets out): out = what had left the host before this ACK
         double out = double(tcb->m_bytesInFlight.Get()) + double(segmentsAcked) * tcb->m_segmentSize
@@ -241,11 +242,11 @@ double MltcpBytesPerIter(Ptr<TcpCongestionOps> cc) {
 }
 
 // the NIC whose backlog does not count as the window's (Host<Base>); growths held back so far
-void SetNic(Ptr<TcpCongestionOps> cc, Ptr<NetDevice> dev) {
+void SetNic(Ptr<TcpCongestionOps> cc, Ptr<NetDevice> dev, double allowance) {
     Ptr<Queue<Packet>> q = DynamicCast<PointToPointNetDevice>(dev)->GetQueue();
-    if (auto m = DynamicCast<HostReno>(cc)) m->nic = q;
-    if (auto m = DynamicCast<HostNewReno>(cc)) m->nic = q;
-    if (auto m = DynamicCast<HostCubic>(cc)) m->nic = q;
+    if (auto m = DynamicCast<HostReno>(cc)) { m->nic = q; m->allowance = allowance; }
+    if (auto m = DynamicCast<HostNewReno>(cc)) { m->nic = q; m->allowance = allowance; }
+    if (auto m = DynamicCast<HostCubic>(cc)) { m->nic = q; m->allowance = allowance; }
 }
 uint32_t HeldGrowths(Ptr<TcpCongestionOps> cc) {
     if (auto m = DynamicCast<HostReno>(cc)) return m->held;

@@ -390,7 +390,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         hv = cppyy_vector(hook)
         cc = cx.MakeCc(cc_name, hv, keep, opt.linux_reno)
         if opt.nic_limited_growth:
-            cx.SetNic(cc, s_devs.Get(0))
+            cx.SetNic(cc, s_devs.Get(0), float(sc.nic_backlog_segments))
         ccs.append(cc)
         f = cx.MakeFlow(senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc, bool(sc.slow_start_after_idle),
                         marks)
