@@ -120,6 +120,11 @@ def fidelity(args) -> list[dict]:
                   f"RTOs fast/ns-3 {row['fast_timeouts']}/{row['ns3_timeouts']}  overlap {row['overlap_fast']:.2f}/{row['overlap_ns3']:.2f}", flush=True)
     ok = sum(r["within_5pct"] for r in rows)
     print(f"within 5 % avg: {ok}/{len(rows)}; drops within 1.5x: {sum(r['drops_within_1_5x'] for r in rows)}/{len(rows)}")
+    # the target is per case: every algorithm run on it within 5 % and drops within 1.5x
+    met = [c for c in dict.fromkeys(r["case"] for r in rows)
+           if all(r["within_5pct"] and r["drops_within_1_5x"] for r in rows if r["case"] == c)]
+    print(f"cases with every algorithm within 5 % and drops within 1.5x: {len(met)}/{len(set(r['case'] for r in rows))}"
+          + (f" ({', '.join(met)})" if met else ""))
     return rows
 
 
