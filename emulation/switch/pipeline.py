@@ -353,12 +353,41 @@ class EcnThresholdTable(TableModel):
         self.pipeline.ecn_default = value
 
 
-class ProgressContestTable(TableModel):
+class _EntryDictTable(TableModel):
+    """A table whose entries are one dict of the pipeline (``store``), keyed by the match value
+    (one field) or the tuple of them; NoAction (None) as an entry removes it, and is the only
+    default action."""
+
+    store = ""
+
+    def _entries(self) -> dict:
+        return getattr(self.pipeline, self.store)
+
+    @staticmethod
+    def _key(key: tuple):
+        return key[0] if len(key) == 1 else tuple(key)
+
+    def put(self, key: tuple, value) -> None:
+        if value is None:
+            self._entries().pop(self._key(key), None)
+        else:
+            self._entries()[self._key(key)] = value
+
+    def delete(self, key: tuple) -> None:
+        self._entries().pop(self._key(key), None)
+
+    def set_default(self, value) -> None:
+        if value is not None:
+            raise UnsupportedAction(f"{self.name}: only NoAction as the default action")
+
+
+class ProgressContestTable(_EntryDictTable):
     """MyEgress.progress_contest: key (egress_port,) -> the window (microseconds) within which
     another job's packet makes the port contested; None (NoAction, the default): always contested."""
 
     name = T_PROGRESS_CONTEST
     default_action = A_NOACTION
+    store = "progress_contest"
 
     def value(self, action: str, params: dict[str, int]):
         if action == A_SET_CONTEST_WINDOW:
@@ -367,30 +396,18 @@ class ProgressContestTable(TableModel):
             return None
         return super().value(action, params)
 
-    def put(self, key: tuple, value) -> None:
-        if value is None:
-            self.pipeline.progress_contest.pop(key[0], None)
-        else:
-            self.pipeline.progress_contest[key[0]] = value
-
-    def delete(self, key: tuple) -> None:
-        self.pipeline.progress_contest.pop(key[0], None)
-
-    def set_default(self, value) -> None:
-        if value is not None:
-            raise UnsupportedAction(f"{self.name}: only NoAction as the default action")
-
 
 NO_MARK = -1      # progress_ecn's no_progress_ecn: the band is not marked at any depth
 
 
-class ProgressEcnTable(TableModel):
+class ProgressEcnTable(_EntryDictTable):
     """MyEgress.progress_ecn: key (egress_port, progress band) -> the MLTCP packet's ECN threshold,
     NO_MARK (no_progress_ecn: never marked) or None (NoAction: the port's threshold applies; also
     the default)."""
 
     name = T_PROGRESS_ECN
     default_action = A_NOACTION
+    store = "progress_ecn"
 
     def value(self, action: str, params: dict[str, int]):
         if action == A_SET_PROGRESS_ECN:
@@ -401,26 +418,14 @@ class ProgressEcnTable(TableModel):
             return None
         return super().value(action, params)
 
-    def put(self, key: tuple, value) -> None:
-        if value is None:
-            self.pipeline.progress_ecn.pop((key[0], key[1]), None)
-        else:
-            self.pipeline.progress_ecn[(key[0], key[1])] = value
 
-    def delete(self, key: tuple) -> None:
-        self.pipeline.progress_ecn.pop((key[0], key[1]), None)
-
-    def set_default(self, value) -> None:
-        if value is not None:
-            raise UnsupportedAction(f"{self.name}: only NoAction as the default action")
-
-
-class ProgressPriorityTable(TableModel):
+class ProgressPriorityTable(_EntryDictTable):
     """MyIngress.progress_priority: key (egress spec, band) -> the MLTCP packet's priority (0-7;
     NoAction: priority 0)."""
 
     name = T_PROGRESS_PRIORITY
     default_action = A_NOACTION
+    store = "progress_priority"
 
     def value(self, action: str, params: dict[str, int]):
         if action == A_SET_PROGRESS_PRIORITY:
@@ -428,19 +433,6 @@ class ProgressPriorityTable(TableModel):
         if action == A_NOACTION:
             return None
         return super().value(action, params)
-
-    def put(self, key: tuple, value) -> None:
-        if value is None:
-            self.pipeline.progress_priority.pop((key[0], key[1]), None)
-        else:
-            self.pipeline.progress_priority[(key[0], key[1])] = value
-
-    def delete(self, key: tuple) -> None:
-        self.pipeline.progress_priority.pop((key[0], key[1]), None)
-
-    def set_default(self, value) -> None:
-        if value is not None:
-            raise UnsupportedAction(f"{self.name}: only NoAction as the default action")
 
 
 BAND_SHIFT = 16 - BAND_BITS
