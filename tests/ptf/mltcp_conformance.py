@@ -127,6 +127,13 @@ class MltcpTest(BaseTest):
         te.action["threshold"] = str(k)
         getattr(te, update)()
 
+    def progress_ecn(self, port: int, band: int, k: int, op: str = "insert") -> None:
+        te = sh.TableEntry("MyEgress.progress_ecn")(action="MyEgress.set_progress_ecn")
+        te.match["standard_metadata.egress_port"] = str(port)
+        te.match["meta.progress_band"] = str(band)
+        te.action["threshold"] = str(k)
+        getattr(te, op)()
+
     def slow_bmv2_port(self, port: int, depth: int = 400) -> None:
         """BMv2: the slow port's queue rate (slow_pps) and depth, with simple_switch_CLI (the
         software switch gets them on its command line)."""
@@ -292,21 +299,14 @@ class ProgressEcn(MltcpTest):
             marked.append(got[IP].tos & 3 == 3)
         return marked
 
-    def _entry(self, port: int, band: int, k: int, op: str = "insert") -> None:
-        te = sh.TableEntry("MyEgress.progress_ecn")(action="MyEgress.set_progress_ecn")
-        te.match["standard_metadata.egress_port"] = str(port)
-        te.match["meta.progress_band"] = str(band)
-        te.action["threshold"] = str(k)
-        getattr(te, op)()
-
     def runTest(self):
         slow = self.p["slow_port"]
         self.slow_bmv2_port(slow)
         self.route("10.0.3.0/24", H3_MAC, slow)
         port_k, behind_k, ahead_k, n = 10, 4, 40, 18
         self.ecn_threshold(slow, port_k)
-        self._entry(slow, 0, behind_k)      # bytes_ratio < 1/16: marked early
-        self._entry(slow, 15, ahead_k)      # bytes_ratio >= 15/16: marked late
+        self.progress_ecn(slow, 0, behind_k)      # bytes_ratio < 1/16: marked early
+        self.progress_ecn(slow, 15, ahead_k)      # bytes_ratio >= 15/16: marked late
         cases = [(0x0000, behind_k), (0x0FFF, behind_k), (0x8000, port_k), (0xF000, None), (0xFFFF, None)]
         for c, (ratio, k) in enumerate(cases):
             marked = self._burst(ratio, n, 43000 + 100 * c)
@@ -378,11 +378,7 @@ class ProgressContest(MltcpTest):
         self.route("10.0.3.0/24", H3_MAC, slow)
         port_k, behind_k, n, window_s = 10, 4, 16, 1.0
         self.ecn_threshold(slow, port_k)
-        te = sh.TableEntry("MyEgress.progress_ecn")(action="MyEgress.set_progress_ecn")
-        te.match["standard_metadata.egress_port"] = str(slow)
-        te.match["meta.progress_band"] = "0"
-        te.action["threshold"] = str(behind_k)
-        te.insert()
+        self.progress_ecn(slow, 0, behind_k)
         te = sh.TableEntry("MyEgress.progress_contest")(action="MyEgress.set_contest_window")
         te.match["standard_metadata.egress_port"] = str(slow)
         te.action["window"] = str(int(window_s * 1e6))
