@@ -4,8 +4,12 @@ bytes_ratio = bytes acked in the current iteration / learned bytes per iteration
 
 Iteration boundaries are found without help from the training framework: an idle gap (no acked
 data) longer than ``max(min_idle, idle_fraction x the previous compute gap)`` starts a new
-iteration (the public MLTCP-Reno uses 0.9 x compute time). Frameworks that know their boundaries
-call :meth:`iteration_start`. Bytes per iteration are learned as the median of the last
+iteration (the public MLTCP-Reno uses 0.9 x compute time). The rule is checked at the ACK that
+ends the gap, or (``boundary = "tx_start"``, the kernel tracker's way) at the send that ends it,
+where the sender has nothing in flight: then a stall waiting for a retransmission timeout, which
+has data in flight, never counts as a compute gap (at the ACK it does, and the 200 ms gap it
+records raises the threshold above every real compute gap that follows). Frameworks that know
+their boundaries call :meth:`iteration_start`. Bytes per iteration are learned as the median of the last
 ``history`` completed iterations, so one mis-detected boundary or the first, partial iteration
 does not throw the estimate, and a change of model size is followed after two iterations.
 Before any iteration has completed, bytes_ratio is 0.
@@ -22,6 +26,7 @@ import numpy as np
 from numba import njit
 
 BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, PREV_GAP, HISTORY = range(7)   # HISTORY..: newest first
+BOUNDARIES = ("idle", "mark", "tx_start")   # the idle rule at the ACK that ends a gap; marks only; the idle rule at TX_START
 GAP_RULES = ("last", "min2")     # the idle threshold's reference gap: the last one, or the shorter of the last two
 
 
@@ -46,6 +51,14 @@ def close(a, i):
 
 
 @njit(cache=True)
+def is_boundary(a, i, gap, idle_fraction, min_idle, min2=False):
+    """Whether an idle ``gap`` (s) of flow i starts a new iteration: gap > max(min_idle, idle_fraction
+    x the reference gap: the last boundary gap, or with ``min2`` the shorter of the last two)."""
+    ref = min(a[i, LAST_GAP], a[i, PREV_GAP]) if min2 and a[i, PREV_GAP] > 0.0 else a[i, LAST_GAP]
+    return not math.isnan(gap) and gap > max(min_idle, idle_fraction * ref)
+
+
+@njit(cache=True)
 def on_ack(a, i, acked, now, idle_fraction, min_idle, min2=False):
     """``min2``: the threshold is idle_fraction x the shorter of the last two boundary gaps, so one
     straggler's long gap does not hide the next ordinary boundary (with ``last`` it does whenever
@@ -53,8 +66,7 @@ def on_ack(a, i, acked, now, idle_fraction, min_idle, min2=False):
     if acked <= 0.0:
         return
     gap = now - a[i, LAST_ACTIVE]
-    ref = min(a[i, LAST_GAP], a[i, PREV_GAP]) if min2 and a[i, PREV_GAP] > 0.0 else a[i, LAST_GAP]
-    if not math.isnan(gap) and gap > max(min_idle, idle_fraction * ref):
+    if is_boundary(a, i, gap, idle_fraction, min_idle, min2):
         a[i, PREV_GAP] = a[i, LAST_GAP]
         a[i, LAST_GAP] = gap
         # an iteration already closed by iteration_start() holds no bytes yet: nothing to close
@@ -62,6 +74,19 @@ def on_ack(a, i, acked, now, idle_fraction, min_idle, min2=False):
             close(a, i)
     a[i, BYTES_CUR] += acked
     a[i, LAST_ACTIVE] = now
+
+
+@njit(cache=True)
+def tx_start(a, i, now, idle_fraction, min_idle, min2=False):
+    """The idle rule checked when flow i starts sending with nothing in flight (Linux's
+    CA_EVENT_TX_START, as the kernel tracker does), on the gap since its last ACK: a stall with data
+    outstanding (a retransmission timeout) has no TX_START, so it is never taken for a boundary."""
+    gap = now - a[i, LAST_ACTIVE]
+    if is_boundary(a, i, gap, idle_fraction, min_idle, min2):
+        a[i, PREV_GAP] = a[i, LAST_GAP]
+        a[i, LAST_GAP] = gap
+        if a[i, BYTES_CUR] > 0.0:
+            close(a, i)
 
 
 @njit(cache=True)
@@ -83,10 +108,12 @@ def _column(j):
 
 class IterationTracker:
     def __init__(self, n: int = 1, idle_fraction: float = 0.9, min_idle: float = 1e-3, history: int = 3,
-                 gap_rule: str = "last"):
+                 gap_rule: str = "last", boundary: str = "idle"):
         if gap_rule not in GAP_RULES:
             raise ValueError(f"gap_rule must be one of {GAP_RULES}")
-        self.min2 = gap_rule == "min2"
+        if boundary not in BOUNDARIES:
+            raise ValueError(f"boundary must be one of {BOUNDARIES}")
+        self.min2, self.at_tx = gap_rule == "min2", boundary == "tx_start"
         if not 0 < idle_fraction:
             raise ValueError("idle_fraction must be > 0")
         if history < 1:
@@ -109,8 +136,16 @@ class IterationTracker:
 
     def on_ack(self, acked, now: float) -> None:
         acked = np.broadcast_to(np.asarray(acked, dtype=float), (len(self.a),))
+        min_idle = math.inf if self.at_tx else self.min_idle
         for i in np.flatnonzero(acked > 0):
-            on_ack(self.a, i, acked[i], now, self.idle_fraction, self.min_idle, self.min2)
+            on_ack(self.a, i, acked[i], now, self.idle_fraction, min_idle, self.min2)
+
+    def tx_start(self, now: float, mask=None) -> None:
+        """The flows of ``mask`` send with nothing in flight; with ``boundary = "tx_start"`` the idle
+        rule is checked here (:func:`tx_start`) instead of at the next ACK."""
+        if self.at_tx:
+            for i in np.flatnonzero(np.ones(len(self.a), bool) if mask is None else mask):
+                tx_start(self.a, i, now, self.idle_fraction, self.min_idle, self.min2)
 
     def iteration_start(self, mask) -> None:
         """Explicit boundary from a framework that knows where its iterations start."""

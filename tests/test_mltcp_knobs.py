@@ -155,3 +155,49 @@ def test_constructor_refuses_values_outside_the_declared_bounds(kw, msg):
     with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         MLTCPReno(**kw)
     MLTCPReno(**{k: (0.5 if isinstance(v, float) else 3) for k, v in kw.items()})   # in bounds: accepted
+
+
+def test_restart_window_restarts_the_window_at_an_iteration_s_first_send_only():
+    """restart_window (window-based variants): at TX_START after an idle gap the tracker counts as a
+    boundary, cwnd = min(cwnd, restart_window) and ssthresh >= 3/4 of the old cwnd (Linux's
+    restart after idle); a shorter gap, a window already that small, or the knob at 0 change nothing."""
+    mss = 1448.0
+    cc = MLTCPReno(restart_window=10, history=1)
+    st = cc.new_state(1)
+    cc.on_ack(st, np.array([100.0]), RTT, 0.0)
+    cc.on_ack(st, np.array([100.0]), RTT, 0.020)          # a 20 ms gap: the tracker's last gap
+    assert st.tracker.last_gap[0] == pytest.approx(0.020)
+
+    def restart(c, s, cwnd, ssthresh, idle):
+        s.cwnd[:], s.ssthresh[:] = cwnd * mss, ssthresh * mss
+        done = c.cwnd_event(s, "tx_start", 1.0, idle=idle, rto=0.2)     # idle < rto: Linux's restart does not apply
+        return bool(done[0]), s.cwnd[0] / mss, s.ssthresh[0] / mss
+
+    assert restart(cc, st, 30, 8, 0.019) == (True, 10.0, 22.5)        # 19 ms > 0.9 x 20 ms
+    assert restart(cc, st, 30, 25, 0.019) == (True, 10.0, 25.0)       # ssthresh only rises
+    assert restart(cc, st, 30, 8, 0.017) == (False, 30.0, 8.0)        # 17 ms < 18 ms: not a boundary
+    assert restart(cc, st, 8, 4, 0.019) == (False, 8.0, 4.0)          # already below the window
+    off = MLTCPReno(history=1)
+    st_off = off.new_state(1)
+    assert restart(off, st_off, 30, 8, 0.1) == (False, 30.0, 8.0)     # the default: off
+    # explicit marks: the first send of an iteration a mark started (nothing acked in it yet)
+    mk = MLTCPReno(restart_window=10, boundary="mark")
+    sm = mk.new_state(1)
+    mk.on_ack(sm, np.array([100.0]), RTT, 0.0)
+    assert restart(mk, sm, 30, 8, 0.1) == (False, 30.0, 8.0)          # a long gap, but no mark
+    mk.iteration_start(sm, np.array([True]))
+    assert restart(mk, sm, 30, 8, 1e-6) == (True, 10.0, 22.5)
+    with pytest.raises(TypeError, match="restart_window"):           # DCQCN has no window to restart
+        MLTCPDcqcn(restart_window=10, line_rate=1.25e8)
+
+
+def test_restart_window_removes_the_tail_timers_of_a_colliding_start(tmp_path):
+    """two-jobs seed 7 (docs/tuning.md "Tail RTOs"): the starting job's carried-over window lands on
+    the finishing job's last segment, which waits ~200 ms for a timer. Restarting the starting
+    job's window keeps that tail: fewer timers, and the iterations they stretch are gone."""
+    def sim(extra):
+        return simulate(scenario.load(str(_write(tmp_path, "scale_decrease = true\n" + extra, 7))), "mltcp-reno")
+    plain, rs = sim(""), sim("restart_window = 10\n")
+    assert plain.timeouts + plain.probes >= 2
+    assert rs.timeouts + rs.probes < plain.timeouts + plain.probes
+    assert max(x.duration for x in rs.records[20:]) < 0.1 < max(x.duration for x in plain.records[20:])

@@ -72,11 +72,12 @@ def test_unsupported_algorithms_and_parameters_are_named():
 def test_the_hook_table_reaches_the_ns3_ops_as_the_fast_engine_reads_it():
     sc = _dumbbell(mltcp={"slope": 8.4, "intercept": 0.11, "shape": "convex", "exponent": 1.3, "boundary": "mark",
                           "scale_decrease": True, "decrease_at_start": 0.55, "decrease_at_end": 0.14,
-                          "history": 5, "idle_gap": "min2", "idle_fraction": 0.34, "min_idle_ms": 0.27})
+                          "history": 5, "idle_gap": "min2", "idle_fraction": 0.34, "min_idle_ms": 0.27,
+                          "restart_window": 12})
     hook, marks = ns3_engine.hook_numbers(sc, "mltcp-cubic")
-    assert hook == [8.4, 0.11, 2.0, float("inf"), 1.3, 0.55, 0.14, 0.34, float("inf"), 5.0, 1.0, 1.0] and marks
+    assert hook == [8.4, 0.11, 2.0, float("inf"), 1.3, 0.55, 0.14, 0.34, float("inf"), 5.0, 1.0, 1.0, 12.0, 0.0] and marks
     hook, marks = ns3_engine.hook_numbers(_dumbbell(), "mltcp-reno")      # the hook's declared defaults
-    assert hook == [4.0, 0.25, 0.0, float("inf"), 2.0, 0.8, 0.2, 0.9, 1e-3, 3.0, 0.0, 0.0] and not marks
+    assert hook == [4.0, 0.25, 0.0, float("inf"), 2.0, 0.8, 0.2, 0.9, 1e-3, 3.0, 0.0, 0.0, 0.0, 0.0] and not marks
     assert ns3_engine.hook_numbers(sc, "reno") == ([], False)
     for cc in ("mltcp-reno", "mltcp-cubic"):      # every knob of the Reno/CUBIC variants is modelled
         ns3_engine.check(sc, cc)
@@ -296,6 +297,26 @@ def test_ns3_explicit_marks_find_the_iterations_the_idle_rule_is_told_to_miss():
     sc.mltcp_params["boundary"] = "mark"
     learned = ns3_engine.run(sc, "mltcp-reno").ns3_stats["bytes_per_iter_learned"]
     assert learned == [pytest.approx(400_000, abs=1448)] * 2
+
+
+@needs_ns3
+def test_ns3_restart_window_restarts_each_iteration_s_window_as_the_fast_engine_does():
+    """restart_window: every iteration after the first starts from at most that window (ns-3's
+    Mltcp<Base>::IterationRestart, the fast engine's iteration_restart), and not without the knob.
+    Here J1's first iteration waits for two RTOs: with the idle rule at the ACK those stalls are taken
+    for compute gaps, the threshold rises above the real ones and J1 finds no boundary again (wrong
+    size learned, no restart); at TX_START (``boundary = "tx_start"``) or with marks it finds all."""
+    kw = dict(iterations=4, nbytes=1_000_000, buffer_pkts=200)
+
+    def stats(**mltcp):
+        r = ns3_engine.run(_dumbbell(**kw, mltcp=mltcp), "mltcp-reno").ns3_stats
+        return r["iteration_restarts"], r["bytes_per_iter_learned"], r["timeouts"]
+    assert stats()[0] == [0, 0]
+    restarts, learned, timeouts = stats(restart_window=4)
+    assert timeouts[1] >= 1 and restarts[0] == 3 and restarts[1] < 3 and learned[1] != 1_000_000
+    for boundary in ("tx_start", "mark"):
+        restarts, learned, _ = stats(restart_window=4, boundary=boundary)
+        assert restarts == [3, 3] and learned == [1_000_000, 1_000_000], boundary
 
 
 @needs_ns3

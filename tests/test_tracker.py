@@ -83,3 +83,39 @@ def test_explicit_start_and_idle_rule_together_close_each_iteration_once():
     assert tr.iteration[0] == 3                 # the first call had nothing to close
     assert tr.bytes_per_iter[0] == 2000
     assert tr.bytes_ratio[0] == 1.0
+
+
+def _iterations_with_a_stall(tr, tx_start):
+    """Iterations of 1000 bytes (10 ACKs 0.1 ms apart) behind 20 ms compute gaps; iteration 2 stalls
+    200 ms mid-way with data in flight (a retransmission timeout: ACKs stop, no send from idle).
+    ``tx_start`` tells the tracker each iteration's first send (nothing in flight)."""
+    t = 0.0
+    for it in range(8):
+        if it:
+            t += 0.020
+            if tx_start:
+                tr.tx_start(t)
+        for k in range(10):
+            t += 0.0001 + (0.2 if it == 2 and k == 5 else 0.0)
+            feed(tr, 100, t)
+    return t
+
+
+def test_a_timeout_stall_jams_the_ack_rule_and_not_the_tx_start_rule():
+    """At the ACK the 200 ms stall looks like a compute gap: it closes iteration 2 in the middle and,
+    as the last gap, raises the threshold to 180 ms, above every later 20 ms compute gap, so no
+    boundary is found again. Checked at TX_START (the kernel tracker's rule) the stall, with data in
+    flight, is no gap, and every iteration closes at its own boundary."""
+    ack = IterationTracker(1, idle_fraction=0.9, min_idle=1e-3, history=3)
+    _iterations_with_a_stall(ack, tx_start=False)
+    assert ack.last_gap[0] == pytest.approx(0.2, abs=1e-3) and ack.iteration[0] == 3
+    assert ack.bytes_cur[0] == 500 + 5 * 1000                # iterations 3-7 run together
+    tx = IterationTracker(1, idle_fraction=0.9, min_idle=1e-3, history=3, boundary="tx_start")
+    _iterations_with_a_stall(tx, tx_start=True)
+    assert tx.iteration[0] == 7 and tx.bytes_per_iter[0] == 1000 and tx.bytes_ratio[0] == 1.0
+    assert tx.last_gap[0] == pytest.approx(0.020)                 # from the last ACK to the send
+    quiet = IterationTracker(1, boundary="tx_start")          # without TX_START events: no boundary
+    _iterations_with_a_stall(quiet, tx_start=False)
+    assert quiet.iteration[0] == 0
+    with pytest.raises(ValueError, match="boundary"):
+        IterationTracker(1, boundary="ack")

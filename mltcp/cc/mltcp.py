@@ -8,8 +8,9 @@ divided by Reno's 0.5, times the base one (0.8..0.2 of the window for Reno by de
 
 Every variant of the design space is a named configuration of this one hook (issue 10), set in a
 scenario's ``[mltcp]`` table: F's ``shape`` (linear, capped, convex), the decrease's two ends, the
-tracker's ``boundary`` (idle gap or an explicit mark) and ``history``, and, for DCQCN, where F
-applies (``dcqcn_f_*``). The hook's numbers travel as one vector (:meth:`MLTCPHook.hook_vector`,
+tracker's ``boundary`` (idle gap at the ACK, an explicit mark, or the idle gap at TX_START) and
+``history``, for the window-based variants ``restart_window`` (the window restarts at each
+iteration's first send), and, for DCQCN, where F applies (``dcqcn_f_*``). The hook's numbers travel as one vector (:meth:`MLTCPHook.hook_vector`,
 columns below) into the two numba kernels :func:`gain` and :func:`dscale`, which the simulator's
 compiled loop and the ops methods both call; :mod:`mltcp.tracker` gives bytes_ratio.
 """
@@ -21,18 +22,19 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
-from ..tracker import GAP_RULES, IterationTracker
-from .base import Param
+from .. import tracker as trk
+from ..tracker import BOUNDARIES, GAP_RULES, IterationTracker
+from .base import CWND, SSTHRESH, Param, _vec
 from .cubic import Cubic
 from .dcqcn import Dcqcn
 from .dctcp import Dctcp
 from .reno import Reno
 
 SHAPES = ("linear", "capped", "convex")
-BOUNDARIES = ("idle", "mark")
 # the hook vector (columns)
-SLOPE, INTERCEPT, SCALE_DECREASE, IDLE_FRACTION, MIN_IDLE, SHAPE, CAP, EXPONENT, DEC_START, DEC_END, BOUNDARY, GAP_MIN2 = range(12)
-HOOK_LEN = 12
+SLOPE, INTERCEPT, SCALE_DECREASE, IDLE_FRACTION, MIN_IDLE, SHAPE, CAP, EXPONENT, DEC_START, DEC_END, BOUNDARY, GAP_MIN2, \
+    RESTART = range(13)
+HOOK_LEN = 13
 
 
 @njit(cache=True)
@@ -62,6 +64,26 @@ def dscale(mp, r):
     return (mp[DEC_START] + (mp[DEC_END] - mp[DEC_START]) * r) / 0.5
 
 
+@njit(cache=True)
+def iteration_restart(mp, tr, tcp, i, idle, mss):
+    """``restart_window``: the first send of a new iteration (an idle gap the tracker's rule counts
+    as a boundary, or an iteration a mark has just started) restarts the window as Linux does after
+    an idle RTO: cwnd = min(cwnd, restart_window), ssthresh >= 3/4 of the old cwnd. The starting job
+    then ramps up instead of landing its whole carried-over window on the finishing one's tail."""
+    if mp[RESTART] <= 0.0:
+        return False
+    if mp[BOUNDARY] == 0.0:
+        start = trk.is_boundary(tr, i, idle, mp[IDLE_FRACTION], mp[MIN_IDLE], mp[GAP_MIN2] != 0.0)
+    else:     # a mark, or the TX_START rule, has just closed the last iteration: nothing acked in this one
+        start = tr[i, trk.BYTES_CUR] == 0.0
+    w = mp[RESTART] * mss
+    if not start or tcp[i, CWND] <= w:
+        return False
+    tcp[i, SSTHRESH] = max(tcp[i, SSTHRESH], 0.75 * tcp[i, CWND])
+    tcp[i, CWND] = w
+    return True
+
+
 class Linear:
     """F(r) = slope * r + intercept (defaults from the public MLTCP-Reno: 4.0 and 0.25)."""
 
@@ -89,7 +111,7 @@ class IterationTracking:
     idle_fraction = Param(0.9, "1", "an idle gap > this x the last compute gap starts an iteration", bounds="(0, 1]")
     min_idle = Param(1e-3, "s", "shortest idle gap that starts an iteration", key="min_idle_ms", scale=1e-3,
                      key_unit="ms", bounds="(0, inf]")
-    boundary = Param("idle", "", "iteration boundary: idle (gap rule) or mark (framework marks)", choices=BOUNDARIES)
+    boundary = Param("idle", "", "iteration boundary: idle rule at the ACK, framework mark, idle rule at TX_START", choices=BOUNDARIES)
     history = Param(3, "1", "bytes per iteration = median of the last `history` iterations", bounds="[1, 64]")
     idle_gap = Param("last", "", "idle rule's reference gap: last, or min2 (shorter of the last two)", choices=GAP_RULES)
 
@@ -99,8 +121,12 @@ class IterationTracking:
 
     def new_state(self, n=1, mss=1448, now=0.0):
         st = super().new_state(n, mss, now)
-        st.tracker = IterationTracker(n, self.idle_fraction, self.idle_rule_min(), self.history, self.idle_gap)
+        st.tracker = IterationTracker(n, self.idle_fraction, self.idle_rule_min(), self.history, self.idle_gap, self.boundary)
         return st
+
+    def cwnd_event(self, st, event, now, idle=0.0, rto=np.inf, restart=True, mask=None):
+        st.tracker.tx_start(now, mask)
+        return super().cwnd_event(st, event, now, idle, rto, restart, mask)
 
     def pkts_acked(self, st, acked, rtt, now):
         st.tracker.on_ack(acked, now)
@@ -130,9 +156,9 @@ class MLTCPHook(IterationTracking):
     def hook_vector(self) -> np.ndarray:
         """The hook's numbers for the kernels (the columns at the top of this module)."""
         mp = np.zeros(HOOK_LEN)
-        mp[[SLOPE, INTERCEPT, CAP, EXPONENT, DEC_START, DEC_END, IDLE_FRACTION, MIN_IDLE]] = (
+        mp[[SLOPE, INTERCEPT, CAP, EXPONENT, DEC_START, DEC_END, IDLE_FRACTION, MIN_IDLE, RESTART]] = (
             self.slope, self.intercept, self.cap, self.exponent, self.decrease_at_start, self.decrease_at_end,
-            self.idle_fraction, self.idle_rule_min())
+            self.idle_fraction, self.idle_rule_min(), getattr(self, "restart_window", 0.0))
         mp[[SCALE_DECREASE, SHAPE, BOUNDARY, GAP_MIN2]] = (
             self.scale_decrease, SHAPES.index(self.shape), BOUNDARIES.index(self.boundary), self.idle_gap == "min2")
         return mp
@@ -140,22 +166,31 @@ class MLTCPHook(IterationTracking):
     def increase_gain(self, st):
         return self.F(st.tracker.bytes_ratio)
 
-    def decrease_scale(self, st):
-        if not self.scale_decrease:
-            return 1.0
-        mp = self.hook_vector()
-        return np.array([dscale(mp, float(r)) for r in st.tracker.bytes_ratio])
+    def decrease_scale(self, st):                   # dscale is 1 without scale_decrease
+        return np.array([dscale(self.hook_vector(), float(r)) for r in st.tracker.bytes_ratio])
 
 
-class MLTCPReno(MLTCPHook, Reno):
+class IterationRestart:
+    """Window-based variants: ``restart_window`` (:func:`iteration_restart`) at each iteration's
+    first send, after the base's own TX_START reaction."""
+    restart_window = Param(0.0, "segments", "at an iteration's first send, cwnd <= this (0 = off)", bounds="[0, 1e6]")
+
+    def cwnd_event(self, st, event, now, idle=0.0, rto=np.inf, restart=True, mask=None):
+        done, mp = super().cwnd_event(st, event, now, idle, rto, restart, mask), self.hook_vector()
+        for i in np.flatnonzero(np.ones(st.n, bool) if mask is None else mask):
+            done[i] |= iteration_restart(mp, st.tracker.a, st.tcp, i, _vec(idle, st.n)[i], st.mss)
+        return done
+
+
+class MLTCPReno(IterationRestart, MLTCPHook, Reno):
     name = "mltcp-reno"
 
 
-class MLTCPCubic(MLTCPHook, Cubic):
+class MLTCPCubic(IterationRestart, MLTCPHook, Cubic):
     name = "mltcp-cubic"
 
 
-class MLTCPDctcp(MLTCPHook, Dctcp):
+class MLTCPDctcp(IterationRestart, MLTCPHook, Dctcp):
     """F scales Reno's additive increase; with ``scale_decrease`` also the ECN cut alpha / 2 and the halving."""
     name = "mltcp-dctcp"
 
@@ -178,6 +213,6 @@ def hook_fields() -> dict[str, Param]:
     out = {}
     for cls in (MLTCPReno, MLTCPCubic, MLTCPDctcp, MLTCPDcqcn):
         for name, prm in cls.params.items():
-            if name in cls.__dict__ or name in vars(MLTCPHook) or name in vars(IterationTracking):
+            if name in cls.__dict__ or any(name in vars(k) for k in (MLTCPHook, IterationTracking, IterationRestart)):
                 out[prm.key] = prm
     return out

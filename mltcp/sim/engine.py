@@ -494,8 +494,12 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed, nic_backl
             for f in range(job_ptr[j], job_ptr[j + 1]):
                 if mltcp and mp[hook.BOUNDARY] == 1.0:   # explicit mark: the framework starts an iteration
                     trk.iteration_start(tr, f)
+                elif mltcp and mp[hook.BOUNDARY] == 2.0:   # the idle rule at TX_START
+                    trk.tx_start(tr, f, t, mp[hook.IDLE_FRACTION], mp[hook.MIN_IDLE], mp[hook.GAP_MIN2] != 0.0)
                 rto = max(min_rto, srtt[f] + 4.0 * rttvar[f])
                 dispatch.tx_start(kind, p, tcp, ca, f, t, t - last_tx[f], rto, mss, ssai)
+                if mltcp:
+                    hook.iteration_restart(mp, tr, tcp, f, t - last_tx[f], mss)
                 to_send[f] = flow_bytes[f]
                 unacked[f] = flow_bytes[f]
                 flow_done[f] = False
@@ -539,7 +543,8 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed, nic_backl
                     rttvar[f] = 0.75 * rttvar[f] + 0.25 * abs(err)
                     srtt[f] += 0.125 * err
                     if mltcp:
-                        trk.on_ack(tr, f, a, t, mp[hook.IDLE_FRACTION], mp[hook.MIN_IDLE], mp[hook.GAP_MIN2] != 0.0)
+                        trk.on_ack(tr, f, a, t, mp[hook.IDLE_FRACTION], mp[hook.MIN_IDLE] if mp[hook.BOUNDARY] == 0.0
+                                   else np.inf, mp[hook.GAP_MIN2] != 0.0)
                     dispatch.pkts_acked(kind, p, tcp, ca, f, a, rtt_s, t, mss)
                     dispatch.in_ack_event(kind, p, tcp, ca, f, a, mk, rtt_s, t, mss)
                 in_rec = t < recovery_until[f]

@@ -59,22 +59,25 @@ struct Tracker {
     double idleFraction = 0.9, minIdle = 1e-3;   // minIdle = inf: explicit marks only (boundary = mark)
     size_t history = 3;                // bytes per iteration = median of the last `history` iterations
     bool min2 = false;                 // idle_gap = min2: the threshold's reference is the shorter of the last two gaps
+    bool atTx = false;                 // boundary = tx_start: the idle rule is checked at TxStart, not at the ACK
     double bytesCur = 0, bytesPerIter = 0, lastActive = -1, lastGap = 0, prevGap = 0;
     std::vector<double> hist;          // newest first, at most `history`
     void OnAck(double acked, double now) {
         if (acked <= 0) return;
-        if (lastActive >= 0) {
-            double gap = now - lastActive;
-            double ref = (min2 && prevGap > 0) ? std::min(lastGap, prevGap) : lastGap;
-            double threshold = std::max(minIdle, idleFraction * ref);
-            if (gap > threshold) {
-                prevGap = lastGap;
-                lastGap = gap;
-                if (bytesCur > 0) Close();
-            }
-        }
+        if (lastActive >= 0 && !atTx) Gap(now - lastActive);
         bytesCur += acked;
         lastActive = now;
+    }
+    void TxStart(double now) { if (lastActive >= 0 && atTx) Gap(now - lastActive); }   // tracker.tx_start
+    void Gap(double gap) {
+        if (!IsBoundary(gap)) return;
+        prevGap = lastGap;
+        lastGap = gap;
+        if (bytesCur > 0) Close();
+    }
+    bool IsBoundary(double gap) const {       // does an idle gap start an iteration (tracker.is_boundary)
+        double ref = (min2 && prevGap > 0) ? std::min(lastGap, prevGap) : lastGap;
+        return gap > std::max(minIdle, idleFraction * ref);
     }
     void IterationStart() { if (bytesCur > 0) Close(); }   // explicit mark from the framework
     void Close() {
@@ -133,6 +136,7 @@ class Mltcp : public Base {
     int shape = 0;                     // 0 linear, 1 capped (min(cap, linear)), 2 convex (slope r^exponent + intercept)
     double cap = INFINITY, exponent = 2.0;
     bool scaleDecrease = false;
+    double restartWindow = 0;          // segments; 0 = off (mltcp.cc.mltcp.iteration_restart)
     double decStart = 0.8, decEnd = 0.2;   // fraction removed at r = 0 / r = 1, in Reno terms (x base / 0.5)
     double baseKeep = 0.5;             // fraction of the window the base keeps on a reduction
     std::string name = "Mltcp";
@@ -184,24 +188,37 @@ class Mltcp : public Base {
         double v = std::max(2.0 * tcb->m_segmentSize, ref - removed);
         return uint32_t(v);
     }
+    // restart_window: an iteration's first send restarts the window (Linux's restart after idle)
+    bool IterationRestart(Ptr<TcpSocketState> tcb, double idle) {
+        if (restartWindow <= 0) return false;
+        bool start = (std::isinf(tracker.minIdle) || tracker.atTx) ? tracker.bytesCur == 0 : tracker.IsBoundary(idle);
+        double w = restartWindow * tcb->m_segmentSize;
+        if (!start || double(tcb->m_cWnd.Get()) <= w) return false;
+        tcb->m_ssThresh = std::max<uint32_t>(tcb->m_ssThresh, uint32_t(0.75 * tcb->m_cWnd.Get()));
+        tcb->m_cWnd = uint32_t(w);
+        return true;
+    }
     Ptr<TcpCongestionOps> Fork() override { return CopyObject<Mltcp<Base>>(this); }
 };
 
 // the hook's numbers: slope, intercept, shape, cap, exponent, decrease_at_start, decrease_at_end,
-// idle_fraction, min_idle (inf with explicit marks), history, idle_gap == min2, scale_decrease
+// idle_fraction, min_idle (inf with explicit marks), history, idle_gap == min2, scale_decrease,
+// restart_window, boundary == tx_start
 template <class M>
 void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
     m->slope = h[0]; m->intercept = h[1]; m->shape = int(h[2]); m->cap = h[3]; m->exponent = h[4];
     m->decStart = h[5]; m->decEnd = h[6];
     m->tracker.idleFraction = h[7]; m->tracker.minIdle = h[8]; m->tracker.history = size_t(h[9]);
-    m->tracker.min2 = h[10] != 0.0; m->scaleDecrease = h[11] != 0.0; m->baseKeep = baseKeep;
+    m->tracker.min2 = h[10] != 0.0; m->scaleDecrease = h[11] != 0.0; m->restartWindow = h[12];
+    m->tracker.atTx = h[13] != 0.0;
+    m->baseKeep = baseKeep;
 }
 
 Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double baseKeep, bool linuxReno) {
     if (name == "reno" && !linuxReno) return CreateObject<HostNewReno>();
     if (name == "reno") return CreateObject<HostReno>();
     if (name == "cubic") return CreateObject<HostCubic>();
-    NS_ABORT_MSG_IF(hook.size() != 12, "MakeCc: 12 hook numbers expected");
+    NS_ABORT_MSG_IF(hook.size() != 14, "MakeCc: 14 hook numbers expected");
     if (name == "mltcp-reno" && !linuxReno) {
         Ptr<Mltcp<HostNewReno>> m = CreateObject<Mltcp<HostNewReno>>();
         SetHook(m, hook, baseKeep); m->name = "MltcpNewReno";
@@ -225,6 +242,19 @@ void MltcpIterationStart(Ptr<TcpCongestionOps> cc) {
     if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) m->tracker.IterationStart();
     if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) m->tracker.IterationStart();
     if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) m->tracker.IterationStart();
+}
+
+void MltcpTxStart(Ptr<TcpCongestionOps> cc, double now) {
+    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) m->tracker.TxStart(now);
+    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) m->tracker.TxStart(now);
+    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) m->tracker.TxStart(now);
+}
+
+bool MltcpIterationRestart(Ptr<TcpCongestionOps> cc, Ptr<TcpSocketState> tcb, double idle) {
+    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) return m->IterationRestart(tcb, idle);
+    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) return m->IterationRestart(tcb, idle);
+    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) return m->IterationRestart(tcb, idle);
+    return false;
 }
 
 double MltcpRatio(Ptr<TcpCongestionOps> cc) {
@@ -310,6 +340,7 @@ class Flow : public Application {
     bool waiting = false;
     int64_t synAck = 1;                // the SYN's sequence number is not data
     uint32_t retx = 0, timeouts = 0, recoveries = 0;   // retransmitted segments, RTOs, fast recoveries
+    uint32_t iterationRestarts = 0;    // windows restarted at an iteration start (restart_window)
     uint32_t epochShifts = 0;          // CUBIC epochs moved by an idle period (bictcp_cwnd_event)
     SequenceNumber32 highSent{0};
     std::vector<double> dbgT, dbgSeq;  // filled when debug is set
@@ -441,6 +472,9 @@ void Flow::Send(uint64_t bytes) {
         }
     }
     if (marks && cc) MltcpIterationStart(cc);
+    if (cc) MltcpTxStart(cc, now);
+    if (cc && txBytes > 0)
+        iterationRestarts += MltcpIterationRestart(cc, SocketPeek::Tcb(PeekPointer(tsb)), now - lastTx);
     target += bytes;
     waiting = true;
     int sent = sock->Send(Create<Packet>(uint32_t(bytes)));

@@ -149,7 +149,7 @@ def check(sc: Scenario, cc_name: str) -> None:
 
 # the MLTCP hook's knobs (mltcp.cc.mltcp.MLTCPHook) that the C++ Mltcp<Base> implements
 HOOK_KNOBS = ("slope", "intercept", "shape", "cap", "exponent", "decrease_at_start", "decrease_at_end",
-              "idle_fraction", "min_idle", "history", "idle_gap", "scale_decrease", "boundary")
+              "idle_fraction", "min_idle", "history", "idle_gap", "scale_decrease", "boundary", "restart_window")
 
 
 def _unmodelled_knobs(cc_name: str) -> list[str]:
@@ -162,7 +162,7 @@ def _unmodelled_knobs(cc_name: str) -> list[str]:
 
 
 def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
-    """The ``[mltcp]`` table as the 12 numbers ``MakeCc`` takes (order in ns3_cxx.SetHook), from
+    """The ``[mltcp]`` table as the 14 numbers ``MakeCc`` takes (order in ns3_cxx.SetHook), from
     the same Param declarations and defaults the fast engine uses, and whether the flows mark
     iteration starts (boundary = mark); ([], False) for a base algorithm."""
     if not cc_name.startswith("mltcp-"):
@@ -171,7 +171,8 @@ def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
     c = build_cc(sc, cc_name)
     return [float(c.slope), float(c.intercept), float(SHAPES.index(c.shape)), float(c.cap), float(c.exponent),
             float(c.decrease_at_start), float(c.decrease_at_end), float(c.idle_fraction), float(c.idle_rule_min()),
-            float(c.history), float(c.idle_gap == "min2"), float(bool(c.scale_decrease))], c.boundary == "mark"
+            float(c.history), float(c.idle_gap == "min2"), float(bool(c.scale_decrease)),
+            float(c.restart_window), float(c.boundary == "tx_start")], c.boundary == "mark"
 
 
 def cppyy_vector(xs: list[float]):
@@ -443,6 +444,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         stats = {"retransmissions": [int(f.retx) for f in flow_objs], "timeouts": [int(f.timeouts) for f in flow_objs],
                  "fast_recoveries": [int(f.recoveries) for f in flow_objs],
                  "cubic_epoch_shifts": [int(f.epochShifts) for f in flow_objs],
+                 "iteration_restarts": [int(f.iterationRestarts) for f in flow_objs],
                  "flow_job": [sc.jobs[ji].name for ji, _ in flows],
                  "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
                  "other_drops": float(counters.otherDrops),
