@@ -534,7 +534,8 @@ def test_udp_sender_gets_the_scenario_s_mltcp_table_and_builds_that_hook(tmp_pat
     f.write_text(json.dumps(doc))
     _, opts = read_send_doc(str(f), "udp_peer", udp_peer.UDP_FIELDS)
     cc = build_cc("mltcp-dcqcn", line_rate=100e6 / 8, **opts["cc_params"])
-    assert (cc.slope, cc.dcqcn_f_rai, cc.dcqcn_f_timer, cc.min_idle) == (25.4, False, True, float("inf"))
+    assert (cc.slope, cc.dcqcn_f_rai, cc.dcqcn_f_timer, cc.boundary) == (25.4, False, True, "mark")
+    assert cc.idle_rule_min() == float("inf")           # the sender marks iterations: the idle rule is off
     base = sender_doc(job, "udp", "dcqcn")["cc_params"]                  # the base gets DCQCN's table only
     assert base == {"g": 1 / 256, "rai": 50e6 / 8, "rhai": 100e6 / 8, "min_rate": 100e6 / 8, "timer": 900e-6,
                     "byte_counter": 10e6, "alpha_interval": 1e-6}

@@ -225,6 +225,31 @@ def test_mltcp_ratio_comes_from_tracker(peer):
         f.close()
 
 
+def test_mltcp_restart_window_restarts_each_marked_iteration_s_window(peer):
+    """The sender marks its iterations; with ``restart_window`` the first send of each one starts
+    from at most that window (ssthresh >= 3/4 of the old one), counted in ``idle_restarts``;
+    without it the window is kept (the idle gap is far below the RTO)."""
+    mss = 1000
+    for window, want in ((4, 4 * mss), (0, 80 * mss)):
+        f = FlowSender(peer.getsockname(), build_cc("mltcp-reno", restart_window=window), payload=mss,
+                       min_rto=0.2, clock=lambda: 0.0)
+        try:
+            assert f.cc.boundary == "mark"
+            f.enqueue(10 * mss, 0)
+            f.service(0.0)
+            for _ in range(10):
+                peer.recvfrom(4096)
+            _deliver(peer, f, _ack(f, 10 * mss), 0.001)
+            f.st.cwnd[0] = 80 * mss                        # pretend the window grew large
+            f.enqueue(5 * mss, 1)
+            f.service(0.02)                                # a 20 ms compute gap
+            assert f.st.cwnd[0] == want and f.stats["idle_restarts"] == int(window > 0)
+            if window:
+                assert f.st.ssthresh[0] >= 60 * mss
+        finally:
+            f.close()
+
+
 def test_receiver_cnp_at_most_one_per_interval():
     with Receiver(("127.0.0.1", 0), cnp_interval=50e-6, clock=lambda: 0.0) as rx:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

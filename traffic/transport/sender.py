@@ -37,12 +37,13 @@ def build_cc(name: str, line_rate: float | None = None, explicit_iterations: boo
       (bytes/s) is given they are scaled to it unless set explicitly (min rate = R_HAI =
       line/250, R_AI = line/500).
     * MLTCP variants: with ``explicit_iterations`` the sender marks every iteration boundary
-      (``iteration_start``), so the tracker's idle-gap rule is switched off (``min_idle=inf``)
-      unless ``min_idle`` is given: both rules together would close each iteration twice (the
-      first ACK after the compute gap closes an empty one) and learn 0 bytes per iteration.
+      (``iteration_start``), so the tracker runs on marks (``boundary = "mark"``: the idle-gap
+      rule off, and ``restart_window`` applies at each marked iteration's first send) unless
+      ``min_idle`` or ``boundary`` is given: both rules together would close each iteration twice
+      (the first ACK after the compute gap closes an empty one) and learn 0 bytes per iteration.
       Without it, boundaries come from the idle-gap rule alone, as in the paper."""
-    if name.startswith("mltcp-") and explicit_iterations:
-        params.setdefault("min_idle", float("inf"))
+    if name.startswith("mltcp-") and explicit_iterations and "min_idle" not in params:
+        params.setdefault("boundary", "mark")
     if name.endswith("dcqcn") and line_rate:
         params.setdefault("line_rate", line_rate)
         params.setdefault("min_rate", line_rate / 250)
