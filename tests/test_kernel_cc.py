@@ -285,6 +285,47 @@ def test_cubic_growth_matches_model(loaded, dumbbell, traced):
         assert e.w == model.CUBIC_KEEP_Q16 and e.aux == model.ssthresh(e.cwnd_in, model.CUBIC_KEEP_Q16)
 
 
+def _iteration_starts(events):
+    """cwnd at the first ACK of each iteration after the first (in_ack_event runs before any growth)."""
+    acks = [e for e in events if e.kind == maps.EV_ACK]
+    return [b.cwnd_in for a, b in zip(acks, acks[1:]) if b.completed > a.completed]
+
+
+@pytest.mark.parametrize("variant", list(maps.VARIANTS))
+def test_restart_window_restarts_the_window_at_each_iteration_start(loaded, dumbbell, traced, variant):
+    """restart_window = 8: at the first send of every iteration a larger window restarts at 8
+    segments and ssthresh becomes max(ssthresh, 3/4 of the old window) (model.restart); the next
+    ACK finds cwnd 8. With 0 (the default) the window is carried over the idle gap untouched."""
+    restart = 8
+    runs = {}
+    for rw in (restart, 0):
+        vm = traced(variant)
+        before = vm.stats()["iteration_restarts"]
+        events = _run_traced(dumbbell, variant, traced, maps.Config(min_idle=0.02, restart_window=rw))
+        runs[rw] = events, vm.stats()["iteration_restarts"] - before
+
+    events, counted = runs[restart]
+    rs = [e for e in events if e.kind == maps.EV_RESTART]
+    assert counted == len(rs)
+    # the connection's first send (nothing acked yet, initial window 10) and >= 3 idle boundaries
+    assert len({e.completed for e in rs if e.completed >= 1}) >= 3, [(e.completed, e.cwnd_in) for e in rs]
+    for e in rs:
+        assert e.iter_acked == 0 and e.cwnd_in > restart
+        assert (e.cwnd_out, e.aux) == model.restart(e.cwnd_in, e.w, restart)
+    for e in rs:     # the kernel's window at the next ACK: the restart stuck
+        nxt = next(x for x in events[events.index(e) + 1:] if x.kind == maps.EV_ACK)
+        assert nxt.cwnd_in == restart
+    assert set(_iteration_starts(events)) == {restart}
+
+    events, counted = runs[0]
+    assert counted == 0 and not [e for e in events if e.kind == maps.EV_RESTART]
+    starts = _iteration_starts(events)
+    assert len(starts) >= 3 and max(starts) > restart, starts
+    print(f"{variant}: restarts (iteration, cwnd before -> after, ssthresh before -> after): "
+          f"{[(e.completed, e.cwnd_in, e.cwnd_out, e.w, e.aux) for e in rs]}; "
+          f"without restart_window, cwnd at each iteration's first ACK: {starts}")
+
+
 def test_failed_load_leaves_nothing(loaded, monkeypatch):
     """A load that fails after registering the first variant unregisters it again."""
     loader.unload()

@@ -24,6 +24,16 @@ def test_cli_rejects_bad_input_with_exit_2():
     assert r.exit_code == 2 and "iterations" in r.output
 
 
+def test_cli_restart_window_must_be_a_non_negative_whole_number():
+    for cmd in ("load", "experiment"):
+        for bad in ("-1", "2.5", "many"):
+            r = CliRunner().invoke(app, [cmd, "--restart-window", bad])
+            assert r.exit_code == 2 and "--restart-window" in r.output, (cmd, bad, r.output)
+    from mltcp.traffic.kernel.cli import _config
+    assert _config(4.0, 0.25, 0.9, 1.0, None, False, "mltcp_reno", 12).restart_window == 12
+    assert _config(4.0, 0.25, 0.9, 1.0, None, False, "mltcp_reno").restart_window == 0
+
+
 def test_case_validation():
     from mltcp.traffic.kernel.experiment import Case
     with pytest.raises(ValueError, match="variant"):

@@ -56,19 +56,32 @@ def test_scaled_decrease_matches_mltcp_cc_rule():
 
 def test_config_pack_and_errors():
     raw = Config(slope=4.0, intercept=0.25, idle_fraction=0.9, min_idle=0.001, scale_decrease=True).pack()
-    valid, slope, icpt, idle, min_idle, flags, trace, _ = CFG.unpack(raw)
-    assert (valid, slope, icpt, idle, min_idle, flags, trace) == (1, 4096, 256, 922, 1000, 1, 0)
+    valid, slope, icpt, idle, min_idle, flags, trace, restart, _ = CFG.unpack(raw)
+    assert (valid, slope, icpt, idle, min_idle, flags, trace, restart) == (1, 4096, 256, 922, 1000, 1, 0, 0)
+    assert CFG.unpack(Config(restart_window=12).pack())[7] == 12
     with pytest.raises(ValueError, match="idle_fraction"):
         Config(idle_fraction=0).pack()
     with pytest.raises(ValueError, match="slope"):
         Config(slope=-1).pack()
     with pytest.raises(ValueError, match="both 0"):
         Config(slope=0, intercept=0).pack()
+    for bad in (-1, 2.5, True, 1_000_001):
+        with pytest.raises(ValueError, match="restart_window"):
+            Config(restart_window=bad).pack()
+
+
+def test_restart_keeps_three_quarters_of_the_window_in_ssthresh():
+    # mltcp_restart (mltcp.cc.mltcp.iteration_restart): cwnd = restart, ssthresh = max(ssthresh, 3/4 cwnd)
+    assert model.restart(40, 20, 8) == (8, 30)
+    assert model.restart(40, 35, 8) == (8, 35)
+    assert model.restart(41, 0x7FFFFFFF, 8) == (8, 0x7FFFFFFF)
+    assert model.restart(8, 4, 8) == (8, 4)         # not above the restart window: untouched
+    assert model.restart(40, 20, 0) == (40, 20)     # off
 
 
 def test_layout_sizes_match_the_c_structs():
     # Sizes the C header's structs have (all naturally aligned, no padding holes).
-    assert (CFG.size, SK.size, EV.size) == (32, 96, 80)
+    assert (CFG.size, SK.size, EV.size) == (36, 104, 80)
 
 
 def test_loader_refuses_clearly(monkeypatch, tmp_path):

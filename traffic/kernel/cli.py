@@ -11,7 +11,7 @@ from rich.table import Table
 from mltcp.console import err, fail, out, print_json
 
 from . import loader
-from .maps import SCALE_DECREASE_DEFAULT, VARIANTS, Config, MapsError, mark_iteration_start
+from .maps import MAX_RESTART_SEGS, SCALE_DECREASE_DEFAULT, VARIANTS, Config, MapsError, mark_iteration_start
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="MLTCP as BPF struct_ops congestion control (mltcp_reno, mltcp_cubic).")
@@ -29,11 +29,18 @@ SCALE_DECREASE_HELP = ("F also scales the window decrease: remove (0.8 - 0.6 r) 
                        "(default: on for mltcp_cubic, off for mltcp_reno; docs/kernel.md)")
 
 
-def _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap=False, variant=None) -> Config:
+RESTART_WINDOW_HELP = ("segments: at each iteration's first send a larger window restarts at this "
+                       "(ssthresh kept >= 3/4 of the old window); 0 = off")
+
+
+def _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap=False, variant=None,
+            restart_window=0) -> Config:
     if scale_decrease is None:
         scale_decrease = SCALE_DECREASE_DEFAULT.get(variant, False)
+    if not 0 <= restart_window <= MAX_RESTART_SEGS:
+        fail(f"bad option: --restart-window must be 0..{MAX_RESTART_SEGS} segments, got {restart_window}")
     cfg = Config(slope=slope, intercept=intercept, idle_fraction=idle_fraction, min_idle=min_idle_ms / 1e3,
-                 scale_decrease=scale_decrease, nic_cap=nic_cap)
+                 scale_decrease=scale_decrease, nic_cap=nic_cap, restart_window=restart_window)
     try:
         cfg.validate()
     except ValueError as e:
@@ -67,10 +74,12 @@ def load(variant: Optional[List[str]] = VARIANT_OPT,
          scale_decrease: Optional[bool] = typer.Option(None, "--scale-decrease/--no-scale-decrease",
                                                        help=SCALE_DECREASE_HELP),
          nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
+         restart_window: int = typer.Option(0, "--restart-window", help=RESTART_WINDOW_HELP),
          clang: str = typer.Option("clang")):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
     names = _variants(variant)           # one configuration per variant (their defaults differ)
-    cfgs = {v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v) for v in names}
+    cfgs = {v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v, restart_window)
+            for v in names}
     try:
         regs = loader.load(names, config=cfgs, clang=clang)
     except loader.KernelCCError as e:
@@ -166,6 +175,7 @@ def experiment(
     idle_fraction: float = typer.Option(0.9), min_idle_ms: float = typer.Option(1.0),
     scale_decrease: Optional[bool] = typer.Option(None, "--scale-decrease/--no-scale-decrease", help=SCALE_DECREASE_HELP),
     nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
+    restart_window: int = typer.Option(0, "--restart-window", help=RESTART_WINDOW_HELP),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),
@@ -180,7 +190,7 @@ def experiment(
 
     setLogLevel("error")     # Mininet's warnings (as `mltcp emulate`): errors still show
 
-    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant)
+    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant, restart_window)
     try:
         case = Case(rate_mbit=rate_mbit, payload_rate=payload_rate, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
                     compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,

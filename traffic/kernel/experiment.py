@@ -157,7 +157,8 @@ def simulate_case(case: Case, ccs: list[str]) -> dict | None:
                   for k, n in enumerate("AB")],
          "mltcp": {"slope": case.config.slope, "intercept": case.config.intercept,
                    "idle_fraction": case.config.idle_fraction, "min_idle_ms": case.config.min_idle * 1e3,
-                   "scale_decrease": case.config.scale_decrease}}
+                   "scale_decrease": case.config.scale_decrease,
+                   **({"restart_window": case.config.restart_window} if case.config.restart_window else {})}}
     sc = from_dict(d, "<kernel experiment>")
     out = {}
     for cc in ccs:

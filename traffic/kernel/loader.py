@@ -230,14 +230,14 @@ def status() -> dict:
         entry: dict = {"struct_ops_id": sid}
         try:
             with VariantMaps(v) as vm:
-                valid, slope, icpt, idle, min_idle, flags, trace, _ = vm.read_config()
+                valid, slope, icpt, idle, min_idle, flags, trace, restart, _ = vm.read_config()
                 entry["maps"] = vm.ids
                 entry["stats"] = vm.stats()
                 if valid:
                     entry["config"] = {"slope": round(slope / 1024, 4), "intercept": round(icpt / 1024, 4),
                                        "idle_fraction": round(idle / 1024, 4), "min_idle": min_idle / 1e6,
                                        "scale_decrease": bool(flags & 1), "nic_cap": bool(flags & 4),
-                                       "trace_port": trace}
+                                       "trace_port": trace, "restart_window": restart}
                 else:
                     entry["config"] = "built-in defaults"
         except (MapsError, OSError) as e:

@@ -24,8 +24,8 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "mltcp_cubic": ("mltcp_cubic.bpf.c", "mcubic_"),
 }
 
-CFG = struct.Struct("<8I")        # struct mltcp_cfg
-SK = struct.Struct("<7Q10I")      # struct mltcp_sk
+CFG = struct.Struct("<9I")        # struct mltcp_cfg
+SK = struct.Struct("<7Q12I")      # struct mltcp_sk
 EV = struct.Struct("<2Q14IQ")     # struct mltcp_trace_ev
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
@@ -33,9 +33,11 @@ FLAG_SCALE_DECREASE = 1
 FLAG_TRACE_ALL = 2
 FLAG_NIC_CAP = 4
 EV_GROW, EV_FRIENDLY, EV_SSTHRESH, EV_STATE = 1, 2, 3, 4
-STAT_NAMES = ("ssthresh_repairs", "repairs_not_ours", "cwnd_repairs", "ssthresh_calls", "state_calls")
-STAT_SSTHRESH_REPAIRS, STAT_REPAIRS_NOT_OURS = 0, 1
-EV_REPAIR, EV_ACK = 5, 6
+STAT_NAMES = ("ssthresh_repairs", "repairs_not_ours", "cwnd_repairs", "ssthresh_calls", "state_calls",
+              "iteration_restarts")
+STAT_SSTHRESH_REPAIRS, STAT_REPAIRS_NOT_OURS, STAT_ITERATION_RESTARTS = 0, 1, 5
+EV_REPAIR, EV_ACK, EV_RESTART = 5, 6, 7
+MAX_RESTART_SEGS = 1_000_000
 TRACE_SLOTS = 65536
 
 
@@ -63,6 +65,7 @@ class Config:
     trace_port: int = 0             # local port whose growth steps are traced (0 = none)
     trace_all: bool = False         # trace every socket (global configuration only)
     nic_cap: bool = False           # no growth past 2 x pacing rate x min RTT (paced senders only)
+    restart_window: int = 0         # segments: cwnd at an iteration's first send is at most this (0 = off)
 
     def validate(self) -> None:
         for name in ("slope", "intercept", "idle_fraction"):
@@ -77,6 +80,9 @@ class Config:
             raise ValueError(f"min_idle must be between 0 and 4000 s, got {self.min_idle}")
         if not (0 <= self.trace_port < 65536):
             raise ValueError(f"trace_port must be a port number, got {self.trace_port}")
+        rw = self.restart_window
+        if isinstance(rw, bool) or not isinstance(rw, int) or not 0 <= rw <= MAX_RESTART_SEGS:
+            raise ValueError(f"restart_window must be a whole number of segments from 0 to {MAX_RESTART_SEGS}, got {rw!r}")
 
     def pack(self) -> bytes:
         self.validate()
@@ -84,7 +90,7 @@ class Config:
                         round(self.idle_fraction * Q10), round(self.min_idle * 1e6),
                         (FLAG_SCALE_DECREASE if self.scale_decrease else 0)
                         | (FLAG_TRACE_ALL if self.trace_all else 0)
-                        | (FLAG_NIC_CAP if self.nic_cap else 0), self.trace_port, 0)
+                        | (FLAG_NIC_CAP if self.nic_cap else 0), self.trace_port, self.restart_window, 0)
 
 
 @dataclass(frozen=True)
@@ -106,11 +112,12 @@ class SocketState:
     flags: int
     port: int
     last_ssthresh: int
+    restart_segs: int
 
     @classmethod
     def unpack(cls, raw: bytes) -> "SocketState":
         v = SK.unpack(raw)
-        return cls(v[0], v[1], v[2], tuple(v[3:6]), *v[6:])
+        return cls(v[0], v[1], v[2], tuple(v[3:6]), *v[6:-1])     # the last u32 is padding
 
     @property
     def bytes_ratio(self) -> float:

@@ -13,6 +13,7 @@
  *     max(min_idle, idle_fraction * last gap), or a new generation number written by user space
  *     into the mark map under the socket's local port;
  *   - F(r) = slope * r + intercept in fixed point (r in Q16, F in Q10);
+ *   - optionally (restart_segs), a window restart at each iteration's first send;
  *   - an optional trace ring of cong_avoid inputs/outputs for one local port (tests compare it
  *     with the Python model).
  *
@@ -54,6 +55,7 @@
 #define MLTCP_EV_STATE 4     /* set_state: w = ssthresh, aux = new icsk_ca_state */
 #define MLTCP_EV_REPAIR 5    /* mltcp_guard: w = bad ssthresh, inc = our last ssthresh(), aux = new */
 #define MLTCP_EV_ACK 6       /* in_ack_event: w = ssthresh, inc = prior_cwnd, aux = ca_state | flags << 8 */
+#define MLTCP_EV_RESTART 7   /* mltcp_restart: w = old ssthresh, aux = new ssthresh, cwnd_out = restart_segs */
 
 /* Layouts below are mirrored in traffic/kernel/maps.py (struct formats): keep them in step. */
 struct mltcp_cfg {
@@ -64,6 +66,7 @@ struct mltcp_cfg {
 	__u32 min_idle_us;
 	__u32 flags;          /* MLTCP_FLAG_* */
 	__u32 trace_port;     /* local port whose growth steps are traced, 0 = none (read live) */
+	__u32 restart_segs;   /* cwnd at an iteration's first send is at most this, 0 = off */
 	__u32 pad;
 };
 
@@ -83,6 +86,8 @@ struct mltcp_sk {
 	__u32 flags;
 	__u32 port;              /* local port (host order) */
 	__u32 last_ssthresh;     /* what our ssthresh() last returned (for mltcp_guard) */
+	__u32 restart_segs;
+	__u32 pad;
 };
 
 struct mltcp_trace_ev {
@@ -157,6 +162,7 @@ struct {
 #define MLTCP_STAT_CWND_REPAIRS 2       /* cwnd blown up by a corrupt ssthresh, cut back */
 #define MLTCP_STAT_SSTHRESH_CALLS 3     /* our ssthresh() ran */
 #define MLTCP_STAT_STATE_CALLS 4        /* our set_state() ran */
+#define MLTCP_STAT_RESTARTS 5           /* windows restarted at an iteration's first send (mltcp_restart) */
 #define MLTCP_STATS 8
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -302,12 +308,14 @@ static __always_inline void mltcp_init(struct sock *sk)
 		m->idle_frac_q10 = cfg->idle_frac_q10;
 		m->min_idle_us = cfg->min_idle_us;
 		m->flags = cfg->flags;
+		m->restart_segs = cfg->restart_segs;
 	} else {
 		m->slope_q10 = MLTCP_DEF_SLOPE;
 		m->intercept_q10 = MLTCP_DEF_INTERCEPT;
 		m->idle_frac_q10 = MLTCP_DEF_IDLE_FRAC;
 		m->min_idle_us = MLTCP_DEF_MIN_IDLE_US;
 		m->flags = 0;
+		m->restart_segs = 0;
 	}
 	m->port = port;
 	m->iter_start_acked = tp->bytes_acked;
@@ -333,26 +341,6 @@ static __always_inline void mltcp_on_acked(struct sock *sk)
 	mltcp_check_mark(tp, m, now);
 	m->last_act_ns = now;
 	mltcp_update_ratio(tp, m);
-}
-
-/* CA_EVENT_TX_START: data is sent with nothing in flight, i.e. after an idle period. */
-static __always_inline void mltcp_on_tx_start(struct sock *sk)
-{
-	struct tcp_sock *tp = tcp_sk(sk);
-	struct mltcp_sk *m = mltcp_get(sk);
-	__u64 now = bpf_ktime_get_ns(), gap, thr, min_idle;
-
-	if (!m)
-		return;
-	if (mltcp_check_mark(tp, m, now))
-		return;
-	gap = now - m->last_act_ns;
-	min_idle = (__u64)m->min_idle_us * 1000;
-	thr = (m->last_gap_ns * m->idle_frac_q10) >> MLTCP_SHIFT;
-	if (thr < min_idle)
-		thr = min_idle;
-	if (gap > thr)
-		mltcp_boundary(tp, m, gap, 1);
 }
 
 /* Trace one growth step of a traced socket: returns the slot to fill, or 0. */
@@ -402,6 +390,51 @@ static __always_inline void mltcp_trace_close(const struct tcp_sock *tp, struct 
 		ev->cwnd_out = tp->snd_cwnd;
 		ev->cnt_out = tp->snd_cwnd_cnt;
 	}
+}
+
+/*
+ * restart_window (mltcp.cc.mltcp.iteration_restart): the first send of an iteration (nothing acked
+ * in it yet) restarts a window above restart_segs as Linux's tcp_cwnd_restart does after an idle
+ * RTO, but at every iteration boundary: ssthresh = max(ssthresh, 3/4 cwnd), cwnd = restart_segs.
+ */
+static __always_inline void mltcp_restart(struct tcp_sock *tp, struct mltcp_sk *m)
+{
+	__u32 cwnd = tp->snd_cwnd, ssthresh = tp->snd_ssthresh, w = (__u32)(((__u64)cwnd * 3) / 4);
+	struct mltcp_trace_ev *ev;
+
+	if (!m->restart_segs || cwnd <= m->restart_segs || tp->bytes_acked != m->iter_start_acked)
+		return;
+	if (w < ssthresh)
+		w = ssthresh;
+	ev = mltcp_trace_open(tp, m, MLTCP_EV_RESTART, ssthresh, 0, 0, w);
+	tp->snd_ssthresh = w;
+	tp->snd_cwnd = m->restart_segs;
+	mltcp_trace_close(tp, ev);
+	mltcp_stat(MLTCP_STAT_RESTARTS);
+}
+
+/*
+ * CA_EVENT_TX_START: data is sent with nothing in flight, i.e. after an idle period. A new mark
+ * or a long enough gap closes the iteration; then the restart, if this send starts one.
+ */
+static __always_inline void mltcp_on_tx_start(struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct mltcp_sk *m = mltcp_get(sk);
+	__u64 now = bpf_ktime_get_ns(), gap, thr, min_idle;
+
+	if (!m)
+		return;
+	if (!mltcp_check_mark(tp, m, now)) {
+		gap = now - m->last_act_ns;
+		min_idle = (__u64)m->min_idle_us * 1000;
+		thr = (m->last_gap_ns * m->idle_frac_q10) >> MLTCP_SHIFT;
+		if (thr < min_idle)
+			thr = min_idle;
+		if (gap > thr)
+			mltcp_boundary(tp, m, gap, 1);
+	}
+	mltcp_restart(tp, m);
 }
 
 /*

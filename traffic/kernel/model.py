@@ -81,3 +81,10 @@ def ssthresh(cwnd: int, keep: int) -> int:
 
 RENO_KEEP_Q16 = R_ONE // 2
 CUBIC_KEEP_Q16 = 45875      # 0.7
+
+
+def restart(cwnd: int, ssthresh: int, restart_segs: int) -> tuple[int, int]:
+    """mltcp_restart at an iteration's first send: (cwnd, ssthresh) afterwards."""
+    if not restart_segs or cwnd <= restart_segs:
+        return cwnd, ssthresh
+    return restart_segs, max(ssthresh, cwnd * 3 // 4)
