@@ -59,19 +59,24 @@ def is_boundary(a, i, gap, idle_fraction, min_idle, min2=False):
 
 
 @njit(cache=True)
+def idle_gap(a, i, gap, idle_fraction, min_idle, min2):
+    """An idle ``gap`` of flow i: if the rule counts it as a boundary, record it and close the
+    iteration (one already closed by iteration_start() holds no bytes yet: nothing to close)."""
+    if is_boundary(a, i, gap, idle_fraction, min_idle, min2):
+        a[i, PREV_GAP] = a[i, LAST_GAP]
+        a[i, LAST_GAP] = gap
+        if a[i, BYTES_CUR] > 0.0:
+            close(a, i)
+
+
+@njit(cache=True)
 def on_ack(a, i, acked, now, idle_fraction, min_idle, min2=False):
     """``min2``: the threshold is idle_fraction x the shorter of the last two boundary gaps, so one
     straggler's long gap does not hide the next ordinary boundary (with ``last`` it does whenever
     the ordinary gap < idle_fraction x the straggler's)."""
     if acked <= 0.0:
         return
-    gap = now - a[i, LAST_ACTIVE]
-    if is_boundary(a, i, gap, idle_fraction, min_idle, min2):
-        a[i, PREV_GAP] = a[i, LAST_GAP]
-        a[i, LAST_GAP] = gap
-        # an iteration already closed by iteration_start() holds no bytes yet: nothing to close
-        if a[i, BYTES_CUR] > 0.0:
-            close(a, i)
+    idle_gap(a, i, now - a[i, LAST_ACTIVE], idle_fraction, min_idle, min2)
     a[i, BYTES_CUR] += acked
     a[i, LAST_ACTIVE] = now
 
@@ -81,12 +86,7 @@ def tx_start(a, i, now, idle_fraction, min_idle, min2=False):
     """The idle rule checked when flow i starts sending with nothing in flight (Linux's
     CA_EVENT_TX_START, as the kernel tracker does), on the gap since its last ACK: a stall with data
     outstanding (a retransmission timeout) has no TX_START, so it is never taken for a boundary."""
-    gap = now - a[i, LAST_ACTIVE]
-    if is_boundary(a, i, gap, idle_fraction, min_idle, min2):
-        a[i, PREV_GAP] = a[i, LAST_GAP]
-        a[i, LAST_GAP] = gap
-        if a[i, BYTES_CUR] > 0.0:
-            close(a, i)
+    idle_gap(a, i, now - a[i, LAST_ACTIVE], idle_fraction, min_idle, min2)
 
 
 @njit(cache=True)

@@ -225,6 +225,18 @@ def test_mltcp_ratio_comes_from_tracker(peer):
         f.close()
 
 
+def _one_iteration_then_a_large_window(peer, f, mss):
+    """Send and acknowledge a 10-segment iteration 0, set cwnd to 80 segments (as if it had grown)
+    and queue a 5-segment iteration 1, not yet sent."""
+    f.enqueue(10 * mss, 0)
+    f.service(0.0)
+    for _ in range(10):
+        peer.recvfrom(4096)
+    _deliver(peer, f, _ack(f, 10 * mss), 0.001)
+    f.st.cwnd[0] = 80 * mss
+    f.enqueue(5 * mss, 1)
+
+
 def test_mltcp_restart_window_restarts_each_marked_iteration_s_window(peer):
     """The sender marks its iterations; with ``restart_window`` the first send of each one starts
     from at most that window (ssthresh >= 3/4 of the old one), counted in ``idle_restarts``;
@@ -235,13 +247,7 @@ def test_mltcp_restart_window_restarts_each_marked_iteration_s_window(peer):
                        min_rto=0.2, clock=lambda: 0.0)
         try:
             assert f.cc.boundary == "mark"
-            f.enqueue(10 * mss, 0)
-            f.service(0.0)
-            for _ in range(10):
-                peer.recvfrom(4096)
-            _deliver(peer, f, _ack(f, 10 * mss), 0.001)
-            f.st.cwnd[0] = 80 * mss                        # pretend the window grew large
-            f.enqueue(5 * mss, 1)
+            _one_iteration_then_a_large_window(peer, f, mss)
             f.service(0.02)                                # a 20 ms compute gap
             assert f.st.cwnd[0] == want and f.stats["idle_restarts"] == int(window > 0)
             if window:
@@ -337,13 +343,7 @@ def test_window_restarts_after_idle_longer_than_rto(peer, restart):
     f = FlowSender(peer.getsockname(), build_cc("reno"), payload=mss, min_rto=0.2, idle_restart=restart,
                    clock=lambda: 0.0)
     try:
-        f.enqueue(10 * mss, 0)
-        f.service(0.0)
-        for _ in range(10):
-            peer.recvfrom(4096)
-        _deliver(peer, f, _ack(f, 10 * mss), 0.001)
-        f.st.cwnd[0] = 80 * mss                       # pretend the window grew large
-        f.enqueue(5 * mss, 1)
+        _one_iteration_then_a_large_window(peer, f, mss)
         f.service(0.1)                                 # idle 0.1 s < RTO: window kept
         assert f.st.cwnd[0] == 80 * mss and f.stats["idle_restarts"] == 0
         for _ in range(5):
