@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 from pathlib import Path
 from typing import Optional
 
@@ -105,6 +104,7 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
 
     ctx = mp.get_context("fork")
     me = os.getpid()
+    import threading
     main = threading.current_thread() is threading.main_thread()   # signal handlers: main thread only
     old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)} if main else {}
     manager = pool = None
@@ -292,15 +292,10 @@ class _interruptible:
         return self
 
     def __exit__(self, typ, exc, tb):
-        if typ in (KeyboardInterrupt, Terminated):
-            code = 130 if typ is KeyboardInterrupt else 128 + exc.signum
-            # the workers are gone; should an interpreter-exit handler then hang (a fresh-clone test
-            # run once waited > 60 s after Ctrl-C, cause not found), leave with the code anyway
-            watchdog = threading.Timer(10.0, os._exit, (code,))
-            watchdog.daemon = True          # runs on through the exit handlers, ends with the process
-            watchdog.start()
-            fail("interrupted" if code == 130 else
-                 f"terminated by signal {signal.Signals(exc.signum).name}; workers stopped", code)
+        if typ is KeyboardInterrupt:
+            fail("interrupted", 130)
+        if typ is Terminated:
+            fail(f"terminated by signal {signal.Signals(exc.signum).name}; workers stopped", 128 + exc.signum)
         return False
 
 
