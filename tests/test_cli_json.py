@@ -97,8 +97,11 @@ def _children(pid: int) -> list[int]:
 def test_simulate_interrupted_exits_130_with_nothing_on_stdout(tmp_path):
     f = tmp_path / "long.toml"
     f.write_text(SMALL.replace("iterations = 12", "iterations = 100000"))
+    # Ctrl-C as a terminal delivers it: the child takes SIGINT's default even when this test runs from
+    # a background job of a non-interactive shell, which starts with SIGINT ignored (and Python then
+    # keeps it ignored, so the simulation would never see the signal)
     p = subprocess.Popen([*MLTCP, "simulate", str(f), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not _children(p.pid) and time.monotonic() < deadline:   # the simulation's workers run
