@@ -355,10 +355,15 @@ class EcnThresholdTable(TableModel):
 
 class _EntryDictTable(TableModel):
     """A table whose entries are one dict of the pipeline (``store``), keyed by the match value
-    (one field) or the tuple of them; NoAction (None) as an entry removes it, and is the only
-    default action."""
+    (one field) or the tuple of them; NoAction (value None) as an entry removes it, and is the only
+    default action. Subclasses map their own actions to values and pass the rest up here."""
 
     store = ""
+
+    def value(self, action: str, params: dict[str, int]):
+        if action == A_NOACTION:
+            return None
+        return super().value(action, params)
 
     def _entries(self) -> dict:
         return getattr(self.pipeline, self.store)
@@ -386,14 +391,11 @@ class ProgressContestTable(_EntryDictTable):
     another job's packet makes the port contested; None (NoAction, the default): always contested."""
 
     name = T_PROGRESS_CONTEST
-    default_action = A_NOACTION
     store = "progress_contest"
 
     def value(self, action: str, params: dict[str, int]):
         if action == A_SET_CONTEST_WINDOW:
             return params[P_WINDOW]
-        if action == A_NOACTION:
-            return None
         return super().value(action, params)
 
 
@@ -406,7 +408,6 @@ class ProgressEcnTable(_EntryDictTable):
     the default)."""
 
     name = T_PROGRESS_ECN
-    default_action = A_NOACTION
     store = "progress_ecn"
 
     def value(self, action: str, params: dict[str, int]):
@@ -414,8 +415,6 @@ class ProgressEcnTable(_EntryDictTable):
             return params[P_THRESHOLD]
         if action == A_NO_PROGRESS_ECN:
             return NO_MARK
-        if action == A_NOACTION:
-            return None
         return super().value(action, params)
 
 
@@ -424,14 +423,11 @@ class ProgressPriorityTable(_EntryDictTable):
     NoAction: priority 0)."""
 
     name = T_PROGRESS_PRIORITY
-    default_action = A_NOACTION
     store = "progress_priority"
 
     def value(self, action: str, params: dict[str, int]):
         if action == A_SET_PROGRESS_PRIORITY:
             return params[P_PRIORITY]
-        if action == A_NOACTION:
-            return None
         return super().value(action, params)
 
 
