@@ -176,9 +176,9 @@ class IterationRestart:
     restart_window = Param(0.0, "segments", "at an iteration's first send, cwnd <= this (0 = off)", bounds="[0, 1e6]")
 
     def cwnd_event(self, st, event, now, idle=0.0, rto=np.inf, restart=True, mask=None):
-        done, mp = super().cwnd_event(st, event, now, idle, rto, restart, mask), self.hook_vector()
+        done, mp, idle = super().cwnd_event(st, event, now, idle, rto, restart, mask), self.hook_vector(), _vec(idle, st.n)
         for i in np.flatnonzero(np.ones(st.n, bool) if mask is None else mask):
-            done[i] |= iteration_restart(mp, st.tracker.a, st.tcp, i, _vec(idle, st.n)[i], st.mss)
+            done[i] |= iteration_restart(mp, st.tracker.a, st.tcp, i, idle[i], st.mss)
         return done
 
 
