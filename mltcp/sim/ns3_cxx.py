@@ -238,51 +238,51 @@ Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double 
     return nullptr;
 }
 
+// fn(the MLTCP ops behind cc), for each base's Mltcp<Host<Base>>; `none` when cc is not MLTCP
+template <class R, class Fn>
+R WithMltcp(Ptr<TcpCongestionOps> cc, R none, Fn fn) {
+    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) return fn(*PeekPointer(m));
+    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) return fn(*PeekPointer(m));
+    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) return fn(*PeekPointer(m));
+    return none;
+}
+
+// the same for the host-side ops (Host<Base>) of a plain base
+template <class R, class Fn>
+R WithHost(Ptr<TcpCongestionOps> cc, R none, Fn fn) {
+    if (auto m = DynamicCast<HostReno>(cc)) return fn(*PeekPointer(m));
+    if (auto m = DynamicCast<HostNewReno>(cc)) return fn(*PeekPointer(m));
+    if (auto m = DynamicCast<HostCubic>(cc)) return fn(*PeekPointer(m));
+    return none;
+}
+
 void MltcpIterationStart(Ptr<TcpCongestionOps> cc) {
-    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) m->tracker.IterationStart();
-    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) m->tracker.IterationStart();
-    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) m->tracker.IterationStart();
+    WithMltcp(cc, false, [](auto& m) { m.tracker.IterationStart(); return true; });
 }
 
 void MltcpTxStart(Ptr<TcpCongestionOps> cc, double now) {
-    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) m->tracker.TxStart(now);
-    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) m->tracker.TxStart(now);
-    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) m->tracker.TxStart(now);
+    WithMltcp(cc, false, [now](auto& m) { m.tracker.TxStart(now); return true; });
 }
 
 bool MltcpIterationRestart(Ptr<TcpCongestionOps> cc, Ptr<TcpSocketState> tcb, double idle) {
-    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) return m->IterationRestart(tcb, idle);
-    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) return m->IterationRestart(tcb, idle);
-    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) return m->IterationRestart(tcb, idle);
-    return false;
+    return WithMltcp(cc, false, [&](auto& m) { return m.IterationRestart(tcb, idle); });
 }
 
 double MltcpRatio(Ptr<TcpCongestionOps> cc) {
-    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) return m->tracker.Ratio();
-    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) return m->tracker.Ratio();
-    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) return m->tracker.Ratio();
-    return -1.0;
+    return WithMltcp(cc, -1.0, [](auto& m) { return m.tracker.Ratio(); });
 }
 
 double MltcpBytesPerIter(Ptr<TcpCongestionOps> cc) {
-    if (auto m = DynamicCast<Mltcp<HostReno>>(cc)) return m->tracker.bytesPerIter;
-    if (auto m = DynamicCast<Mltcp<HostNewReno>>(cc)) return m->tracker.bytesPerIter;
-    if (auto m = DynamicCast<Mltcp<HostCubic>>(cc)) return m->tracker.bytesPerIter;
-    return -1.0;
+    return WithMltcp(cc, -1.0, [](auto& m) { return m.tracker.bytesPerIter; });
 }
 
 // the NIC whose backlog does not count as the window's (Host<Base>); growths held back so far
 void SetNic(Ptr<TcpCongestionOps> cc, Ptr<NetDevice> dev, double allowance) {
     Ptr<Queue<Packet>> q = DynamicCast<PointToPointNetDevice>(dev)->GetQueue();
-    if (auto m = DynamicCast<HostReno>(cc)) { m->nic = q; m->allowance = allowance; }
-    if (auto m = DynamicCast<HostNewReno>(cc)) { m->nic = q; m->allowance = allowance; }
-    if (auto m = DynamicCast<HostCubic>(cc)) { m->nic = q; m->allowance = allowance; }
+    WithHost(cc, false, [&](auto& m) { m.nic = q; m.allowance = allowance; return true; });
 }
 uint32_t HeldGrowths(Ptr<TcpCongestionOps> cc) {
-    if (auto m = DynamicCast<HostReno>(cc)) return m->held;
-    if (auto m = DynamicCast<HostNewReno>(cc)) return m->held;
-    if (auto m = DynamicCast<HostCubic>(cc)) return m->held;
-    return 0;
+    return WithHost(cc, uint32_t(0), [](auto& m) { return m.held; });
 }
 
 // ---- PRR as RFC 6937 / Linux count delivered data (Ns3Options.recovery = "prr-rfc") ---------------
