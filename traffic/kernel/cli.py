@@ -37,8 +37,6 @@ def _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_ca
             restart_window=0) -> Config:
     if scale_decrease is None:
         scale_decrease = SCALE_DECREASE_DEFAULT.get(variant, False)
-    if not 0 <= restart_window <= MAX_RESTART_SEGS:
-        fail(f"bad option: --restart-window must be 0..{MAX_RESTART_SEGS} segments, got {restart_window}")
     cfg = Config(slope=slope, intercept=intercept, idle_fraction=idle_fraction, min_idle=min_idle_ms / 1e3,
                  scale_decrease=scale_decrease, nic_cap=nic_cap, restart_window=restart_window)
     try:
@@ -74,7 +72,7 @@ def load(variant: Optional[List[str]] = VARIANT_OPT,
          scale_decrease: Optional[bool] = typer.Option(None, "--scale-decrease/--no-scale-decrease",
                                                        help=SCALE_DECREASE_HELP),
          nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
-         restart_window: int = typer.Option(0, "--restart-window", help=RESTART_WINDOW_HELP),
+         restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
          clang: str = typer.Option("clang")):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
     names = _variants(variant)           # one configuration per variant (their defaults differ)
@@ -175,7 +173,7 @@ def experiment(
     idle_fraction: float = typer.Option(0.9), min_idle_ms: float = typer.Option(1.0),
     scale_decrease: Optional[bool] = typer.Option(None, "--scale-decrease/--no-scale-decrease", help=SCALE_DECREASE_HELP),
     nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
-    restart_window: int = typer.Option(0, "--restart-window", help=RESTART_WINDOW_HELP),
+    restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),
