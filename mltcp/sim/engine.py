@@ -471,6 +471,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed, nic_backl
     touched = np.empty(L + 1, dtype=np.int64)      # one spare: a hop of a link already listed writes past the end
     credit_zero = False
     status = RUNNING
+    ack_min_idle = mp[hook.MIN_IDLE] if mp[hook.BOUNDARY] == 0.0 else np.inf   # the idle rule at the ACK, or off
     t = k * dt
     while True:
         t = k * dt
@@ -543,8 +544,7 @@ def _run(t_stop, horizon, dt, mss, min_rto, ssai, packet_losses, seed, nic_backl
                     rttvar[f] = 0.75 * rttvar[f] + 0.25 * abs(err)
                     srtt[f] += 0.125 * err
                     if mltcp:
-                        trk.on_ack(tr, f, a, t, mp[hook.IDLE_FRACTION], mp[hook.MIN_IDLE] if mp[hook.BOUNDARY] == 0.0
-                                   else np.inf, mp[hook.GAP_MIN2] != 0.0)
+                        trk.on_ack(tr, f, a, t, mp[hook.IDLE_FRACTION], ack_min_idle, mp[hook.GAP_MIN2] != 0.0)
                     dispatch.pkts_acked(kind, p, tcp, ca, f, a, rtt_s, t, mss)
                     dispatch.in_ack_event(kind, p, tcp, ca, f, a, mk, rtt_s, t, mss)
                 in_rec = t < recovery_until[f]
