@@ -29,8 +29,10 @@ PKGS=(
   python3 python3-venv python3-dev
   mininet bridge-utils iproute2 iputils-ping ethtool tcpdump iperf3 nftables
   openvswitch-switch
-  clang llvm libbpf-dev bpftool make gcc
+  clang llvm libbpf-dev bpftool make gcc g++
   tshark
+  python3-torch
+  postgresql
 )
 # Ubuntu before 23.04 has no bpftool package (it ships in linux-tools for the running kernel),
 # and its python3 is 3.10: mltcp needs 3.11 (make ... PYTHON_SYS=/usr/bin/python3.11).
