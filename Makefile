@@ -1,30 +1,47 @@
-# mltcp: `make demo` and `make test` each install everything they need on a fresh Debian/Ubuntu.
+# mltcp: on a fresh Debian/Ubuntu, `make demo` installs what the demo needs (python3 + venv + the
+# base package) and `make test` everything (every extra, compilers, Mininet, BPF tools).
 SHELL := /bin/bash
 # Debian's python3 (with --system-site-packages) so that Debian's Mininet module is importable.
 PYTHON_SYS ?= /usr/bin/python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Two stamps: the demo's venv (the base package) and the full one (every extra, the test suite).
+# `make test` after `make demo` upgrades the same venv; the full stamp implies the demo's.
+STAMP_DEMO := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
+TEST_EXTRAS := switch,emulate,kernel,ns3,test
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast bench system venv clean
+.PHONY: demo test test-fast bench system system-demo venv venv-demo clean
 
 system:
 	$(SUDO) bash scripts/install-system.sh
 
+system-demo:
+	$(SUDO) bash scripts/install-system.sh --demo
+
 # a new prebuilt p4tools tarball beside the checkout re-runs the install (install-system.sh)
 P4TOOLS_TARBALL := $(wildcard ../shared/tools/p4tools-debian12-amd64.tar.gz)
+
+$(STAMP_DEMO): pyproject.toml scripts/install-system.sh
+	$(MAKE) system-demo
+	$(PYTHON_SYS) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(STAMP_DEMO)
 
 $(STAMP): pyproject.toml scripts/install-system.sh $(P4TOOLS_TARBALL)
 	$(MAKE) system
 	$(PYTHON_SYS) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[switch,emulate,kernel,ns3,test]'
-	touch $(STAMP)
+	$(PY) -m pip install -q -e '.[$(TEST_EXTRAS)]'
+	touch $(STAMP) $(STAMP_DEMO)
+
+venv-demo: $(STAMP_DEMO)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP_DEMO)
 	$(VENV)/bin/mltcp demo --out out/demo
 
 test: $(STAMP)

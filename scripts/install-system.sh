@@ -2,6 +2,9 @@
 # System packages for mltcp. One script shared by the Makefile, CI (.ci/run) and the Vagrantfile.
 # Idempotent: re-running it installs nothing that is already there.
 #
+#   --demo            only what `make demo` needs (python3 and its venv module: the base package
+#                     installs from PyPI as wheels); no compilers, Mininet, BPF tools or p4tools.
+#                     Without it: every package any extra and the test suite need.
 #   MLTCP_WITH_P4=1   also install p4c and BMv2 (only possible where p4lang's Ubuntu packages
 #                     are reachable, e.g. the Vagrant VM); off by default.
 #   MLTCP_OS_RELEASE, MLTCP_APT_ETC   where to read the distribution and write apt sources
@@ -14,6 +17,13 @@
 #                     Debian 12, which the tarball is built for.
 set -euo pipefail
 
+DEMO_ONLY=0
+case "${1:-}" in
+  --demo) DEMO_ONLY=1 ;;
+  "") ;;
+  *) echo "install-system.sh: unknown option '$1' (only --demo)" >&2; exit 2 ;;
+esac
+
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 P4TOOLS_TARBALL="${MLTCP_P4TOOLS_TARBALL:-$ROOT/../shared/tools/p4tools-debian12-amd64.tar.gz}"
 TOOLS_DIR="${MLTCP_TOOLS_DIR:-$ROOT/.tools}"
@@ -25,6 +35,10 @@ OS_VERSION_ID=$(. "$OS_RELEASE" && echo "${VERSION_ID:-}")
 
 need_root() { if [ "$(id -u)" -ne 0 ]; then echo "install-system.sh: run as root (sudo)" >&2; exit 2; fi; }
 
+# make demo: the interpreter and its venv module; numpy, numba, matplotlib... come as wheels.
+DEMO_PKGS=(python3 python3-venv)
+# make test: every compiler an extra needs (g++ for cppyy-backend, which pip may build from
+# source; clang for the BPF programs), Mininet, BPF tools, torch, PostgreSQL.
 PKGS=(
   python3 python3-venv python3-dev
   mininet bridge-utils iproute2 iputils-ping ethtool tcpdump iperf3 nftables
@@ -38,6 +52,12 @@ PKGS=(
 # and its python3 is 3.10: mltcp needs 3.11 (make ... PYTHON_SYS=/usr/bin/python3.11).
 if [ "$OS_ID" = ubuntu ] && dpkg --compare-versions "$OS_VERSION_ID" lt 23.04; then
   PKGS=("${PKGS[@]/bpftool/linux-tools-common}" "linux-tools-$(uname -r)" python3.11 python3.11-venv python3.11-dev)
+  DEMO_PKGS+=(python3.11 python3.11-venv)
+fi
+if [ "$DEMO_ONLY" = 1 ]; then
+  PKGS=("${DEMO_PKGS[@]}")
+  P4TOOLS_TARBALL=""
+  MLTCP_WITH_P4=0
 fi
 
 # The Debian packages the prebuilt p4tools need: the `apt-get install ...` command (with its

@@ -234,3 +234,59 @@ def test_resolver_order(tmp_path, monkeypatch):
     (pathbin / "p4test").chmod(0o755)
     monkeypatch.setenv("PATH", str(pathbin))
     assert tools.find("p4test") == str(pathbin / "p4test")
+
+
+# ------------------------------------------------------------------ the demo's minimum and the Makefile
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("dpkg") is None, reason="needs root and dpkg")
+def test_demo_installs_only_python_and_venv(tmp_path):
+    tgz = _fake_tarball(tmp_path)
+    env, log = _p4tools_env(tmp_path, tgz)
+    env["MLTCP_WITH_P4"] = "1"                   # ignored by --demo, as is the p4tools tarball
+    r = subprocess.run(["bash", str(SCRIPT), "--demo"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    install = [l for l in log.read_text().splitlines() if " install " in l]
+    assert len(install) == 1
+    pkgs = [w for w in install[0].split() if not w.startswith("-") and w not in ("apt-get", "install")]
+    assert pkgs == ["python3", "python3-venv"]
+    assert not (tmp_path / "tools").exists()
+
+
+def test_unknown_option_is_refused(tmp_path):
+    env, log = stub_bin(tmp_path, ["apt-get"])
+    r = subprocess.run(["bash", str(SCRIPT), "--everything"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "--everything" in r.stderr
+    assert not log.exists()
+
+
+def _make_dry_run(target: str, venv: Path) -> str:
+    root = SCRIPT.parents[1]
+    r = subprocess.run(["make", "-n", "-C", str(root), target, f"VENV={venv}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_demo_installs_the_base_package_only(tmp_path):
+    out = _make_dry_run("demo", tmp_path / "venv")
+    assert "install-system.sh --demo" in out
+    pip = [l for l in out.splitlines() if "pip install" in l and "--upgrade pip" not in l]
+    assert len(pip) == 1 and pip[0].rstrip().endswith("-e ."), pip
+    assert "mltcp demo" in out
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_test_after_demo_upgrades_the_venv(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed-demo").touch()           # a venv that `make demo` built
+    out = _make_dry_run("test", venv)
+    pip = [l for l in out.splitlines() if "pip install" in l and "--upgrade pip" not in l]
+    assert len(pip) == 1 and "'.[switch,emulate,kernel,ns3,test" in pip[0], pip
+    assert any(l.rstrip().endswith("bash scripts/install-system.sh") for l in out.splitlines()), out
+    assert "pytest" in out
+    # and once the full stamp is there, demo installs nothing more
+    (venv / ".installed").touch()
+    out = _make_dry_run("demo", venv)
+    assert "pip install" not in out and "mltcp demo" in out
