@@ -45,13 +45,13 @@ debian_mirror() {
   [ "${#files[@]}" -gt 0 ] || return 0
   awk '
     function stanza_end() {
-      if (uris != "" && (" " suites " ") ~ / bookworm /) { split(uris, u, /[[:space:]]+/); print u[1]; exit }
+      if (!found && uris != "" && (" " suites " ") ~ / bookworm /) { split(uris, u, /[[:space:]]+/); print u[1]; found = 1; exit }
       uris = ""; suites = "" }
     FNR == 1 { stanza_end() }
     /^[[:space:]]*#/ { next }
     /^deb[[:space:]]/ {
       i = 2; if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
-      if ($(i + 1) == "bookworm") { print $i; exit }
+      if ($(i + 1) == "bookworm") { print $i; found = 1; exit }
       next }
     /^URIs:/ { sub(/^URIs:[[:space:]]*/, ""); uris = $0; next }
     /^Suites:/ { sub(/^Suites:[[:space:]]*/, ""); suites = $0; next }
