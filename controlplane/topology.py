@@ -33,6 +33,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mltcp import tomlfile
 from mltcp.p4src.names import ECN_TABLE_SIZE, JOB_SLOTS, PORT_BITS, ROUTE_TABLE_SIZE, THRESHOLD_BITS
 
 MAX_PORT = (1 << PORT_BITS) - 1
@@ -282,7 +283,7 @@ def load_topology(path: Path | str) -> Topology:
     except OSError as e:
         raise TopologyError(src, "", f"cannot read: {e.strerror}") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8-sig"))
+        data = tomlfile.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise TopologyError(src, "", "not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from . import tomlfile
 from .cc import ALGORITHMS, BASES
 from .progress_policy import PolicyError, ProgressPolicy, from_table as _policy_from_table
 from .workload import PROFILES, Job, ps_bytes, ring_allreduce_bytes
@@ -130,7 +131,7 @@ def load(name_or_path: str) -> Scenario:
     path = resolve(name_or_path)
     src = str(path)
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
+        data = tomlfile.loads(path.read_bytes().decode("utf-8-sig"))
     except FileNotFoundError:
         raise ScenarioError(src, "file", "not found") from None
     except OSError as e:

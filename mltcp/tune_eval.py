@@ -21,7 +21,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from . import compare
+from . import compare, tomlfile
 from .scenario import Scenario, ScenarioError, from_dict, resolve
 from .tune_space import apply
 
@@ -58,7 +58,7 @@ def make_cases(names: Sequence[str], seeds: Sequence[int], iterations: int | Non
     for name in names:
         path = resolve(name)
         try:
-            raw = tomllib.loads(path.read_text())
+            raw = tomlfile.loads(path.read_text())
         except FileNotFoundError:
             raise ScenarioError(str(path), "file", "not found") from None
         except tomllib.TOMLDecodeError as e:

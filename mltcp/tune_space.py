@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import tomlfile
 from .cc import BASES
 
 
@@ -181,7 +182,7 @@ def load(name_or_path: str) -> Space:
     if p.suffix != ".toml" and not p.exists():
         raise SpaceError(name_or_path, "--space", f"no such file or built-in space (built-ins: {', '.join(BUILTIN)})")
     try:
-        d = tomllib.loads(p.read_text())
+        d = tomlfile.loads(p.read_text())
     except FileNotFoundError:
         raise SpaceError(str(p), "file", "not found") from None
     except tomllib.TOMLDecodeError as e:
