@@ -341,21 +341,13 @@ def demo(outdir: Path = typer.Option(Path("out/demo"), "--out", help="where the 
         out.print(f"  wrote {f}")
 
 
-@app.command("scenarios")
-def list_scenarios():
-    """List the built-in scenarios."""
-    t = Table("name", "jobs", "links", "cc", "description")
-    for n in builtin_names():
-        sc = load(n)
-        t.add_row(n, str(len(sc.jobs)), str(len(sc.links)), sc.cc, sc.description.split(". ")[0].split(": ")[0])
-    out.print(t)
-
-
 # Sub-commands of the other parts: module, name, the extra that brings their third-party
 # dependencies, and modules they need that only the system provides (with how to get them).
-_PARTS = (("mltcp.controlplane.cli", "switch", "switch", {}),
+_PARTS = (("mltcp.scenarios_cli", "scenarios", None, {}),
+          ("mltcp.controlplane.cli", "switch", "switch", {}),
           ("mltcp.traffic.cli", "traffic", None, {}),
           ("mltcp.tune", "tune", "tune", {}),
+          ("mltcp.suite", "suite", None, {}),
           ("mltcp.traffic.kernel.cli", "kernel", "kernel", {}),
           ("mltcp.emulation.cli", "emulate", "emulate",
            {"mininet": "Mininet comes from the system packages: sudo bash scripts/install-system.sh"}))

@@ -1,0 +1,152 @@
+"""Centralized references: what a scheduler that sees every job could give them.
+
+MLTCP is a distributed way to approximate centralized flow scheduling, so it is measured against
+centralized schedules run on the same scenario, with the jobs' own compute times (the same draws,
+jitter and stragglers as the simulator's, from the scenario's seed):
+
+- ``ref-fifo`` (ideal serializer): each communication phase holds every link of its job's paths
+  for its whole duration and runs at line rate, taking its time alone (bytes over the job's
+  bottleneck rate plus one base RTT); phases are granted in the order they become ready, and a
+  later phase goes first when the links it needs are free and an earlier one is still waiting
+  for others (greedy list scheduling). On one bottleneck this is FIFO by phase start.
+- ``ref-srf``: the same, granting the waiting phase with the shortest time alone first.
+- ``ref-cassini``: CASSINI-style time shifts (Rajasekaran et al., "CASSINI: Network-Aware Job
+  Scheduling in Machine Learning Clusters", NSDI'24): a central optimizer places each job's start
+  offset on the circle of its period so its communication overlaps least with the jobs already
+  placed that share a link with it (jobs in order of communication share, as the affinity graph's
+  traversal does), then the jobs run the base congestion control in the simulator.
+- ``ref-best``: per scenario, the best (lowest steady-state average iteration time) of ref-fifo,
+  ref-srf, ref-cassini and the base congestion control's own run: a central scheduler can always
+  choose the base's own sharing, so this reference is never worse than the base. It reports which
+  one it took (``reference_pick``).
+
+The serializers are not bounds on every schedule (fair sharing can beat serializing when periods
+differ); ref-best is the reference the suites measure MLTCP's gain against.
+"""
+from __future__ import annotations
+
+import copy
+import heapq
+from dataclasses import replace
+
+import numpy as np
+
+from . import compare
+from .records import IterationRecord
+from .scenario import Scenario
+
+REFERENCES = ("fifo", "srf", "cassini", "best")
+
+
+def compute_draws(sc: Scenario) -> list[np.ndarray]:
+    """Each job's compute times, drawn exactly as the simulator draws them (one Generator seeded
+    by the scenario's seed, jobs in order)."""
+    rng = np.random.default_rng(sc.seed)
+    return [j.compute_times(rng, j.iterations) for j in sc.jobs]
+
+
+def comm_alone_s(sc: Scenario) -> list[float]:
+    """Each job's communication phase alone: bytes over its bottleneck rate plus one base RTT."""
+    return [j.bytes_per_iter / sc.bottleneck_Bps(j) + sc.base_rtt(j) for j in sc.jobs]
+
+
+def job_links(sc: Scenario) -> list[frozenset[str]]:
+    return [frozenset(h for p in j.paths() for h in p) for j in sc.jobs]
+
+
+def serialize(sc: Scenario, order: str = "fifo") -> list[IterationRecord]:
+    """Iteration records of the ideal serializer (``order``: fifo or srf; module docstring)."""
+    comp, comm, need = compute_draws(sc), comm_alone_s(sc), job_links(sc)
+    busy: dict[str, float] = {}              # link -> time it becomes free
+    ready: list[tuple[float, int, int]] = []  # (ready time, job, iteration) of computing jobs
+    for j, job in enumerate(sc.jobs):
+        heapq.heappush(ready, (job.start_offset_s + comp[j][0], j, 0))
+    waiting: list[tuple[float, int, int]] = []
+    running: list[tuple[float, int, int, float]] = []   # (end, job, iteration, comm start)
+    start = {j: job.start_offset_s for j, job in enumerate(sc.jobs)}
+    records: list[IterationRecord] = []
+    key = (lambda w: (w[0], w[1])) if order == "fifo" else (lambda w: (comm[w[1]], w[0], w[1]))
+    now = 0.0
+    while ready or waiting or running:
+        nxt = min([r[0] for r in ready[:1]] + [r[0] for r in running[:1]])
+        now = max(now, nxt)
+        while ready and ready[0][0] <= now:
+            waiting.append(heapq.heappop(ready))
+        while running and running[0][0] <= now:
+            end, j, k, cs = heapq.heappop(running)
+            records.append(IterationRecord(sc.jobs[j].name, k, start[j], cs, end, sc.jobs[j].bytes_per_iter))
+            start[j] = end
+            if k + 1 < sc.jobs[j].iterations:
+                heapq.heappush(ready, (end + comp[j][k + 1], j, k + 1))
+        for w in sorted(waiting, key=key):
+            t, j, k = w
+            if all(busy.get(h, 0.0) <= now for h in need[j]):
+                end = now + comm[j]
+                for h in need[j]:
+                    busy[h] = end
+                heapq.heappush(running, (end, j, k, now))
+                waiting.remove(w)
+    records.sort(key=lambda r: (r.end, r.job))
+    return records
+
+
+def _overlap_on_circle(a0: float, a_len: float, b0: float, b_len: float, period: float) -> float:
+    """Length of the overlap of two arcs [a0, a0+a_len) and [b0, b0+b_len) on a circle."""
+    total = 0.0
+    for shift in (-period, 0.0, period):
+        lo, hi = max(a0, b0 + shift), min(a0 + a_len, b0 + b_len + shift)
+        total += max(0.0, hi - lo)
+    return total
+
+
+def cassini_offsets(sc: Scenario, grid: int = 200) -> list[float]:
+    """Start offsets (s) that a CASSINI-like central optimizer picks (module docstring). Jobs with
+    different periods share the circle of the longest; each later job tries ``grid`` shifts."""
+    comm, need = comm_alone_s(sc), job_links(sc)
+    period = [sc.ideal_iter_s(j) for j in sc.jobs]
+    circle = max(period)
+    order = sorted(range(len(sc.jobs)), key=lambda j: -comm[j] / period[j])
+    placed: list[int] = []
+    offset = [0.0] * len(sc.jobs)
+    for j in order:
+        others = [o for o in placed if need[o] & need[j]]
+        if others:
+            # a job's communication ends its iteration: it occupies [offset + compute, offset + period)
+            def cost(x: float) -> float:
+                cj = (x + period[j] - comm[j]) % circle
+                return sum(_overlap_on_circle(cj, comm[j], (offset[o] + period[o] - comm[o]) % circle, comm[o], circle)
+                           for o in others)
+            candidates = np.linspace(0.0, circle, grid, endpoint=False)
+            offset[j] = float(min(candidates, key=cost))
+        placed.append(j)
+    first = min(offset)
+    return [o - first for o in offset]
+
+
+def shifted(sc: Scenario, offsets: list[float]) -> Scenario:
+    """The scenario with its jobs' start offsets replaced."""
+    out = copy.copy(sc)
+    out.jobs = [replace(j, start_offset_s=o) for j, o in zip(sc.jobs, offsets)]
+    return out
+
+
+def reference_side(sc: Scenario, name: str, base_side: dict | None = None, simulate=None) -> dict:
+    """One reference's summary, with the keys of any other arm (:func:`mltcp.compare.side`).
+    ``simulate(sc, cc) -> SimResult`` runs the packet simulator (for cassini and best);
+    ``base_side`` is the base arm's summary when the caller already has it (for best)."""
+    if name in ("fifo", "srf"):
+        return compare.side(sc, f"ref-{name}", serialize(sc, name), 0.0, 0.0)
+    if simulate is None:
+        from .sim.engine import simulate
+    if name == "cassini":
+        res = simulate(shifted(sc, cassini_offsets(sc)), sc.cc)
+        out = compare.side(sc, "ref-cassini", res.records, res.drops, res.ecn_marks)
+        return out
+    if name != "best":
+        raise ValueError(f"unknown reference {name!r} (choose from {', '.join(REFERENCES)})")
+    if base_side is None:
+        res = simulate(sc, sc.cc)
+        base_side = compare.side(sc, sc.cc, res.records, res.drops, res.ecn_marks)
+    sides = [reference_side(sc, n, simulate=simulate) for n in ("fifo", "srf", "cassini")] + [base_side]
+    best = min(sides, key=lambda s: s["avg_iter_s"])
+    return {**best, "cc": "ref-best", "reference_pick": best["cc"]}
