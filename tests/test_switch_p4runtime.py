@@ -147,7 +147,7 @@ def test_pipeline_inactive_until_committed_and_save_then_commit(server):
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     with pytest.raises(grpc.RpcError) as e:
         c.set_config(None, Cfg.COMMIT)
-    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND  # P4Runtime 1.4.1: no saved config
     c.set_config(p4info, Cfg.VERIFY_AND_SAVE)
     assert target.pipeline.active is False
     c.set_config(None, Cfg.COMMIT)
@@ -467,7 +467,7 @@ def test_reconcile_that_cannot_keep_state_fails_and_changes_nothing(server):
     assert missing_objects(new) == []  # a valid mltcp.p4 P4Info, just without NoAction
     with pytest.raises(grpc.RpcError) as e:
         c.set_config(new, Cfg.RECONCILE_AND_COMMIT)
-    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # P4Runtime 1.4.1
     assert "NoAction" in e.value.details() and "nothing was changed" in e.value.details()
     # state unchanged: still the old P4Info, ids and entries
     got = c.stub.GetForwardingPipelineConfig(pb.GetForwardingPipelineConfigRequest(device_id=0))
@@ -495,14 +495,172 @@ def test_save_then_writes_then_commit_keeps_the_writes(server):
     # ...while reads and writes refer to the saved P4Info
     c.write(route_update(j, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2))
     assert target.pipeline.lpm.lookup(0x0A000201) is None
-    (e,) = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=j["MyIngress.ipv4_lpm"])))
-    assert e.table_entry.match[0].lpm.value == bytes([10, 0, 2, 0])
+    got = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=j["MyIngress.ipv4_lpm"])))
+    assert {e.table_entry.match[0].lpm.value for e in got} == {bytes([10, 0, 1, 0]),
+                                                               bytes([10, 0, 2, 0])}
     with pytest.raises(grpc.RpcError):  # the old ids are gone for the client already
         c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 3, 0]), 24, 3))
     c.set_config(None, Cfg.COMMIT)
+    # COMMIT = the state at the save (re-keyed into the saved P4Info) + the writes since
     assert target.pipeline.lpm.lookup(0x0A000201).port == 2  # the write since the save
-    assert target.pipeline.lpm.lookup(0x0A000101) is None    # the old state is gone
-    (e,) = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=j["MyIngress.ipv4_lpm"])))
-    assert e.table_entry.table_id == j["MyIngress.ipv4_lpm"]
+    assert target.pipeline.lpm.lookup(0x0A000101).port == 1  # the state at the save
+    got = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=j["MyIngress.ipv4_lpm"])))
+    assert {e.table_entry.match[0].lpm.value for e in got} == {bytes([10, 0, 1, 0]),
+                                                               bytes([10, 0, 2, 0])}
+    assert all(e.table_entry.table_id == j["MyIngress.ipv4_lpm"] for e in got)
     got = c.stub.GetForwardingPipelineConfig(pb.GetForwardingPipelineConfigRequest(device_id=0))
     assert ids(got.config.p4info) == j
+
+
+# --- status codes as P4Runtime 1.4.1 specifies them --------------------------------------------
+
+def _code(fn) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as e:
+        fn()
+    return e.value.code()
+
+
+def test_save_insert_commit_keeps_every_entry(server):
+    """VERIFY_AND_SAVE, INSERT, COMMIT: the entries from before the save and the one written
+    after it are all there (three of three), in the dataplane and in reads."""
+    target, client = server
+    p4info = load_p4info()
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 1, 0]), 24, 1),
+            route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2))
+    c.set_config(p4info, Cfg.VERIFY_AND_SAVE)
+    assert len(c.read(pb.Entity(table_entry=pb.TableEntry(table_id=i["MyIngress.ipv4_lpm"])))) == 2
+    c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 3, 0]), 24, 3))
+    c.set_config(None, Cfg.COMMIT)
+    got = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=i["MyIngress.ipv4_lpm"])))
+    assert len(got) == 3
+    assert [target.pipeline.lpm.lookup(0x0A000001 + (k << 8)).port for k in (1, 2, 3)] == [1, 2, 3]
+
+
+def test_save_of_a_p4info_that_cannot_hold_the_state_commits_only_the_writes_since(server):
+    target, client = server
+    p4info = load_p4info()
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    d = pb.Update(type=pb.Update.MODIFY)  # a default entry the new P4Info cannot express
+    d.entity.table_entry.table_id = i["MyEgress.ecn_threshold"]
+    d.entity.table_entry.is_default_action = True
+    d.entity.table_entry.action.action.action_id = i["NoAction"]
+    c.write(d, route_update(i, pb.Update.INSERT, bytes([10, 0, 1, 0]), 24, 1))
+    new = shifted(_without_noaction(p4info))
+    j = ids(new)
+    c.set_config(new, Cfg.VERIFY_AND_SAVE)  # saved; the staged state starts empty
+    assert c.read(pb.Entity(table_entry=pb.TableEntry(table_id=j["MyIngress.ipv4_lpm"]))) == []
+    assert target.pipeline.lpm.lookup(0x0A000101).port == 1  # still running until COMMIT
+    c.write(route_update(j, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2))
+    c.set_config(None, Cfg.COMMIT)
+    assert target.pipeline.lpm.lookup(0x0A000101) is None
+    assert target.pipeline.lpm.lookup(0x0A000201).port == 2
+
+
+def test_commit_carrying_a_config_is_invalid_argument_and_changes_nothing(server):
+    target, client = server
+    p4info = load_p4info()
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info, Cfg.VERIFY_AND_SAVE)
+    assert _code(lambda: c.set_config(p4info, Cfg.COMMIT)) == grpc.StatusCode.INVALID_ARGUMENT
+    assert target.pipeline.active is False
+    c.set_config(None, Cfg.COMMIT)  # the save is still there
+    assert target.pipeline.active is True
+
+
+def test_unknown_action_id_is_invalid_argument(server):
+    _, client = server
+    p4info = load_p4info()
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    u = route_update(i, pb.Update.INSERT, bytes([10, 0, 1, 0]), 24, 1)
+    u.entity.table_entry.action.action.action_id = 0x01ABCDEF
+    code, _ = write_error(c, u)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_rearbitration_for_another_device_is_failed_precondition(server):
+    _, client = server
+    c = client(1)
+    assert c.next_arbitration().status.code == code_pb2.OK
+    m = pb.StreamMessageRequest()
+    m.arbitration.device_id = 7
+    m.arbitration.election_id.low = 1
+    c.q.put(m)
+    with pytest.raises(grpc.RpcError) as e:
+        c.next_arbitration()
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_first_arbitration_for_an_unknown_device_is_not_found(server):
+    target, _ = server
+    ch = grpc.insecure_channel(f"127.0.0.1:{target.port}")
+    q: queue.Queue = queue.Queue()
+    stream = p4runtime_pb2_grpc.P4RuntimeStub(ch).StreamChannel(iter(q.get, None))
+    m = pb.StreamMessageRequest()
+    m.arbitration.device_id = 7
+    m.arbitration.election_id.low = 2
+    q.put(m)
+    try:
+        with pytest.raises(grpc.RpcError) as e:
+            next(stream)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        q.put(None)
+        ch.close()
+
+
+def _counter_entity(i, name: str, index: int | None) -> pb.Entity:
+    e = pb.Entity()
+    e.counter_entry.counter_id = i[name]
+    if index is not None:
+        e.counter_entry.index.index = index
+    return e
+
+
+def test_counter_negative_index_is_invalid_argument_and_past_the_end_out_of_range(server):
+    _, client = server
+    p4info = load_p4info()
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    assert _code(lambda: c.read(_counter_entity(i, "MyIngress.job_tx", -1))) == \
+        grpc.StatusCode.INVALID_ARGUMENT
+    assert _code(lambda: c.read(_counter_entity(i, "MyIngress.job_tx", 1 << 40))) == \
+        grpc.StatusCode.OUT_OF_RANGE
+    u = pb.Update(type=pb.Update.MODIFY)
+    u.entity.CopyFrom(_counter_entity(i, "MyIngress.job_tx", -1))
+    assert write_error(c, u)[0] == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_counter_and_register_modify_without_index_writes_every_cell(server):
+    target, client = server
+    p4info = load_p4info()
+    i = ids(p4info)
+    c = client(1)
+    c.next_arbitration()
+    c.set_config(p4info)
+    target.pipeline.counters[pl.C_JOB_TX].count(3, 100)
+    u = pb.Update(type=pb.Update.MODIFY)
+    u.entity.CopyFrom(_counter_entity(i, "MyIngress.job_tx", None))
+    u.entity.counter_entry.data.packet_count = 0
+    u.entity.counter_entry.data.byte_count = 0
+    c.write(u)
+    got = c.read(_counter_entity(i, "MyIngress.job_tx", None))
+    assert got and all(e.counter_entry.data.packet_count == 0 for e in got)
+    reg = next(r for r in p4info.registers)
+    r = pb.Update(type=pb.Update.MODIFY)
+    r.entity.register_entry.register_id = reg.preamble.id
+    r.entity.register_entry.data.bitstring = b"\x05"
+    c.write(r)
+    assert all(v == 5 for v in target.pipeline.registers[reg.preamble.name])

@@ -231,7 +231,8 @@ class _Device:
         act = e.action.action
         a = self.index.actions.get(act.action_id)
         if a is None:
-            raise _err(grpc.StatusCode.NOT_FOUND, f"unknown action id {act.action_id}")
+            # P4Runtime 1.4.1 (and BMv2): an id the P4Info lacks is a malformed request
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"unknown action id {act.action_id}")
         aname = a.preamble.name
         if act.action_id not in {r.id for r in t.action_refs}:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"action {aname} is not an action of table {tname}")
@@ -339,7 +340,9 @@ class _Device:
     @staticmethod
     def _index(name: str, size: int, ce) -> int:
         i = ce.index.index
-        if not 0 <= i < size:
+        if i < 0:  # int64 on the wire: a negative index is malformed, not out of range
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: negative index {i}")
+        if not i < size:
             raise _err(grpc.StatusCode.OUT_OF_RANGE, f"{name}: index {i} not in 0..{size - 1}")
         return i
 
@@ -348,21 +351,22 @@ class _Device:
         if utype != Update.MODIFY:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"counter {name}: only MODIFY is allowed")
         arr = self.pipeline.counters[name]
-        if not ce.HasField("index"):
-            raise _err(grpc.StatusCode.UNIMPLEMENTED, f"counter {name}: wildcard writes are not supported")
-        arr.set(self._index(name, arr.size, ce), ce.data.packet_count, ce.data.byte_count)
+        # no index: the write is for every cell (P4Runtime 1.4.1, 9.5)
+        cells = [self._index(name, arr.size, ce)] if ce.HasField("index") else range(arr.size)
+        for i in cells:
+            arr.set(i, ce.data.packet_count, ce.data.byte_count)
 
     def _write_register(self, utype: int, re_: p4runtime_pb2.RegisterEntry) -> None:
         name, r = self._register(re_.register_id)
         if utype != Update.MODIFY:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"register {name}: only MODIFY is allowed")
         reg = self.pipeline.registers[name]
-        if not re_.HasField("index"):
-            raise _err(grpc.StatusCode.UNIMPLEMENTED, f"register {name}: wildcard writes are not supported")
-        i = self._index(name, len(reg), re_)
+        cells = [self._index(name, len(reg), re_)] if re_.HasField("index") else range(len(reg))
         if re_.data.WhichOneof("data") != "bitstring":
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"register {name}: data must be a bitstring")
-        reg[i] = _to_int(re_.data.bitstring, r.type_spec.bitstring.bit.bitwidth, name)
+        value = _to_int(re_.data.bitstring, r.type_spec.bitstring.bit.bitwidth, name)
+        for i in cells:  # no index: every cell
+            reg[i] = value
 
     # ---------------------------------------------------------------- read
     def read_entity(self, ent: p4runtime_pb2.Entity) -> list[p4runtime_pb2.Entity]:
@@ -449,8 +453,9 @@ class _Device:
     # ---------------------------------------------------------------- pipeline changes
     def rekeyed(self, new_index: P4InfoIndex) -> "_Device":
         """This device's entries expressed in ``new_index``'s ids, validated on a scratch
-        pipeline. Raises FAILED_PRECONDITION naming the first entry the new P4Info cannot
-        hold; changes nothing here."""
+        pipeline. Raises INVALID_ARGUMENT (the config given cannot keep the state: P4Runtime
+        1.4.1 for RECONCILE_AND_COMMIT) naming the first entry the new P4Info cannot hold;
+        changes nothing here."""
         scratch = _Device(new_index, pl.Pipeline())
         for table, entries in self.entries.items():
             for e in list(entries.values()) + [self.defaults[table]]:
@@ -462,8 +467,8 @@ class _Device:
                     scratch._write_table(Update.MODIFY if e.is_default_action else Update.INSERT,
                                          moved)
                 except P4RTError as ex:
-                    raise _err(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"RECONCILE_AND_COMMIT cannot keep the forwarding state: {what}: "
+                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"the new P4Info cannot keep the forwarding state: {what}: "
                                f"{ex.message}; nothing was changed") from None
         return scratch
 
@@ -574,6 +579,10 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
                 o.send(self._status_msg(o))
 
     def _arbitrate(self, s: _Stream, a: p4runtime_pb2.MasterArbitrationUpdate) -> None:
+        if s.arbitrated and a.device_id != self.device_id:  # P4Runtime 1.4.1, 5.3
+            raise _err(grpc.StatusCode.FAILED_PRECONDITION,
+                       f"this stream is arbitrated for device {self.device_id}; it cannot "
+                       f"re-arbitrate for device {a.device_id} (open another stream)")
         if a.device_id != self.device_id:
             raise _err(grpc.StatusCode.NOT_FOUND, f"unknown device_id {a.device_id} "
                        f"(this target is device {self.device_id})")
@@ -722,8 +731,11 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
                        SetAction.COMMIT, SetAction.RECONCILE_AND_COMMIT):
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"unknown action {act}")
         if act == SetAction.COMMIT:
+            if request.HasField("config"):
+                raise _err(grpc.StatusCode.INVALID_ARGUMENT,
+                           "COMMIT carries no config: it realizes the one saved by VERIFY_AND_SAVE")
             if self.saved is None:
-                raise _err(grpc.StatusCode.FAILED_PRECONDITION,
+                raise _err(grpc.StatusCode.NOT_FOUND,
                            "COMMIT without a config saved by VERIFY_AND_SAVE")
             live = _Device(self.staged.index, self.pipeline)
             self.pipeline.reset_state()
@@ -742,9 +754,21 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         if act == SetAction.VERIFY:
             return
         if act == SetAction.VERIFY_AND_SAVE:
+            # COMMIT replays the writes since the save onto the forwarding state at the save:
+            # the staged device starts as that state re-keyed by name into the saved P4Info
+            # (as RECONCILE_AND_COMMIT would keep it), or empty if the saved P4Info cannot
+            # hold it (as VERIFY_AND_COMMIT would clear it). Reads show the staged state.
             self.saved = cfg
-            self.staged = _Device(new_index, pl.Pipeline())
-            log.info("pipeline config saved; reads and writes now refer to it until COMMIT")
+            base = self.staged or self.dev
+            try:
+                self.staged = base.rekeyed(new_index) if base is not None else None
+                kept = "kept"
+            except P4RTError as e:
+                self.staged, kept = None, f"cleared ({e.message})"
+            if self.staged is None:
+                self.staged = _Device(new_index, pl.Pipeline())
+            log.info("pipeline config saved; reads and writes now refer to it until COMMIT; "
+                     "the forwarding state at the save is %s", kept)
             return
         if act == SetAction.RECONCILE_AND_COMMIT and self.dev is not None:
             scratch = self.dev.rekeyed(new_index)  # raises before anything changes
