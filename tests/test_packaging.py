@@ -22,7 +22,7 @@ SOURCE_DIRS = sorted({v.split("/")[0] for v in PYPROJECT["tool"]["setuptools"]["
 # The modules `mltcp demo` and `mltcp simulate` run: only base dependencies allowed here.
 BASE_ONLY_DIRS = ("mltcp", "scenarios")
 # Optional sub-commands that live in mltcp/ anyway: file prefix -> the extra whose packages they may import.
-OPTIONAL_IN_BASE = {"mltcp/tune": "tune"}
+OPTIONAL_IN_BASE = {"mltcp/tune": "tune", "mltcp/ddp": "torch", "mltcp/torch": "torch"}
 # Optional engines inside mltcp/: module -> the extra that provides it. Allowed in the base code
 # only inside functions (`mltcp simulate --engine ns3` imports ns-3; the default engine does not).
 OPTIONAL_MODULES = {"ns": "ns3", "cppyy": "ns3"}

@@ -1,0 +1,131 @@
+"""One rank of an emulated data-parallel training job: real DDP over gloo (kernel TCP), emulated GPU time.
+
+    python -m mltcp.ddp.worker --job A --rank 0 --world 2 --master 10.0.0.1:29500 --model resnet50 ...
+
+What it does: ``torch.distributed`` with the gloo backend (one TCP connection per rank pair, in
+whatever network namespace it runs), a real :class:`~torch.nn.parallel.DistributedDataParallel`
+model with its real bucketing (``--bucket-mb``), real forward/backward/SGD on small synthetic
+batches drawn from a fixed seed, ``torch.set_num_threads(1)``, and each layer's GPU time played
+as waits in the autograd graph (:mod:`mltcp.ddp.profile`). The communication hook
+(:mod:`mltcp.ddp.hook`, through :func:`mltcp.torch.attach`) records each iteration and, with
+``--mark``, marks its first bucket in the kernel MLTCP's map.
+
+stdout: JSON lines. ``ready`` once the process group and the model are up (with ``--wait`` it
+then reads the run's start epoch from stdin); per iteration an ``iter`` line (the fields of
+:class:`mltcp.records.IterationRecord`, times in seconds since the epoch, plus ``loss``,
+``last_collective``, ``cpu_s``, ``gpu_s``); finally a ``summary`` (retransmissions of its gloo
+connections, their congestion control).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+import typer
+
+app = typer.Typer(add_completion=False, help="One rank of an emulated DDP training job.")
+
+
+def emit(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc) + "\n")
+    sys.stdout.flush()
+
+
+def retransmits(conns) -> int:
+    import socket
+
+    from mltcp.traffic.kernel.transport import tcp_info
+    total = 0
+    for c in conns:
+        s = socket.socket(fileno=c.fd)
+        try:
+            total += tcp_info(s)["total_retrans"]
+        except OSError:
+            pass
+        finally:
+            s.detach()
+    return total
+
+
+def build(model: str, seed: int, gpu_ms: float | None):
+    """(spec, model, layer times) for ``model``; ``gpu_ms`` overrides the published GPU time."""
+    import torch
+
+    from . import models, profile
+    spec = models.spec(model)
+    torch.manual_seed(seed)
+    net = spec.build()
+    times = profile.profile_for(net, spec, (spec.published_ms if gpu_ms is None else gpu_ms) / 1e3)
+    return spec, net, times
+
+
+@app.command()
+def main(job: str = typer.Option(..., help="job name (records' job field)"),
+         rank: int = typer.Option(..., min=0), world: int = typer.Option(..., min=1),
+         master: str = typer.Option(..., help="ADDR:PORT of rank 0's rendezvous store"),
+         model: str = typer.Option("tiny"), iterations: int = typer.Option(10, min=1),
+         gpu_ms: float = typer.Option(-1.0, help="emulated GPU time per iteration, ms (< 0: the model's published one)"),
+         seed: int = typer.Option(1), bucket_mb: float = typer.Option(25.0, min=0.01),
+         lr: float = typer.Option(0.01), cc: str = typer.Option("", help="set this congestion control on gloo's sockets ('' = the namespace default)"),
+         mark: bool = typer.Option(False, help="mark each iteration's first bucket in the kernel MLTCP map"),
+         ifname: str = typer.Option("", help="interface gloo binds to (GLOO_SOCKET_IFNAME)"),
+         wait: bool = typer.Option(False, help="after ready, read the start epoch from stdin"),
+         start_offset: float = typer.Option(0.0, help="start this many seconds after the epoch"),
+         timeout_s: float = typer.Option(300.0)):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    import mltcp.torch as mt
+
+    from . import profile
+    torch.set_num_threads(1)
+    addr, port = master.rsplit(":", 1)
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=port)
+    if ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = ifname
+    spec, net, times = build(model, seed, None if gpu_ms < 0 else gpu_ms)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+    ddp = DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
+    clock = profile.GpuClock()
+    profile.instrument(net, times, clock)
+    try:
+        hook = mt.attach(ddp, cc=cc or mt.sockets.default_cc(), mark=mark, store_port=int(port))
+    except mt.AttachError as e:
+        raise SystemExit(f"worker {job}/{rank}: {e}") from None
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    gen = torch.Generator().manual_seed(seed * 1000 + rank)
+    n_params = sum(p.numel() for p in net.parameters())
+    emit({"type": "ready", "job": job, "rank": rank, "params": n_params, "cc": hook.cc, "ports": hook.ports})
+    t0 = float(sys.stdin.readline()) if wait else time.time()
+    hook.clock = lambda: time.time() - t0
+    delay = t0 + start_offset - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    for _ in range(iterations):
+        x, y = spec.batch(gen)
+        cpu0, booked0 = time.process_time(), clock.booked_s
+        it = hook.begin()
+        clock.reset()
+        loss = spec.loss(ddp(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        it = hook.end()
+        emit({"type": "iter", "job": job, "rank": rank, "iteration": it.iteration, "start": it.start,
+              "comm_start": it.first_collective if it.first_collective is not None else it.start,
+              "end": it.step_done, "bytes": it.bytes, "last_collective": it.last_collective_done,
+              "buckets": it.buckets, "loss": float(loss.item()), "cpu_s": time.process_time() - cpu0,
+              "gpu_s": clock.booked_s - booked0})
+    conns = mt.sockets.own_connections({int(port)})
+    emit({"type": "summary", "job": job, "rank": rank, "retrans": retransmits(conns), "cc": hook.cc,
+          "mark_errors": hook.mark_errors})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    app()
