@@ -23,7 +23,7 @@ from rich.live import Live
 from mltcp.console import error_exit, out
 from mltcp.p4src import P4INFO_PATH
 
-from . import entries as E
+from . import preflight
 from .client import (
     DEFAULT_GRPC,
     ControlPlaneError,
@@ -32,7 +32,6 @@ from .client import (
     TlsOptions,
     connect_switch,
     install_topology,
-    read_p4info,
     reader_election_id,
 )
 from .bmv2 import parse_thrift_addr, read_counters
@@ -155,14 +154,21 @@ def push(
 ):
     """Push the pipeline (P4Info + device config) to the switch(es)."""
     def go():
-        for path, opt in ((p4info, "--p4info"), (config, "--config")):
-            if path is not None and not path.is_file():
-                raise TopologyError(str(path), opt, "file not found")
         tls = _tls(tls_ca, tls_cert, tls_key)
         eid = _election(election_id)
         specs = _targets(grpc, device_id, topology, switch)
-        for spec in specs:  # every P4Info is checked before the first switch is touched
-            read_p4info(spec.p4info or p4info)
+        # every file is checked before the first switch is touched, named by where it came from
+        for spec in specs:
+            if spec.p4info is not None:
+                preflight.check_p4info_file(spec.p4info, str(topology),
+                                            f"switches[{specs.index(spec)}].p4info")
+            else:
+                preflight.check_p4info_file(p4info, "command line", "--p4info")
+            if spec.config is not None:
+                preflight.check_device_config(spec.config, str(topology),
+                                              f"switches[{specs.index(spec)}].config")
+            else:
+                preflight.check_device_config(config, "command line", "--config")
 
         def one(spec: SwitchSpec) -> None:
             with connect_switch(spec, timeout, election_id=eid, tls=tls) as conn:
@@ -188,12 +194,15 @@ def install(
     def go():
         topo = load_topology(topology_file)
         specs = [topo.switch(switch)] if switch else list(topo.switches)
+        tls = _tls(tls_ca, tls_cert, tls_key)
+        # every file, name and width checked (against the P4Info each switch will run) before
+        # the first write: a bad topology exits 2 with every switch as it was
+        plans = preflight.plan_install(topo, specs, push=do_push, timeout=timeout, tls=tls,
+                                       read_back=not dry_run)
         if dry_run:
             summary = []
-            for spec in specs:
-                idx = E.index(read_p4info(spec.p4info or P4INFO_PATH))
-                tes = [E.route_entry(idx, r) for r in spec.routes]
-                tes += [E.ecn_entry(idx, e.port, e.threshold) for e in spec.ecn]
+            for plan in plans:
+                spec, tes = plan.spec, plan.entries
                 summary.append({"switch": spec.name, "grpc": spec.grpc,
                                 "routes": len(spec.routes), "ecn_thresholds": len(spec.ecn),
                                 "entries": [str(te) for te in tes]})
@@ -204,17 +213,13 @@ def install(
             if as_json:
                 print(json.dumps({"dry_run": True, "switches": summary}, sort_keys=True))
             return
-        if do_push:
-            for spec in specs:
-                read_p4info(spec.p4info or P4INFO_PATH)
-
         def done(r: dict) -> None:
             if not as_json:
                 out.print(f"{r['switch']}: {r['routes']} routes, {r['ecn_thresholds']} ECN "
                           f"thresholds{' (pipeline pushed)' if do_push else ''}")
         try:
             results = install_topology(topo, push=do_push, only=switch, timeout=timeout,
-                                       tls=_tls(tls_ca, tls_cert, tls_key), on_switch=done)
+                                       tls=tls, on_switch=done)
         except InstallError as e:
             if as_json:
                 print(json.dumps({"dry_run": False, "switches": e.done,
@@ -247,6 +252,10 @@ def set_ecn(
             check_threshold(threshold, "command line", "--threshold")
         eid = _election(election_id)
         tls = _tls(tls_ca, tls_cert, tls_key)
+        specs = _targets(grpc, device_id, topology, switch)
+        for spec in specs:  # the port and threshold fit each switch's P4Info, before any write
+            preflight.check_ecn(preflight.running_index(spec, timeout, tls), spec, port,
+                                threshold)
 
         def one(spec: SwitchSpec) -> None:
             with connect_switch(spec, timeout, election_id=eid, tls=tls) as conn:
@@ -258,7 +267,7 @@ def set_ecn(
                 else:
                     conn.set_ecn_threshold(port, threshold)
                     out.print(f"{spec.name}: port {port}: ECN threshold {threshold}")
-        _each(_targets(grpc, device_id, topology, switch), one, "set-ecn")
+        _each(specs, one, "set-ecn")
     _run(go)
 
 
