@@ -5,8 +5,8 @@ centralized schedules run on the same scenario, with the jobs' own compute times
 jitter and stragglers as the simulator's, from the scenario's seed):
 
 - ``ref-fifo`` (ideal serializer): each communication phase holds every link of its job's paths
-  for its whole duration and runs at line rate, taking its time alone (bytes over the job's
-  bottleneck rate plus one base RTT); phases are granted in the order they become ready, and a
+  while its bytes cross at the job's bottleneck rate, and ends one base RTT later (its time
+  alone); phases are granted in the order they become ready, and a
   later phase goes first when the links it needs are free and an earlier one is still waiting
   for others (greedy list scheduling). On one bottleneck this is FIFO by phase start.
 - ``ref-srf``: the same, granting the waiting phase with the shortest time alone first.
@@ -45,9 +45,14 @@ def compute_draws(sc: Scenario) -> list[np.ndarray]:
     return [j.compute_times(rng, j.iterations) for j in sc.jobs]
 
 
+def link_hold_s(sc: Scenario) -> list[float]:
+    """How long each job's phase keeps its links busy: its bytes at its bottleneck rate."""
+    return [j.bytes_per_iter / sc.bottleneck_Bps(j) for j in sc.jobs]
+
+
 def comm_alone_s(sc: Scenario) -> list[float]:
-    """Each job's communication phase alone: bytes over its bottleneck rate plus one base RTT."""
-    return [j.bytes_per_iter / sc.bottleneck_Bps(j) + sc.base_rtt(j) for j in sc.jobs]
+    """Each job's communication phase alone: its link hold plus one base RTT (the last byte's ACK)."""
+    return [h + sc.base_rtt(j) for h, j in zip(link_hold_s(sc), sc.jobs)]
 
 
 def job_links(sc: Scenario) -> list[frozenset[str]]:
@@ -56,7 +61,7 @@ def job_links(sc: Scenario) -> list[frozenset[str]]:
 
 def serialize(sc: Scenario, order: str = "fifo") -> list[IterationRecord]:
     """Iteration records of the ideal serializer (``order``: fifo or srf; module docstring)."""
-    comp, comm, need = compute_draws(sc), comm_alone_s(sc), job_links(sc)
+    comp, comm, hold, need = compute_draws(sc), comm_alone_s(sc), link_hold_s(sc), job_links(sc)
     busy: dict[str, float] = {}              # link -> time it becomes free
     ready: list[tuple[float, int, int]] = []  # (ready time, job, iteration) of computing jobs
     for j, job in enumerate(sc.jobs):
@@ -68,8 +73,12 @@ def serialize(sc: Scenario, order: str = "fifo") -> list[IterationRecord]:
     key = (lambda w: (w[0], w[1])) if order == "fifo" else (lambda w: (comm[w[1]], w[0], w[1]))
     now = 0.0
     while ready or waiting or running:
-        nxt = min([r[0] for r in ready[:1]] + [r[0] for r in running[:1]])
-        now = max(now, nxt)
+        events = [ready[0][0]] if ready else []
+        if running:
+            events.append(running[0][0])
+        if waiting:      # a waiting phase may start when a link frees, before the holder's last ACK
+            events += [t for t in busy.values() if t > now]
+        now = max(now, min(events))
         while ready and ready[0][0] <= now:
             waiting.append(heapq.heappop(ready))
         while running and running[0][0] <= now:
@@ -81,10 +90,9 @@ def serialize(sc: Scenario, order: str = "fifo") -> list[IterationRecord]:
         for w in sorted(waiting, key=key):
             t, j, k = w
             if all(busy.get(h, 0.0) <= now for h in need[j]):
-                end = now + comm[j]
                 for h in need[j]:
-                    busy[h] = end
-                heapq.heappush(running, (end, j, k, now))
+                    busy[h] = now + hold[j]
+                heapq.heappush(running, (now + comm[j], j, k, now))
                 waiting.remove(w)
     records.sort(key=lambda r: (r.end, r.job))
     return records

@@ -1,0 +1,172 @@
+"""MLTCP's default on random suites against its base and the centralized reference.
+
+    python bench/suite.py DIR [DIR ...] [--seeds 1-3] [--config '{"mltcp.slope": 1.0}'] [--reference]
+                          [--workers N] [--scheduler tcp://HOST:PORT] [--json OUT.json] [--plot OUT.png]
+
+DIR is a suite written by ``mltcp scenarios generate``. Every scenario runs under its base congestion
+control (the file's ``cc``), its MLTCP variant with the scenario's own [mltcp] table (none in a
+generated suite: the shipped default) plus ``--config``, and with ``--reference`` the ref-best
+reference (docs/references.md), once per seed, through :mod:`mltcp.sweep` (Dask when installed).
+
+Per scenario an arm's avg (p99) iteration time is the mean over the seeds of each run's steady-state
+average (p99): one run's p99 moves by up to ~15 % when a job starts 10 us later (the simulator's
+noise floor, docs/references.md), so single runs cannot show a 2 % difference. Printed per suite:
+the do-no-harm tallies (avg >= 0.98x and p99 >= 0.95x of the base, none below 0.90x, drops or ECN
+marks <= the base), geo means and the worst case, and with --reference the reference's gain over the
+base, MLTCP's share of that gain and MLTCP's geo-mean against ref-fifo.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from mltcp import sweep
+from mltcp.suite import parse_seeds
+
+ARM_BASE, ARM_MLTCP, ARM_REF, ARM_FIFO = "base", "mltcp", "ref-best", "ref-fifo"
+
+
+def gmean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def scenario_cc(path: Path) -> str:
+    import tomllib
+    return tomllib.loads(path.read_text()).get("cc", "reno")
+
+
+def build_tasks(files: list[Path], seeds: list[int], config: dict, reference: bool) -> list[tuple[str, sweep.Task]]:
+    """(role, task) pairs: each scenario x seed under base, MLTCP (and the references)."""
+    out = []
+    for f in files:
+        cc = scenario_cc(f)
+        for seed in seeds:
+            out.append((ARM_BASE, sweep.Task(str(f), cc, seed)))
+            out.append((ARM_MLTCP, sweep.Task(str(f), f"mltcp-{cc}", seed, config=config or None)))
+            if reference:
+                out.append((ARM_REF, sweep.Task(str(f), ARM_REF, seed)))
+                out.append((ARM_FIFO, sweep.Task(str(f), ARM_FIFO, seed)))
+    return out
+
+
+def per_scenario(roles: list[str], records: list[dict]) -> dict[str, dict[str, dict]]:
+    """scenario source -> role -> the seed-means of avg, p99 and drops/marks (and the reference's picks)."""
+    acc: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for role, rec in zip(roles, records):
+        if not rec.get("ok", False):
+            raise RuntimeError(f"{rec.get('source')} seed {rec.get('seed')} {rec.get('arm')}: {rec.get('error')}")
+        acc[rec["source"]][role].append(rec)
+    out = {}
+    for src, by_role in acc.items():
+        out[src] = {role: {"avg": sum(r["avg_iter_s"] for r in rs) / len(rs),
+                           "p99": sum(r["p99_iter_s"] for r in rs) / len(rs),
+                           "drops": sum(r["drops"] for r in rs), "marks": sum(r["ecn_marks"] for r in rs),
+                           "picks": [r.get("reference_pick") for r in rs]}
+                    for role, rs in by_role.items()}
+    return out
+
+
+def summarize(table: dict[str, dict[str, dict]], ecn_suite: bool) -> dict:
+    rows = []
+    for src, arm in sorted(table.items()):
+        b, m = arm[ARM_BASE], arm[ARM_MLTCP]
+        loss = "marks" if ecn_suite else "drops"
+        row = {"scenario": Path(src).stem, "speedup_avg": b["avg"] / m["avg"], "speedup_p99": b["p99"] / m["p99"],
+               "loss_base": b[loss], "loss_mltcp": m[loss]}
+        if ARM_REF in arm:
+            row["ref_speedup_avg"] = b["avg"] / arm[ARM_REF]["avg"]
+            row["mltcp_vs_fifo_avg"] = arm[ARM_FIFO]["avg"] / m["avg"]
+            row["ref_picks"] = arm[ARM_REF]["picks"]
+        rows.append(row)
+    n = len(rows)
+    sa, sp = [r["speedup_avg"] for r in rows], [r["speedup_p99"] for r in rows]
+    out = {"scenarios": n, "loss": "ECN marks" if ecn_suite else "drops",
+           "avg_geo": gmean(sa), "avg_worst": min(sa), "p99_geo": gmean(sp), "p99_worst": min(sp),
+           "share_avg_ge_0.98": sum(x >= 0.98 for x in sa) / n, "share_p99_ge_0.95": sum(x >= 0.95 for x in sp) / n,
+           "below_0.90": sum(min(a, p) < 0.90 for a, p in zip(sa, sp)),
+           "share_loss_le_base": sum(r["loss_mltcp"] <= r["loss_base"] for r in rows) / n, "rows": rows}
+    if rows and "ref_speedup_avg" in rows[0]:
+        ref = gmean([r["ref_speedup_avg"] for r in rows])
+        out["ref_avg_geo"] = ref
+        out["share_of_ref_gain"] = (out["avg_geo"] - 1) / (ref - 1) if ref > 1 else float("nan")
+        out["mltcp_vs_fifo_geo"] = gmean([r["mltcp_vs_fifo_avg"] for r in rows])
+    return out
+
+
+def print_summary(name: str, s: dict) -> None:
+    ok = lambda c: "yes" if c else "NO"   # noqa: E731
+    print(f"\n{name}: {s['scenarios']} scenarios")
+    print(f"  avg  geo {s['avg_geo']:.3f}x worst {s['avg_worst']:.3f}x, >= 0.98x in {s['share_avg_ge_0.98']:.0%} "
+          f"(target >= 95 %: {ok(s['share_avg_ge_0.98'] >= 0.95)})")
+    print(f"  p99  geo {s['p99_geo']:.3f}x worst {s['p99_worst']:.3f}x, >= 0.95x in {s['share_p99_ge_0.95']:.0%} "
+          f"(target >= 95 %: {ok(s['share_p99_ge_0.95'] >= 0.95)})")
+    print(f"  below 0.90x (avg or p99): {s['below_0.90']} (target 0: {ok(s['below_0.90'] == 0)})")
+    print(f"  {s['loss']} <= the base in {s['share_loss_le_base']:.0%} (target >= 90 %: "
+          f"{ok(s['share_loss_le_base'] >= 0.9)})")
+    if "ref_avg_geo" in s:
+        print(f"  reference (ref-best) over the base: {s['ref_avg_geo']:.3f}x; MLTCP's share of that gain "
+              f"{s['share_of_ref_gain']:.0%} (target >= 50 % on general suites); MLTCP against ref-fifo "
+              f"{s['mltcp_vs_fifo_geo']:.3f} (target >= 0.95 on compatible suites)")
+
+
+def plot(path: Path, summaries: dict[str, dict]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, s in summaries.items():
+        rows = sorted(s["rows"], key=lambda r: r["speedup_avg"])
+        ax.plot(range(len(rows)), [r["speedup_avg"] for r in rows], marker=".", label=f"{name}: MLTCP")
+        if "ref_speedup_avg" in rows[0]:
+            ax.plot(range(len(rows)), [r["ref_speedup_avg"] for r in rows], ls="--", lw=1, label=f"{name}: reference")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(0.98, color="r", lw=0.6, ls=":")
+    ax.set_xlabel("scenario (sorted by MLTCP's speedup)")
+    ax.set_ylabel("avg iteration speedup over the base")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", type=Path)
+    ap.add_argument("--seeds", default="1-3")
+    ap.add_argument("--config", default="{}", help="MLTCP settings written into each scenario, JSON "
+                                                   "(keys as in a tune space: mltcp.slope, ...)")
+    ap.add_argument("--reference", action="store_true", help="also run ref-best and ref-fifo")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--scheduler", default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None)
+    a = ap.parse_args(argv)
+    try:
+        seeds, config = parse_seeds(a.seeds), json.loads(a.config)
+    except (ValueError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    summaries = {}
+    for d in a.dirs:
+        files = sorted(d.glob("*.toml"))
+        if not files:
+            print(f"error: {d}: no scenario files", file=sys.stderr)
+            return 2
+        pairs = build_tasks(files, seeds, config, a.reference)
+        recs = sweep.run_tasks([t for _, t in pairs], scheduler=a.scheduler, workers=a.workers)
+        ecn = scenario_cc(files[0]) in ("dctcp", "dcqcn")
+        summaries[str(d)] = summarize(per_scenario([r for r, _ in pairs], recs), ecn)
+        print_summary(str(d), summaries[str(d)])
+    print(f"\nseeds {a.seeds}; config {json.dumps(config)}")
+    if a.json:
+        a.json.write_text(json.dumps({"seeds": seeds, "config": config, "suites": summaries}, indent=1))
+    if a.plot:
+        plot(a.plot, summaries)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
