@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from mltcp import scenario as scn
 from mltcp.controlplane.topology import MAX_PORT, MAX_THRESHOLD, TopologyError, load_topology, parse_topology
 from mltcp.traffic import header
-from mltcp.traffic.transport import FlowSender, Receiver, build_cc, pattern, wire
+from mltcp.traffic.transport import FlowSender, Receiver, auth, build_cc, pattern, wire
 from mltcp.traffic.transport.reassembly import Reassembly
 
 CASES = {"n": 0}
@@ -324,9 +324,13 @@ def test_ratio_q16_any_float(r):
 
 # -- the transport's wire codec ----------------------------------------------------------------------
 
+FUZZ_KEY = bytes(range(16))  # every datagram made here carries (handshake) and is sealed with it
+
+
 def _valid_datagram(draw_conn, seq, length, tflags=wire.T_DATA, flags=0, body=None):
     body = pattern.chunk(seq, length) if body is None else body
-    return wire.encode(flags, 1, 0, 0, draw_conn, seq, 0, 0, 0, len(body), tflags) + body
+    return auth.seal(wire.encode(flags, 1, 0, 0, draw_conn, seq, 0, 0, 0, len(body), tflags) + body,
+                     FUZZ_KEY, send_key=True)
 
 
 def _flip(data: bytes, positions: list[int]) -> bytes:
@@ -360,7 +364,8 @@ def test_wire_decode_of_any_datagram(raw):
         outcome("wire:refused")
         return
     outcome("wire:decoded")
-    assert p.payload_off + p.length == len(raw) and len(p.sacks) <= wire.MAX_SACK
+    trailer = (wire.TAG_LEN if p.tflags & wire.T_AUTH else 0) + len(p.key)
+    assert p.payload_off + p.length + trailer == len(raw) and len(p.sacks) <= wire.MAX_SACK
     assert 0 <= p.conn_id < 2**48 and 0 <= p.seq < 2**64 and all(s < e for s, e in p.sacks)
 
 
@@ -377,7 +382,12 @@ def test_wire_roundtrip(flags, job, it, ratio, conn, seq, ack, tsval, tsecr, len
     except wire.WireError:
         assert any(e - ack > wire.U32 for _, e in sacks)
         return
-    p = wire.decode(head + bytes(length))
+    trailer = (wire.TAG_LEN if tflags & wire.T_AUTH else 0) + (wire.KEY_LEN if tflags & wire.T_KEY else 0)
+    if tflags & wire.T_KEY and not tflags & wire.T_AUTH:      # a key without a MAC: refused
+        with pytest.raises(wire.WireError):
+            wire.decode(head + bytes(length + trailer))
+        return
+    p = wire.decode(head + bytes(length + trailer))
     assert (p.flags, p.job_id, p.iteration, p.ratio_q16, p.conn_id, p.seq, p.ack, p.tsval, p.tsecr, p.length,
             p.tflags, p.ce_count) == (flags, job, it, ratio, conn, seq, ack, tsval, tsecr, length, tflags, ce)
     assert p.sacks == tuple(sacks)
@@ -406,7 +416,7 @@ def test_receiver_takes_only_the_pattern_and_stays_bounded(nseg, size, rnd, atta
         assert rx.held == sum(f.ra.held_bytes for f in rx.flows.values()) <= 1 << 20
         flow = rx.flows[(LEGIT, 1)]
         assert flow.delivered >= nseg * size                              # complete despite the noise
-        if any(f.mismatched or f.refused for f in rx.flows.values()) or rx.bad:
+        if any(f.mismatched or f.refused or f.forged for f in rx.flows.values()) or rx.bad or rx.unauthenticated:
             outcome("receiver:noise-dropped")
         for f in rx.flows.values():
             assert f.ra.held_bytes <= 64 << 10
@@ -456,6 +466,8 @@ def test_sender_survives_any_ack(acks):
                 conn = f.conn_id if right else f.conn_id ^ 0x10000
                 raw = wire.encode(flags | wire.FLAG_ACK, 0, 0, 0, conn, 0, ack, 0, tsecr, 0, 0,
                                   sacks=[(ack + s, ack + s + n) for s, n in rel])
+                if right:   # made by someone holding the flow's key: the sender's books are what is tested
+                    raw = auth.seal(raw, f.key)
             peer.sendto(raw, f.sock.getsockname())
         f.drain(0.001, limit=4096)
         f.service(0.002)
@@ -466,7 +478,7 @@ def test_sender_survives_any_ack(acks):
             outcome("sender:fault")
         assert 0 <= sb.snd_una <= sb.snd_nxt <= 50_000 and sb.inflight_bytes >= 0
         assert math.isfinite(float(f.st.cwnd[0])) and float(f.st.cwnd[0]) > 0
-        assert f.stats["acks"] + f.stats["bad"] <= len(acks)
+        assert f.stats["acks"] + f.stats["bad"] + f.stats["forged"] <= len(acks)
     finally:
         f.close()
         peer.close()

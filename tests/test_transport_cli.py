@@ -111,3 +111,28 @@ def test_send_without_receiver_times_out_with_exit_1():
                               "--iterations", "1", "--timeout", "0.5s"])
     assert res.exit_code == 1 and "not delivered" in res.output
     assert "flow 0: acked 0 of 10000" in " ".join(res.output.split())   # what was stuck, and how far
+
+
+def test_send_with_a_psk_file_against_a_receiver_with_the_same_key(tmp_path):
+    key = tmp_path / "psk"
+    key.write_text("k" * 32 + "\n")
+    with Receiver(("127.0.0.1", 0), psk=b"k" * 32) as rx:
+        rx.start()
+        res = runner.invoke(app, ["send", "--to", f"127.0.0.1:{rx.addr[1]}", "--psk", str(key),
+                                  "--bytes", "50KB", "--compute", "1ms", "--iterations", "2", "--json"])
+        rx.stop()
+        assert res.exit_code == 0, res.output
+        (f,) = rx.flows.values()
+        assert f.delivered == 100_000 and f.forged == 0
+        assert json.loads(res.stdout)["summary"][0]["crc32"] == f.crc
+
+
+@pytest.mark.parametrize("content", [None, "short"])
+def test_a_bad_psk_file_exits_2_naming_it(tmp_path, content):
+    key = tmp_path / "psk"
+    if content is not None:
+        key.write_text(content)
+    for cmd in (["send", "--to", "127.0.0.1:9"], ["recv", "--bind", "127.0.0.1:0", "--duration", "1s"]):
+        res = runner.invoke(app, [*cmd, "--psk", str(key)])
+        assert res.exit_code == 2, res.output
+        assert "--psk" in res.output and str(key) in res.output.replace("\n", "")

@@ -11,16 +11,21 @@ import time
 
 import pytest
 
-from mltcp.traffic.transport import (FlowSender, Receiver, TransportFault, UdpTransport, build_cc,
-                                     pattern, wire)
+from mltcp.traffic.transport import (FlowSender, Receiver, TransportError, TransportFault, UdpTransport,
+                                     auth, build_cc, pattern, wire)
 from mltcp.traffic.transport.reassembly import SEG_OVERHEAD, Reassembly
 
 PEER = ("127.0.0.1", 40000)
 
 
-def data(seq, n, conn=7, job=1, iteration=0, payload=None):
+KEY = bytes(range(16))   # the connection key of the datagrams made here (sent, as a handshake does)
+
+
+def data(seq, n, conn=7, job=1, iteration=0, payload=None, key=KEY):
+    """A data datagram as a sender makes it: authenticated, carrying its key (handshake)."""
     body = pattern.chunk(seq, n) if payload is None else payload
-    return wire.encode(0, job, iteration, 0, conn, seq, 0, 0, 0, len(body), wire.T_DATA) + body
+    return auth.seal(wire.encode(0, job, iteration, 0, conn, seq, 0, 0, 0, len(body), wire.T_DATA) + body,
+                     key, send_key=True)
 
 
 def feed(rx, dgram, peer=PEER, now=0.0):
@@ -212,40 +217,109 @@ def _wait(cond, what, timeout=5.0):
         time.sleep(0.005)
 
 
+def _inject_during(tx, nbytes, inject):
+    """Send ``nbytes`` on ``tx`` while ``inject()`` runs in another thread (the attack happens
+    during the transfer, as it would on a wire)."""
+    import threading
+    t = threading.Thread(target=inject)
+    t.start()
+    try:
+        tx.send_iteration(nbytes, 1)
+    finally:
+        t.join()
+
+
 @needs_root
-def test_spoofed_data_with_the_flows_address_port_and_conn_id_is_not_delivered():
-    with Receiver(("127.0.0.1", 0)) as rx:
+@pytest.mark.parametrize("mode", ["handshake", "psk"])
+def test_spoofed_in_window_data_without_the_key_is_never_delivered(mode):
+    """The issue's probe: 20 datagrams with the live flow's addresses, port, conn_id and in-window
+    sequence numbers during a 3 MB transfer, into a receiver that does NOT check the test pattern
+    (--no-verify): the MAC alone keeps every foreign byte out."""
+    psk = b"0123456789abcdef0123456789abcdef" if mode == "psk" else None
+    with Receiver(("127.0.0.1", 0), verify=False, psk=psk) as rx:
         rx.start()
-        with UdpTransport([rx.addr], cc="reno", timeout=20) as tx:
+        with UdpTransport([rx.addr], cc="reno", timeout=20, psk=psk) as tx:
             f = tx.flows[0]
             src = f.sock.getsockname()
             tx.send_iteration(100_000, 0)
             flow = rx.flows[(src, f.conn_id)]
-            # the attacker knows everything but the bytes: garbage exactly where the stream goes on
-            for k in range(20):
-                seq = 100_000 + k * 1000
-                _forge_udp(src, rx.addr, data(seq, 1000, conn=f.conn_id, payload=os.urandom(1000)))
-            _wait(lambda: flow.mismatched == 20_000, "the spoofed datagrams")
-            tx.send_iteration(100_000, 1)
-            _wait(lambda: flow.delivered == 200_000, "the second iteration")
-            assert flow.crc == f.crc == pattern.expected_crc(0, 200_000)     # only the sender's bytes
+
+            def inject():
+                for k in range(20):   # the attacker's own key: all it can put in a handshake
+                    seq = flow.delivered + 1424 * (k + 1)
+                    _forge_udp(src, rx.addr, data(seq, 1424, conn=f.conn_id, payload=os.urandom(1424),
+                                                  key=os.urandom(16)))
+                    time.sleep(0.002)
+            _inject_during(tx, 2_900_000, inject)
+            _wait(lambda: flow.forged == 20, "the spoofed datagrams")
+            assert flow.delivered == 3_000_000
+            assert flow.crc == f.crc == pattern.expected_crc(0, 3_000_000)  # only the sender's bytes
 
 
 @needs_root
-def test_spoofed_data_ahead_of_the_sender_fails_the_transfer_loudly():
-    with Receiver(("127.0.0.1", 0)) as rx:
+def test_on_path_attacker_who_saw_the_handshake_can_inject_and_the_sender_fails_loudly():
+    """Without a PSK the key crosses the wire in the first datagrams: an attacker who saw them
+    makes datagrams the receiver takes (docs/security.md says so). With --no-verify its bytes reach
+    the delivered stream; the sender then sees ACKs for bytes it never sent and stops with a
+    TransportFault instead of reporting the transfer as done."""
+    with Receiver(("127.0.0.1", 0), verify=False) as rx:
         rx.start()
         with UdpTransport([rx.addr], cc="reno", timeout=20) as tx:
             f = tx.flows[0]
             src = f.sock.getsockname()
             tx.send_iteration(50_000, 0)
             flow = rx.flows[(src, f.conn_id)]
-            for k in range(60):          # the right bytes, but ones the sender has not sent yet
-                seq = 50_000 + k * 1424
-                _forge_udp(src, rx.addr, data(seq, 1424, conn=f.conn_id))
-            _wait(lambda: flow.delivered == 50_000 + 60 * 1424, "the spoofed datagrams")
+            seen_key = f.key     # what a sniffer reads from the flow's first datagrams
+            for k in range(20):
+                _forge_udp(src, rx.addr, data(50_000 + k * 1424, 1424, conn=f.conn_id,
+                                              payload=os.urandom(1424), key=seen_key))
+            _wait(lambda: flow.delivered == 50_000 + 20 * 1424, "the spoofed datagrams")
+            assert flow.forged == 0 and flow.crc != pattern.expected_crc(0, flow.delivered)
             with pytest.raises(TransportFault, match="spoofed"):
-                tx.send_iteration(200_000, 1)
+                tx.send_iteration(10_000, 1)
+
+
+def test_a_flipped_bit_or_a_missing_mac_is_dropped_before_anything_else():
+    with Receiver(("127.0.0.1", 0), verify=False) as r:
+        good = data(0, 1000)
+        feed(r, good)
+        (f,) = r.flows.values()
+        assert f.delivered == 1000 and f.key == KEY
+        bad = bytearray(data(1000, 1000))
+        bad[100] ^= 1                                           # a payload bit
+        feed(r, bytes(bad))
+        plain = wire.encode(0, 1, 0, 0, 7, 1000, 0, 0, 0, 1000, wire.T_DATA) + pattern.chunk(1000, 1000)
+        feed(r, plain)                                          # no MAC at all
+        assert f.forged == 2 and f.delivered == 1000 and f.datagrams == 1
+        feed(r, data(1000, 1000, key=os.urandom(16)))           # another key cannot replace it
+        assert f.forged == 3 and f.key == KEY
+        feed(r, plain, peer=("127.0.0.1", 40001))               # no flow yet: none is opened
+        assert r.unauthenticated == 1 and len(r.flows) == 1
+
+
+def test_acks_without_the_key_are_not_taken(peer):
+    f = FlowSender(peer.getsockname(), build_cc("reno"), payload=1000, clock=lambda: 0.0)
+    try:
+        f.enqueue(50_000, 0)
+        f.service(0.0)
+        forged = auth.seal(wire.encode(wire.FLAG_ACK, 0, 0, 0, f.conn_id, 0, 10_000, 0, 0, 0, 0),
+                           os.urandom(16))
+        plain = wire.encode(wire.FLAG_ACK, 0, 0, 0, f.conn_id, 0, 10_000, 0, 0, 0, 0)
+        _push(peer, f, [forged, plain], 0.001)
+        assert f.stats["forged"] == 2 and f.sb.snd_una == 0 and f.send_key
+        _push(peer, f, [_ack(f, 1000)], 0.002)                   # the receiver's: taken
+        assert f.sb.snd_una == 1000 and not f.send_key           # key confirmed: no longer sent
+    finally:
+        f.close()
+
+
+def test_mismatched_psks_deliver_nothing_and_time_out():
+    with Receiver(("127.0.0.1", 0), psk=b"receiver-key-0123456789") as rx:
+        rx.start()
+        with UdpTransport([rx.addr], cc="reno", timeout=1.5, psk=b"sender-key-0123456789") as tx:
+            with pytest.raises(TransportError):
+                tx.send_iteration(20_000, 0)
+        assert rx.flows == {} and rx.unauthenticated > 0
 
 
 # -- forged ACKs at the sender ----------------------------------------------------------------------
@@ -260,7 +334,9 @@ def peer():
 
 
 def _ack(f, ack, sacks=()):
-    return wire.encode(wire.FLAG_ACK, 0, 0, 0, f.conn_id, 0, ack, 0, 0, 0, 0, sacks=sacks)
+    """An ACK made by someone who holds the flow's key (its receiver, or an on-path attacker who
+    saw the handshake): the sender's own checks are what is left."""
+    return auth.seal(wire.encode(wire.FLAG_ACK, 0, 0, 0, f.conn_id, 0, ack, 0, 0, 0, 0, sacks=sacks), f.key)
 
 
 def _push(peer, f, dgrams, now):

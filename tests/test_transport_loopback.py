@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from mltcp.traffic.transport import FlowSender, Receiver, UdpTransport, build_cc, pattern, wire
+from mltcp.traffic.transport import FlowSender, Receiver, UdpTransport, auth, build_cc, pattern, wire
 from mltcp.traffic.transport.relay import LossyRelay
 
 CCS = ["reno", "cubic", "dcqcn", "mltcp-reno", "mltcp-cubic", "mltcp-dcqcn"]
@@ -124,7 +124,8 @@ def peer():
 
 
 def _ack(f, ack, sacks=(), flags=wire.FLAG_ACK, tsecr=0):
-    return wire.encode(flags, 0, 0, 0, f.conn_id, 0, ack, 0, tsecr, 0, 0, sacks=sacks)
+    """An ACK as the flow's receiver sends it: authenticated with the flow's connection key."""
+    return auth.seal(wire.encode(flags, 0, 0, 0, f.conn_id, 0, ack, 0, tsecr, 0, 0, sacks=sacks), f.key)
 
 
 def _deliver(peer, f, data, now):
@@ -263,8 +264,11 @@ def test_receiver_cnp_at_most_one_per_interval():
         s.bind(("127.0.0.1", 0))
         s.settimeout(2)
         try:
-            def data(seq):
-                return wire.encode(0, 1, 0, 1234, 9, seq, 0, 0, 0, 100, wire.T_DATA) + pattern.chunk(seq, 100)
+            key = auth.new_conn_key()
+
+            def data(seq):   # a sender's handshake datagrams: the key, then the MAC
+                return auth.seal(wire.encode(0, 1, 0, 1234, 9, seq, 0, 0, 0, 100, wire.T_DATA)
+                                 + pattern.chunk(seq, 100), key, send_key=True)
             for i in range(5):
                 s.sendto(data(i * 100), rx.addr)
             import time

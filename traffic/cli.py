@@ -84,7 +84,9 @@ def send(
     slope: Optional[float] = typer.Option(None, help="MLTCP slope (default 4.0)"),
     intercept: Optional[float] = typer.Option(None, help="MLTCP intercept (default 0.25)"),
     min_rto: str = typer.Option("200ms", help="minimum retransmission timeout"),
-    payload: int = typer.Option(1424, help="payload bytes per datagram (1424 = 1500-byte IP packets)"),
+    payload: int = typer.Option(1400, help="payload bytes per datagram (1400 = 1500-byte IP packets with the MAC and key)"),
+    psk: Optional[Path] = typer.Option(None, "--psk", help="pre-shared key file (the receiver's too): "
+                                       "datagrams nobody without it can forge, on-path or not"),
     no_ecn: bool = typer.Option(False, "--no-ecn", help="do not set ECT(0) on data"),
     no_idle_restart: bool = typer.Option(False, "--no-idle-restart",
                                          help="keep the window over idle periods longer than an RTO"),
@@ -147,9 +149,10 @@ def send(
     rto = _conv(parse_duration, min_rto, "--min-rto", 1e-6, 60.0)
     limit = _conv(parse_duration, timeout, "--timeout", 0, MAX_SECONDS, lo_open=True)
 
+    key = _psk(psk)
     try:
         tr = UdpTransport(peers, cc=cc, job_id=job, cc_params=params,
-                          line_rate=rate / 8, payload=payload,
+                          line_rate=rate / 8, payload=payload, psk=key,
                           min_rto=rto, ecn=not no_ecn,
                           timeout=limit,
                           explicit_iterations=detect_iterations == "explicit",
@@ -187,6 +190,16 @@ def send(
                   f"{(s['srtt'] or 0) * 1e3:.2f} ms", highlight=False)
 
 
+def _psk(path: Optional[Path]) -> Optional[bytes]:
+    from .transport.auth import read_psk
+    if path is None:
+        return None
+    try:
+        return read_psk(path)
+    except ValueError as e:
+        fail(f"--psk: {e}")
+
+
 @app.command()
 def recv(
     bind: str = typer.Option("0.0.0.0:9199", help="HOST:PORT to listen on"),
@@ -194,6 +207,7 @@ def recv(
     duration: Optional[str] = typer.Option(None, help="exit after this long"),
     ack_every: int = typer.Option(2, help="ACK every N in-order datagrams"),
     no_verify: bool = typer.Option(False, "--no-verify", help="skip checking payload bytes"),
+    psk: Optional[Path] = typer.Option(None, "--psk", help="pre-shared key file (the senders' too)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON document on exit: {flows: [...], receiver: {...}}"),
 ):
     """Receive MLTCP transport flows: deliver in order, verify, ACK (ECE/CNP on CE marks)."""
@@ -206,7 +220,7 @@ def recv(
     d = _conv(parse_duration, duration, "--duration", 0, MAX_SECONDS, lo_open=True) if duration else None
     idle = _conv(parse_duration, idle_exit, "--idle-exit", 0, MAX_SECONDS, lo_open=True) if idle_exit else None
     try:
-        rx = Receiver((host, port), ack_every=ack_every, verify=not no_verify)
+        rx = Receiver((host, port), ack_every=ack_every, verify=not no_verify, psk=_psk(psk))
     except OSError as e:
         fail(f"--bind {bind}: {e}")
     stop = threading.Event()
@@ -228,12 +242,13 @@ def recv(
     flows = rx.summary()
     if as_json:
         print_json({"flows": flows, "receiver": dict(flows=len(flows), elapsed_s=elapsed, cpu_s=cpu, bad=rx.bad,
-                                                     refused_flows=rx.refused_flows)})
+                                                     refused_flows=rx.refused_flows,
+                                                     unauthenticated=rx.unauthenticated)})
         return
     for f in flows:
         out.print(f"{f['peer']} job {f['job']}: {f['bytes']} B in order ({f['iterations']} iterations), "
                   f"{f['duplicates']} duplicates, {f['mismatched']} mismatched, "
-                  f"{f['refused']} refused, CE {f['ce']}, CNP {f['cnps']}",
+                  f"{f['refused']} refused, {f['forged']} forged, CE {f['ce']}, CNP {f['cnps']}",
                   highlight=False)
     out.print(f"{len(flows)} flow(s) in {elapsed:.1f} s", highlight=False)
 

@@ -23,7 +23,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from . import pattern, sockbuf, wire
+from . import auth, pattern, sockbuf, wire
 from .reassembly import Reassembly
 
 CE = 0x03
@@ -63,12 +63,15 @@ class FlowReceiver:
     acks: int = 0
     last_rx: float = 0.0
     iterations: dict = field(default_factory=dict)
+    key: bytes = b""             # the connection key every datagram's MAC is checked with
+    forged: int = 0              # datagrams of this flow dropped because their MAC did not verify
 
     def summary(self) -> dict:
         return dict(peer=f"{self.peer[0]}:{self.peer[1]}", conn_id=self.conn_id, job=self.job_id,
                     bytes=self.delivered, crc32=self.crc, datagrams=self.datagrams,
                     duplicates=self.duplicates, out_of_order=self.out_of_order,
-                    mismatched=self.mismatched, refused=self.refused, ce=self.ce, cnps=self.cnps, acks=self.acks,
+                    mismatched=self.mismatched, refused=self.refused, forged=self.forged, ce=self.ce,
+                    cnps=self.cnps, acks=self.acks,
                     iterations=len(self.iterations))
 
 
@@ -81,7 +84,7 @@ class Receiver:
     def __init__(self, bind: tuple[str, int] = ("0.0.0.0", wire.MLTCP_UDP_PORT), ack_every: int = 2,
                  cnp_interval: float = 50e-6, verify: bool = True, clock=time.monotonic,
                  track_iterations: bool = True, window: int = wire.RCV_WINDOW, max_flows: int = MAX_FLOWS,
-                 max_held: int = MAX_HELD):
+                 max_held: int = MAX_HELD, authenticate: bool = True, psk: bytes | None = None):
         if not 1 <= window < 1 << 32:
             raise ValueError(f"window must be in 1..2^32-1 bytes (SACK offsets are 32-bit), got {window}")
         if max_flows < 1 or max_held < 0:
@@ -89,6 +92,10 @@ class Receiver:
         self.window, self.max_flows, self.max_held = window, max_flows, max_held
         self.held = 0                 # out-of-order bytes held over all flows
         self.refused_flows = 0        # datagrams that would have opened a flow past max_flows
+        # every datagram's MAC checked before anything else (traffic.transport.auth); with a PSK
+        # the keys are derived from it, else each flow's key is the one its first datagram sent
+        self.authenticate, self.psk = authenticate or psk is not None, psk
+        self.unauthenticated = 0      # datagrams of no flow whose MAC (or key) did not verify
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sockbuf.grow(self.sock, rcv=8 << 20)
@@ -119,6 +126,8 @@ class Receiver:
         head = wire.encode(flags, f.job_id, f.last_iteration, f.last_ratio, f.conn_id, 0, f.ra.rcv_nxt,
                            int((now - self.t0) * 1e6), f.last_tsval, 0, 0, f.ce_since_ack,
                            f.ra.sack_blocks(wire.MAX_SACK))
+        if f.key:
+            head = auth.seal(head, f.key)
         try:
             self.sock.sendto(head, f.peer)
         except (BlockingIOError, InterruptedError, OSError):
@@ -163,9 +172,20 @@ class Receiver:
         if not p.tflags & wire.T_DATA or p.flags & wire.FLAG_ACK:
             self.bad += 1
             return
-        payload = buf[p.payload_off:nb]
+        payload = buf[p.payload_off:p.payload_off + p.length]
         key = (peer, p.conn_id)
         f = self.flows.get(key)
+        conn_key = b""
+        if self.authenticate:
+            # the MAC first: a datagram that does not verify is never looked at again
+            conn_key = (f.key if f is not None else auth.psk_conn_key(self.psk, p.conn_id)
+                        if self.psk is not None else p.key)
+            if p.mac_off < 0 or not conn_key or not auth.verify(conn_key, buf, p.mac_off):
+                if f is not None:
+                    f.forged += 1
+                else:
+                    self.unauthenticated += 1
+                return
         if self.verify and not pattern.matches(p.seq, payload):
             # not the sender's bytes at this offset: never taken (so never delivered), no flow
             # opened, no ACK, no timestamp echoed and no CE mark counted for it
@@ -179,7 +199,7 @@ class Receiver:
                 self.refused_flows += 1
                 return
             f = self.flows[key] = FlowReceiver(peer, p.conn_id, p.job_id, now,
-                                               Reassembly(window=self.window))
+                                               Reassembly(window=self.window), key=conn_key)
         batch[key] = f
         f.datagrams += 1
         f.last_rx = now

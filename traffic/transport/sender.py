@@ -16,13 +16,15 @@ import numpy as np
 
 from mltcp.cc import TX_START, make_cc
 
-from . import pattern, sockbuf, wire
+from . import auth, pattern, sockbuf, wire
 from .rtt import RttEstimator
 from .scoreboard import Scoreboard, Seg
 
 ECT0 = 0x02
 # Rates (DCQCN's st.rate, --line-rate) count whole IP datagrams, as a NIC's rate limiter does.
-WIRE_OVERHEAD = wire.IP_UDP_OVERHEAD + wire.FIXED_LEN
+# (IP, UDP, the MLTCP headers and the MAC; the handshake's key, on a flow's first datagrams only, is
+# left out)
+WIRE_OVERHEAD = wire.IP_UDP_OVERHEAD + wire.FIXED_LEN + wire.TAG_LEN
 RTT_SAMPLES_KEPT = 1 << 20   # 8 MB of samples per flow; at 100 Mb/s about 10 minutes of ACK batches
 # ACKs in a row whose cumulative ack is below what was acknowledged before: a receiver's ack never
 # goes back (ACKs of one flow take one path), so a run of them means forged ACKs moved snd_una, or
@@ -60,9 +62,17 @@ class FlowSender:
                  clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None,
                  explicit_iterations: bool = True, min_pto: float = 0.01, idle_restart: bool = True,
                  nic_rate: float | None = None, nic_burst: int = 12, nic_wake: int = 2,
-                 rcv_window: int = wire.RCV_WINDOW, pause=None):
+                 rcv_window: int = wire.RCV_WINDOW, pause=None, authenticate: bool = True,
+                 psk: bytes | None = None):
         if not 0 < payload <= 65000:
             raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
+        # Authenticated datagrams (traffic.transport.auth): a MAC on every datagram, keyed with
+        # the PSK-derived connection key, or with a random one this flow sends in clear until an
+        # authenticated ACK shows the receiver has it. They follow the payload (wire.DEFAULT_PAYLOAD
+        # leaves room for both in a 1500-byte IP datagram).
+        self.authenticate = authenticate or psk is not None
+        self.send_key = self.authenticate and psk is None
+        self.wire_overhead = WIRE_OVERHEAD if self.authenticate else WIRE_OVERHEAD - wire.TAG_LEN
         if not payload <= rcv_window < 1 << 32:
             raise ValueError(f"rcv_window must be in payload..2^32-1 bytes, got {rcv_window}")
         # never more than ``rcv_window`` bytes past snd_una: what the receiver takes (wire.RCV_WINDOW)
@@ -86,6 +96,8 @@ class FlowSender:
         self.sock.connect(dest)
         self.sock.setblocking(False)
         self.conn_id = wire.new_conn_id()         # 48 random bits: what an off-path spoofer must guess
+        self.key = (auth.psk_conn_key(psk, self.conn_id) if psk is not None
+                    else auth.new_conn_key() if self.authenticate else b"")
         now = clock()
         self.t0 = now
         self.st = cc.new_state(n=1, mss=payload, now=now)
@@ -123,7 +135,7 @@ class FlowSender:
         # wake-up per datagram (120 us at 100 Mb/s) costs a Python event loop more than the
         # datagram's time on the wire, and a late wake-up loses the rate once the bucket is full.
         self.nic_rate, self.nic_burst, self.nic_wake = nic_rate, nic_burst, nic_wake
-        self.tokens = float(payload + WIRE_OVERHEAD) * (burst if nic_rate is None else min(burst, nic_burst))
+        self.tokens = float(payload + self.wire_overhead) * (burst if nic_rate is None else min(burst, nic_burst))
         self.last_fill = now
         self.blocked_until = 0.0                  # socket buffer full: wait for writability
         self._rbuf = bytearray(2048)
@@ -131,7 +143,8 @@ class FlowSender:
         self._acked = np.zeros(1)
         self._rttv = np.zeros(1)
         self.stats = dict(sent=0, retransmits=0, acks=0, ece=0, cnp=0, loss_events=0, ecn_events=0,
-                          timeouts=0, send_drops=0, bad=0, ce_marks=0, tlp=0, idle_restarts=0)
+                          timeouts=0, send_drops=0, bad=0, ce_marks=0, tlp=0, idle_restarts=0,
+                          forged=0)
         self.rto_log: list[dict] = []             # state at the first timeouts (diagnosis)
         self.rtt_samples = array.array("d")       # the first RTT_SAMPLES_KEPT samples (rtt_percentiles)
 
@@ -183,6 +196,11 @@ class FlowSender:
             if not p.flags & wire.FLAG_ACK or p.conn_id != self.conn_id:
                 self.stats["bad"] += 1
                 continue
+            if self.authenticate:
+                if p.mac_off < 0 or not auth.verify(self.key, buf, p.mac_off):
+                    self.stats["forged"] += 1      # not from the receiver that holds our key
+                    continue
+                self.send_key = False              # the receiver has the key: stop sending it
             if p.ack > sb.snd_nxt:
                 # acknowledges bytes this flow never sent: someone else put data into the stream
                 self.stats["bad"] += 1
@@ -260,8 +278,11 @@ class FlowSender:
         flags = wire.FLAG_ITER_START if seg.first else 0
         head = wire.encode(flags, self.job_id, seg.iteration, self.ratio_q, self.conn_id, seg.seq,
                            0, self._us(now), 0, seg.len, wire.T_RETX | wire.T_DATA if retx else wire.T_DATA)
+        dgram = head + pattern.chunk(seg.seq, seg.len)
+        if self.authenticate:
+            dgram = auth.seal(dgram, self.key, self.send_key)
         try:
-            self.sock.send(head + pattern.chunk(seg.seq, seg.len))
+            self.sock.send(dgram)
         except (BlockingIOError, InterruptedError):
             self.blocked_until = now + 5e-3      # run_until also wakes us when writable
             return False
@@ -327,7 +348,7 @@ class FlowSender:
             self.stats["idle_restarts"] += int(restarted[0])
         # How much may go out now.
         paced = self.rate_based or self.nic_rate is not None
-        need = self.payload + WIRE_OVERHEAD
+        need = self.payload + self.wire_overhead
         rate = self._pace_rate()
         if paced:
             cap = float(need) * (self.burst if self.nic_rate is None else min(self.burst, self.nic_burst))
@@ -367,10 +388,10 @@ class FlowSender:
                 sb.sent(seg, now)
                 self.last_progress = now
                 self.crc = pattern.zlib.crc32(pattern.chunk(seq, length), self.crc)
-            sent_bytes += seg.len + WIRE_OVERHEAD
+            sent_bytes += seg.len + self.wire_overhead
             self.last_send = now
             if paced:
-                self.tokens -= seg.len + WIRE_OVERHEAD
+                self.tokens -= seg.len + self.wire_overhead
             if self.rto_start is None:
                 self.rto_start = now
         if sent_bytes and self.rate_based:

@@ -55,7 +55,10 @@ class UdpTransport:
     ``nic_rate`` (bytes/s of IP datagrams): pace every flow at this line rate (a NIC's), window-based
     algorithms too; None sends window-limited bursts at memory speed. ``pause`` (a
     :class:`mltcp.traffic.pause.PauseListener`) stops every flow while the link is paused (PFC);
-    ``reo_wnd`` (s) overrides RACK's reordering window. Every flow carries
+    ``reo_wnd`` (s) overrides RACK's reordering window. ``psk`` (bytes, the receiver's too) keys
+    every datagram's MAC; without it each flow sends its own key in its first datagrams
+    (docs/security.md); ``authenticate=False`` sends no MAC (only for a receiver that takes none).
+    Every flow carries
     ``bytes`` per iteration (the per-flow size of the public traces).
     """
 
@@ -64,7 +67,8 @@ class UdpTransport:
                  min_rto: float = 0.2, ecn: bool = True, burst: int = 16, clock=time.monotonic,
                  timeout: float | None = None, max_window: int = 16 << 20,
                  explicit_iterations: bool = True, idle_restart: bool = True,
-                 nic_rate: float | None = None, pause=None, reo_wnd: float | None = None):
+                 nic_rate: float | None = None, pause=None, reo_wnd: float | None = None,
+                 psk: bytes | None = None, authenticate: bool = True):
         if isinstance(peers, (str, tuple)):
             peers = [peers]
         dests = [parse_hostport(p) if isinstance(p, str) else tuple(p) for p in peers]
@@ -77,7 +81,7 @@ class UdpTransport:
                                  burst=burst, clock=clock, max_window=max_window,
                                  explicit_iterations=explicit_iterations,
                                  idle_restart=idle_restart, nic_rate=nic_rate, pause=pause,
-                                 reo_wnd=reo_wnd) for d in dests]
+                                 reo_wnd=reo_wnd, psk=psk, authenticate=authenticate) for d in dests]
 
     def send_iteration(self, nbytes: int, iteration: int) -> SendResult:
         t0 = self.clock()

@@ -26,6 +26,14 @@ one in docs/CONTRACTS.md and :mod:`mltcp.traffic.header`; the transport header f
     | nsack x (start - ack u32, end - ack u32)   SACK blocks relative to ack, start < end
     +--------+--------+--------+--------+
     | payload (length bytes)
+    +--------+--------+--------+--------+
+    | connection key (16 bytes)         |   tflag T_KEY only: the sender's handshake
+    +--------+--------+--------+--------+
+    | MAC (8 bytes)                     |   tflag T_AUTH: keyed BLAKE2b of all the bytes above
+    +--------+--------+--------+--------+
+
+The key and the MAC are :mod:`.auth`'s (docs/security.md): with T_AUTH a datagram's last 8 bytes
+are its tag, checked before anything in it is used.
 
 Sequence numbers are 64-bit stream offsets (they never wrap: 2^64 bytes is 16 EiB); SACK blocks are
 32-bit offsets from the cumulative ack, which the receive window (:data:`RCV_WINDOW`, far below
@@ -54,10 +62,13 @@ SHIM_HDR = struct.Struct("!BBHIHH" + "IQQIIHBBHH")
 SACK = struct.Struct("!II")
 MAX_SACK = 4
 T_DATA, T_RETX, T_FIN = 0x1, 0x2, 0x4
+T_AUTH, T_KEY = 0x8, 0x10    # a MAC ends the datagram; the connection key precedes it
+TAG_LEN, KEY_LEN = 8, 16     # as traffic.transport.auth
 
 IP_UDP_OVERHEAD = 28  # IPv4 + UDP
-# 1500-byte IP datagrams: 1500 - 28 - 48 = 1424 payload bytes.
-DEFAULT_PAYLOAD = 1500 - IP_UDP_OVERHEAD - FIXED_LEN
+# 1500-byte IP datagrams: 1500 - 28 - 48 - 8 (MAC) - 16 (the handshake's key, first datagrams
+# only) = 1400 payload bytes.
+DEFAULT_PAYLOAD = 1500 - IP_UDP_OVERHEAD - FIXED_LEN - TAG_LEN - KEY_LEN
 
 Q16_ONE = 0xFFFF
 U32 = 0xFFFFFFFF
@@ -96,6 +107,8 @@ class Packet(NamedTuple):
     ce_count: int
     sacks: tuple       # ((start, end), ...) absolute offsets
     payload_off: int   # where the payload starts in the buffer
+    mac_off: int = -1  # T_AUTH: where the 8-byte tag starts (the bytes it covers end there)
+    key: bytes = b""   # T_KEY: the connection key the sender sent
 
 
 def ratio_q16(r: float) -> int:
@@ -136,13 +149,17 @@ def decode(buf, nbytes: int | None = None) -> Packet:
     if vf >> 4 != MLTCP_VERSION:
         raise WireError(f"MLTCP version {vf >> 4}, expected {MLTCP_VERSION}")
     off = FIXED_LEN + nsack * SACK.size
-    if nsack > MAX_SACK or off + length != nbytes:
-        raise WireError(f"bad lengths: {nsack} SACK blocks, payload {length}, datagram {nbytes}")
+    trailer = (TAG_LEN if tflags & T_AUTH else 0) + (KEY_LEN if tflags & T_KEY else 0)
+    if nsack > MAX_SACK or off + length + trailer != nbytes or (tflags & T_KEY and not tflags & T_AUTH):
+        raise WireError(f"bad lengths: {nsack} SACK blocks, payload {length}, tflags {tflags:#x}, "
+                        f"datagram {nbytes}")
     sacks = ()
     if nsack:
         sacks = tuple((ack + s, ack + e) for s, e in SACK.iter_unpack(bytes(buf[FIXED_LEN:off])))
         for s, e in sacks:
             if not s < e:
                 raise WireError(f"empty or reversed SACK block [{s}, {e})")
+    mac_off = nbytes - TAG_LEN if tflags & T_AUTH else -1
+    key = bytes(buf[off + length:off + length + KEY_LEN]) if tflags & T_KEY else b""
     return Packet(vf & 0xF, job, it, ratio, (conn_hi << 32) | conn, seq, ack, tsval, tsecr, length,
-                  tflags, ce, sacks, off)
+                  tflags, ce, sacks, off, mac_off, key)
