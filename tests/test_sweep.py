@@ -1,0 +1,130 @@
+"""mltcp.sweep: every engine (in process, a process pool, an embedded Dask LocalCluster, a separately
+started scheduler + 2 workers over TCP loopback) gives the serial run's records in task order; a
+SIGKILLed worker's task re-runs and the sweep finishes; an unreachable scheduler fails in seconds;
+numba's cache serves the worker processes (nothing recompiled)."""
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mltcp import arms, sweep
+from mltcp.scenario import ScenarioError
+
+distributed = pytest.importorskip("distributed")
+
+from mltcp.dask_local import LoopbackCluster  # noqa: E402
+
+SMALL = sweep.tasks_for(["two-jobs", "three-jobs"], ["reno", "mltcp-reno"], [1, 2], iterations=8)
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return sweep.run_tasks(SMALL, workers=1, progress=False)
+
+
+def test_tasks_nest_scenario_seed_arm_and_records_follow_task_order(serial):
+    assert [(t.scenario, t.seed, t.arm) for t in SMALL][:4] == [
+        ("two-jobs", 1, "reno"), ("two-jobs", 1, "mltcp-reno"), ("two-jobs", 2, "reno"), ("two-jobs", 2, "mltcp-reno")]
+    assert [(r["scenario"], r["seed"], r["arm"]) for r in serial] == [(t.scenario, t.seed, t.arm) for t in SMALL]
+    assert all(r["ok"] and r["cc"] == r["arm"] and r["iterations_cut"] == 8 for r in serial)
+    # the seed reaches the simulation: two seeds of one scenario and arm are not the same run
+    assert sweep.comparable(serial[0]) != sweep.comparable(serial[2])
+
+
+@pytest.mark.parametrize("engine", ["processes", "dask"])
+def test_every_engine_gives_the_serial_records(serial, engine):
+    got = sweep.run_tasks(SMALL, workers=2, engine=engine, progress=False)
+    assert sweep.records_equal(got, serial)
+
+
+def test_progress_function_sees_every_task(serial):
+    seen = []
+    sweep.run_tasks(SMALL[:3], workers=1, progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_bad_tasks_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="unknown arm 'vegas'"):
+        sweep.run_tasks([sweep.Task("two-jobs", "vegas")], workers=1, progress=False)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("iterations = 'many'\n")
+    with pytest.raises(ScenarioError, match="bad.toml"):
+        sweep.check([sweep.Task(str(bad), "reno")])
+
+
+def test_arm_registry_is_open():
+    assert {"reno", "mltcp-reno", "cubic", "mltcp-dcqcn"} <= set(arms.ARMS)
+    with pytest.raises(ValueError):
+        arms.register("reno", lambda sc: {})
+
+
+@pytest.mark.timeout(240)
+def test_a_separate_scheduler_and_two_workers_over_tcp_give_the_same_records(serial):
+    with LoopbackCluster(workers=2) as c:
+        assert c.address.startswith("tcp://127.0.0.1:")
+        got = sweep.run_tasks(SMALL, scheduler=c.address, progress=False)
+        assert len(set(c.worker_pids().values())) == 2
+    assert sweep.records_equal(got, serial)
+
+
+def _kill_the_busy_worker(address: str, pids: dict, killed: list, stop: threading.Event) -> None:
+    """Wait until a worker is inside a task, then SIGKILL that worker's process."""
+    from distributed import Client
+    with Client(address, timeout=10) as c:
+        while not stop.is_set():
+            busy = [w for w, keys in c.processing().items() if keys]
+            if busy:
+                time.sleep(0.3)                      # well inside the run (each takes ~1 s)
+                os.kill(pids[busy[0]], signal.SIGKILL)
+                killed.append(pids[busy[0]])
+                return
+            time.sleep(0.05)
+
+
+@pytest.mark.timeout(300)
+def test_a_sigkilled_worker_s_task_reruns_and_the_sweep_finishes():
+    tasks = sweep.tasks_for(["two-jobs"], ["reno", "mltcp-reno"], [1], iterations=60)
+    want = sweep.run_tasks(tasks, workers=1, progress=False)
+    with LoopbackCluster(workers=2) as c:
+        pids, killed, stop = c.worker_pids(), [], threading.Event()
+        killer = threading.Thread(target=_kill_the_busy_worker, args=(c.address, pids, killed, stop), daemon=True)
+        killer.start()
+        try:
+            got = sweep.run_tasks(tasks, scheduler=c.address, progress=False)
+        finally:
+            stop.set()
+            killer.join(10)
+        assert killed, "no worker was seen running a task"
+        with pytest.raises(ProcessLookupError):
+            os.kill(killed[0], 0)
+    assert all(r["ok"] for r in got)
+    assert sweep.records_equal(got, want)
+
+
+def test_an_unreachable_scheduler_fails_within_seconds():
+    import socket
+    with socket.socket() as s:                        # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(sweep.SweepError, match=f"tcp://127.0.0.1:{port}.*no Dask scheduler answered within 2 s"):
+        sweep.run_tasks(SMALL[:1], scheduler=f"tcp://127.0.0.1:{port}", connect_timeout=2, progress=False)
+    assert time.monotonic() - t0 < 30
+
+
+def _cache_files() -> dict[Path, int]:
+    import numba
+    root = Path(numba.config.CACHE_DIR)
+    return {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.timeout(240)
+def test_worker_processes_load_numba_s_cache_instead_of_compiling():
+    sweep.run_tasks(SMALL[:2], workers=1, progress=False)     # this process: compiled (or loaded) once
+    before = _cache_files()
+    assert any(p.suffix == ".nbc" for p in before), "numba wrote no cache"
+    sweep.run_tasks(SMALL[:4], workers=2, engine="dask", progress=False)   # fresh spawned worker processes
+    assert _cache_files() == before, "a worker process compiled afresh instead of loading the cache"
