@@ -84,8 +84,8 @@ def _stop_children() -> None:
         p.join(5)
 
 
-def _simulate_worker(sc, algo, trace_interval, queue, engine="fast", ns3_options=None):
-    report = None if queue is None else (lambda t, frac: queue.put((algo, t, frac)))
+def _simulate_worker(sc, algo, trace_interval, queue, engine="fast", ns3_options=None, label=None):
+    report = None if queue is None else (lambda t, frac: queue.put((label or algo, t, frac)))
     if engine == "ns3":
         from .sim.ns3_engine import run
         return run(sc, algo, trace_interval=trace_interval, progress=report, options=ns3_options)
@@ -94,10 +94,12 @@ def _simulate_worker(sc, algo, trace_interval, queue, engine="fast", ns3_options
 
 
 def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[float] = None,
-                    engine: str = "fast", ns3_options=None):
+                    engine: str = "fast", ns3_options=None, arms: Optional[dict] = None):
     """Run each algorithm in its own process (they are independent; two cores, two runs), with a
     rich progress bar per run on stderr unless ``quiet``. ``engine``: "fast" or "ns3" (run with
-    ``ns3_options``, an :class:`~mltcp.sim.ns3_engine.Ns3Options`, or its defaults)."""
+    ``ns3_options``, an :class:`~mltcp.sim.ns3_engine.Ns3Options`, or its defaults). ``arms``
+    (label -> (scenario, algorithm)) replaces ``algos`` on ``sc``; the results are keyed by label."""
+    arms = arms or {a: (sc, a) for a in algos}
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing.managers import SyncManager
@@ -111,9 +113,9 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
     try:
         manager = SyncManager(ctx=ctx)
         manager.start(_die_with_parent, (me,))
-        pool = ProcessPoolExecutor(max_workers=len(algos), mp_context=ctx, initializer=_die_with_parent,
+        pool = ProcessPoolExecutor(max_workers=len(arms), mp_context=ctx, initializer=_die_with_parent,
                                    initargs=(me,))
-        results = _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine, ns3_options)
+        results = _run_pool(sc, arms, quiet, trace_interval, manager, pool, engine, ns3_options)
     except BaseException:
         # Ctrl-C, SIGTERM, a worker's error: kill the workers first (a pool's normal shutdown
         # would wait for their simulations to end), so none outlives this call
@@ -129,9 +131,11 @@ def run_simulations(sc, algos: list[str], quiet: bool, trace_interval: Optional[
     return results
 
 
-def _run_pool(sc, algos, quiet, trace_interval, manager, pool, engine="fast", ns3_options=None):
+def _run_pool(sc, arms, quiet, trace_interval, manager, pool, engine="fast", ns3_options=None):
     queue = None if quiet else manager.Queue()
-    futures = {a: pool.submit(_simulate_worker, sc, a, trace_interval, queue, engine, ns3_options) for a in algos}
+    futures = {lbl: pool.submit(_simulate_worker, s, a, trace_interval, queue, engine, ns3_options, lbl)
+               for lbl, (s, a) in arms.items()}
+    algos = list(arms)
     if not quiet:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TextColumn("sim t={task.fields[t]:.2f}s"), TimeElapsedColumn(), console=err,
@@ -170,6 +174,11 @@ def per_job_table(sc, results) -> Table:
     return t
 
 
+def iteration_or_never(it: Optional[int]) -> str:
+    """An "interleaved at iteration" cell: the iteration, or "never" (None: it did not happen)."""
+    return "never" if it is None else str(it)
+
+
 def summary_table(rep: dict) -> Table:
     t = Table(title="summary", title_justify="left")
     pfc = "pfc_pause_s" in rep["baseline"]          # a lossless link: its pauses are the cost to show
@@ -181,9 +190,10 @@ def summary_table(rep: dict) -> Table:
     for key in ("baseline", "mltcp"):
         if rep.get(key):
             s = rep[key]
-            t.add_row(s["cc"], f"{s['avg_iter_s'] * 1e3:.2f}", f"{s['p99_iter_s'] * 1e3:.2f}", f"{s['drops']:.0f}",
+            name = s["cc"] + (f" (switch {s['switch_policy']})" if "switch_policy" in s else "")
+            t.add_row(name, f"{s['avg_iter_s'] * 1e3:.2f}", f"{s['p99_iter_s'] * 1e3:.2f}", f"{s['drops']:.0f}",
                       f"{s['ecn_marks']:.0f}", *((f"{s['pfc_pause_s'] * 1e3:.1f}",) if pfc else ()),
-                      str(s["converged_at_iteration"]))
+                      iteration_or_never(s["converged_at_iteration"]))
     t.add_row("ideal", f"{rep['ideal_iter_s'] * 1e3:.2f}", *blank)
     if rep.get("speedup_avg") is not None:
         t.add_row("speedup", f"{rep['speedup_avg']:.2f}x", f"{rep['speedup_p99']:.2f}x", *blank[1:])
@@ -217,6 +227,9 @@ def simulate(
     scenario: str = typer.Argument(..., help="a scenario TOML file or a built-in name (see `mltcp scenarios`)"),
     cc: Optional[str] = typer.Option(None, help="reno|cubic|dcqcn|dctcp or mltcp-*; default: the scenario's cc"),
     do_compare: bool = typer.Option(False, "--compare", help="run the base algorithm and its MLTCP variant"),
+    compare_policy: bool = typer.Option(False, "--compare-policy", help="run the algorithm through a plain switch "
+                                        "(switch_policy off) and through the scenario's switch_policy; the JSON of "
+                                        "--compare, baseline = the plain switch"),
     outdir: Optional[Path] = typer.Option(None, "--out", help="write records CSV, summary.json and PNG plots here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (no progress bar)"),
     engine: str = typer.Option("fast", "--engine", help="fast (the numba simulator), ns3 (ns-3, extra \\[ns3]) or both "
@@ -243,9 +256,12 @@ def simulate(
         fail("--ns3-host-jitter: applies to --engine ns3 or both only")
     if ns3_recovery != "prr-rfc" and engine == "fast":
         fail("--ns3-recovery: applies to --engine ns3 or both only")
+    if compare_policy and (do_compare or engine != "fast"):
+        fail("--compare-policy: not with --compare, and with --engine fast only")
     try:
         sc = load(scenario)
         algos = _algorithms(sc, cc, do_compare)
+        arms = compare.policy_arms(sc, algos[0]) if compare_policy else None
         _check_outdir(outdir)
         if engine != "fast":
             from .sim import ns3_engine
@@ -254,10 +270,11 @@ def simulate(
         with _interruptible():
             if engine == "both":
                 return _simulate_both(sc, algos, as_json, ti, outdir, n3opt)
-            results = run_simulations(sc, algos, quiet=as_json, trace_interval=ti, engine=engine, ns3_options=n3opt)
+            results = run_simulations(sc, algos, quiet=as_json, trace_interval=ti, engine=engine, ns3_options=n3opt,
+                                      arms=arms)
     except ScenarioError as e:
         fail(str(e))
-    rep = build_report(sc, results)
+    rep = compare.policy_report(arms, results) if arms else build_report(sc, results)
     if outdir:
         _write_or_fail(sc, results, rep, outdir)
     if as_json:

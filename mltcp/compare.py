@@ -2,10 +2,11 @@
 runner that produces records is passed in, so the simulator and the emulator share this)."""
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from . import metrics
 from .records import IterationRecord
-from .scenario import Scenario
+from .scenario import Scenario, ScenarioError
 
 
 def link_sharing(sc: Scenario) -> dict[str, set[str]]:
@@ -54,6 +55,28 @@ def report(sc: Scenario, baseline: dict, mltcp: dict | None) -> dict:
         out["converged_at_iteration"] = baseline["converged_at_iteration"]
     out["ideal_iter_s"] = round(ideal_iter_s(sc), 6)
     return out
+
+
+def policy_arms(sc: Scenario, cc: str) -> dict[str, tuple[Scenario, str]]:
+    """``--compare-policy``'s two runs of ``cc``, label -> (scenario, cc): the scenario through a
+    plain switch (``switch_policy = "off"``, its ECN thresholds as written), then as written."""
+    if sc.switch.name == "off":
+        raise ScenarioError(sc.source, "switch_policy", "is off: --compare-policy compares a plain switch with the "
+                                                        "scenario's policy (ecn-by-progress or priority-by-progress)")
+    plain = dataclasses.replace(sc, switch=dataclasses.replace(sc.switch, name="off"))
+    return {f"{cc}+off": (plain, cc), f"{cc}+{sc.switch.name}": (sc, cc)}
+
+
+def policy_report(arms: dict[str, tuple[Scenario, str]], results: dict) -> dict:
+    """The report of ``--compare-policy`` in ``--compare``'s shape: ``baseline`` is the plain switch,
+    ``mltcp`` the scenario's ``switch_policy`` (each arm names its ``switch_policy``); ``results``
+    label -> the simulator's result for each of :func:`policy_arms`."""
+    sides = []
+    for label, (s, cc) in arms.items():
+        r = results[label]
+        sides.append(side(s, cc, r.records, r.drops, r.ecn_marks, getattr(r, "pfc_pause_s", None),
+                          getattr(r, "reordered", None)) | {"switch_policy": s.switch.name})
+    return report(arms[list(arms)[-1]][0], sides[0], sides[1])
 
 
 def mltcp_name(base: str) -> str:
