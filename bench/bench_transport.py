@@ -13,6 +13,9 @@ the receiver's includes its idle-exit second (cheap: select timeouts).
 Prints measured figures only; nothing is asserted (shared, noisy machine).
 4. (--competing, root) two jobs through one 100 Mb/s bottleneck (router namespace): iteration
    times per algorithm.
+5. (--only mac) the cost of authenticated datagrams: loopback throughput with the MAC off, with the
+   handshake key and with a PSK, A/B interleaved in one run (receiver in its own process, Reno,
+   no rate limit: CPU-bound, so the ratio is the MAC's CPU cost at its largest).
     .venv/bin/python bench/bench_transport.py [--quick] [--skip-netns] [--competing] [--only SECTION]
 """
 from __future__ import annotations
@@ -165,6 +168,55 @@ def bench_loopback(ccs, nbytes, iterations):
         run_pair(cc, nbytes, iterations, "127.0.0.1", 29199, line_rate="1gbit")
 
 
+def _mac_receiver(mode: str, q: Queue, done):
+    from mltcp.traffic.transport import Receiver
+    psk = b"k" * 32 if mode == "psk" else None
+    with Receiver(("127.0.0.1", 0), authenticate=mode != "off", psk=psk) as rx:
+        rx.start()
+        q.put(rx.addr)
+        done.wait(300)
+        q.put(sum(f.delivered for f in rx.flows.values()))
+
+
+def _mac_run(mode: str, nbytes: int) -> float:
+    """Goodput (bytes/s) of one ``nbytes`` transfer over loopback in ``mode`` (off, handshake, psk)."""
+    from multiprocessing import Event
+
+    from mltcp.traffic.transport import UdpTransport
+    q, done = Queue(), Event()
+    p = Process(target=_mac_receiver, args=(mode, q, done), daemon=True)
+    p.start()
+    try:
+        addr = q.get(timeout=30)
+        psk = b"k" * 32 if mode == "psk" else None
+        with UdpTransport([addr], cc="reno", timeout=120, authenticate=mode != "off", psk=psk) as tx:
+            tx.send_iteration(1_000_000, 0)                      # warm up (and the handshake)
+            t0 = time.monotonic()
+            tx.send_iteration(nbytes, 1)
+            wall = time.monotonic() - t0
+        done.set()
+        if q.get(timeout=30) != nbytes + 1_000_000:
+            raise RuntimeError(f"{mode}: the receiver did not get every byte")
+        return nbytes / wall
+    finally:
+        done.set()
+        p.join(10)
+
+
+def bench_mac(nbytes: int, rounds: int):
+    print(f"== MAC cost: loopback, Reno, {rounds} rounds of {nbytes / 1e6:.0f} MB per mode, A/B interleaved")
+    got = {m: [] for m in ("off", "handshake", "psk")}
+    for _ in range(rounds):
+        for m in got:
+            got[m].append(_mac_run(m, nbytes))
+    med = {m: sorted(v)[len(v) // 2] for m, v in got.items()}
+    for m, v in got.items():
+        print(f"  {m:9s} goodput median {med[m] * 8 / 1e6:7.1f} Mb/s  (runs: "
+              f"{', '.join(f'{x * 8 / 1e6:.0f}' for x in v)})", flush=True)
+    print(f"  throughput ratio MAC on / off: handshake {med['handshake'] / med['off']:.3f}, "
+          f"psk {med['psk'] / med['off']:.3f}", flush=True)
+
+
 def sh(*cmd, check=True):
     return subprocess.run(cmd, check=check, capture_output=True, text=True)
 
@@ -292,10 +344,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smaller transfers")
     ap.add_argument("--skip-netns", action="store_true")
     ap.add_argument("--competing", action="store_true", help="also run two competing jobs")
-    ap.add_argument("--only", choices=["loops", "loopback", "netns", "competing"], help="run one section")
+    ap.add_argument("--only", choices=["loops", "loopback", "netns", "competing", "mac"],
+                    help="run one section")
     ap.add_argument("--cc", nargs="*", default=["reno", "mltcp-reno", "cubic", "mltcp-cubic", "dcqcn", "mltcp-dcqcn"])
     args = ap.parse_args()
-    want = {args.only} if args.only else {"loops", "loopback"} | ({"netns"} if not args.skip_netns else set()) \
+    want = {args.only} if args.only else {"loops", "loopback", "mac"} | ({"netns"} if not args.skip_netns else set()) \
         | ({"competing"} if args.competing else set())
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
     if "loops" in want:
@@ -303,6 +356,8 @@ def main():
     if "loopback" in want:
         n, it = (5_000_000, 3) if args.quick else (20_000_000, 4)
         bench_loopback(args.cc, n, it)
+    if "mac" in want:
+        bench_mac(10_000_000 if args.quick else 30_000_000, 3 if args.quick else 5)
     if "netns" in want:
         bench_netns(args.cc, 4_000_000 if args.quick else 12_500_000, 3 if args.quick else 4)
     if "competing" in want:

@@ -52,10 +52,13 @@ def seal(dgram: bytes, key: bytes, send_key: bool = False) -> bytes:
     """``dgram`` (shim, header, SACKs, payload) made authenticated: its tflags get T_AUTH (and
     T_KEY with ``send_key``), then the key (if sent) and the MAC are appended."""
     flags = T_AUTH | (T_KEY if send_key else 0)
-    head = bytearray(dgram[:_TFLAGS_AT + 1])
-    head[_TFLAGS_AT] |= flags
-    out = bytes(head) + dgram[_TFLAGS_AT + 1:] + (key if send_key else b"")
-    return out + tag(key, out)
+    if dgram[_TFLAGS_AT] & flags != flags:   # (the data path encodes them already: no copy)
+        head = bytearray(dgram[:_TFLAGS_AT + 1])
+        head[_TFLAGS_AT] |= flags
+        dgram = bytes(head) + dgram[_TFLAGS_AT + 1:]
+    if send_key:
+        dgram += key
+    return dgram + tag(key, dgram)
 
 
 def verify(key: bytes, buf, end: int) -> bool:

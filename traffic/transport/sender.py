@@ -276,8 +276,11 @@ class FlowSender:
     # -- send path -------------------------------------------------------------------------------
     def _send(self, seg: Seg, now: float, retx: bool) -> bool:
         flags = wire.FLAG_ITER_START if seg.first else 0
+        tflags = wire.T_RETX | wire.T_DATA if retx else wire.T_DATA
+        if self.authenticate:
+            tflags |= wire.T_AUTH | (wire.T_KEY if self.send_key else 0)
         head = wire.encode(flags, self.job_id, seg.iteration, self.ratio_q, self.conn_id, seg.seq,
-                           0, self._us(now), 0, seg.len, wire.T_RETX | wire.T_DATA if retx else wire.T_DATA)
+                           0, self._us(now), 0, seg.len, tflags)
         dgram = head + pattern.chunk(seg.seq, seg.len)
         if self.authenticate:
             dgram = auth.seal(dgram, self.key, self.send_key)
