@@ -123,7 +123,7 @@ def results_md(rows: list[Row], command: str, today: str) -> str:
         "table. Speedups are the base's iteration time over MLTCP's (`speedup_avg`, `speedup_p99`,",
         "after `warmup_iterations`); a range spans the seeds. \"Interleaved at\" is",
         "`converged_at_iteration` per seed: the first iteration from which no communication phase",
-        "overlaps another job's by more than 20 % for the rest of the run (\"never\": not in the run).",
+        "overlaps another job's by more than 10 % for the rest of the run (\"never\": not in the run).",
         "Drops and ECN marks are whole-run counts, one pair per seed.", "",
         *results_table(rows), "",
         "Regenerate (this file and the README's table): `python scripts/results_table.py`; the",

@@ -160,3 +160,15 @@ def test_cli_reference_in_cli_md_matches_the_commands():
     r = subprocess.run([sys.executable, "scripts/cli_reference.py", "--check"], cwd=ROOT, env=_env(),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+REPO_PATH = re.compile(r"`((?:bench|tests|mltcp|scripts|traffic|emulation|controlplane|p4src|scenarios)/[\w./*-]+)")
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_repository_paths_named_in_docs_exist(path):
+    """A file or folder of this repository named in backquotes (`bench/x.py`, `tests/test_y.py`,
+    `scenarios/holdout-*.toml`) exists, so a doc does not point at a moved or deleted file."""
+    names = {m.rstrip(".") for m in REPO_PATH.findall(path.read_text())}
+    missing = sorted(n for n in names if "__pycache__" not in n and not list(ROOT.glob(n)))   # caches: made at run time
+    assert not missing, f"{path.name} names paths that do not exist: {missing}"
