@@ -15,9 +15,9 @@
 #   MLTCP_APT_ETC       where to read apt sources (default /etc/apt)
 #
 # When this checkout has ../shared/tools/p4tools-*.tar.gz beside it, a copy goes beside the
-# clone too (as CI gets a copy of shared/), so the P4 tests run there as they do here. The pip
-# settings of this machine (PIP_* variables, /etc/pip.conf and the CA file they name) are
-# carried in, as the apt mirror is: the registry is reached the same way.
+# clone too (as CI gets a copy of shared/), so the P4 tests run there as they do here. This
+# machine's pip settings (PIP_INDEX_URL, the CA file of PIP_CERT or /etc/pip.conf) are carried
+# in, as the apt mirror is: the registry is reached the same way.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,6 +73,9 @@ WORK="${MLTCP_FRESH_DIR:-$(mktemp -d /var/tmp/mltcp-fresh.XXXXXX)}"
 RFS="$WORK/rootfs"
 mkdir -p "$RFS"
 
+CA_COPY=/root/.pip-ca.crt
+pip_conf_cert() { sed -n 's/^[[:space:]]*cert[[:space:]]*=[[:space:]]*//p' /etc/pip.conf 2>/dev/null | head -1; }
+
 mounted_under() { awk -v r="$RFS" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/self/mounts | sort -r; }
 
 cleanup() {
@@ -112,7 +115,10 @@ in_chroot() {  # a login-like environment: nothing from this shell but the pip s
   local envs=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
               LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive TERM=dumb)
   local v
-  for v in $(compgen -e | grep '^PIP_' || true); do envs+=("$v=${!v}"); done
+  for v in PIP_INDEX_URL PIP_DEFAULT_TIMEOUT PIP_DISABLE_PIP_VERSION_CHECK; do
+    [ -n "${!v:-}" ] && envs+=("$v=${!v}")
+  done
+  [ -f "$RFS$CA_COPY" ] && envs+=("PIP_CERT=$CA_COPY")
   chroot "$RFS" /usr/bin/env -i "${envs[@]}" bash -c "$1"
 }
 
@@ -123,11 +129,10 @@ debootstrap_rootfs() {
   printf '#!/bin/sh\nexit 101\n' >"$RFS/usr/sbin/policy-rc.d"
   chmod 755 "$RFS/usr/sbin/policy-rc.d"
   cp /etc/resolv.conf "$RFS/etc/resolv.conf"
-  # the same pip settings as here (the CA file they name, /etc/pip.conf)
-  local f
-  for f in /etc/pip.conf "${PIP_CERT:-}"; do
-    [ -n "$f" ] && [ -f "$f" ] && mkdir -p "$RFS$(dirname "$f")" && cp "$f" "$RFS$f"
-  done
+  # the CA file pip uses here, at a path no Debian package owns (installing ca-certificates
+  # inside rewrites /etc/ssl/certs/ca-certificates.crt from Debian's list alone)
+  local ca="${PIP_CERT:-$(pip_conf_cert)}"
+  if [ -n "$ca" ] && [ -f "$ca" ]; then cp "$ca" "$RFS$CA_COPY"; fi
   mount -t proc proc "$RFS/proc"
   mount --rbind /sys "$RFS/sys" && mount --make-rslave "$RFS/sys"    # /sys/fs/bpf, /sys/fs/cgroup
   mount --rbind /dev "$RFS/dev" && mount --make-rslave "$RFS/dev"    # /dev/pts, /dev/shm
