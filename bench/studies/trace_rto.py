@@ -2,10 +2,10 @@
 iteration, where in it (bytes_ratio), and the flows' cwnd / ssthresh / in flight / held bytes and
 the bottleneck queue in the milliseconds before. Prints what it saw; nothing is asserted.
 
-    python bench/trace_rto.py two-jobs --seed 7                       # MLTCP, the scenario's [mltcp]
-    python bench/trace_rto.py two-jobs --seed 7 --cc reno             # the baseline
-    python bench/trace_rto.py two-jobs --seed 7 --config '{"mltcp.slope": 2.0}' --before-ms 3
-    python bench/trace_rto.py cubic-two-jobs --rate-mbps 50 --dilate --iterations 30 --chunk-us 2000
+    python bench/studies/trace_rto.py two-jobs --seed 7                       # MLTCP, the scenario's [mltcp]
+    python bench/studies/trace_rto.py two-jobs --seed 7 --cc reno             # the baseline
+    python bench/studies/trace_rto.py two-jobs --seed 7 --config '{"mltcp.slope": 2.0}' --before-ms 3
+    python bench/studies/trace_rto.py cubic-two-jobs --rate-mbps 50 --dilate --iterations 30 --chunk-us 2000
         # the scenario `mltcp emulate ... --rate-mbps 50 --dilate --iterations 30` simulates for sim_vs_emu
 
 It runs the compiled loop in short pauses (``--chunk-us``; pausing does not change the run: the
@@ -97,7 +97,7 @@ def main():
     ap.add_argument("scenario")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cc", help="default: the scenario's MLTCP variant")
-    ap.add_argument("--config", default="{}", help="JSON of [mltcp] / [cc_params] keys (as bench/tune_mustshow.py)")
+    ap.add_argument("--config", default="{}", help="JSON of [mltcp] / [cc_params] keys (as bench/studies/tune_mustshow.py)")
     ap.add_argument("--chunk-us", type=float, default=100.0)
     ap.add_argument("--before-ms", type=float, default=2.0, help="how much of the state before each event to print")
     ap.add_argument("--every", type=int, default=1, help="print every Nth snapshot before an event")

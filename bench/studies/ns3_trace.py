@@ -5,9 +5,9 @@ iteration's communication starts, its maximum during it and ssthresh at its end;
 The fast engine samples its windows every ``--sample-us`` (default 100 us); ns-3 records every
 cwnd change (CongestionWindow trace source). Prints what it measured; asserts nothing.
 
-    python bench/ns3_trace.py ns3-dumbbell-100m cubic
-    python bench/ns3_trace.py ns3-dumbbell-1g-shallow reno --npz /tmp/trace.npz
-    python bench/ns3_trace.py ns3-dumbbell-1g-deep reno --host-jitter 1 --seed 2
+    python bench/studies/ns3_trace.py ns3-dumbbell-100m cubic
+    python bench/studies/ns3_trace.py ns3-dumbbell-1g-shallow reno --npz /tmp/trace.npz
+    python bench/studies/ns3_trace.py ns3-dumbbell-1g-deep reno --host-jitter 1 --seed 2
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from mltcp import metrics  # noqa: E402

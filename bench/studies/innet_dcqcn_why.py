@@ -6,7 +6,7 @@
 3. the rate a DCQCN flow sends at while it is alone on the link (no overlap) in the 1 ms-offset run,
    against the link rate: after each overlap the rate has to climb back by additive increase.
 
-    python bench/innet_dcqcn_why.py [--scenario innet-dcqcn-two-jobs] [--seeds 1,2,3] [--quick]
+    python bench/studies/innet_dcqcn_why.py [--scenario innet-dcqcn-two-jobs] [--seeds 1,2,3] [--quick]
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 MLTCP with a configuration (a JSON object of [mltcp] / [cc_params] keys, as `mltcp tune` writes
 them), over several seeds. Prints per seed and the geometric means; nothing is asserted.
 
-    python bench/tune_mustshow.py --seeds 1,2,3,4,5 two-jobs='{}' cubic-two-jobs='{"mltcp.boundary": "mark"}'
+    python bench/studies/tune_mustshow.py --seeds 1,2,3,4,5 two-jobs='{}' cubic-two-jobs='{"mltcp.boundary": "mark"}'
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ configuration, over the seeds, the geometric-mean avg / p99 speedups, the worst 
 MLTCP runs' retransmission timeouts per seed, the worst drops ratio and the worst interleave
 iteration. Prints what it measured, one line (or one JSON object) per configuration.
 
-    python bench/grid_mltcp.py two-jobs --seeds 1,2,3,4,5 \\
+    python bench/studies/grid_mltcp.py two-jobs --seeds 1,2,3,4,5 \\
         --grid '{"mltcp.slope": [2, 4], "mltcp.decrease_at_end": [0.2, 0.35]}' --base '{"mltcp.cap": 3}'
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ bottleneck's drops, drops and backlog while one job / both / none is communicati
 variant the incumbent's share of the link in overlaps and the goodput of solo phases.
 Needs root (as `mltcp kernel experiment`). docs/kernel.md, section 5, gives what it measured.
 
-    sudo nice -n -5 .venv/bin/python bench/kernel_diag.py [--variant mltcp_cubic] [--nic-cap] [--out tr.json]
+    sudo nice -n -5 .venv/bin/python bench/studies/kernel_diag.py [--variant mltcp_cubic] [--nic-cap] [--out tr.json]
 """
 import argparse
 import dataclasses

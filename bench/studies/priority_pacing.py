@@ -7,7 +7,7 @@ as fast as a raw socket can, with the slow egress port 3 limited to RATE packets
 leaves port 3 and prints, per target: the aggregate departure rate against RATE, and where the
 band-15 frames left (all before the waiting band-0 frames = strict priority).
 
-    sudo .venv/bin/python bench/priority_pacing.py [--frames 60] [--pps 200] [--targets bmv2,mltcp-switch]
+    sudo .venv/bin/python bench/studies/priority_pacing.py [--frames 60] [--pps 200] [--targets bmv2,mltcp-switch]
 
 Root (veths in the root namespace, removed afterwards), p4c and BMv2 for the bmv2 target.
 Prints what it measured; asserts nothing.
@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 ETH_P_ALL = 0x0003
 DST_MAC = "00:00:00:00:03:03"

@@ -10,7 +10,7 @@ Prints what it computes; asserts nothing.
 
     mltcp simulate scenarios/two-jobs.toml --compare --json --engine both > both.json
     mltcp simulate scenarios/two-jobs.toml --compare --out fast/
-    python bench/ns3_rto_split.py both.json fast/
+    python bench/studies/ns3_rto_split.py both.json fast/
 """
 from __future__ import annotations
 

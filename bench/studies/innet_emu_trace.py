@@ -9,7 +9,7 @@ first, so its bytes_ratio, and band, is higher while they overlap) and the ECN m
 ahead and the one behind. The summary says what share of the marks during overlaps went to the job
 behind (the policy's intent: all of them) and how many marks a job gets while it is alone.
 
-    python bench/innet_emu_trace.py --scenario innet-ecn-reno-two-jobs [--policy ecn-by-progress]
+    python bench/studies/innet_emu_trace.py --scenario innet-ecn-reno-two-jobs [--policy ecn-by-progress]
         [--seed 1] [--emu RUN.csv ...] [--rows]
 
 Times of an emulated run are divided by its dilation, measured from its compute phases against the
