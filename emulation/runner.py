@@ -50,6 +50,9 @@ def run_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, transport:
     payload bytes, as the simulator's links do (:func:`wire_factor`). With ``rtt_calibration`` the
     links' delay is lowered by what the hosts add to the RTT (:func:`calibrate_rtt`), so the senders'
     base RTT is the scenario's; the simulator for ``sim_vs_emu`` runs with the scenario's delay."""
+    from .ddp import is_ddp, run_ddp_experiment
+    if is_ddp(sc):   # real PyTorch DDP ranks on kernel TCP (emulation/ddp.py)
+        return run_ddp_experiment(sc, cc, compare_mltcp, on_record=on_record)
     if cc not in BASE_CCS:
         raise EmulationError(f"--cc must be one of {', '.join(BASE_CCS)}, got {cc}")
     if transport not in TRANSPORTS:

@@ -222,6 +222,10 @@ def _link(src: str, i: int, t: dict, mss: int, prefix: str | None = None, room: 
     bdp_rtt = 2 * delay  # BDP of this link over its own round trip, for buffer_bdp
     buf = r.one_of({"buffer_pkts": pkt, "buffer_kb": 1e3, "buffer_bdp": rate / 8 * bdp_rtt}, check=_positive,
                    why="must be > 0", lo=1.0, hi=MAX_BUFFER_BYTES, unit="bytes")
+    if buf < pkt:   # a drop-tail buffer that cannot hold one packet drops every packet queued behind another
+        key = next(k for k in ("buffer_pkts", "buffer_kb", "buffer_bdp") if k in t)
+        raise ScenarioError(src, r.name(key), f"the buffer ({buf:g} bytes) must hold at least one packet "
+                                              f"(network.mss = {mss} bytes)")
     ecn = r.get("ecn", str, "none", lambda v: v in ECN_MODES, f"must be one of {ECN_MODES}")
     k = r.one_of({"ecn_k_pkts": pkt, "ecn_k_kb": 1e3}, required=ecn == "step", hi=MAX_BUFFER_BYTES, unit="bytes") or 0.0
     kmin = r.one_of({"red_kmin_pkts": pkt, "red_kmin_kb": 1e3}, required=ecn == "red", hi=MAX_BUFFER_BYTES,
@@ -237,9 +241,26 @@ def _link(src: str, i: int, t: dict, mss: int, prefix: str | None = None, room: 
     return [Link(n, rate, delay, buf, ecn, k, kmin, kmax, pmax, pfc) for n in names]
 
 
+def _ddp_job(src: str, i: int, r: _Reader, name: str, links: dict[str, Link], defaults: dict) -> Job:
+    """A ``workload = "torch-ddp"`` job (mltcp.ddp.catalog): real DDP ranks in the emulation; for the
+    simulator, its GPU time then the ring all-reduce of its gradients."""
+    from .ddp.catalog import read_ddp_fields
+    ddp = read_ddp_fields(r)
+    offset = r.one_of({"start_offset_ms": 1e-3, "start_offset_s": 1.0}, required=False, hi=MAX_TIME_S, unit="s") or 0.0
+    path = r.get("path", list, ..., lambda v: v and all(isinstance(x, str) and x in links for x in v),
+                 f"must list link names (links: {', '.join(list(links)[:6])})")
+    iters = r.get("iterations", int, defaults["iterations"], **_upto(1, MAX_ITERATIONS))
+    r.finish()
+    return Job(name, ddp.gpu_ms * 1e-3, ring_allreduce_bytes(ddp.gradient_bytes(), ddp.ranks), list(path), offset,
+               iterations=iters, extra={"ddp": ddp})
+
+
 def _jobs(src: str, i: int, t: dict, links: dict[str, Link], defaults: dict) -> list[Job]:
     r = _Reader(src, f"jobs[{i}]", t)
     name = r.get("name", str, check=bool, why="must not be empty")
+    if r.get("workload", str, "synthetic", lambda v: v in ("synthetic", "torch-ddp"),
+             "must be synthetic or torch-ddp") == "torch-ddp":
+        return [_ddp_job(src, i, r, name, links, defaults)]
     count = r.get("count", int, 1, **_upto(1, defaults.get("room", MAX_JOBS)))
     share = r.get("share", int, 1, **_upto(1, MAX_JOBS))
     model = r.get("model", str, None, lambda v: v in PROFILES, f"must be one of {', '.join(PROFILES)}")

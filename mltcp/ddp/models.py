@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from . import catalog
+
 # --------------------------------------------------------------------------- ResNet-50 (v1.5)
 
 
@@ -144,8 +146,11 @@ class ModelSpec:
     profile_shape: tuple[int, ...]
     train_shape: tuple[int, ...]
     classes: int
-    published_ms: float                # per-iteration GPU time emulated by default (docs/ddp.md)
-    gpu_batch: int                     # the per-GPU batch that time is for
+
+    @property
+    def published_ms(self) -> float:
+        """The per-iteration GPU time emulated by default (mltcp.ddp.catalog, docs/ddp.md)."""
+        return catalog.MODELS[self.name].published_ms
 
     def batch(self, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """One synthetic batch (input, target) drawn from ``gen``."""
@@ -159,22 +164,12 @@ class ModelSpec:
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
 
 
-# Published per-iteration GPU times (docs/ddp.md, "GPU time"): ResNet-50 v1.5 trains at 367 img/s
-# on one V100 16 GB in FP32 (NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5 README): 64
-# images per GPU take 174 ms. VGG-16 and the transformer are scaled from it by their multiply-adds
-# per sample at the same achieved rate (15.5 vs 4.1 G per image; 124 M x 1024 per 1024-token sequence).
-RESNET50_MS_PER_IMAGE = 1e3 / 367
 MODELS: dict[str, ModelSpec] = {
-    "resnet50": ModelSpec("resnet50", resnet50, "image", (1, 3, 224, 224), (2, 3, 32, 32), 1000,
-                          64 * RESNET50_MS_PER_IMAGE, 64),
-    "vgg16": ModelSpec("vgg16", vgg16, "image", (1, 3, 224, 224), (2, 3, 32, 32), 1000,
-                       16 * RESNET50_MS_PER_IMAGE * 15.5 / 4.1, 16),
-    "gpt2-small": ModelSpec("gpt2-small", GPT, "tokens", (1, 1024), (1, 16), 50257,
-                            4 * RESNET50_MS_PER_IMAGE * 124e6 * 1024 / 4.1e9, 4),
-    # 2.1 M parameters, 8.4 MB of gradients: the size of the hand-made two-job case
-    "mlp8m": ModelSpec("mlp8m", lambda: mlp(512, 8), "vector", (1, 512), (4, 512), 10, 400.0, 1),
-    # for tests: 0.2 M parameters, 0.8 MB of gradients
-    "tiny": ModelSpec("tiny", lambda: mlp(256, 3), "vector", (1, 256), (4, 256), 10, 50.0, 1),
+    "resnet50": ModelSpec("resnet50", resnet50, "image", (1, 3, 224, 224), (2, 3, 32, 32), 1000),
+    "vgg16": ModelSpec("vgg16", vgg16, "image", (1, 3, 224, 224), (2, 3, 32, 32), 1000),
+    "gpt2-small": ModelSpec("gpt2-small", GPT, "tokens", (1, 1024), (1, 16), 50257),
+    "mlp8m": ModelSpec("mlp8m", lambda: mlp(512, 8), "vector", (1, 512), (4, 512), 10),
+    "tiny": ModelSpec("tiny", lambda: mlp(256, 3), "vector", (1, 256), (4, 256), 10),
 }
 
 

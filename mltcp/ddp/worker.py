@@ -74,7 +74,8 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
          ifname: str = typer.Option("", help="interface gloo binds to (GLOO_SOCKET_IFNAME)"),
          wait: bool = typer.Option(False, help="after ready, read the start epoch from stdin"),
          start_offset: float = typer.Option(0.0, help="start this many seconds after the epoch"),
-         timeout_s: float = typer.Option(300.0)):
+         timeout_s: float = typer.Option(300.0),
+         run: str = typer.Option("", "--run", help="run tag (only marks the process as part of a run)")):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel

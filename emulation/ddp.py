@@ -1,0 +1,238 @@
+"""torch-ddp jobs in the emulation: real DDP ranks (mltcp.ddp.worker), one per Mininet host.
+
+A scenario whose jobs have ``workload = "torch-ddp"`` (mltcp.ddp.catalog) runs here instead of
+through the sender/receiver peers: the emulation's dumbbell (htb rate + bfifo buffer on the
+bottleneck, both directions), each job's ranks on the hosts it names (default: rank 0 on a<k>,
+rank 1 on b<k>, alternating sides, so every gloo connection crosses the bottleneck), gloo's
+sockets on the arm's algorithm: the hosts' default (``net.ipv4.tcp_congestion_control``) for
+reno and cubic, and for every arm each rank sets it on its own gloo sockets
+(:func:`mltcp.torch.attach`), since a network namespace other than the first may only default to
+an algorithm in ``tcp_allowed_congestion_control`` (the kernel refuses a BPF one with EPERM). With ``boundary = "mark"`` the ranks mark each iteration's first bucket in
+the kernel MLTCP's map; with ``"idle"`` the kernel's idle-gap rule finds the iterations.
+
+A job's iteration records are its rank 0's (start before forward, first collective, optimizer
+step); every rank's per-step losses are reported, so the arms can be compared step by step.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from mltcp import compare
+from mltcp.records import IterationRecord
+
+from . import netns
+from .arm import ArmResult
+from .network import build_network
+from .peers import Peer, kernel_cc_name, messages, start_together
+from mltcp.ddp.catalog import BOUNDARIES
+
+from .plan import EmulationError, link_params_of
+from .topologies import bottleneck_intfs, make_topology, qdisc_drops, run_checked
+
+MASTER_PORT = 29500
+
+
+def is_ddp(sc) -> bool:
+    return any("ddp" in j.extra for j in sc.jobs)
+
+
+def check_ddp_scenario(sc) -> None:
+    """Every job torch-ddp, all on one link (the dumbbell's bottleneck)."""
+    if not all("ddp" in j.extra for j in sc.jobs):
+        raise EmulationError(f"{sc.source}: torch-ddp jobs cannot be mixed with synthetic ones in one emulation")
+    paths = {tuple(j.path) for j in sc.jobs}
+    if len(paths) != 1 or len(next(iter(paths))) != 1:
+        raise EmulationError(f"{sc.source}: jobs[].path: torch-ddp jobs run on the dumbbell: every job's path "
+                             "must be the same single link")
+
+
+def rank_hosts(jobs) -> dict[str, list[str]]:
+    """job -> the dumbbell host (short name, a<i> or b<i>) of each rank: the job's ``hosts``, or
+    alternating sides a, b, a, ... on hosts no other job uses."""
+    taken = {h for j in jobs if j.extra["ddp"].hosts for h in j.extra["ddp"].hosts}
+    nxt = {"a": 1, "b": 1}
+    out = {}
+    for j in jobs:
+        d = j.extra["ddp"]
+        if d.hosts:
+            out[j.name] = list(d.hosts)
+            continue
+        hosts = []
+        for r in range(d.ranks):
+            side = "ab"[r % 2]
+            while f"{side}{nxt[side]}" in taken:
+                nxt[side] += 1
+            hosts.append(f"{side}{nxt[side]}")
+            taken.add(hosts[-1])
+        out[j.name] = hosts
+    for name, hosts in out.items():
+        for h in hosts:
+            if len(h) < 2 or h[0] not in "ab" or not h[1:].isdigit() or not 1 <= int(h[1:]) <= 50:
+                raise EmulationError(f"job {name}: host {h!r} is not a dumbbell host (a1..a50, b1..b50)")
+    all_hosts = [h for hs in out.values() for h in hs]
+    if len(set(all_hosts)) != len(all_hosts):
+        raise EmulationError("two ranks on one host: give each rank its own host")
+    return out
+
+
+def worker_argv(job, rank: int, hosts: list[str], ips: dict[str, str], ifname: str, port: int, seed: int,
+                mark: bool, prefix: str, cc: str) -> list[str]:
+    d = job.extra["ddp"]
+    return [sys.executable, "-m", "mltcp.ddp.worker", "--job", job.name, "--rank", str(rank),
+            "--world", str(d.ranks), "--master", f"{ips[hosts[0]]}:{port}", "--model", d.model,
+            "--iterations", str(job.iterations), "--gpu-ms", repr(d.gpu_ms), "--seed", str(seed),
+            "--bucket-mb", repr(d.bucket_mb), "--ifname", ifname, "--wait",
+            "--start-offset", repr(job.start_offset_s), "--mark" if mark else "--no-mark", "--run", prefix, "--cc", cc]
+
+
+@contextlib.contextmanager
+def registered_variant(wire_cc: str | None):
+    """The kernel MLTCP variant registered for an arm (and unregistered after, if this arm did it)."""
+    name = (wire_cc or "").removeprefix("bpf_")
+    if not name.startswith("mltcp_"):
+        yield
+        return
+    from mltcp.traffic.kernel import loader
+    mine = name not in loader.registered()
+    if mine:
+        loader.load([name])
+    try:
+        yield
+    finally:
+        if mine:
+            loader.unload([name])
+
+
+def base_cc_name(cc: str, mltcp: bool) -> str:
+    """The kernel name an arm runs: the base algorithm, or its MLTCP variant (mltcp_reno, ...)."""
+    if not mltcp:
+        return kernel_cc_name(cc, False)
+    if cc not in ("reno", "cubic"):
+        raise EmulationError(f"kernel TCP has MLTCP variants of reno and cubic only, not of {cc}")
+    return f"mltcp_{cc}"
+
+
+@dataclass
+class DdpArm:
+    arm: ArmResult
+    ranks: dict[str, dict]      # job -> per rank: loss, cpu_s, gpu_s, buckets per step
+
+
+def run_ddp_arm(sc, cc: str, mltcp: bool, boundary: str | None = None,
+                on_record: Callable[[IterationRecord], None] | None = None, timeout_s: float | None = None,
+                prefix: str | None = None, fail_after_records: int | None = None) -> DdpArm:
+    """Build the dumbbell, run every job's ranks once on kernel ``cc`` (or its MLTCP variant), tear down.
+    ``boundary`` overrides every job's (``idle`` or ``mark``); ``fail_after_records`` raises after
+    that many records (tests check the cleanup with it)."""
+    if boundary is not None and boundary not in BOUNDARIES:
+        raise EmulationError(f"boundary must be one of {', '.join(BOUNDARIES)}, got {boundary!r}")
+    check_ddp_scenario(sc)
+    hosts = rank_hosts(sc.jobs)
+    n_side = max(int(h[1:]) for hs in hosts.values() for h in hs)
+    bottleneck = link_params_of(sc.links[sc.jobs[0].path[0]], sc.mss)
+    prefix = prefix or netns.run_prefix()
+    name = base_cc_name(cc, mltcp)
+    wall0 = time.monotonic()
+    with registered_variant(name), netns.Cleanup(prefix) as cl:
+        wire_cc = kernel_cc_name(cc, mltcp)
+        topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=n_side)
+        net = build_network(topo, "htb", cl)
+        if not mltcp:   # a namespace's default may only be an allowed one: not a BPF variant
+            for h in net.hosts:
+                run_checked(h, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={wire_cc}"])
+        ips = {h: topo.ip_of(prefix + h) for hs in hosts.values() for h in hs}
+        q: queue.Queue = queue.Queue()
+        peers: dict[str, Peer] = {}
+        for k, job in enumerate(sc.jobs):
+            mark = mltcp and (boundary or job.extra["ddp"].boundary) == "mark"
+            for r, h in enumerate(hosts[job.name]):
+                node = net[prefix + h]
+                argv = worker_argv(job, r, hosts[job.name], ips, node.defaultIntf().name, MASTER_PORT + k,
+                                   sc.seed + k, mark, prefix, wire_cc)
+                peers[f"{job.name}:{r}"] = Peer(node, argv, f"rank:{job.name}:{r}", q, cl)
+        start_together(peers, q, timeout_s=120 + 10 * len(peers), lead_s=0.5)
+        records, retrans, stats = collect(peers, q, sc, on_record, timeout_s, fail_after_records)
+        drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))
+    return DdpArm(ArmResult(wire_cc, sorted(records, key=lambda r: (r.job, r.iteration)), drops, None, retrans,
+                            "htb", time.monotonic() - wall0), stats)
+
+
+def collect(peers: dict[str, Peer], q: queue.Queue, sc, on_record, timeout_s: float | None,
+            fail_after_records: int | None = None):
+    """Read the ranks' lines until every rank has exited: (rank-0 records, retransmissions per job,
+    per-job rank statistics: losses and CPU/GPU seconds per step)."""
+    records: list[IterationRecord] = []
+    retrans: dict[str, int] = {j.name: 0 for j in sc.jobs}
+    stats: dict[str, dict] = {j.name: {"loss": {}, "cpu_s": {}, "gpu_s": {}, "buckets": {}} for j in sc.jobs}
+    limit = timeout_s or 600 + 5 * sum(j.iterations * (j.compute_s + 1) for j in sc.jobs)
+    done: set[str] = set()
+    for tag, msg in messages(q, limit, lambda: f"DDP emulation did not finish within {limit:.0f} s "
+                                               f"({len(records)} records collected)"):
+        _, job, rank = tag.split(":")
+        if msg["type"] == "iter":
+            st = stats[job]
+            for key in ("loss", "cpu_s", "gpu_s", "buckets"):
+                st[key].setdefault(rank, []).append(msg[key])
+            if rank == "0":
+                rec = IterationRecord.from_dict(msg)
+                records.append(rec)
+                if on_record:
+                    on_record(rec)
+                if fail_after_records is not None and len(records) >= fail_after_records:
+                    raise EmulationError(f"injected failure after {len(records)} records")
+        elif msg["type"] == "summary":
+            retrans[job] += int(msg["retrans"])
+        elif msg["type"] == "eof":
+            p = peers[f"{job}:{rank}"].proc
+            p.wait(timeout=30)
+            if p.returncode != 0:
+                raise EmulationError(f"rank {rank} of {job} exited {p.returncode}: "
+                                     f"{' | '.join(peers[f'{job}:{rank}'].err[-3:])}")
+            done.add(tag)
+            if len(done) == len(peers):
+                break
+    return records, retrans, stats
+
+
+def losses(run: DdpArm) -> dict[str, dict[str, list[float]]]:
+    """job -> rank -> the loss at every step."""
+    return {job: st["loss"] for job, st in run.ranks.items()}
+
+
+def run_ddp_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, boundary: str | None = None,
+                       on_record: Callable[[str, IterationRecord], None] | None = None,
+                       prefix: str | None = None) -> dict:
+    """Both arms of a torch-ddp scenario: the usual report (mltcp.compare.report) plus each job's
+    per-step losses per arm and whether they are identical, and a ``ddp`` section."""
+    from .report import arm_summary
+    if cc not in ("reno", "cubic", "dctcp"):
+        raise EmulationError(f"torch-ddp jobs run on kernel TCP: --cc reno, cubic or dctcp, not {cc}")
+    cb = (lambda arm: (lambda r: on_record(arm, r))) if on_record else (lambda arm: None)
+    base = run_ddp_arm(sc, cc, False, boundary, cb("baseline"), prefix=prefix)
+    ml = run_ddp_arm(sc, cc, True, boundary, cb("mltcp"), prefix=prefix) if compare_mltcp else None
+    out = compare.report(sc, arm_summary(base.arm, sc), arm_summary(ml.arm, sc) if ml else None)
+    out["losses"] = {"baseline": losses(base), **({"mltcp": losses(ml)} if ml else {})}
+    out["losses_identical"] = (losses(base) == losses(ml)) if ml else None
+    out["ddp"] = {
+        "jobs": {j.name: {"model": j.extra["ddp"].model, "boundary": boundary or j.extra["ddp"].boundary, "ranks": j.extra["ddp"].ranks,
+                          "gpu_ms": j.extra["ddp"].gpu_ms, "bucket_mb": j.extra["ddp"].bucket_mb,
+                          "gradient_bytes": j.extra["ddp"].gradient_bytes()} for j in sc.jobs},
+        "cpu_gpu_s_per_step": {arm: {job: _cpu_gpu(st) for job, st in a.ranks.items()}
+                               for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}}
+    out["emulation"] = {"topology": "dumbbell", "transport": "kernel", "link_mode": "htb",
+                        "bottleneck": link_params_of(sc.links[sc.jobs[0].path[0]], sc.mss).__dict__,
+                        "jobs": len(sc.jobs), "iterations": max(j.iterations for j in sc.jobs)}
+    out["sim_vs_emu"] = None
+    return out
+
+
+def _cpu_gpu(st: dict) -> dict:
+    cpu = [x for v in st["cpu_s"].values() for x in v[1:]]
+    gpu = [x for v in st["gpu_s"].values() for x in v[1:]]
+    return {"cpu_s": round(sum(cpu) / len(cpu), 4) if cpu else None,
+            "gpu_s": round(sum(gpu) / len(gpu), 4) if gpu else None}

@@ -1,0 +1,74 @@
+"""The DDP models' sizes and emulated GPU times, and a scenario's ``workload = "torch-ddp"`` job
+fields, without importing torch (scenarios load, and the simulator runs them, without it).
+
+A torch-ddp job in a scenario::
+
+    [[jobs]]
+    name = "A"
+    workload = "torch-ddp"
+    model = "resnet50"        # a name of MODELS
+    ranks = 2                 # processes, one per emulated host
+    hosts = ["a1", "b1"]      # optional: the dumbbell hosts of the ranks (default a<k>, b<k>, ...)
+    gpu_ms = 400              # optional: emulated GPU time per iteration (default: the model's)
+    bucket_mb = 25            # DDP's bucket_cap_mb
+    boundary = "idle"         # MLTCP arm: iterations found by the kernel's idle-gap rule, or "mark"ed by the hook
+    path = ["bottleneck"]
+    start_offset_ms = 0
+
+For the simulator the job is what the network sees: ``gpu_ms`` of compute, then the ring
+all-reduce of the gradients (2 (n-1)/n x 4 bytes per parameter per rank).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Published per-iteration GPU times (docs/ddp.md, "GPU time"): ResNet-50 v1.5 trains at 367 img/s
+# on one V100 16 GB in FP32 (NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5 README): 64
+# images per GPU take 174 ms. VGG-16 and the transformer are scaled from it by their multiply-adds
+# per sample at the same achieved rate (15.5 vs 4.1 G per image; 124 M x 1024 per 1024-token sequence).
+RESNET50_MS_PER_IMAGE = 1e3 / 367
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    params: int            # parameters = fp32 gradients all-reduced per iteration
+    published_ms: float    # emulated GPU time per iteration by default
+    gpu_batch: int         # the per-GPU batch that time is for
+
+
+MODELS: dict[str, ModelSize] = {
+    "resnet50": ModelSize(25_557_032, 64 * RESNET50_MS_PER_IMAGE, 64),
+    "vgg16": ModelSize(138_357_544, 16 * RESNET50_MS_PER_IMAGE * 15.5 / 4.1, 16),
+    "gpt2-small": ModelSize(124_439_808, 4 * RESNET50_MS_PER_IMAGE * 124e6 * 1024 / 4.1e9, 4),
+    "mlp8m": ModelSize(2_106_378, 400.0, 1),      # 8.4 MB of gradients, the hand-made two-job case
+    "tiny": ModelSize(199_946, 50.0, 1),          # tests
+}
+MAX_RANKS = 16
+BOUNDARIES = ("idle", "mark")
+
+
+@dataclass(frozen=True)
+class DdpJob:
+    """The DDP part of a torch-ddp job (kept in ``Job.extra["ddp"]``)."""
+
+    model: str
+    ranks: int
+    hosts: tuple[str, ...] | None
+    gpu_ms: float
+    bucket_mb: float
+    boundary: str = "idle"
+
+    def gradient_bytes(self) -> int:
+        return 4 * MODELS[self.model].params
+
+
+def read_ddp_fields(r) -> DdpJob:
+    """The torch-ddp fields of a job table (``r``: mltcp.scenario's field reader)."""
+    model = r.get("model", str, ..., lambda v: v in MODELS, f"must be one of {', '.join(MODELS)}")
+    ranks = r.get("ranks", int, 2, lambda v: 2 <= v <= MAX_RANKS, f"must be in [2, {MAX_RANKS}]")
+    hosts = r.get("hosts", list, None, lambda v: len(v) == ranks and all(isinstance(h, str) and h for h in v),
+                  "must list one host name per rank")
+    gpu = r.get("gpu_ms", float, MODELS[model].published_ms, lambda v: 0 <= v <= 600_000, "must be in [0, 600000]")
+    bucket = r.get("bucket_mb", float, 25.0, lambda v: 0.01 <= v <= 4096, "must be in [0.01, 4096]")
+    boundary = r.get("boundary", str, "idle", lambda v: v in BOUNDARIES, f"must be one of {', '.join(BOUNDARIES)}")
+    return DdpJob(model, ranks, tuple(hosts) if hosts else None, gpu, bucket, boundary)
