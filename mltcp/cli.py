@@ -15,6 +15,7 @@ from rich.table import Table
 from . import compare, records as rec_io
 from .cc import BASES
 from .console import err, fail, out, print_json
+from .reference import REFERENCES, reference_side
 from .scenario import ScenarioError, builtin_names, load
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -230,6 +231,9 @@ def simulate(
     compare_policy: bool = typer.Option(False, "--compare-policy", help="run the algorithm through a plain switch "
                                         "(switch_policy off) and through the scenario's switch_policy; the JSON of "
                                         "--compare, baseline = the plain switch"),
+    reference: Optional[str] = typer.Option(None, "--reference", help="also run centralized references, comma-"
+                                            "separated: fifo, srf, cassini, best (docs/references.md); the JSON "
+                                            "gains a 'references' object, one arm each"),
     outdir: Optional[Path] = typer.Option(None, "--out", help="write records CSV, summary.json and PNG plots here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (no progress bar)"),
     engine: str = typer.Option("fast", "--engine", help="fast (the numba simulator), ns3 (ns-3, extra \\[ns3]) or both "
@@ -258,6 +262,7 @@ def simulate(
         fail("--ns3-recovery: applies to --engine ns3 or both only")
     if compare_policy and (do_compare or engine != "fast"):
         fail("--compare-policy: not with --compare, and with --engine fast only")
+    refs = _references(reference, engine)
     try:
         sc = load(scenario)
         algos = _algorithms(sc, cc, do_compare)
@@ -275,6 +280,9 @@ def simulate(
     except ScenarioError as e:
         fail(str(e))
     rep = compare.policy_report(arms, results) if arms else build_report(sc, results)
+    if refs:
+        with _interruptible():
+            rep["references"] = {f"ref-{n}": reference_side(sc, n, base_side=rep["baseline"]) for n in refs}
     if outdir:
         _write_or_fail(sc, results, rep, outdir)
     if as_json:
@@ -282,8 +290,34 @@ def simulate(
     else:
         out.print(per_job_table(sc, results))
         out.print(summary_table(rep))
+        if refs:
+            out.print(references_table(rep))
         if outdir:
             out.print(f"wrote {outdir}/ (records-*.csv, summary.json, throughput.png, iteration_cdf.png)")
+
+
+def _references(text: Optional[str], engine: str) -> list[str]:
+    """--reference's names, checked (exit 2 naming the option on an unknown one)."""
+    if not text:
+        return []
+    names = [n.strip().removeprefix("ref-") for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in REFERENCES]
+    if bad or not names:
+        fail(f"--reference: unknown reference {(bad or [text])[0]!r} (choose from {', '.join(REFERENCES)})")
+    if engine != "fast":
+        fail("--reference: with --engine fast only")
+    return list(dict.fromkeys(names))
+
+
+def references_table(rep: dict) -> Table:
+    t = Table(title="centralized references (docs/references.md)", title_justify="left")
+    for c in ("", "avg (ms)", "p99 (ms)", "drops", "speedup over the base (avg)", "took"):
+        t.add_column(c, justify="right")
+    base = rep["baseline"]["avg_iter_s"]
+    for name, s in rep["references"].items():
+        t.add_row(name, f"{s['avg_iter_s'] * 1e3:.2f}", f"{s['p99_iter_s'] * 1e3:.2f}", f"{s['drops']:.0f}",
+                  f"{base / s['avg_iter_s']:.2f}x", s.get("reference_pick", ""))
+    return t
 
 
 def _check_outdir(outdir: Optional[Path]) -> None:

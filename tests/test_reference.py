@@ -88,3 +88,27 @@ def test_ref_best_is_never_worse_than_the_base_and_names_its_pick():
     assert best["avg_iter_s"] <= base_side["avg_iter_s"]
     assert best["reference_pick"] in ("ref-fifo", "ref-srf", "ref-cassini", "reno")
     assert set(base_side) <= set(best)
+
+
+def test_simulate_reference_prints_each_reference_with_the_arms_keys(tmp_path):
+    import json
+    import subprocess
+    import sys
+    import tomli_w
+    sc = {"name": "t", "iterations": 12, "warmup_iterations": 2,
+          "links": [{"name": "b", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0}],
+          "jobs": [{"name": "A", "compute_ms": 20, "bytes": 2_500_000, "path": ["b"]},
+                   {"name": "B", "compute_ms": 20, "bytes": 2_500_000, "start_offset_ms": 1, "path": ["b"]}]}
+    f = tmp_path / "t.toml"
+    f.write_text(tomli_w.dumps(sc))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(f), *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=300)
+    r = run("--compare", "--reference", "fifo,cassini,best", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert set(rep["references"]) == {"ref-fifo", "ref-cassini", "ref-best"}
+    for side in rep["references"].values():
+        assert set(rep["baseline"]) <= set(side)
+    assert rep["references"]["ref-best"]["avg_iter_s"] <= rep["baseline"]["avg_iter_s"]
+    bad = run("--reference", "oracle")
+    assert bad.returncode == 2 and "--reference" in bad.stderr and bad.stdout == ""
