@@ -31,21 +31,36 @@ GAP_RULES = ("last", "min2")     # the idle threshold's reference gap: the last 
 
 
 @njit(cache=True)
+def _order_stat(a, i, r):
+    """The r-th smallest (from 0) of flow i's recorded history (NaN: not yet recorded), found
+    without sorting a copy (the simulator's loop allocates nothing)."""
+    h = a.shape[1] - HISTORY
+    for j in range(h):
+        v = a[i, HISTORY + j]
+        if math.isnan(v):
+            continue
+        below, upto = 0, 0
+        for m in range(h):
+            w = a[i, HISTORY + m]
+            if not math.isnan(w):
+                below += w < v
+                upto += w <= v
+        if below <= r < upto:
+            return v
+    return math.nan
+
+
+@njit(cache=True)
 def close(a, i):
     """End flow i's current iteration: push its bytes into the history, re-learn the median."""
     h = a.shape[1] - HISTORY
     for j in range(h - 1, 0, -1):
         a[i, HISTORY + j] = a[i, HISTORY + j - 1]
     a[i, HISTORY] = a[i, BYTES_CUR]
-    seen = np.empty(h)
     n = 0
     for j in range(h):
-        v = a[i, HISTORY + j]
-        if not math.isnan(v):
-            seen[n] = v
-            n += 1
-    s = np.sort(seen[:n])
-    a[i, BYTES_PER_ITER] = (s[(n - 1) // 2] + s[n // 2]) / 2.0     # median
+        n += not math.isnan(a[i, HISTORY + j])
+    a[i, BYTES_PER_ITER] = (_order_stat(a, i, (n - 1) // 2) + _order_stat(a, i, n // 2)) / 2.0     # median
     a[i, BYTES_CUR] = 0.0
     a[i, ITERATION] += 1.0
 

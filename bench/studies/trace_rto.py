@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import inspect
 import json
 
 import numpy as np
@@ -31,7 +30,6 @@ def traced(sc, cc_name: str, chunk_s: float, keep: int, window: tuple[float, flo
     each event = (kind, flow, snapshots of the last ``keep`` pauses, the snapshot after it); with
     ``window`` = (t0, t1) in seconds, also every snapshot in it (``res.timeline``)."""
     orig = engine._run
-    names = list(inspect.signature(orig.py_func).parameters)
     events, hist, timeline = [], collections.deque(maxlen=keep), []
 
     def snap(v, t):
@@ -47,16 +45,16 @@ def traced(sc, cc_name: str, chunk_s: float, keep: int, window: tuple[float, flo
                            "r": trk.ratio(v["tr"], f) if v["mltcp"] else float("nan"),
                            "srtt_ms": v["srtt"][f] * 1e3} for f in range(F)]}
 
-    def run(*a):
-        v = dict(zip(names, a))
-        t_end = a[0]
-        t, trace = float(v["fs"][engine.F_T]), v["trace"]
+    def run(t_end, *groups):
+        cfg, cc, topo, links, fl, jb, fb, rc, trace, fs, ks = groups
+        v = {**cfg._asdict(), **cc._asdict(), **topo._asdict(), **links._asdict(), **fl._asdict(), **jb._asdict(),
+             "trace": trace, "fs": fs, "ks": ks}
+        t = float(v["fs"][engine.F_T])
         while True:
             rto0, tlp0 = v["fs"][engine.F_TOT_RTO], v["fs"][engine.F_TOT_TLP]
             held0 = v["lr"][:, engine.LR_HOLE].copy()
             t = min(t + chunk_s, t_end)
-            trace = orig(t, *a[1:names.index("trace")], trace, *a[names.index("trace") + 1:])
-            v["trace"] = trace
+            orig(t, *groups)
             s = snap(v, float(v["fs"][engine.F_T]))
             held = [f for f in range(len(held0)) if held0[f] == 0 and v["lr"][f, engine.LR_HOLE] > 0]
             if held:        # a loss now waits for a timer (no later segment can reveal it)
@@ -70,7 +68,7 @@ def traced(sc, cc_name: str, chunk_s: float, keep: int, window: tuple[float, flo
             if window and window[0] <= s["t"] <= window[1]:
                 timeline.append(s)
             if v["ks"][engine.I_STATUS] != engine.PAUSED or t >= t_end:
-                return trace
+                return
 
     engine._run = run
     try:

@@ -6,15 +6,18 @@ from pathlib import Path
 import numba
 
 
+LOOP_MODULES = ("engine", "loop", "queues", "recovery", "state")   # mltcp/sim modules with compiled code
+
+
 def _jit_cache_dir() -> str:
     """Where numba keeps the compiled kernels and the simulator's loop.
 
     numba's on-disk cache checks only the file of the function it compiled, not the files of the
     functions it calls, so after an edit of a CC kernel the simulator's cached loop would keep
     running the old one. The cache directory is therefore named by a hash of every source whose
-    code ends up in it (mltcp/cc, mltcp/tracker.py, mltcp/sim/engine.py): any edit compiles afresh."""
+    code ends up in it (mltcp/cc, mltcp/tracker.py, the simulator's loop modules): any edit compiles afresh."""
     pkg = Path(__file__).resolve().parent.parent
-    files = sorted(pkg.glob("cc/*.py")) + [pkg / "tracker.py", pkg / "sim" / "engine.py"]
+    files = sorted(pkg.glob("cc/*.py")) + [pkg / "tracker.py"] + [pkg / "sim" / f"{m}.py" for m in LOOP_MODULES]
     digest = hashlib.sha1(b"".join(f.read_bytes() for f in files if f.exists())).hexdigest()[:12]
     base = os.environ.get("NUMBA_CACHE_DIR") or str(pkg / "__pycache__")
     if not os.access(base if os.path.isdir(base) else os.path.dirname(base), os.W_OK):
