@@ -222,6 +222,10 @@ def _link(src: str, i: int, t: dict, mss: int, prefix: str | None = None, room: 
     bdp_rtt = 2 * delay  # BDP of this link over its own round trip, for buffer_bdp
     buf = r.one_of({"buffer_pkts": pkt, "buffer_kb": 1e3, "buffer_bdp": rate / 8 * bdp_rtt}, check=_positive,
                    why="must be > 0", lo=1.0, hi=MAX_BUFFER_BYTES, unit="bytes")
+    if buf < pkt * (1 - 1e-9):   # a drop-tail buffer that cannot hold one packet drops every packet queued behind another
+        key = next(k for k in ("buffer_pkts", "buffer_kb", "buffer_bdp") if k in t)
+        raise ScenarioError(src, r.name(key), f"the buffer ({buf:g} bytes) must hold at least one packet "
+                                              f"(network.mss = {mss} bytes)")
     if buf < pkt:   # a drop-tail buffer that cannot hold one packet drops every packet queued behind another
         key = next(k for k in ("buffer_pkts", "buffer_kb", "buffer_bdp") if k in t)
         raise ScenarioError(src, r.name(key), f"the buffer ({buf:g} bytes) must hold at least one packet "
