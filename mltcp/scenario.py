@@ -226,10 +226,6 @@ def _link(src: str, i: int, t: dict, mss: int, prefix: str | None = None, room: 
         key = next(k for k in ("buffer_pkts", "buffer_kb", "buffer_bdp") if k in t)
         raise ScenarioError(src, r.name(key), f"the buffer ({buf:g} bytes) must hold at least one packet "
                                               f"(network.mss = {mss} bytes)")
-    if buf < pkt:   # a drop-tail buffer that cannot hold one packet drops every packet queued behind another
-        key = next(k for k in ("buffer_pkts", "buffer_kb", "buffer_bdp") if k in t)
-        raise ScenarioError(src, r.name(key), f"the buffer ({buf:g} bytes) must hold at least one packet "
-                                              f"(network.mss = {mss} bytes)")
     ecn = r.get("ecn", str, "none", lambda v: v in ECN_MODES, f"must be one of {ECN_MODES}")
     k = r.one_of({"ecn_k_pkts": pkt, "ecn_k_kb": 1e3}, required=ecn == "step", hi=MAX_BUFFER_BYTES, unit="bytes") or 0.0
     kmin = r.one_of({"red_kmin_pkts": pkt, "red_kmin_kb": 1e3}, required=ecn == "red", hi=MAX_BUFFER_BYTES,
