@@ -3,10 +3,12 @@
 A command is a line starting with ``$ `` inside a fenced code block. It runs with bash from the
 repository's root, with this Python's bin directory first on PATH (so ``mltcp`` is this
 checkout's), and must exit 0. A command tagged ``# [slow]`` (minutes, or a network install) or
-``# [root]`` (system packages, namespaces, BPF) is listed here as skipped, with its tag.
+``# [root]`` (system packages, namespaces, BPF) is listed here as skipped, with its tag. Every
+`mltcp` command a doc writes, run or not, must name real sub-commands and options.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -211,3 +213,55 @@ def test_results_table_refuses_an_unknown_scenario_before_running(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no-such-scenario" in r.stderr
     assert "seed" not in r.stderr, "refused before any run"
+
+
+INLINE_COMMAND = re.compile(r"`((?:mltcp|mltcp-switch) [^`]+)`")
+
+
+def _written_commands(path: Path) -> list[str]:
+    """Every `mltcp ...` command a doc shows: inline code spans and code-block lines (a `$ ` or
+    `sudo ` prefix dropped). Spans with `...` or `a/b` alternatives are sketches, not commands."""
+    lines = [line.strip() for block in code_blocks(path.read_text()) for _, line in block]
+    lines = [re.sub(r"^(\$ )?(sudo )?(\.venv/bin/)?", "", line).split(" #")[0] for line in lines]
+    cands = INLINE_COMMAND.findall(path.read_text()) + [c for c in lines if re.match(r"mltcp(-switch)? ", c)]
+    return [c for c in cands if "..." not in c and "/" not in c.split(" --")[0]]
+
+
+@functools.cache
+def _root_commands() -> dict:
+    """The click commands of `mltcp` (with every installed part mounted, once) and `mltcp-switch`."""
+    import typer
+    from mltcp import cli
+    from mltcp.emulation import switch_cli
+    cli._mount_optional()
+    return {"mltcp": typer.main.get_command(cli.app), "mltcp-switch": typer.main.get_command(switch_cli.app)}
+
+
+def _command_options(words: list[str]):
+    """(the command the words name, how many words that took, its option names) or None."""
+    cmd = _root_commands()[words[0]]
+    ctx, i = cmd.context_class(cmd, info_name=words[0]), 1
+    while hasattr(cmd, "list_commands") and i < len(words) and re.fullmatch(r"[a-z][a-z0-9-]*", words[i]):
+        sub = cmd.get_command(ctx, words[i])
+        if sub is None:
+            return None
+        cmd, ctx, i = sub, sub.context_class(sub, parent=ctx, info_name=words[i]), i + 1
+    names = {o for p in cmd.params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+    return cmd, i, names | {"--help"}
+
+
+@pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
+def test_every_mltcp_command_written_in_docs_exists_with_its_options(path):
+    """Commands shown in prose and in blocks that the test does not run (slow, root) still name
+    real sub-commands and real options: checked against the command line itself."""
+    wrong = []
+    for text in _written_commands(path):
+        words = re.sub(r"[\[\]()|\\]", " ", text).split()
+        found = _command_options(words)
+        if found is None:
+            wrong.append(f"{text}: no such command")
+            continue
+        _, used, names = found
+        wrong += [f"{text}: {w}" for w in (w.split("=")[0].rstrip(",.;:") for w in words[used:])
+                  if (w.startswith("--") or re.fullmatch(r"-[a-zA-Z]", w)) and w not in names]
+    assert not wrong, f"{path.name}: unknown commands or options: {wrong}"
