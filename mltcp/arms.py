@@ -1,6 +1,7 @@
 """Arms: the named ways of running one scenario that a sweep compares (one summary dict each).
 
-An arm is a function ``(scenario) -> summary``: the summary is :func:`mltcp.compare.side`'s (per-job
+An arm is a function ``(scenario, progress=None) -> summary`` (``progress(sim_t, fraction)``, if
+given, is called now and then and may raise to abandon the run): the summary is :func:`mltcp.compare.side`'s (per-job
 and overall avg/p99 iteration time, drops, ECN marks, interleaved_at_iteration, ...) plus the ideal
 iteration time and the wall time of the run. Every congestion control of :mod:`mltcp.cc` is an
 arm of its own name ("reno", "mltcp-reno", "cubic", ...), run in the fast simulator. Other arms
@@ -15,7 +16,7 @@ from . import compare
 from .cc import ALGORITHMS
 from .scenario import Scenario
 
-Arm = Callable[[Scenario], dict]
+Arm = Callable[..., dict]
 
 
 def simulate_cc(sc: Scenario, cc: str, progress=None) -> dict:
@@ -31,8 +32,8 @@ def simulate_cc(sc: Scenario, cc: str, progress=None) -> dict:
 
 
 def _cc_arm(cc: str) -> Arm:
-    def arm(sc: Scenario) -> dict:
-        return simulate_cc(sc, cc)
+    def arm(sc: Scenario, progress=None) -> dict:
+        return simulate_cc(sc, cc, progress)
     arm.__name__ = f"arm_{cc.replace('-', '_')}"
     return arm
 
@@ -41,7 +42,7 @@ ARMS: dict[str, Arm] = {name: _cc_arm(name) for name in ALGORITHMS}
 
 
 def register(name: str, fn: Arm) -> None:
-    """Add an arm (a function of the scenario returning its summary dict)."""
+    """Add an arm: ``fn(scenario, progress=None)`` returning its summary dict."""
     if name in ARMS:
         raise ValueError(f"arm {name!r} is already registered")
     ARMS[name] = fn
@@ -53,10 +54,10 @@ def check(name: str) -> None:
         raise ValueError(f"unknown arm {name!r} (known: {', '.join(ARMS)})")
 
 
-def run_arm(sc: Scenario, arm: str) -> dict:
+def run_arm(sc: Scenario, arm: str, progress=None) -> dict:
     """Run ``sc`` under the arm named ``arm``: its summary (JSON-able)."""
     check(arm)
-    return ARMS[arm](sc)
+    return ARMS[arm](sc, progress) if progress is not None else ARMS[arm](sc)
 
 
 def _reference_arm(name: str) -> Arm:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import typer
+from rich import box
 from rich.table import Table
 
 from . import arms, records as rec_io, sweep
@@ -147,23 +148,27 @@ def compare_arms(records: Sequence[dict], arm_names: Sequence[str]) -> dict:
 
 
 def report_table(rep: dict) -> Table:
-    t = Table(title=f"{rep['cases']} cases (scenario x seed), each arm against {rep['base']} "
-                    f"(geometric means over cases; drops: (arm+1)/(base+1), ECN marks for DCQCN)",
-              title_justify="left")
-    for c in ("arm", "cases", "avg", "p99", "worst avg", "worst p99", "worst case", "loses", "drops", "worst drops"):
-        t.add_column(c, justify="left" if c in ("arm", "worst case") else "right")
+    t = Table(title=f"{rep['cases']} cases (scenario x seed) against {rep['base']}: geometric means, worst case, "
+                    f"share of scenarios lost, drops (ECN marks for DCQCN) as (arm+1)/(base+1)",
+              title_justify="left", box=box.SIMPLE_HEAD)
+    for c in ("arm", "avg", "p99", "worst avg", "worst p99", "loses", "drops", "worst drops"):
+        t.add_column(c, justify="left" if c == "arm" else "right", no_wrap=True)
     for arm, a in rep["arms"].items():
-        wc = a["worst_case"]
-        t.add_row(arm, str(a["compared_cases"]), f"{a['speedup_avg']:.3f}x", f"{a['speedup_p99']:.3f}x",
-                  f"{a['worst_speedup_avg']:.3f}x", f"{a['worst_speedup_p99']:.3f}x",
-                  f"{wc['scenario']}@seed{wc['seed']}" if wc else "-", f"{a['loses_share'] * 100:.0f} %",
-                  f"x{a['signal_ratio']:.3f}", f"x{a['worst_signal_ratio']:.3f}")
+        t.add_row(arm, f"{a['speedup_avg']:.3f}x", f"{a['speedup_p99']:.3f}x", f"{a['worst_speedup_avg']:.3f}x",
+                  f"{a['worst_speedup_p99']:.3f}x", f"{a['loses_share'] * 100:.0f} %", f"x{a['signal_ratio']:.3f}",
+                  f"x{a['worst_signal_ratio']:.3f}")
     return t
+
+
+def worst_lines(rep: dict) -> list[str]:
+    return [f"{arm}: worst case {wc['scenario']}@seed{wc['seed']} ({wc['speedup_avg']:.3f}x avg, {wc['speedup_p99']:.3f}x p99)"
+            for arm, a in rep["arms"].items() if (wc := a["worst_case"])]
 
 
 def plot_speedups(path: Path, rep: dict) -> Path:
     from . import plots  # the Agg backend
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)
     for ax, key, label in ((axes[0], "speedup_avg", "avg"), (axes[1], "speedup_p99", "p99")):
@@ -173,8 +178,8 @@ def plot_speedups(path: Path, rep: dict) -> Path:
         ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
         ax.set_xlabel("scenario (sorted by speedup)")
         ax.set_ylabel(f"{label} iteration-time speedup over {rep['base']} (x)")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3, which="both")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"mltcp suite: {rep['cases']} cases, speedup over {rep['base']} per scenario (geometric mean over seeds)")
     return plots._save(fig, path)
@@ -246,6 +251,8 @@ def run_cmd(
         print_json({k: v for k, v in rep.items()})
     else:
         out.print(report_table(rep))
+        for line in worst_lines(rep):
+            out.print(line, highlight=False, soft_wrap=True)
         for f in rep["failures"]:
             out.print(f"failed: {f['scenario']}@seed{f['seed']} {f['arm']}: {f['error']}", highlight=False, soft_wrap=True)
         if files:

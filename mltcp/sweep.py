@@ -90,17 +90,26 @@ def build(task: Task) -> Scenario:
     return from_dict(scenario_tables(task), src)
 
 
+IDENTITY = ("scenario", "source", "arm", "seed", "iterations_cut", "ok", "error")
+
+
+def summary_of(record: dict) -> dict:
+    """The arm's own summary in a record (without the task's identity)."""
+    return {k: v for k, v in record.items() if k not in IDENTITY}
+
+
 def identity(task: Task, sc: Scenario | None = None) -> dict:
     return {"scenario": sc.name if sc is not None else task.scenario, "source": sc.source if sc is not None else task.scenario,
             "arm": task.arm, "seed": task.seed if task.seed is not None else (sc.seed if sc is not None else None),
             "iterations_cut": task.iterations}
 
 
-def run_task(task: Task) -> dict:
-    """Run one task here: its record (``ok`` false with the error if the run failed)."""
+def run_task(task: Task, progress=None) -> dict:
+    """Run one task here: its record (``ok`` false with the error if the run failed).
+    ``progress(sim_t, fraction)`` is called now and then (it may raise to abandon the run)."""
     sc = build(task)
     try:
-        return {**identity(task, sc), "ok": True, **arms.run_arm(sc, task.arm)}
+        return {**identity(task, sc), "ok": True, **arms.run_arm(sc, task.arm, progress)}
     except (RuntimeError, ValueError, ArithmeticError) as e:     # a run that stalled or diverged
         return failed(task, f"{type(e).__name__}: {e}", sc)
 
@@ -147,12 +156,14 @@ def have_dask() -> bool:
 
 def run_tasks(tasks: Iterable[Task], scheduler: str | None = None, workers: int | None = None,
               progress: bool | Progress = True, engine: str | None = None,
-              connect_timeout: float = CONNECT_TIMEOUT_S, checked: bool = False) -> list[dict]:
+              connect_timeout: float = CONNECT_TIMEOUT_S, checked: bool = False,
+              check_in: Callable[..., None] | None = None) -> list[dict]:
     """Run the tasks; one record per task, in task order.
 
     ``engine``: "dask", "processes" or "serial" to force one (default: as the module says).
     ``progress``: True for a progress bar on stderr, False for none, or a function (done, total).
-    ``checked``: the caller already ran :func:`check` on these tasks."""
+    ``checked``: the caller already ran :func:`check` on these tasks. ``check_in(sim_t, fraction)``:
+    called now and then inside each run of the serial engine (it may raise to abandon the sweep)."""
     tasks = list(tasks)
     if not checked:
         check(tasks)
@@ -160,16 +171,16 @@ def run_tasks(tasks: Iterable[Task], scheduler: str | None = None, workers: int 
         return []
     n = workers or default_workers()
     if engine is None:
-        engine = ("dask" if scheduler or (n > 1 and have_dask()) else
-                  "processes" if n > 1 and len(tasks) > 1 else "serial")
+        engine = ("dask" if scheduler else "serial" if n == 1 or len(tasks) == 1 else
+                  "dask" if have_dask() else "processes")
     if scheduler and engine != "dask":
         raise ValueError("a scheduler address needs the dask engine")
     payloads = [t.as_dict() for t in tasks]
     with _progress_of(progress, len(tasks)) as tick:
         if engine == "serial":
             out = []
-            for p in payloads:
-                out.append(_run_payload(p))
+            for t in tasks:
+                out.append(run_task(t, check_in))
                 tick()
             return out
         if engine == "processes":
@@ -184,14 +195,10 @@ def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout) -> list[dict
     from distributed.scheduler import KilledWorker
 
     cluster = client = None
-    futures = []
+    futures: list = []
     try:
         if scheduler:
-            try:
-                client = Client(scheduler, timeout=connect_timeout)
-            except (OSError, TimeoutError) as e:
-                raise SweepError(f"--scheduler {scheduler}: no Dask scheduler answered within {connect_timeout:g} s "
-                                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+            client = _client_of(scheduler, connect_timeout)
         else:
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
                                    silence_logs=logging.ERROR, worker_class="distributed.Nanny")
@@ -219,10 +226,40 @@ def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout) -> list[dict
                 client.cancel(futures)
             except Exception:
                 pass
-        if client is not None:
-            client.close()
         if cluster is not None:
+            client.close()
             cluster.close()
+
+
+_CLIENTS: dict = {}
+
+
+def _client_of(scheduler: str, connect_timeout: float):
+    """One client per scheduler address for this process (a tuning worker submits every trial's
+    runs through it), closed at exit."""
+    from distributed import Client
+    c = _CLIENTS.get(scheduler)
+    if c is not None and c.status == "running":
+        return c
+    try:
+        c = Client(scheduler, timeout=connect_timeout)
+    except (OSError, TimeoutError) as e:
+        raise SweepError(f"--scheduler {scheduler}: no Dask scheduler answered within {connect_timeout:g} s "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    if not _CLIENTS:
+        import atexit
+        atexit.register(close_clients)
+    _CLIENTS[scheduler] = c
+    return c
+
+
+def close_clients() -> None:
+    while _CLIENTS:
+        _, c = _CLIENTS.popitem()
+        try:
+            c.close()
+        except Exception:
+            pass
 
 
 def _tries() -> int:

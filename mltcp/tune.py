@@ -4,7 +4,10 @@ Multi-objective (maximise the avg and p99 iteration-time speedups over the base 
 minimise drops -- ECN marks for DCQCN -- relative to it; geometric means over the training cases,
 :mod:`mltcp.tune_eval`), over one named configuration space of the MLTCP hook
 (:mod:`mltcp.tune_space`). The study lives in Optuna storage: by default a SQLite file in the
-output folder, or any Optuna RDB URL (``--storage``) that workers on many machines share. The
+output folder, or any Optuna RDB URL (``--storage``, e.g. PostgreSQL) that workers on many machines
+share; calls are retried while the database is unreachable (:mod:`mltcp.tune_storage`). The
+simulations (baselines, each trial's cases, the hold-out) run through :func:`mltcp.sweep.run_tasks`:
+in the trial's process, or on a Dask cluster with ``--scheduler``. The
 study remembers its space and training cases (with the scenarios' full text), so rerunning the
 command, or ``mltcp tune run --storage URL --study NAME`` on another machine, adds trials to the
 same study. Each trial keeps its per-case results (Optuna user attrs, ``trials/trial-N.json``,
@@ -29,10 +32,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.markup import escape
 from rich.table import Table
 
+from . import sweep
 from .console import err, error_exit, out
 from .scenario import ScenarioError
-from .tune_eval import (DIRECTIONS, OBJECTIVES, SIGNAL_AGGREGATES, Case, aggregate, check_space, make_cases, pareto_front, pick, run_case,
+from .tune_eval import (DIRECTIONS, OBJECTIVES, SIGNAL_AGGREGATES, Case, aggregate, check_space, make_cases, pareto_front, pick,
                         score)
+from .tune_storage import GRACE_S, HEARTBEAT_S  # noqa: F401  (re-exported: the heartbeat settings)
+from .tune_storage import open_storage as _open_rdb
 from .tune_space import BUILTIN, Space, SpaceError
 from .tune_space import from_dict as space_from_dict
 from .tune_space import load as load_space
@@ -45,7 +51,6 @@ BASELINE_ATTR = "baseline:"
 SAMPLERS = ("tpe", "nsga2", "random")
 DEFAULT_SPACE = "reno-ai"
 DEFAULT_SEEDS = [1, 2, 3]
-HEARTBEAT_S, GRACE_S = 20, 60     # a worker that vanished has its trial failed after GRACE_S
 
 
 class InputError(Exception):
@@ -55,12 +60,8 @@ class InputError(Exception):
 # ---- storage and the study's own description --------------------------------------------------------
 
 def open_storage(url: str):
-    import warnings
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    kw = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kw, heartbeat_interval=HEARTBEAT_S,
-                                          grace_period=GRACE_S)
+        return _open_rdb(url)
     except Exception as e:  # sqlalchemy's URL, driver or connection errors
         raise InputError(f"--storage: cannot open {url!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
 
@@ -97,41 +98,37 @@ def baselines_of(study, space: Space, cases: list[Case]) -> dict[str, dict]:
             if BASELINE_ATTR + c.key(space.base) in attrs}
 
 
-def _baseline_job(case_json: dict, cc: str) -> dict:
-    return run_case(Case.from_json(case_json), cc)
+def case_task(case: Case, cc: str, config: dict | None = None) -> sweep.Task:
+    """A case under ``cc`` (``config`` written into the scenario) as a sweep task."""
+    return sweep.Task(case.source, cc, raw=case.raw, config=config or None)
 
 
-def compute_baselines(study, space: Space, cases: list[Case], workers: int, quiet: bool) -> dict[str, dict]:
+def run_cases(tasks: list[sweep.Task], workers: int, scheduler: str | None, quiet: bool, what: str,
+              check_in=None) -> list[dict]:
+    """The summaries of the tasks' runs, in order (:func:`mltcp.sweep.run_tasks`); RuntimeError
+    naming the case if a run failed."""
+    with _progress(quiet) as prog:
+        bar = prog.add_task(what, total=len(tasks), note="")
+        recs = sweep.run_tasks(tasks, scheduler=scheduler, workers=1 if scheduler is None and workers <= 1 else workers,
+                               progress=lambda done, total: prog.update(bar, completed=done), checked=True,
+                               check_in=check_in)
+    for t, r in zip(tasks, recs):
+        if not r["ok"]:
+            raise RuntimeError(f"{r['scenario']}@seed{r['seed']} ({t.arm}): {r['error']}")
+    return [sweep.summary_of(r) for r in recs]
+
+
+def compute_baselines(study, space: Space, cases: list[Case], workers: int, quiet: bool,
+                      scheduler: str | None = None) -> dict[str, dict]:
     """Run the base algorithm on every case the study has no baseline for yet; stored in the study."""
     have = baselines_of(study, space, cases)
     todo = [c for c in cases if c.key(space.base) not in have]
     if todo:
-        for c, res in zip(todo, _parallel([(_baseline_job, (c.as_dict(), space.base)) for c in todo], workers,
-                                          quiet, f"baselines ({space.base})")):
-            study.set_user_attr(BASELINE_ATTR + c.key(space.base), res)
-            have[c.key(space.base)] = res
+        res = run_cases([case_task(c, space.base) for c in todo], workers, scheduler, quiet, f"baselines ({space.base})")
+        for c, r in zip(todo, res):
+            study.set_user_attr(BASELINE_ATTR + c.key(space.base), r)
+            have[c.key(space.base)] = r
     return have
-
-
-def _parallel(jobs: list[tuple], workers: int, quiet: bool, what: str) -> list:
-    """Run (fn, args) jobs in up to ``workers`` forked processes, in order, with a progress bar."""
-    if workers <= 1 or len(jobs) <= 1:
-        results = []
-        with _progress(quiet) as prog:
-            task = prog.add_task(what, total=len(jobs), note="")
-            for fn, args in jobs:
-                results.append(fn(*args))
-                prog.advance(task)
-        return results
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("fork")) as pool, \
-            _progress(quiet) as prog:
-        task = prog.add_task(what, total=len(jobs), note="")
-        futs = [pool.submit(fn, *args) for fn, args in jobs]
-        for f in futs:
-            f.add_done_callback(lambda _f: prog.advance(task))
-        return [f.result() for f in futs]
 
 
 class _Log:
@@ -173,20 +170,25 @@ class Stop:
 
 
 def make_objective(space: Space, cases: list[Case], baselines: dict[str, dict], outdir: Path | None,
-                   stop: Stop | None = None, signal_aggregate: str = "worst"):
+                   stop: Stop | None = None, signal_aggregate: str = "worst", scheduler: str | None = None):
+    """The trial's objective: its cases run in this process, one after another (checking for a
+    stop request inside each run), or all at once on the Dask cluster at ``scheduler``."""
     stop = stop or Stop()
 
     def objective(trial: optuna.Trial):
         stop.check()
         config = space.suggest(trial)
         trial.set_user_attr("config", config)
+        tasks = [case_task(c, space.cc, config) for c in cases]
+        recs = sweep.run_tasks(tasks, scheduler=scheduler, workers=1, progress=False, checked=True,
+                               check_in=None if scheduler else stop.check)
+        stop.check()
         rows = []
-        for case in cases:
-            try:
-                ml = run_case(case, space.cc, config, progress=stop.check)
-            except RuntimeError as e:   # the simulation did not finish (a configuration that stalls)
-                trial.set_user_attr("error", f"{case.label}: {e}")
-                raise
+        for case, rec in zip(cases, recs):
+            if not rec["ok"]:            # the simulation did not finish (a configuration that stalls)
+                trial.set_user_attr("error", f"{case.label}: {rec['error']}")
+                raise RuntimeError(rec["error"])
+            ml = sweep.summary_of(rec)
             base = baselines[case.key(space.base)]
             rows.append({"case": case.label, "mltcp": ml, **score(base, ml, space.signal)})
         agg = aggregate(rows, signal_aggregate)
@@ -244,7 +246,8 @@ def _optimize(study, objective, n_trials: int, stop: Stop, callbacks=()) -> bool
     return not stop.requested
 
 
-def _worker(url: str, study_name: str, n_trials: int, sampler: str, outdir: Optional[str], parent: int) -> None:
+def _worker(url: str, study_name: str, n_trials: int, sampler: str, outdir: Optional[str], parent: int,
+            scheduler: Optional[str] = None) -> None:
     """A study worker (spawned process): runs n_trials trials, then exits. SIGTERM (sent by the
     parent on Ctrl-C, or by the kernel if the parent dies) fails the running trial and stops."""
     stop = Stop()
@@ -259,8 +262,9 @@ def _worker(url: str, study_name: str, n_trials: int, sampler: str, outdir: Opti
     spec = spec_of(study)
     space, cases = load_spec(spec)
     objective = make_objective(space, cases, baselines_of(study, space, cases), Path(outdir) if outdir else None, stop,
-                               spec.get("signal_aggregate", "gmean"))
+                               spec.get("signal_aggregate", "gmean"), scheduler)
     _optimize(study, objective, n_trials, stop)
+    sweep.close_clients()
 
 
 class _CtrlC:
@@ -284,14 +288,15 @@ class _CtrlC:
 
 
 def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict, n_trials: int, workers: int,
-               sampler: str, outdir: Path, quiet: bool, signal_aggregate: str = "worst") -> bool:
+               sampler: str, outdir: Path, quiet: bool, signal_aggregate: str = "worst",
+               scheduler: str | None = None) -> bool:
     """Add ``n_trials`` trials to the study with ``workers`` processes. False if interrupted."""
     if n_trials <= 0:
         return True
     start = len(study.get_trials(deepcopy=False))
     stop = Stop()
     if workers == 1:
-        objective = make_objective(space, cases, baselines, outdir, stop, signal_aggregate)
+        objective = make_objective(space, cases, baselines, outdir, stop, signal_aggregate, scheduler)
         with _CtrlC(stop), _progress(quiet) as prog:
             task = prog.add_task(f"trials ({space.name})", total=n_trials, note="")
 
@@ -304,7 +309,7 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
             return _optimize(study, objective, n_trials, stop, [cb])
     waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
     if waiting:      # queued trials (the reference) run here first: no two workers may pop one
-        objective = make_objective(space, cases, baselines, outdir, stop, signal_aggregate)
+        objective = make_objective(space, cases, baselines, outdir, stop, signal_aggregate, scheduler)
         with _CtrlC(stop):
             if not _optimize(study, objective, min(waiting, n_trials), stop):
                 return False
@@ -314,7 +319,7 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     shares = [n_trials // workers + (i < n_trials % workers) for i in range(workers)]
-    procs = [ctx.Process(target=_worker, args=(url, study.study_name, n, sampler, str(outdir), os.getpid()),
+    procs = [ctx.Process(target=_worker, args=(url, study.study_name, n, sampler, str(outdir), os.getpid(), scheduler),
                          daemon=True) for n in shares if n > 0]
     try:
         with _CtrlC(stop), _progress(quiet) as prog:
@@ -470,19 +475,15 @@ def plot_front(path: Path, space: Space, trials, chosen, reference_number: int |
 
 # ---- hold-out ---------------------------------------------------------------------------------------
 
-def _holdout_job(case_json: dict, cc: str, config: dict | None) -> dict:
-    return run_case(Case.from_json(case_json), cc, config)
-
-
 def holdout(space: Space, cases: list[Case], configs: dict[str, dict], workers: int, quiet: bool,
-            signal_aggregate: str = "worst") -> dict:
+            signal_aggregate: str = "worst", scheduler: str | None = None) -> dict:
     """Run the baseline and each named configuration on every hold-out case."""
-    jobs = []
+    tasks = []
     for c in cases:
-        jobs.append((_holdout_job, (c.as_dict(), space.base, None)))
+        tasks.append(case_task(c, space.base))
         for cfg in configs.values():
-            jobs.append((_holdout_job, (c.as_dict(), space.cc, cfg)))
-    res = iter(_parallel(jobs, workers, quiet, "hold-out"))
+            tasks.append(case_task(c, space.cc, cfg))
+    res = iter(run_cases(tasks, workers, scheduler, quiet, "hold-out"))
     rows = []
     for c in cases:
         base = next(res)
@@ -536,6 +537,8 @@ def run_cmd(
     iterations: Optional[int] = typer.Option(None, help="cut every scenario to this many iterations (faster, noisier)"),
     trials: int = typer.Option(20, help="trials to add in this call (0: report only)"),
     workers: int = typer.Option(1, help="local processes sharing the study"),
+    scheduler: Optional[str] = typer.Option(None, help="a Dask scheduler, tcp://HOST:PORT: every simulation "
+                                            "(baselines, each trial's cases, hold-out) runs on its cluster"),
     outdir: Path = typer.Option(Path("out/tune"), "--out", help="reports, per-trial JSON and (by default) the study"),
     storage: Optional[str] = typer.Option(None, help="Optuna RDB URL shared by many workers, e.g. "
                                           "postgresql://user@host/db; default sqlite:///OUT/study.db"),
@@ -554,7 +557,9 @@ def run_cmd(
     created: list[Path] = []
     try:
         code = _run(scenarios or [], space_name, seeds, iterations, trials, workers, outdir, storage, study_name,
-                    sampler, holdout_names or [], pick_trial, as_json, created, signal_aggregate)
+                    sampler, holdout_names or [], pick_trial, as_json, created, signal_aggregate, scheduler)
+    except sweep.SweepError as e:
+        raise error_exit(str(e), 1)
     except (InputError, ScenarioError, SpaceError) as e:
         for p in reversed(created):   # nothing half-written: remove what this call created
             if p.is_dir():
@@ -568,7 +573,7 @@ def run_cmd(
 
 
 def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, storage_url, study_name, sampler,
-         holdout_names, pick_trial, as_json, created, signal_aggregate=None) -> int:
+         holdout_names, pick_trial, as_json, created, signal_aggregate=None, scheduler=None) -> int:
     # 1. everything that can be checked without touching storage
     if workers < 1:
         raise InputError(f"--workers: must be >= 1 (got {workers})")
@@ -580,6 +585,9 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         raise InputError(f"--drops-objective: must be one of {', '.join(SIGNAL_AGGREGATES)} (got {signal_aggregate!r})")
     if iterations is not None and iterations < 2:
         raise InputError(f"--iterations: must be >= 2 (got {iterations})")
+    if scheduler is not None and not (scheduler.startswith("tcp://") and sweep.have_dask()):
+        raise InputError(f"--scheduler: expected tcp://HOST:PORT with dask.distributed installed "
+                         f"(pip install 'mltcp[distributed]'); got {scheduler!r}")
     seeds = _parse_seeds(seeds_s) if seeds_s is not None else None
     space = load_space(space_name) if space_name else None
     new_cases = make_cases(scenarios, seeds or DEFAULT_SEEDS, iterations) if scenarios else None
@@ -652,11 +660,11 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
                   highlight=False, soft_wrap=True)
     # 3. baselines, then trials
     try:
-        baselines = compute_baselines(study, space, cases, workers, quiet)
+        baselines = compute_baselines(study, space, cases, workers, quiet, scheduler)
     except RuntimeError as e:
         raise error_exit(f"baseline: {e}", 1)
     finished = run_trials(study, storage_url, space, cases, baselines, trials, workers, sampler, outdir, quiet,
-                          sig_agg)
+                          sig_agg, scheduler)
     # 4. reports (also after Ctrl-C: what finished is kept)
     done = complete_trials(study)
     ref = next((t.number for t in study.get_trials(deepcopy=False) if t.params == space.reference()
@@ -688,7 +696,7 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         ref_cfg = {**space.fixed, **space.reference()}
         if chosen.user_attrs["config"] != ref_cfg:
             configs["reference"] = ref_cfg
-        summary["holdout"] = holdout(space, hold_cases, configs, workers, quiet, sig_agg)
+        summary["holdout"] = holdout(space, hold_cases, configs, workers, quiet, sig_agg, scheduler)
         _write_json(outdir / "holdout.json", summary["holdout"])
         files.append(outdir / "holdout.json")
     _write_json(outdir / "summary.json", summary)
