@@ -188,12 +188,14 @@ def _results_table():
 def test_results_table_rows_and_block_replacement():
     rt = _results_table()
     rep = lambda a, p, c, d: {"speedup_avg": a, "speedup_p99": p, "converged_at_iteration": c,   # noqa: E731
-                              "baseline": {"cc": "reno", "drops": d, "ecn_marks": 0.0},
+                              "ideal_iter_s": 0.04,
+                              "baseline": {"cc": "reno", "drops": d, "ecn_marks": 0.0, "avg_iter_s": 0.05},
                               "mltcp": {"cc": "mltcp-reno", "drops": d / 10, "ecn_marks": 0.0}}
     row = rt.row_from_reports("x", [1, 2], [rep(1.2, 1.5, 3, 100.0), rep(1.3, 1.5, None, 300.0)])
     line = rt.readme_table([row])[2]
     assert line.startswith("| `x` | reno | 1.25x | 1.50x | 3, never | drops 200 → 20 |"), line
-    assert "1.20–1.30x" in rt.results_table([row])[2] and "100 → 10; 300 → 30" in rt.results_table([row])[2]
+    full = rt.results_table([row])[2]
+    assert "| 1.20–1.30x | 1.25x |" in full and "100 → 10; 300 → 30" in full, full
     text = f"a\n{rt.RESULTS_START}\nold\n{rt.RESULTS_END}\nb\n"
     assert rt.replace_block(text, "NEW") == "a\nNEW\nb\n"
     with pytest.raises(ValueError):
