@@ -30,6 +30,7 @@ from .arm import ArmResult
 from .network import build_network
 from .peers import Peer, kernel_cc_name, messages, start_together
 from mltcp.ddp.catalog import BOUNDARIES
+from mltcp.traffic.kernel.transport import pacing_rate_for_link
 
 from .plan import EmulationError, link_params_of
 from .topologies import bottleneck_intfs, make_topology, qdisc_drops, run_checked
@@ -81,13 +82,14 @@ def rank_hosts(jobs) -> dict[str, list[str]]:
 
 
 def worker_argv(job, rank: int, hosts: list[str], ips: dict[str, str], ifname: str, port: int, seed: int,
-                mark: bool, prefix: str, cc: str) -> list[str]:
+                mark: bool, prefix: str, cc: str, pacing_mbit: float = 0.0, nic_cap: bool = False) -> list[str]:
     d = job.extra["ddp"]
+    extra = (["--pacing-mbit", repr(pacing_mbit)] if pacing_mbit else []) + (["--nic-cap"] if nic_cap else [])
     return [sys.executable, "-m", "mltcp.ddp.worker", "--job", job.name, "--rank", str(rank),
             "--world", str(d.ranks), "--master", f"{ips[hosts[0]]}:{port}", "--model", d.model,
             "--iterations", str(job.iterations), "--gpu-ms", repr(d.gpu_ms), "--seed", str(seed),
             "--bucket-mb", repr(d.bucket_mb), "--ifname", ifname, "--wait",
-            "--start-offset", repr(job.start_offset_s), "--mark" if mark else "--no-mark", "--run", prefix, "--cc", cc]
+            "--start-offset", repr(job.start_offset_s), "--mark" if mark else "--no-mark", "--run", prefix, "--cc", cc, *extra]
 
 
 @contextlib.contextmanager
@@ -120,7 +122,7 @@ def base_cc_name(cc: str, mltcp: bool) -> str:
 @dataclass
 class DdpArm:
     arm: ArmResult
-    ranks: dict[str, dict]      # job -> per rank: loss, cpu_s, gpu_s, buckets per step
+    ranks: dict[str, dict]      # job -> per rank: loss, cpu_s, gpu_s, buckets, retrans (so far) per step
 
 
 def run_ddp_arm(sc, cc: str, mltcp: bool, boundary: str | None = None,
@@ -149,15 +151,18 @@ def run_ddp_arm(sc, cc: str, mltcp: bool, boundary: str | None = None,
         q: queue.Queue = queue.Queue()
         peers: dict[str, Peer] = {}
         for k, job in enumerate(sc.jobs):
-            mark = mltcp and (boundary or job.extra["ddp"].boundary) == "mark"
+            d = job.extra["ddp"]
+            mark = mltcp and (boundary or d.boundary) == "mark"
+            pace = pacing_rate_for_link(bottleneck.rate_mbps) if d.pacing and bottleneck.rate_mbps else 0.0
             for r, h in enumerate(hosts[job.name]):
                 node = net[prefix + h]
                 argv = worker_argv(job, r, hosts[job.name], ips, node.defaultIntf().name, MASTER_PORT + k,
-                                   sc.seed + k, mark, prefix, wire_cc)
+                                   sc.seed + k, mark, prefix, wire_cc, pace, mltcp and d.nic_cap)
                 peers[f"{job.name}:{r}"] = Peer(node, argv, f"rank:{job.name}:{r}", q, cl)
         start_together(peers, q, timeout_s=120 + 10 * len(peers), lead_s=0.5)
+        setup_drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))   # DDP's first broadcast
         records, retrans, stats = collect(peers, q, sc, on_record, timeout_s, fail_after_records)
-        drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))
+        drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo)) - setup_drops
     return DdpArm(ArmResult(wire_cc, sorted(records, key=lambda r: (r.job, r.iteration)), drops, None, retrans,
                             "htb", time.monotonic() - wall0), stats)
 
@@ -168,7 +173,8 @@ def collect(peers: dict[str, Peer], q: queue.Queue, sc, on_record, timeout_s: fl
     per-job rank statistics: losses and CPU/GPU seconds per step)."""
     records: list[IterationRecord] = []
     retrans: dict[str, int] = {j.name: 0 for j in sc.jobs}
-    stats: dict[str, dict] = {j.name: {"loss": {}, "cpu_s": {}, "gpu_s": {}, "buckets": {}} for j in sc.jobs}
+    stats: dict[str, dict] = {j.name: {"loss": {}, "cpu_s": {}, "gpu_s": {}, "buckets": {}, "retrans": {}}
+                              for j in sc.jobs}
     limit = timeout_s or 600 + 5 * sum(j.iterations * (j.compute_s + 1) for j in sc.jobs)
     done: set[str] = set()
     for tag, msg in messages(q, limit, lambda: f"DDP emulation did not finish within {limit:.0f} s "
@@ -176,7 +182,7 @@ def collect(peers: dict[str, Peer], q: queue.Queue, sc, on_record, timeout_s: fl
         _, job, rank = tag.split(":")
         if msg["type"] == "iter":
             st = stats[job]
-            for key in ("loss", "cpu_s", "gpu_s", "buckets"):
+            for key in ("loss", "cpu_s", "gpu_s", "buckets", "retrans"):
                 st[key].setdefault(rank, []).append(msg[key])
             if rank == "0":
                 rec = IterationRecord.from_dict(msg)
@@ -185,8 +191,10 @@ def collect(peers: dict[str, Peer], q: queue.Queue, sc, on_record, timeout_s: fl
                     on_record(rec)
                 if fail_after_records is not None and len(records) >= fail_after_records:
                     raise EmulationError(f"injected failure after {len(records)} records")
-        elif msg["type"] == "summary":
-            retrans[job] += int(msg["retrans"])
+        elif msg["type"] == "start":
+            stats[job].setdefault("retrans_at_start", {})[rank] = int(msg.get("retrans", 0))
+        elif msg["type"] == "summary":   # retransmissions while iterating (not in DDP's setup)
+            retrans[job] += int(msg["retrans"]) - stats[job].get("retrans_at_start", {}).get(rank, 0)
         elif msg["type"] == "eof":
             p = peers[f"{job}:{rank}"].proc
             p.wait(timeout=30)
@@ -218,8 +226,11 @@ def run_ddp_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, bounda
     out = compare.report(sc, arm_summary(base.arm, sc), arm_summary(ml.arm, sc) if ml else None)
     out["losses"] = {"baseline": losses(base), **({"mltcp": losses(ml)} if ml else {})}
     out["losses_identical"] = (losses(base) == losses(ml)) if ml else None
+    out["retransmits_by_step"] = {arm: {job: st["retrans"] for job, st in a.ranks.items()}
+                                  for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
     out["ddp"] = {
-        "jobs": {j.name: {"model": j.extra["ddp"].model, "boundary": boundary or j.extra["ddp"].boundary, "ranks": j.extra["ddp"].ranks,
+        "jobs": {j.name: {"model": j.extra["ddp"].model, "boundary": boundary or j.extra["ddp"].boundary,
+                          "pacing": j.extra["ddp"].pacing, "nic_cap": j.extra["ddp"].nic_cap, "ranks": j.extra["ddp"].ranks,
                           "gpu_ms": j.extra["ddp"].gpu_ms, "bucket_mb": j.extra["ddp"].bucket_mb,
                           "gradient_bytes": j.extra["ddp"].gradient_bytes()} for j in sc.jobs},
         "cpu_gpu_s_per_step": {arm: {job: _cpu_gpu(st) for job, st in a.ranks.items()}

@@ -36,9 +36,12 @@ def _mark_ports(variant: str, ports: list[int]):
     return mark
 
 
-def set_connections_cc(cc: str, exclude_ports: set[int]) -> tuple[str, list[sockets.Conn]]:
-    """Put this process's TCP connections (but the store's) on ``cc``; returns the kernel's name
-    for it and the connections."""
+def set_connections_cc(cc: str, exclude_ports: set[int], pacing_mbit: float | None = None,
+                       config=None) -> tuple[str, list[sockets.Conn]]:
+    """Put this process's TCP connections (but the store's) on ``cc``, paced at ``pacing_mbit``
+    if given, with MLTCP settings ``config`` (a mltcp.traffic.kernel.maps.Config, written for each
+    connection's local port before the socket switches, so its init reads it); returns the
+    kernel's name for ``cc`` and the connections."""
     avail = sockets.available_ccs()
     name = sockets.kernel_name(cc, avail)
     if name is None:
@@ -49,9 +52,18 @@ def set_connections_cc(cc: str, exclude_ports: set[int]) -> tuple[str, list[sock
     if not conns:
         raise AttachError("no established TCP connections in this process: call attach() after "
                           "init_process_group(backend='gloo') and building DistributedDataParallel")
+    if config is not None and name.removeprefix("bpf_") in MLTCP_VARIANTS:
+        from mltcp.traffic.kernel.maps import _cached
+        vm = _cached(name.removeprefix("bpf_"))
+        for c in conns:
+            vm.write_config(config, port=c.local_port)
     for c in conns:
-        if sockets.get_cc(c.fd) == name:
+        if pacing_mbit:
+            sockets.set_pacing(c.fd, pacing_mbit)
+        if sockets.get_cc(c.fd) == name and config is None:
             continue
+        if config is not None and sockets.get_cc(c.fd) == name:   # re-init with the new settings
+            sockets.set_cc(c.fd, "reno" if name != "reno" else "cubic")
         try:
             sockets.set_cc(c.fd, name)
         except PermissionError:
@@ -62,14 +74,17 @@ def set_connections_cc(cc: str, exclude_ports: set[int]) -> tuple[str, list[sock
 
 
 def attach(ddp_model, cc: str | None = "mltcp_reno", mark: bool = True, store_port: int | None = None,
-           process_group=None) -> _hook.IterationHook:
+           process_group=None, pacing_mbit: float | None = None, config=None) -> _hook.IterationHook:
     """Register MLTCP's iteration hook on ``ddp_model`` and put its gloo connections on ``cc``.
 
     ``cc``: a kernel congestion control name (reno, cubic, mltcp_reno, mltcp_cubic, ...); None
     leaves the sockets as they are. ``mark``: with an MLTCP variant, the first bucket of each
     iteration marks the iteration's start in the kernel (else the kernel's idle-gap rule decides).
     ``store_port``: the rendezvous store's port (default $MASTER_PORT), whose connection is left
-    alone. Returns the hook state: call ``begin()`` before each forward and ``end()`` after the
+    alone. ``pacing_mbit``: pace each connection at this rate (SO_MAX_PACING_RATE), e.g. the NIC's
+    (payload) rate. ``config``: MLTCP settings for these connections only
+    (:class:`mltcp.traffic.kernel.maps.Config`, e.g. ``Config(nic_cap=True)`` with pacing).
+    Returns the hook state: call ``begin()`` before each forward and ``end()`` after the
     optimizer step to record and mark iterations."""
     if store_port is None and os.environ.get("MASTER_PORT", "").isdigit():
         store_port = int(os.environ["MASTER_PORT"])
@@ -78,7 +93,7 @@ def attach(ddp_model, cc: str | None = "mltcp_reno", mark: bool = True, store_po
     state = _hook.IterationHook(group=process_group)
     state.cc, state.ports = None, []
     if cc is not None:
-        name, conns = set_connections_cc(cc, exclude)
+        name, conns = set_connections_cc(cc, exclude, pacing_mbit, config)
         state.cc, state.ports = name, sorted({c.local_port for c in conns})
         if mark and name.removeprefix("bpf_") in MLTCP_VARIANTS:
             marker = _mark_ports(name.removeprefix("bpf_"), state.ports)

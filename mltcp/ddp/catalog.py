@@ -12,6 +12,8 @@ A torch-ddp job in a scenario::
     gpu_ms = 400              # optional: emulated GPU time per iteration (default: the model's)
     bucket_mb = 25            # DDP's bucket_cap_mb
     boundary = "idle"         # MLTCP arm: iterations found by the kernel's idle-gap rule, or "mark"ed by the hook
+    pacing = true             # pace gloo's sockets at the link's rate (hosts with a NIC of that rate), both arms
+    nic_cap = true            # MLTCP arm, with pacing: no window growth past 2 x pacing rate x min RTT
     path = ["bottleneck"]
     start_offset_ms = 0
 
@@ -57,6 +59,8 @@ class DdpJob:
     gpu_ms: float
     bucket_mb: float
     boundary: str = "idle"
+    pacing: bool = True
+    nic_cap: bool = True
 
     def gradient_bytes(self) -> int:
         return 4 * MODELS[self.model].params
@@ -71,4 +75,6 @@ def read_ddp_fields(r) -> DdpJob:
     gpu = r.get("gpu_ms", float, MODELS[model].published_ms, lambda v: 0 <= v <= 600_000, "must be in [0, 600000]")
     bucket = r.get("bucket_mb", float, 25.0, lambda v: 0.01 <= v <= 4096, "must be in [0.01, 4096]")
     boundary = r.get("boundary", str, "idle", lambda v: v in BOUNDARIES, f"must be one of {', '.join(BOUNDARIES)}")
-    return DdpJob(model, ranks, tuple(hosts) if hosts else None, gpu, bucket, boundary)
+    pacing = r.get("pacing", bool, True)
+    nic_cap = r.get("nic_cap", bool, True)
+    return DdpJob(model, ranks, tuple(hosts) if hosts else None, gpu, bucket, boundary, pacing, nic_cap)

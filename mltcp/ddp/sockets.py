@@ -79,6 +79,17 @@ def set_cc(fd: int, name: str) -> None:
         s.detach()
 
 
+def set_pacing(fd: int, mbit: float) -> None:
+    """Pace the socket at ``mbit`` Mbit/s (SO_MAX_PACING_RATE: the kernel's internal TCP pacing,
+    as a host whose NIC runs at that rate)."""
+    from mltcp.traffic.kernel.transport import set_pacing as _set
+    s = _borrow(fd)
+    try:
+        _set(s, mbit)
+    finally:
+        s.detach()
+
+
 def available_ccs() -> list[str]:
     with open(AVAILABLE) as fh:
         return fh.read().split()

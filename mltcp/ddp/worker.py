@@ -71,6 +71,8 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
          seed: int = typer.Option(1), bucket_mb: float = typer.Option(25.0, min=0.01),
          lr: float = typer.Option(0.01), cc: str = typer.Option("", help="set this congestion control on gloo's sockets ('' = the namespace default)"),
          mark: bool = typer.Option(False, help="mark each iteration's first bucket in the kernel MLTCP map"),
+         pacing_mbit: float = typer.Option(0.0, help="pace gloo's sockets at this rate (0: unpaced)"),
+         nic_cap: bool = typer.Option(False, help="MLTCP variants: no growth past 2 x pacing rate x min RTT"),
          ifname: str = typer.Option("", help="interface gloo binds to (GLOO_SOCKET_IFNAME)"),
          wait: bool = typer.Option(False, help="after ready, read the start epoch from stdin"),
          start_offset: float = typer.Option(0.0, help="start this many seconds after the epoch"),
@@ -90,18 +92,23 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
         os.environ["GLOO_SOCKET_IFNAME"] = ifname
     spec, net, times = build(model, seed, None if gpu_ms < 0 else gpu_ms)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
-    ddp = DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
-    clock = profile.GpuClock()
-    profile.instrument(net, times, clock)
-    try:
-        hook = mt.attach(ddp, cc=cc or mt.sockets.default_cc(), mark=mark, store_port=int(port))
+    cc = cc or mt.sockets.default_cc()
+    try:    # gloo connected every pair in init_process_group: on cc before DDP's first broadcast
+        from mltcp.traffic.kernel.maps import Config
+        mt.set_connections_cc(cc, {int(port)}, pacing_mbit or None, Config(nic_cap=True) if nic_cap else None)
+        ddp = DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
+        hook = mt.attach(ddp, cc=cc, mark=mark, store_port=int(port))
     except mt.AttachError as e:
         raise SystemExit(f"worker {job}/{rank}: {e}") from None
+    clock = profile.GpuClock()
+    profile.instrument(net, times, clock)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     gen = torch.Generator().manual_seed(seed * 1000 + rank)
     n_params = sum(p.numel() for p in net.parameters())
+    conns = mt.sockets.own_connections({int(port)})
     emit({"type": "ready", "job": job, "rank": rank, "params": n_params, "cc": hook.cc, "ports": hook.ports})
     t0 = float(sys.stdin.readline()) if wait else time.time()
+    emit({"type": "start", "job": job, "rank": rank, "retrans": retransmits(conns)})   # DDP's setup's
     hook.clock = lambda: time.time() - t0
     delay = t0 + start_offset - time.time()
     if delay > 0:
@@ -120,8 +127,7 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
               "comm_start": it.first_collective if it.first_collective is not None else it.start,
               "end": it.step_done, "bytes": it.bytes, "last_collective": it.last_collective_done,
               "buckets": it.buckets, "loss": float(loss.item()), "cpu_s": time.process_time() - cpu0,
-              "gpu_s": clock.booked_s - booked0})
-    conns = mt.sockets.own_connections({int(port)})
+              "gpu_s": clock.booked_s - booked0, "retrans": retransmits(conns)})
     emit({"type": "summary", "job": job, "rank": rank, "retrans": retransmits(conns), "cc": hook.cc,
           "mark_errors": hook.mark_errors})
     dist.barrier()
