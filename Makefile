@@ -9,7 +9,6 @@ PY := $(VENV)/bin/python
 # `make test` after `make demo` upgrades the same venv; the full stamp implies the demo's.
 STAMP_DEMO := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
-TEST_EXTRAS := switch,emulate,kernel,ns3,test
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-fast bench system system-demo venv venv-demo clean
@@ -34,7 +33,7 @@ $(STAMP): pyproject.toml scripts/install-system.sh $(P4TOOLS_TARBALL)
 	$(MAKE) system
 	$(PYTHON_SYS) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[$(TEST_EXTRAS)]'
+	$(PY) -m pip install -q -e '.[switch,emulate,kernel,ns3,test]'
 	touch $(STAMP) $(STAMP_DEMO)
 
 venv-demo: $(STAMP_DEMO)
