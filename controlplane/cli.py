@@ -195,13 +195,11 @@ def install(
         topo = load_topology(topology_file)
         specs = [topo.switch(switch)] if switch else list(topo.switches)
         tls = _tls(tls_ca, tls_cert, tls_key)
-        # every file, name and width checked (against the P4Info each switch will run) before
-        # the first write: a bad topology exits 2 with every switch as it was
-        plans = preflight.plan_install(topo, specs, push=do_push, timeout=timeout, tls=tls,
-                                       read_back=not dry_run)
+        # every file, name and width is checked (against the P4Info each switch will run) before
+        # the first write, by install_topology: a bad topology exits 2 with every switch as it was
         if dry_run:
             summary = []
-            for plan in plans:
+            for plan in preflight.plan_install(topo, specs, push=do_push, read_back=False):
                 spec, tes = plan.spec, plan.entries
                 summary.append({"switch": spec.name, "grpc": spec.grpc,
                                 "routes": len(spec.routes), "ecn_thresholds": len(spec.ecn),

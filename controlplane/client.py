@@ -659,13 +659,22 @@ def _summary(r: dict) -> str:
 
 def install_topology(topo: Topology, push: bool = False, only: str | None = None,
                      timeout: float = 10.0, tls: TlsOptions | None = None,
-                     on_switch: Callable[[dict], None] | None = None) -> list[dict]:
+                     on_switch: Callable[[dict], None] | None = None,
+                     check: bool = True) -> list[dict]:
     """Configure every switch of `topo` (or only the one named `only`), one at a time.
+
+    With ``check`` (the default) every switch's files and entries are first checked against the
+    P4Info it will run (:mod:`~mltcp.controlplane.preflight`): a bad topology raises
+    :class:`~mltcp.controlplane.topology.TopologyError` naming the file and field before any
+    switch is written to.
 
     ``on_switch(summary)`` is called after each switch. If one fails, :class:`InstallError`
     says which switch, what it already holds, which switches were configured and which were
     not attempted (the configured ones keep their entries: nothing is rolled back)."""
     specs = [topo.switch(only)] if only else list(topo.switches)
+    if check:
+        from .preflight import plan_install  # (preflight builds on this module)
+        plan_install(topo, specs, push, timeout, tls)
     out: list[dict] = []
     for k, spec in enumerate(specs):
         progress: dict = {}

@@ -266,3 +266,15 @@ def test_bmv2_good_topology_against_its_running_p4info(bmv2, tmp_path):
         c.attach()
         lpm = {te.match[0].lpm.value for te in c.read_table(N.T_IPV4_LPM)}
     assert {bytes([10, 0, 0, 2]), bytes([10, 9, 0, 0])} <= lpm
+
+
+def test_library_install_topology_checks_before_writing(switches, tmp_path):
+    from mltcp.controlplane.client import install_topology
+    from mltcp.controlplane.topology import TopologyError, load_topology
+    (t1, a1), (t2, a2) = switches
+    before = (_sw_state(t1), _sw_state(t2))
+    topo = load_topology(_topology(tmp_path, [a1, a2], 'p4info = "nope.txtpb"'))
+    for push in (False, True):
+        with pytest.raises(TopologyError, match=r"switches\[1\]\.p4info: nope.txtpb does not exist"):
+            install_topology(topo, push=push)
+        assert (_sw_state(t1), _sw_state(t2)) == before
