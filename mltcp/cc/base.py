@@ -26,7 +26,8 @@ field and its unit), as ns-3's ``GetTypeId().AddAttribute``; the scenario loader
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import namedtuple
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -105,6 +106,11 @@ class CaState:
             setattr(cls, f, property(lambda self, j=j: self.a[:, j],
                                      lambda self, v, j=j: self.a.__setitem__((slice(None), j), v)))
 
+    @classmethod
+    def columns(cls):
+        """The state's columns as named indices (``S.w_max`` is w_max's column in ``ca``)."""
+        return namedtuple(f"{cls.__name__}Columns", cls.fields)(*range(len(cls.fields)))
+
     def __repr__(self):
         return f"{type(self).__name__}({', '.join(f'{f}={self.a[:, j]}' for j, f in enumerate(self.fields))})"
 
@@ -173,6 +179,18 @@ def cwnd_restart(tcp, i, idle, rto, mss):
     return True
 
 
+# ---- an algorithm's kernels: its ops struct ----------------------------------------------------------
+
+@njit(cache=True)
+def _noop_init(p, tcp, ca, i, now):
+    pass
+
+
+@njit(cache=True)
+def _noop_ack(p, tcp, ca, i, acked, rtt, now, mss):
+    pass
+
+
 @njit(cache=True)
 def _noop_event(p, tcp, ca, i, now, idle):
     pass
@@ -183,23 +201,85 @@ def _noop_ack_event(p, tcp, ca, i, acked, ce, rtt, now, mss):
     pass
 
 
+@njit(cache=True)
+def _noop_cnp(p, tcp, ca, i, now, dscale):
+    pass
+
+
+@njit(cache=True)
+def _keep_ssthresh(p, tcp, ca, i, dscale):
+    return tcp[i, CWND]
+
+
+@njit(cache=True)
+def _noop_congestion(p, tcp, ca, i, ecn, now, dscale, mss):
+    pass
+
+
+@njit(cache=True)
+def _noop_timeout(p, tcp, ca, i, now, dscale, mss):
+    pass
+
+
+@njit(cache=True)
+def _noop_timer(p, tcp, ca, i, now, gain):
+    pass
+
+
+@njit(cache=True)
+def _noop_sent(p, tcp, ca, i, sent, now, gain):
+    pass
+
+
+@dataclass(frozen=True)
+class Ops:
+    """An algorithm's kernels, as Linux's ``struct tcp_congestion_ops``: numba functions over one
+    flow ``i`` of the parameter vector ``p``, the shared ``tcp`` state and the algorithm's ``ca``;
+    an algorithm lists the hooks it implements, the others do nothing. Window-based algorithms
+    must have ``ssthresh``, ``cong_avoid``, ``on_congestion`` and ``on_timeout``; rate-based ones
+    ``on_cnp`` and ``on_timer`` (and a ``next_timer`` state field: when the timer fires)."""
+    init: Any = _noop_init                  # (p, tcp, ca, i, now): a new flow
+    pkts_acked: Any = _noop_ack             # (p, tcp, ca, i, acked, rtt, now, mss): every ACK
+    in_ack_event: Any = _noop_ack_event     # (p, tcp, ca, i, acked, ce, rtt, now, mss): every ACK, CE bytes
+    cong_avoid: Any = _noop_ack             # (p, tcp, ca, i, acked, gain, now, mss): window growth
+    ssthresh: Any = _keep_ssthresh          # (p, tcp, ca, i, dscale) -> the ssthresh a reduction sets
+    on_congestion: Any = _noop_congestion   # (p, tcp, ca, i, ecn, now, dscale, mss): one reduction
+    on_timeout: Any = _noop_timeout         # (p, tcp, ca, i, now, dscale, mss): retransmission timeout
+    cwnd_event: Any = _noop_event           # (p, tcp, ca, i, now, idle): TX_START after idle
+    on_cnp: Any = _noop_cnp                 # (p, tcp, ca, i, now, dscale): congestion notification
+    on_timer: Any = _noop_timer             # (p, tcp, ca, i, now, gain): rate-increase timer
+    on_sent: Any = _noop_sent               # (p, tcp, ca, i, sent, now, gain): bytes sent
+
+    NOOPS: ClassVar[tuple] = (_noop_init, _noop_ack, _noop_ack_event, _noop_event, _noop_cnp, _noop_timer, _noop_sent,
+                              _keep_ssthresh, _noop_congestion, _noop_timeout)
+
+    def implemented(self) -> dict[str, Any]:
+        """Hook name -> kernel, for the hooks this algorithm implements (not a default)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) not in self.NOOPS}
+
+
+REGISTRY: dict[str, type["CongestionOps"]] = {}   # every algorithm by name, in the order they were defined
+KINDS: list[type["CongestionOps"]] = []           # the algorithms with their own kernels, by kind
+
+
 # ---- the ops classes ---------------------------------------------------------------------------------
 
 class CongestionOps:
-    """Base class. A subclass declares ``kind`` (its id in :mod:`.dispatch`), its :class:`Param`
-    attributes, its :class:`CaState` type, ``kernel_params()`` and its kernels; the methods below
-    are the same for every algorithm."""
+    """Base class. An algorithm is one module defining a subclass with its ``name``, its
+    :class:`Param` attributes (the kernels' parameter vector, in declaration order), its
+    :class:`CaState` type and its :class:`Ops`; defining the class registers it (``REGISTRY``, and
+    a ``kind`` for the simulator's dispatch, :mod:`mltcp.cc.registry`). A subclass without ``ops``
+    of its own (MLTCP's variants) runs its base algorithm's kernels. The methods below are the
+    same for every algorithm."""
 
     name: ClassVar[str] = "base"
     kind: ClassVar[int] = -1
     window_based: ClassVar[bool] = True
     State: ClassVar[type[CaState]] = CaState
     params: ClassVar[dict[str, Param]] = {}
-
-    # kernels (numba functions over one flow); subclasses set them (staticmethod)
-    k_init = k_pkts_acked = k_cong_avoid = k_ssthresh = k_on_congestion = k_on_timeout = None
-    k_cwnd_event = staticmethod(_noop_event)
-    k_in_ack_event = staticmethod(_noop_ack_event)
+    ops: ClassVar[Ops] = Ops()
+    kernel_names: ClassVar[tuple[str, ...]] = ()   # the parameters the kernels read, in vector order
+    ns3_flight_ssthresh: ClassVar[bool] = False    # at an RTO without RACK, ssthresh from the bytes in flight (ns-3 NewReno)
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -209,6 +289,20 @@ class CongestionOps:
                 if isinstance(v, Param):
                     params[k] = v if v.name == k else Param(**{**v.__dict__, "name": k, "key": v.key or k})
         cls.params = params
+        if "ops" in vars(cls):
+            _register_kernels(cls)
+        if "name" in vars(cls):
+            REGISTRY[cls.name] = cls
+
+    @classmethod
+    def param_index(cls):
+        """The kernels' parameter vector as named indices (``P.beta`` is beta's index in ``p``)."""
+        return namedtuple(f"{cls.__name__}Params", cls.kernel_names)(*range(len(cls.kernel_names)))
+
+    @classmethod
+    def base_algorithm(cls) -> type["CongestionOps"]:
+        """The class whose kernels this algorithm runs (itself, or an MLTCP variant's base)."""
+        return KINDS[cls.kind]
 
     def __init__(self, **kw):
         unknown = sorted(set(kw) - set(self.params))
@@ -218,11 +312,16 @@ class CongestionOps:
             setattr(self, k, kw.get(k, prm.default))
             if why := prm.refuse(getattr(self, k)):
                 raise ValueError(f"{self.name}: {k} {why}")
+        self.check()
         self.p = np.asarray(self.kernel_params(), dtype=float)
 
+    def check(self) -> None:
+        """Refuse a combination of parameter values (ValueError); the bounds are checked before."""
+
     def kernel_params(self) -> list[float]:
-        """The parameter vector the kernels read (in the order their index constants give)."""
-        return [0.0]
+        """The parameter vector the kernels read: the base algorithm's parameters in declaration
+        order (:meth:`param_index` names their positions)."""
+        return [float(getattr(self, k)) for k in self.kernel_names] or [0.0]
 
     @classmethod
     def scenario_fields(cls) -> dict[str, Param]:
@@ -236,7 +335,7 @@ class CongestionOps:
     def new_state(self, n: int = 1, mss: int = 1448, now: float = 0.0) -> FlowState:
         st = FlowState(n, mss, now, self.State(n))
         for i in range(n):
-            self.k_init(self.p, st.tcp, st.ca.a, i, now)
+            self.ops.init(self.p, st.tcp, st.ca.a, i, now)
         return st
 
     # -- MLTCP hooks (identity for the plain algorithms) ----------------------------------------------
@@ -256,14 +355,14 @@ class CongestionOps:
         """``acked`` bytes newly acknowledged per flow (0 = no ACK) with the RTT sample; always."""
         acked, rtt = _vec(acked, st.n), _vec(rtt, st.n)
         for i in np.flatnonzero(acked > 0):
-            self.k_pkts_acked(self.p, st.tcp, st.ca.a, i, acked[i], rtt[i], now, st.mss)
+            self.ops.pkts_acked(self.p, st.tcp, st.ca.a, i, acked[i], rtt[i], now, st.mss)
 
     def in_ack_event(self, st: FlowState, acked, ce, rtt, now: float) -> None:
         """``acked`` bytes newly acknowledged per flow, ``ce`` of them CE-marked; always (after
         :meth:`pkts_acked`). Only ECN-proportional algorithms (DCTCP) use it."""
         acked, ce, rtt = _vec(acked, st.n), _vec(ce, st.n), _vec(rtt, st.n)
         for i in np.flatnonzero(acked > 0):
-            self.k_in_ack_event(self.p, st.tcp, st.ca.a, i, acked[i], ce[i], rtt[i], now, st.mss)
+            self.ops.in_ack_event(self.p, st.tcp, st.ca.a, i, acked[i], ce[i], rtt[i], now, st.mss)
 
     def cong_avoid(self, st: FlowState, acked, now: float) -> None:
         """Grow the window for ``acked`` bytes (slow start, then avoidance). Callers call it only
@@ -271,7 +370,7 @@ class CongestionOps:
         acked = _vec(acked, st.n)
         gain = _vec(self.increase_gain(st), st.n)
         for i in np.flatnonzero(acked > 0):
-            self.k_cong_avoid(self.p, st.tcp, st.ca.a, i, acked[i], gain[i], now, st.mss)
+            self.ops.cong_avoid(self.p, st.tcp, st.ca.a, i, acked[i], gain[i], now, st.mss)
 
     def on_ack(self, st: FlowState, acked, rtt, now: float) -> None:
         """pkts_acked then cong_avoid, for a caller that does not track cwnd limits or recovery."""
@@ -290,36 +389,64 @@ class CongestionOps:
         for i in np.flatnonzero(m):
             if restart and self.window_based:
                 done[i] = cwnd_restart(st.tcp, i, idle[i], rto[i], st.mss)
-            self.k_cwnd_event(self.p, st.tcp, st.ca.a, i, now, idle[i])
+            self.ops.cwnd_event(self.p, st.tcp, st.ca.a, i, now, idle[i])
         return done
 
     def ssthresh(self, st: FlowState) -> np.ndarray:
         """The slow-start threshold a reduction now would set (``.ssthresh``), per flow."""
         d = _vec(self.decrease_scale(st), st.n)
-        return np.array([self.k_ssthresh(self.p, st.tcp, st.ca.a, i, d[i]) for i in range(st.n)])
+        return np.array([self.ops.ssthresh(self.p, st.tcp, st.ca.a, i, d[i]) for i in range(st.n)])
 
     def on_congestion(self, st: FlowState, mask, kind: CongestionKind, now: float) -> None:
         """One window reduction for the flows in ``mask`` (loss or ECN echo). Callers apply it at
         most once per round trip, as TCP does in recovery/CWR."""
         d = _vec(self.decrease_scale(st), st.n)
         for i in np.flatnonzero(np.broadcast_to(mask, (st.n,))):
-            self.k_on_congestion(self.p, st.tcp, st.ca.a, i, kind == "ecn", now, d[i], st.mss)
+            self.ops.on_congestion(self.p, st.tcp, st.ca.a, i, kind == "ecn", now, d[i], st.mss)
 
     def on_timeout(self, st: FlowState, mask, now: float) -> None:
         """Retransmission timeout for the flows in ``mask``."""
         d = _vec(self.decrease_scale(st), st.n)
         for i in np.flatnonzero(np.broadcast_to(mask, (st.n,))):
-            self.k_on_timeout(self.p, st.tcp, st.ca.a, i, now, d[i], st.mss)
+            self.ops.on_timeout(self.p, st.tcp, st.ca.a, i, now, d[i], st.mss)
 
     # Rate-based (DCQCN) events; window-based algorithms ignore them.
     def on_cnp(self, st: FlowState, mask, now: float) -> None:
-        pass
+        """A congestion notification for the flows in ``mask`` (rate-based algorithms)."""
+        d = _vec(self.decrease_scale(st), st.n)
+        for i in np.flatnonzero(np.broadcast_to(mask, (st.n,))):
+            self.ops.on_cnp(self.p, st.tcp, st.ca.a, i, now, d[i])
 
     def on_timer(self, st: FlowState, now: float) -> None:
-        pass
+        """The rate-increase timer of every flow (rate-based algorithms)."""
+        gain = _vec(self.increase_gain(st), st.n)
+        for i in range(st.n):
+            self.ops.on_timer(self.p, st.tcp, st.ca.a, i, now, gain[i])
 
     def on_sent(self, st: FlowState, sent, now: float) -> None:
-        pass
+        """``sent`` bytes went out per flow (rate-based algorithms' byte counter)."""
+        sent, gain = _vec(sent, st.n), _vec(self.increase_gain(st), st.n)
+        for i in np.flatnonzero(sent > 0):
+            self.ops.on_sent(self.p, st.tcp, st.ca.a, i, sent[i], now, gain[i])
+
+
+def _register_kernels(cls) -> None:
+    """An algorithm with kernels of its own: check its ops as Linux's tcp_register_congestion_control
+    does, give it a kind (its branch in the simulator's dispatch) and its kernel parameters."""
+    need = ("ssthresh", "cong_avoid", "on_congestion", "on_timeout") if cls.window_based else ("on_cnp", "on_timer")
+    have = cls.ops.implemented()
+    if missing := [h for h in need if h not in have]:
+        raise TypeError(f"congestion control {cls.__name__}: ops lacks {', '.join(missing)}")
+    if not cls.window_based and "next_timer" not in cls.State.fields:
+        raise TypeError(f"congestion control {cls.__name__}: a rate-based state needs a next_timer field")
+    inherited = next((c.kernel_names for c in cls.__mro__[1:] if getattr(c, "kernel_names", ())), ())
+    cls.kernel_names = inherited + tuple(k for k, v in vars(cls).items() if isinstance(v, Param) and k not in inherited)
+    same = [i for i, c in enumerate(KINDS) if c.__module__ == cls.__module__ and c.__qualname__ == cls.__qualname__]
+    cls.kind = same[0] if same else len(KINDS)     # a module loaded again replaces its algorithm
+    if same:
+        KINDS[cls.kind] = cls
+    else:
+        KINDS.append(cls)
 
 
 def _vec(x, n: int) -> np.ndarray:

@@ -20,14 +20,8 @@ import math
 import numpy as np
 from numba import njit
 
-from .base import CWND, SSTHRESH, CaState, CongestionOps, Param, reduce_to, slow_start, timeout_to
+from .base import CWND, SSTHRESH, CaState, CongestionOps, Ops, Param, reduce_to, slow_start, timeout_to
 
-C, BETA, FAST_CONVERGENCE, HYSTART, HYSTART_TRAIN, HYSTART_ROUNDS = range(6)     # parameter vector
-# CubicState columns: W_MAX the current curve's plateau (Linux bic_origin_point), W_LAST_MAX the
-# W_max of RFC 9438 (Linux last_max_cwnd: cwnd at the last reduction, lowered by fast convergence)
-W_MAX, W_LAST_MAX, EPOCH, K, W_EST, RTT = range(6)
-(DELAY_MIN, HS_FOUND, HS_ACKED, HS_END, HS_ROUND_T, HS_LAST_ACK, HS_CUR_RTT, HS_LAST_RTT,
- HS_SAMPLES, HS_CSS, HS_CSS_BASE) = range(6, 17)
 
 HS_OFF, HS_LINUX, HS_PLUS = 0, 1, 2
 HS_LOW_WINDOW = 16           # segments (Linux hystart_low_window, ns-3 HyStartLowWindow)
@@ -38,6 +32,9 @@ CSS_GROWTH_DIVISOR, CSS_ROUNDS = 4.0, 5   # RFC 9406 conservative slow start
 
 
 class CubicState(CaState):
+    """w_max: the current curve's plateau (Linux bic_origin_point); w_last_max: the W_max of RFC 9438
+    (Linux last_max_cwnd: cwnd at the last reduction, lowered by fast convergence); epoch, k, w_est:
+    the avoidance epoch's start, K and the Reno-friendly estimate; rtt, delay_min; hs_*: HyStart."""
     fields = ("w_max", "w_last_max", "epoch", "k", "w_est", "rtt",
               "delay_min", "hs_found", "hs_acked", "hs_end", "hs_round_t", "hs_last_ack",
               "hs_cur_rtt", "hs_last_rtt", "hs_samples", "hs_css", "hs_css_base")
@@ -46,48 +43,48 @@ class CubicState(CaState):
 @njit(cache=True)
 def hystart_reset(ca, i):
     """Forget the slow-start exit (connection start, retransmission timeout: Linux bictcp_reset)."""
-    ca[i, DELAY_MIN] = 0.0
-    ca[i, HS_FOUND] = 0.0
-    ca[i, HS_ACKED] = 0.0
-    ca[i, HS_END] = 0.0           # the first ACK starts a round
-    ca[i, HS_CUR_RTT] = np.inf
-    ca[i, HS_LAST_RTT] = np.inf
-    ca[i, HS_SAMPLES] = 0.0
-    ca[i, HS_CSS] = -1.0          # not in conservative slow start
+    ca[i, S.delay_min] = 0.0
+    ca[i, S.hs_found] = 0.0
+    ca[i, S.hs_acked] = 0.0
+    ca[i, S.hs_end] = 0.0           # the first ACK starts a round
+    ca[i, S.hs_cur_rtt] = np.inf
+    ca[i, S.hs_last_rtt] = np.inf
+    ca[i, S.hs_samples] = 0.0
+    ca[i, S.hs_css] = -1.0          # not in conservative slow start
 
 
 @njit(cache=True)
 def init(p, tcp, ca, i, now):
     ca[i, :] = 0.0
-    ca[i, EPOCH] = np.nan        # no congestion-avoidance epoch yet
+    ca[i, S.epoch] = np.nan        # no congestion-avoidance epoch yet
     hystart_reset(ca, i)
 
 
 @njit(cache=True)
 def pkts_acked(p, tcp, ca, i, acked, rtt, now, mss):
-    ca[i, RTT] = rtt
-    if rtt > 0.0 and (ca[i, DELAY_MIN] == 0.0 or rtt < ca[i, DELAY_MIN]):
-        ca[i, DELAY_MIN] = rtt
+    ca[i, S.rtt] = rtt
+    if rtt > 0.0 and (ca[i, S.delay_min] == 0.0 or rtt < ca[i, S.delay_min]):
+        ca[i, S.delay_min] = rtt
     if tcp[i, CWND] < tcp[i, SSTHRESH]:     # HyStart sees every ACK in slow start, cwnd-limited or not
         hystart_update(p, tcp, ca, i, acked, now, mss)      # (Linux bictcp_acked, ns-3 TcpCubic::PktsAcked)
 
 
 @njit(cache=True)
 def _leave_slow_start(tcp, ca, i):
-    ca[i, HS_FOUND] = 1.0
-    ca[i, HS_CSS] = -1.0
+    ca[i, S.hs_found] = 1.0
+    ca[i, S.hs_css] = -1.0
     tcp[i, SSTHRESH] = tcp[i, CWND]
 
 
 @njit(cache=True)
 def _new_round(ca, i, now, cwnd):
     """A HyStart round starts: it ends when a window's worth of bytes (cwnd now) is acknowledged."""
-    ca[i, HS_END] = ca[i, HS_ACKED] + cwnd
-    ca[i, HS_ROUND_T] = now
-    ca[i, HS_LAST_ACK] = now
-    ca[i, HS_LAST_RTT] = ca[i, HS_CUR_RTT]
-    ca[i, HS_CUR_RTT] = np.inf
-    ca[i, HS_SAMPLES] = 0.0
+    ca[i, S.hs_end] = ca[i, S.hs_acked] + cwnd
+    ca[i, S.hs_round_t] = now
+    ca[i, S.hs_last_ack] = now
+    ca[i, S.hs_last_rtt] = ca[i, S.hs_cur_rtt]
+    ca[i, S.hs_cur_rtt] = np.inf
+    ca[i, S.hs_samples] = 0.0
 
 
 @njit(cache=True)
@@ -102,48 +99,48 @@ def hystart_update(p, tcp, ca, i, acked, now, mss):
     run against the round this ACK ends, then the next starts). At sub-millisecond RTTs both put the
     idle gap between two bursts inside an ACK train (ACKs < 2 ms apart), so slow start ends at the
     second burst after 16 segments (traced against ns-3: docs/ns3.md)."""
-    mode = p[HYSTART]
-    if mode == HS_OFF or ca[i, HS_FOUND] != 0.0:
+    mode = p[P.hystart]
+    if mode == HS_OFF or ca[i, S.hs_found] != 0.0:
         return
     cwnd = tcp[i, CWND]
-    rtt = ca[i, RTT]
-    ns3_rounds = mode == HS_LINUX and p[HYSTART_ROUNDS] != 0.0
-    ca[i, HS_ACKED] += acked
+    rtt = ca[i, S.rtt]
+    ns3_rounds = mode == HS_LINUX and p[P.hystart_rounds] != 0.0
+    ca[i, S.hs_acked] += acked
     if mode == HS_LINUX and not ns3_rounds and cwnd < HS_LOW_WINDOW * mss:
-        ca[i, HS_END] = ca[i, HS_ACKED]           # no round yet: the next ACK at 16 segments starts one
+        ca[i, S.hs_end] = ca[i, S.hs_acked]           # no round yet: the next ACK at 16 segments starts one
         return
-    ended = ca[i, HS_ACKED] >= ca[i, HS_END]      # the round's window is acknowledged
+    ended = ca[i, S.hs_acked] >= ca[i, S.hs_end]      # the round's window is acknowledged
     if ended and not ns3_rounds:
         _new_round(ca, i, now, cwnd)
-        if ca[i, HS_CSS] >= 0.0:
-            ca[i, HS_CSS] += 1.0
-            if ca[i, HS_CSS] >= CSS_ROUNDS:       # RFC 9406: CSS_ROUNDS in CSS, then avoidance
+        if ca[i, S.hs_css] >= 0.0:
+            ca[i, S.hs_css] += 1.0
+            if ca[i, S.hs_css] >= CSS_ROUNDS:       # RFC 9406: CSS_ROUNDS in CSS, then avoidance
                 _leave_slow_start(tcp, ca, i)
                 return
     if rtt > 0.0:
-        ca[i, HS_CUR_RTT] = min(ca[i, HS_CUR_RTT], rtt)
-        ca[i, HS_SAMPLES] += 1.0
+        ca[i, S.hs_cur_rtt] = min(ca[i, S.hs_cur_rtt], rtt)
+        ca[i, S.hs_samples] += 1.0
     if cwnd >= HS_LOW_WINDOW * mss:
         if mode == HS_LINUX:
-            if now - ca[i, HS_LAST_ACK] <= HS_ACK_DELTA:      # the ACK train goes on
-                ca[i, HS_LAST_ACK] = now
-                if now - ca[i, HS_ROUND_T] > p[HYSTART_TRAIN] * ca[i, DELAY_MIN]:
+            if now - ca[i, S.hs_last_ack] <= HS_ACK_DELTA:      # the ACK train goes on
+                ca[i, S.hs_last_ack] = now
+                if now - ca[i, S.hs_round_t] > p[P.hystart_train] * ca[i, S.delay_min]:
                     _leave_slow_start(tcp, ca, i)
                     return
-            dmin = ca[i, DELAY_MIN]
-            if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and \
-                    ca[i, HS_CUR_RTT] > dmin + min(max(dmin / 8.0, HS_DELAY_LO), HS_DELAY_HI):
+            dmin = ca[i, S.delay_min]
+            if ca[i, S.hs_samples] >= HS_MIN_SAMPLES and \
+                    ca[i, S.hs_cur_rtt] > dmin + min(max(dmin / 8.0, HS_DELAY_LO), HS_DELAY_HI):
                 _leave_slow_start(tcp, ca, i)
                 return
-        elif ca[i, HS_CSS] >= 0.0:
-            if ca[i, HS_CUR_RTT] < ca[i, HS_CSS_BASE]:        # the delay increase was spurious
-                ca[i, HS_CSS] = -1.0
+        elif ca[i, S.hs_css] >= 0.0:
+            if ca[i, S.hs_cur_rtt] < ca[i, S.hs_css_base]:        # the delay increase was spurious
+                ca[i, S.hs_css] = -1.0
         else:
-            last = ca[i, HS_LAST_RTT]
-            if ca[i, HS_SAMPLES] >= HS_MIN_SAMPLES and ca[i, HS_CUR_RTT] < np.inf and last < np.inf and \
-                    ca[i, HS_CUR_RTT] >= last + min(max(last / 8.0, HS_DELAY_LO), HS_DELAY_HI):
-                ca[i, HS_CSS] = 0.0
-                ca[i, HS_CSS_BASE] = ca[i, HS_CUR_RTT]
+            last = ca[i, S.hs_last_rtt]
+            if ca[i, S.hs_samples] >= HS_MIN_SAMPLES and ca[i, S.hs_cur_rtt] < np.inf and last < np.inf and \
+                    ca[i, S.hs_cur_rtt] >= last + min(max(last / 8.0, HS_DELAY_LO), HS_DELAY_HI):
+                ca[i, S.hs_css] = 0.0
+                ca[i, S.hs_css_base] = ca[i, S.hs_cur_rtt]
     if ended and ns3_rounds:
         _new_round(ca, i, now, cwnd)
 
@@ -151,44 +148,44 @@ def hystart_update(p, tcp, ca, i, acked, now, mss):
 @njit(cache=True)
 def k_of(p, w_max, cwnd_seg):
     """K = cbrt((W_max - cwnd_epoch) / C), RFC 9438 eq. 2 (seconds)."""
-    return np.cbrt(max(w_max - cwnd_seg, 0.0) / p[C])
+    return np.cbrt(max(w_max - cwnd_seg, 0.0) / p[P.c])
 
 
 @njit(cache=True)
 def w_cubic(p, ca, i, t):
-    return p[C] * (t - ca[i, K]) ** 3 + ca[i, W_MAX]
+    return p[P.c] * (t - ca[i, S.k]) ** 3 + ca[i, S.w_max]
 
 
 @njit(cache=True)
 def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
     if tcp[i, CWND] < tcp[i, SSTHRESH]:
-        f = 1.0 / CSS_GROWTH_DIVISOR if ca[i, HS_CSS] >= 0.0 else 1.0   # HyStart++ conservative slow start
+        f = 1.0 / CSS_GROWTH_DIVISOR if ca[i, S.hs_css] >= 0.0 else 1.0   # HyStart++ conservative slow start
         left = slow_start(tcp, i, acked * f) / f
     else:
         left = acked
     if left <= 0.0:
         return
     seg = tcp[i, CWND] / mss
-    if math.isnan(ca[i, EPOCH]):     # a new epoch starts at the first avoidance ACK after a reduction:
-        ca[i, W_MAX] = max(ca[i, W_LAST_MAX], seg)     # the curve's plateau (Linux bic_origin_point)
-        ca[i, K] = k_of(p, ca[i, W_MAX], seg)
-        ca[i, W_EST] = seg
-        ca[i, EPOCH] = now
-    t = now - ca[i, EPOCH] + (ca[i, DELAY_MIN] if ca[i, DELAY_MIN] > 0.0 else ca[i, RTT])  # Linux: + delay_min
+    if math.isnan(ca[i, S.epoch]):     # a new epoch starts at the first avoidance ACK after a reduction:
+        ca[i, S.w_max] = max(ca[i, S.w_last_max], seg)     # the curve's plateau (Linux bic_origin_point)
+        ca[i, S.k] = k_of(p, ca[i, S.w_max], seg)
+        ca[i, S.w_est] = seg
+        ca[i, S.epoch] = now
+    t = now - ca[i, S.epoch] + (ca[i, S.delay_min] if ca[i, S.delay_min] > 0.0 else ca[i, S.rtt])  # Linux: + delay_min
     target = min(max(w_cubic(p, ca, i, t), seg), 1.5 * seg)
     acked_seg = left / mss
     rate = (target - seg) / seg                   # segments per acked segment (Linux 1 / ca->cnt)
-    if ca[i, W_LAST_MAX] == 0.0:                  # no loss yet (or since an RTO): at least 5 % per RTT
+    if ca[i, S.w_last_max] == 0.0:                  # no loss yet (or since an RTO): at least 5 % per RTT
         rate = max(rate, 0.05)                    # (Linux bictcp_update: cnt <= 20; ns-3 TcpCubic too)
     cubic_inc = gain * rate * acked_seg
-    alpha = 3.0 * (1.0 - p[BETA]) / (1.0 + p[BETA])     # Reno-friendly additive increase
-    ca[i, W_EST] += gain * alpha * acked_seg / seg
-    tcp[i, CWND] = max(ca[i, W_EST], seg + cubic_inc) * mss
+    alpha = 3.0 * (1.0 - p[P.beta]) / (1.0 + p[P.beta])     # Reno-friendly additive increase
+    ca[i, S.w_est] += gain * alpha * acked_seg / seg
+    tcp[i, CWND] = max(ca[i, S.w_est], seg + cubic_inc) * mss
 
 
 @njit(cache=True)
 def ssthresh(p, tcp, ca, i, dscale):
-    return tcp[i, CWND] * (1.0 - (1.0 - p[BETA]) * dscale)
+    return tcp[i, CWND] * (1.0 - (1.0 - p[P.beta]) * dscale)
 
 
 @njit(cache=True)
@@ -198,12 +195,12 @@ def on_congestion(p, tcp, ca, i, ecn, now, dscale, mss):
     # RFC 8312's W_last_max, which keeps the unlowered value: fast convergence would fire more often).
     # Compared in whole segments, as Linux's integer windows are: a window that crept up to the
     # plateau (W(t) approaches W_max from below) is at W_max, not below it
-    if p[FAST_CONVERGENCE] != 0.0 and math.floor(seg) < math.floor(ca[i, W_LAST_MAX]):
-        ca[i, W_LAST_MAX] = seg * (1.0 + p[BETA]) / 2.0
+    if p[P.fast_convergence] != 0.0 and math.floor(seg) < math.floor(ca[i, S.w_last_max]):
+        ca[i, S.w_last_max] = seg * (1.0 + p[P.beta]) / 2.0
     else:
-        ca[i, W_LAST_MAX] = seg
-    ca[i, W_MAX] = ca[i, W_LAST_MAX]
-    ca[i, EPOCH] = np.nan
+        ca[i, S.w_last_max] = seg
+    ca[i, S.w_max] = ca[i, S.w_last_max]
+    ca[i, S.epoch] = np.nan
     reduce_to(tcp, i, ssthresh(p, tcp, ca, i, dscale), mss)
 
 
@@ -212,22 +209,21 @@ def on_timeout(p, tcp, ca, i, now, dscale, mss):
     timeout_to(tcp, i, ssthresh(p, tcp, ca, i, dscale), mss)
     # Linux: CA_Loss resets CUBIC (bictcp_reset: W_max, last_max_cwnd = 0) and HyStart
     hystart_reset(ca, i)
-    ca[i, EPOCH] = np.nan
-    ca[i, W_MAX] = 0.0
-    ca[i, W_LAST_MAX] = 0.0
+    ca[i, S.epoch] = np.nan
+    ca[i, S.w_max] = 0.0
+    ca[i, S.w_last_max] = 0.0
 
 
 @njit(cache=True)
 def cwnd_event(p, tcp, ca, i, now, idle):
     """TX_START after ``idle`` s without sending: the epoch moves by the idle time, so the curve
     does not count time the flow was not sending (Linux bictcp_cwnd_event)."""
-    if not math.isnan(ca[i, EPOCH]) and idle > 0.0:
-        ca[i, EPOCH] = min(ca[i, EPOCH] + idle, now)
+    if not math.isnan(ca[i, S.epoch]) and idle > 0.0:
+        ca[i, S.epoch] = min(ca[i, S.epoch] + idle, now)
 
 
 class Cubic(CongestionOps):
     name = "cubic"
-    kind = 1
     State = CubicState
     c = Param(0.4, "segments/s^3", "cubic growth constant C")
     beta = Param(0.7, "1", "window kept after a reduction (beta_cubic)")
@@ -236,18 +232,14 @@ class Cubic(CongestionOps):
     hystart_train = Param(0.5, "min RTT", "HyStart ACK-train length that ends slow start (Linux 0.5, ns-3 1.0)")
     hystart_rounds = Param(0, "mode", "HyStart rounds: 0 Linux (from 16 segments, reset before the checks), "
                                       "1 ns-3 3.44 (from the first ACK, checked before the reset)")
+    ops = Ops(init=init, pkts_acked=pkts_acked, cong_avoid=cong_avoid, ssthresh=ssthresh, on_congestion=on_congestion,
+              on_timeout=on_timeout, cwnd_event=cwnd_event)
 
-    k_init, k_pkts_acked, k_cong_avoid = staticmethod(init), staticmethod(pkts_acked), staticmethod(cong_avoid)
-    k_ssthresh, k_on_congestion, k_on_timeout = staticmethod(ssthresh), staticmethod(on_congestion), staticmethod(on_timeout)
-    k_cwnd_event = staticmethod(cwnd_event)
-
-    def kernel_params(self):
+    def check(self):
         if self.hystart not in (HS_OFF, HS_LINUX, HS_PLUS):
             raise ValueError(f"cubic: hystart must be 0 (off), 1 (HyStart) or 2 (HyStart++), got {self.hystart!r}")
         if self.hystart_rounds not in (0, 1):
             raise ValueError(f"cubic: hystart_rounds must be 0 (Linux) or 1 (ns-3), got {self.hystart_rounds!r}")
-        return [self.c, self.beta, float(self.fast_convergence), float(self.hystart), float(self.hystart_train),
-                float(self.hystart_rounds)]
 
     @property
     def alpha(self) -> float:
@@ -259,3 +251,6 @@ class Cubic(CongestionOps):
     def w_cubic(self, st, t):
         """W(t) in segments for every flow of ``st``."""
         return self.c * (np.asarray(t) - st.ca.k) ** 3 + st.ca.w_max
+
+
+P, S = Cubic.param_index(), CubicState.columns()   # P.beta: beta's index in p; S.w_max: w_max's column in ca

@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import njit
 
-from .base import CWND, RATE, CaState, CongestionOps, Param, _vec
+from .base import CWND, RATE, CaState, CongestionOps, Ops, Param
 
 MBPS = 1e6 / 8  # bytes/s per Mb/s
 
-LINE_RATE, G, RAI, RHAI, MIN_RATE, TIMER, BYTE_COUNTER, F_STEPS, ALPHA_INTERVAL = range(9)
-# where MLTCP's gain applies (mltcp.cc.mltcp.MLTCPDcqcn's dcqcn_f_* flags; the plain algorithm's gain is 1)
-F_ON_RAI, F_ON_RHAI, F_ON_RECOVERY, F_ON_STEPS, F_ON_TIMER = range(9, 14)
-TARGET, ALPHA, T_COUNT, B_COUNT, BYTES_ACC, NEXT_TIMER, LAST_ALPHA = range(7)
 
 
 class DcqcnState(CaState):
@@ -25,22 +20,12 @@ class DcqcnState(CaState):
 
 @njit(cache=True)
 def init(p, tcp, ca, i, now):
-    tcp[i, RATE] = p[LINE_RATE]            # Rc: start at line rate
+    tcp[i, RATE] = p[P.line_rate]            # Rc: start at line rate
     ca[i, :] = 0.0
-    ca[i, TARGET] = p[LINE_RATE]           # Rt
-    ca[i, ALPHA] = 1.0
-    ca[i, NEXT_TIMER] = now + p[TIMER]
-    ca[i, LAST_ALPHA] = now
-
-
-@njit(cache=True)
-def pkts_acked(p, tcp, ca, i, acked, rtt, now, mss):
-    pass    # rate-based: reacts to CNPs, timers and bytes sent
-
-
-@njit(cache=True)
-def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
-    pass
+    ca[i, S.target] = p[P.line_rate]           # Rt
+    ca[i, S.alpha] = 1.0
+    ca[i, S.next_timer] = now + p[P.timer]
+    ca[i, S.last_alpha] = now
 
 
 @njit(cache=True)
@@ -51,24 +36,24 @@ def ssthresh(p, tcp, ca, i, dscale):
 @njit(cache=True)
 def decay_alpha(p, ca, i, now):
     """alpha <- (1-g) alpha once per alpha_interval without a CNP (applied in bulk)."""
-    k = math.floor((now - ca[i, LAST_ALPHA]) / p[ALPHA_INTERVAL])
+    k = math.floor((now - ca[i, S.last_alpha]) / p[P.alpha_interval])
     if k > 0:
-        ca[i, ALPHA] *= (1.0 - p[G]) ** k
-        ca[i, LAST_ALPHA] += k * p[ALPHA_INTERVAL]
+        ca[i, S.alpha] *= (1.0 - p[P.g]) ** k
+        ca[i, S.last_alpha] += k * p[P.alpha_interval]
 
 
 @njit(cache=True)
 def on_cnp(p, tcp, ca, i, now, dscale):
     decay_alpha(p, ca, i, now)
-    ca[i, ALPHA] = (1.0 - p[G]) * ca[i, ALPHA] + p[G]
-    ca[i, LAST_ALPHA] = now
-    cut = tcp[i, RATE] * (1.0 - ca[i, ALPHA] / 2.0 * dscale)
-    ca[i, TARGET] = tcp[i, RATE]
-    tcp[i, RATE] = max(p[MIN_RATE], cut)
-    ca[i, T_COUNT] = 0.0
-    ca[i, B_COUNT] = 0.0
-    ca[i, BYTES_ACC] = 0.0
-    ca[i, NEXT_TIMER] = now + p[TIMER]
+    ca[i, S.alpha] = (1.0 - p[P.g]) * ca[i, S.alpha] + p[P.g]
+    ca[i, S.last_alpha] = now
+    cut = tcp[i, RATE] * (1.0 - ca[i, S.alpha] / 2.0 * dscale)
+    ca[i, S.target] = tcp[i, RATE]
+    tcp[i, RATE] = max(p[P.min_rate], cut)
+    ca[i, S.t_count] = 0.0
+    ca[i, S.b_count] = 0.0
+    ca[i, S.bytes_acc] = 0.0
+    ca[i, S.next_timer] = now + p[P.timer]
 
 
 @njit(cache=True)
@@ -83,49 +68,48 @@ def on_timeout(p, tcp, ca, i, now, dscale, mss):
 
 @njit(cache=True)
 def increase(p, tcp, ca, i, gain):
-    hi, lo = max(ca[i, T_COUNT], ca[i, B_COUNT]), min(ca[i, T_COUNT], ca[i, B_COUNT])
-    steps = max(1.0, round(p[F_STEPS] / gain)) if p[F_ON_STEPS] != 0.0 else p[F_STEPS]
+    hi, lo = max(ca[i, S.t_count], ca[i, S.b_count]), min(ca[i, S.t_count], ca[i, S.b_count])
+    steps = max(1.0, round(p[P.fast_recovery_steps] / gain)) if p[P.dcqcn_f_steps] != 0.0 else p[P.fast_recovery_steps]
     step = 0.0
     if hi >= steps:
         if lo >= steps:
-            step = p[RHAI] * (gain if p[F_ON_RHAI] != 0.0 else 1.0)
+            step = p[P.rhai] * (gain if p[P.dcqcn_f_rhai] != 0.0 else 1.0)
         else:
-            step = p[RAI] * (gain if p[F_ON_RAI] != 0.0 else 1.0)
-    ca[i, TARGET] = min(ca[i, TARGET] + step, p[LINE_RATE])
-    if p[F_ON_RECOVERY] != 0.0:
-        rate = tcp[i, RATE] + (ca[i, TARGET] - tcp[i, RATE]) * min(1.0, gain / 2.0)
+            step = p[P.rai] * (gain if p[P.dcqcn_f_rai] != 0.0 else 1.0)
+    ca[i, S.target] = min(ca[i, S.target] + step, p[P.line_rate])
+    if p[P.dcqcn_f_recovery] != 0.0:
+        rate = tcp[i, RATE] + (ca[i, S.target] - tcp[i, RATE]) * min(1.0, gain / 2.0)
     else:
-        rate = (tcp[i, RATE] + ca[i, TARGET]) / 2.0
-    tcp[i, RATE] = min(rate, p[LINE_RATE])
+        rate = (tcp[i, RATE] + ca[i, S.target]) / 2.0
+    tcp[i, RATE] = min(rate, p[P.line_rate])
 
 
 @njit(cache=True)
 def _period(p, gain):
-    return 1.0 / gain if p[F_ON_TIMER] != 0.0 else 1.0
+    return 1.0 / gain if p[P.dcqcn_f_timer] != 0.0 else 1.0
 
 
 @njit(cache=True)
 def on_timer(p, tcp, ca, i, now, gain):
     decay_alpha(p, ca, i, now)
-    if now >= ca[i, NEXT_TIMER]:
-        ca[i, T_COUNT] += 1.0
-        ca[i, NEXT_TIMER] = now + p[TIMER] * _period(p, gain)
+    if now >= ca[i, S.next_timer]:
+        ca[i, S.t_count] += 1.0
+        ca[i, S.next_timer] = now + p[P.timer] * _period(p, gain)
         increase(p, tcp, ca, i, gain)
 
 
 @njit(cache=True)
 def on_sent(p, tcp, ca, i, sent, now, gain):
-    ca[i, BYTES_ACC] += sent
-    bc = p[BYTE_COUNTER] * _period(p, gain)
-    if ca[i, BYTES_ACC] >= bc:
-        ca[i, BYTES_ACC] -= bc
-        ca[i, B_COUNT] += 1.0
+    ca[i, S.bytes_acc] += sent
+    bc = p[P.byte_counter] * _period(p, gain)
+    if ca[i, S.bytes_acc] >= bc:
+        ca[i, S.bytes_acc] -= bc
+        ca[i, S.b_count] += 1.0
         increase(p, tcp, ca, i, gain)
 
 
 class Dcqcn(CongestionOps):
     name = "dcqcn"
-    kind = 2
     window_based = False
     State = DcqcnState
     line_rate = Param(25e9 / 8, "B/s", "NIC line rate, the start and maximum rate", in_scenario=False)
@@ -138,33 +122,22 @@ class Dcqcn(CongestionOps):
     fast_recovery_steps = Param(5, "1", "increase events spent in fast recovery (F)")
     alpha_interval = Param(1e-6, "s", "alpha decay interval", key="alpha_interval_us", scale=1e-6, key_unit="us")
 
-    k_init, k_pkts_acked, k_cong_avoid = staticmethod(init), staticmethod(pkts_acked), staticmethod(cong_avoid)
-    k_ssthresh, k_on_congestion, k_on_timeout = staticmethod(ssthresh), staticmethod(on_congestion), staticmethod(on_timeout)
 
-    def kernel_params(self):
-        return [self.line_rate, self.g, self.rai, self.rhai, self.min_rate, self.timer, self.byte_counter,
-                float(self.fast_recovery_steps), self.alpha_interval] + self.hook_flags()
-
-    def hook_flags(self) -> list[float]:
-        """F_ON_* (MLTCP's DCQCN variant sets them; here the gain is 1, so they change nothing)."""
-        return [1.0, 1.0, 0.0, 0.0, 0.0]
+    # where MLTCP's gain applies (mltcp.cc.mltcp.MLTCPDcqcn sets them; the plain algorithm's gain is 1)
+    dcqcn_f_rai = Param(True, "bool", "additive-increase step R_AI x F(r)", in_scenario=False)
+    dcqcn_f_rhai = Param(True, "bool", "hyper-increase step R_HAI x F(r)", in_scenario=False)
+    dcqcn_f_recovery = Param(False, "bool", "each increase event: Rc += (Rt - Rc) min(1, F/2) instead of (Rc+Rt)/2",
+                             in_scenario=False)
+    dcqcn_f_steps = Param(False, "bool", "stage threshold max(1, round(fast_recovery_steps / F)) increase events",
+                          in_scenario=False)
+    dcqcn_f_timer = Param(False, "bool", "timer and byte counter fire every timer / F, byte_counter / F",
+                          in_scenario=False)
+    ops = Ops(init=init, ssthresh=ssthresh, on_congestion=on_congestion, on_timeout=on_timeout, on_cnp=on_cnp,
+              on_timer=on_timer, on_sent=on_sent)
 
     @property
     def f(self) -> int:
         return self.fast_recovery_steps
 
-    def on_cnp(self, st, mask, now):
-        d = _vec(self.decrease_scale(st), st.n)
-        for i in np.flatnonzero(np.broadcast_to(mask, (st.n,))):
-            on_cnp(self.p, st.tcp, st.ca.a, i, now, d[i])
 
-    def on_timer(self, st, now):
-        gain = _vec(self.increase_gain(st), st.n)
-        for i in range(st.n):
-            on_timer(self.p, st.tcp, st.ca.a, i, now, gain[i])
-
-    def on_sent(self, st, sent, now):
-        sent = _vec(sent, st.n)
-        gain = _vec(self.increase_gain(st), st.n)
-        for i in np.flatnonzero(sent > 0):
-            on_sent(self.p, st.tcp, st.ca.a, i, sent[i], now, gain[i])
+P, S = Dcqcn.param_index(), DcqcnState.columns()   # P.g: g's index in p; S.alpha: alpha's column in ca

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from numba import njit
 
-from .base import CWND, CaState, CongestionOps, Param, reduce_to, timeout_to
+from .base import CWND, CaState, CongestionOps, Ops, Param, reduce_to, timeout_to
 from .reno import cong_avoid as reno_cong_avoid
 
-G, ALPHA_INIT, LOSS_BETA = range(3)
-ALPHA, ACKED, CE, WINDOW_END = range(4)
 
 
 class DctcpState(CaState):
@@ -24,37 +22,27 @@ class DctcpState(CaState):
 @njit(cache=True)
 def init(p, tcp, ca, i, now):
     ca[i, :] = 0.0
-    ca[i, ALPHA] = p[ALPHA_INIT]
-
-
-@njit(cache=True)
-def pkts_acked(p, tcp, ca, i, acked, rtt, now, mss):
-    pass
+    ca[i, S.alpha] = p[P.alpha_init]
 
 
 @njit(cache=True)
 def in_ack_event(p, tcp, ca, i, acked, ce, rtt, now, mss):
     """Count acked and CE-marked bytes; at the end of each window (one RTT after the last update)
     fold their ratio into alpha."""
-    ca[i, ACKED] += acked
-    ca[i, CE] += min(ce, acked)
-    if ca[i, WINDOW_END] == 0.0:
-        ca[i, WINDOW_END] = now + rtt
-    elif now >= ca[i, WINDOW_END] and ca[i, ACKED] > 0.0:
-        ca[i, ALPHA] = (1.0 - p[G]) * ca[i, ALPHA] + p[G] * ca[i, CE] / ca[i, ACKED]
-        ca[i, ACKED] = 0.0
-        ca[i, CE] = 0.0
-        ca[i, WINDOW_END] = now + rtt
-
-
-@njit(cache=True)
-def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
-    reno_cong_avoid(p, tcp, ca, i, acked, gain, now, mss)
+    ca[i, S.acked] += acked
+    ca[i, S.ce] += min(ce, acked)
+    if ca[i, S.window_end] == 0.0:
+        ca[i, S.window_end] = now + rtt
+    elif now >= ca[i, S.window_end] and ca[i, S.acked] > 0.0:
+        ca[i, S.alpha] = (1.0 - p[P.g]) * ca[i, S.alpha] + p[P.g] * ca[i, S.ce] / ca[i, S.acked]
+        ca[i, S.acked] = 0.0
+        ca[i, S.ce] = 0.0
+        ca[i, S.window_end] = now + rtt
 
 
 @njit(cache=True)
 def ssthresh(p, tcp, ca, i, dscale):
-    return tcp[i, CWND] * (1.0 - 0.5 * ca[i, ALPHA] * dscale)
+    return tcp[i, CWND] * (1.0 - 0.5 * ca[i, S.alpha] * dscale)
 
 
 @njit(cache=True)
@@ -62,27 +50,24 @@ def on_congestion(p, tcp, ca, i, ecn, now, dscale, mss):
     if ecn:
         reduce_to(tcp, i, ssthresh(p, tcp, ca, i, dscale), mss)
     else:
-        reduce_to(tcp, i, tcp[i, CWND] * (1.0 - p[LOSS_BETA] * dscale), mss)
+        reduce_to(tcp, i, tcp[i, CWND] * (1.0 - p[P.loss_beta] * dscale), mss)
 
 
 @njit(cache=True)
 def on_timeout(p, tcp, ca, i, now, dscale, mss):
-    timeout_to(tcp, i, tcp[i, CWND] * (1.0 - p[LOSS_BETA] * dscale), mss)
+    timeout_to(tcp, i, tcp[i, CWND] * (1.0 - p[P.loss_beta] * dscale), mss)
 
 
 class Dctcp(CongestionOps):
     name = "dctcp"
-    kind = 3
     State = DctcpState
     g = Param(1.0 / 16.0, "1", "weight of the newest window's marked fraction in alpha (Linux dctcp_shift_g 4)",
               bounds="(0, 1]")
     alpha_init = Param(1.0, "1", "alpha before the first window (Linux dctcp_alpha_on_init 1024/1024)",
                        bounds="[0, 1]")
     loss_beta = Param(0.5, "1", "fraction of the window removed on a loss or timeout", bounds="(0, 1)")
+    ops = Ops(init=init, in_ack_event=in_ack_event, cong_avoid=reno_cong_avoid, ssthresh=ssthresh,
+              on_congestion=on_congestion, on_timeout=on_timeout)
 
-    k_init, k_pkts_acked, k_cong_avoid = staticmethod(init), staticmethod(pkts_acked), staticmethod(cong_avoid)
-    k_ssthresh, k_on_congestion, k_on_timeout = staticmethod(ssthresh), staticmethod(on_congestion), staticmethod(on_timeout)
-    k_in_ack_event = staticmethod(in_ack_event)
 
-    def kernel_params(self):
-        return [self.g, self.alpha_init, self.loss_beta]
+P, S = Dctcp.param_index(), DctcpState.columns()   # P.g: g's index in p; S.alpha: alpha's column in ca

@@ -6,7 +6,7 @@ competing jobs slide into an interleaved schedule. Optionally the decrease is sc
 fraction removed goes linearly from ``decrease_at_start`` (r = 0) to ``decrease_at_end`` (r = 1),
 divided by Reno's 0.5, times the base one (0.8..0.2 of the window for Reno by default).
 
-Every variant of the design space is a named configuration of this one hook (issue 10), set in a
+Every variant of the design space is a named configuration of this one hook, set in a
 scenario's ``[mltcp]`` table: F's ``shape`` (linear, capped, convex), the decrease's two ends, the
 tracker's ``boundary`` (idle gap at the ACK, an explicit mark, or the idle gap at TX_START) and
 ``history``, for the window-based variants ``restart_window`` (the window restarts at each
@@ -24,7 +24,7 @@ from numba import njit
 
 from .. import tracker as trk
 from ..tracker import BOUNDARIES, GAP_RULES, IterationTracker
-from .base import CWND, SSTHRESH, Param, _vec
+from .base import CWND, REGISTRY, SSTHRESH, CongestionOps, Param, _vec
 from .cubic import Cubic
 from .dcqcn import Dcqcn
 from .dctcp import Dctcp
@@ -204,14 +204,23 @@ class MLTCPDcqcn(MLTCPHook, Dcqcn):
     dcqcn_f_steps = Param(False, "bool", "stage threshold max(1, round(fast_recovery_steps / F)) increase events")
     dcqcn_f_timer = Param(False, "bool", "timer and byte counter fire every timer / F, byte_counter / F")
 
-    def hook_flags(self):
-        return [float(getattr(self, f"dcqcn_f_{k}")) for k in ("rai", "rhai", "recovery", "steps", "timer")]
+
+def variant_of(base: type[CongestionOps]) -> type[CongestionOps]:
+    """The MLTCP variant of a base algorithm: the one declared here, or its base plus the hook
+    (window-based: with the iteration restart), named ``mltcp-<base>``."""
+    name = f"mltcp-{base.name}"
+    if name in REGISTRY and REGISTRY[name].base_algorithm() is base:
+        return REGISTRY[name]
+    mixins = (IterationRestart, MLTCPHook) if base.window_based else (MLTCPHook,)
+    return type(f"MLTCP{base.__name__}", (*mixins, base), {"name": name, "__module__": base.__module__})
 
 
 def hook_fields() -> dict[str, Param]:
     """Every ``[mltcp]`` key (scenario spelling -> Param) over the MLTCP variants."""
     out = {}
-    for cls in (MLTCPReno, MLTCPCubic, MLTCPDctcp, MLTCPDcqcn):
+    for cls in REGISTRY.values():
+        if not issubclass(cls, MLTCPHook):
+            continue
         for name, prm in cls.params.items():
             if name in cls.__dict__ or any(name in vars(k) for k in (MLTCPHook, IterationTracking, IterationRestart)):
                 out[prm.key] = prm

@@ -3,20 +3,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from .base import CWND, CaState, CongestionOps, Param, reduce_to, slow_start, timeout_to
-
-BETA = 0          # index in the parameter vector
-
-
-@njit(cache=True)
-def init(p, tcp, ca, i, now):
-    pass
-
-
-@njit(cache=True)
-def pkts_acked(p, tcp, ca, i, acked, rtt, now, mss):
-    pass
-
+from .base import CWND, CongestionOps, Ops, Param, reduce_to, slow_start, timeout_to
 
 @njit(cache=True)
 def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
@@ -27,7 +14,7 @@ def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
 
 @njit(cache=True)
 def ssthresh(p, tcp, ca, i, dscale):
-    return tcp[i, CWND] * (1.0 - p[BETA] * dscale)
+    return tcp[i, CWND] * (1.0 - p[P.beta] * dscale)
 
 
 @njit(cache=True)
@@ -42,11 +29,9 @@ def on_timeout(p, tcp, ca, i, now, dscale, mss):
 
 class Reno(CongestionOps):
     name = "reno"
-    kind = 0
     beta = Param(0.5, "1", "fraction of the window removed on congestion")
+    ns3_flight_ssthresh = True     # ns-3 NewReno: at an RTO without RACK, ssthresh from the bytes in flight
+    ops = Ops(cong_avoid=cong_avoid, ssthresh=ssthresh, on_congestion=on_congestion, on_timeout=on_timeout)
 
-    k_init, k_pkts_acked, k_cong_avoid = staticmethod(init), staticmethod(pkts_acked), staticmethod(cong_avoid)
-    k_ssthresh, k_on_congestion, k_on_timeout = staticmethod(ssthresh), staticmethod(on_congestion), staticmethod(on_timeout)
 
-    def kernel_params(self):
-        return [self.beta]
+P = Reno.param_index()      # P.beta: beta's index in the parameter vector p

@@ -85,7 +85,7 @@ class SimResult:
 def build_cc(sc: Scenario, cc_name: str):
     base = BASE_OF.get(cc_name, cc_name)
     kw = cc_kwargs(sc, base)
-    if base == "dcqcn":
+    if "line_rate" in ALGORITHMS[base].params:        # a rate-based algorithm starts at the NIC's rate
         kw.setdefault("line_rate", max(sc.links[j.path[0]].rate_Bps for j in sc.jobs))
     if cc_name != base:            # [mltcp]: a key of another base's variant (dcqcn_f_*) does not apply
         known = ALGORITHMS[cc_name].params
@@ -263,7 +263,9 @@ def _setup(sc: Scenario, cc_name: str, trace_interval: float, max_sim_time: floa
                  sc.loss_model == "packet", int(sc.seed), float(sc.nic_backlog_segments),
                  sc.loss_recovery == "linux", bool(skip), pol, float(trace_interval), bool(cc.window_based),
                  bool((lp[:, L_MODE] != 0.0).any()), bool((lp[:, L_XOFF] > 0.0).any()),
-                 float(mp[hook.MIN_IDLE] if mp[hook.BOUNDARY] == 0.0 else np.inf))
+                 float(mp[hook.MIN_IDLE] if mp[hook.BOUNDARY] == 0.0 else np.inf),
+                 sc.loss_recovery != "linux" and cc.ns3_flight_ssthresh,
+                 -1 if cc.window_based else cc.State.fields.index("next_timer"))
     run = _Run(cfg, Cc(int(cc.kind), cc.p, mltcp, mp, st.tcp, st.ca.a, tr), topo, links, _flows(F, topo.base_rtt),
                jb, fb, rc, np.zeros((1024 if trace_interval else 0, len(jobs))), np.zeros(FS_LEN), ks)
     return run, st

@@ -27,7 +27,6 @@ from .. import tracker as trk
 from ..cc import dispatch
 from ..cc import mltcp as hook
 from ..cc.base import CWND, RATE, SSTHRESH
-from ..cc.dcqcn import NEXT_TIMER
 from .queues import _flow_band, _pfc_paused, _priority_queues_into, _progress_hop, _push_feedback, _serve_bands
 from .recovery import _arm_timer, _split_loss, _until_rto
 from .state import (ARRIVE, BUF, CDT, CNP_INTERVAL, DONE, F_T, F_TOT_ACKED, F_TOT_DROP, F_TOT_MARK, F_TOT_PAUSE,
@@ -300,7 +299,7 @@ def _retransmission_timer(cfg, cc, fl, fs, f, k, t):
     else:
         # retransmission timeout: the held bytes go again first, window 1 MSS, slow start
         # to the new ssthresh; the next timeout for them waits twice as long
-        if not cfg.rack and cc.kind == dispatch.RENO:
+        if cfg.flight_ssthresh:
             # ns-3 3.44's TcpNewReno takes ssthresh from the bytes in flight (RFC 5681
             # eq. 4: max(FlightSize / 2, 2 MSS); its pipe keeps the held bytes), not
             # from cwnd as Linux: after a tail loss that is 2 MSS
@@ -661,7 +660,7 @@ def _next_slot(cfg, cc, topo, fl, jb, fb, ks, k, t_stop):
             ks[I_CREDIT_ZERO] = 1
     elif not cfg.window and ks[I_COMM] > 0:  # DCQCN timers (collapsed while every job computes)
         for f in range(cc.tcp.shape[0]):
-            kn = min(kn, _slot_at(cc.ca[f, NEXT_TIMER], dt))
+            kn = min(kn, _slot_at(cc.ca[f, cfg.timer_col], dt))
     kn = _next_send_slot(cfg, cc, topo, fl, ks, k, kn)
     if kn <= k or not cfg.skip:
         return k

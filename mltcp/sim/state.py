@@ -70,6 +70,8 @@ class Config(NamedTuple):
     ecn: bool               # any link marks
     pfc: bool               # any lossless link
     ack_min_idle: float     # MLTCP's idle rule at the ACK (inf: off)
+    flight_ssthresh: bool   # at an RTO, cwnd = the bytes in flight before the reduction (ns-3 NewReno without RACK)
+    timer_col: int          # a rate-based algorithm's next_timer column in ca (-1: window-based)
 
 
 class Cc(NamedTuple):
