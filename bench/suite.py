@@ -27,7 +27,7 @@ from pathlib import Path
 from mltcp import sweep
 from mltcp.suite import parse_seeds
 
-ARM_BASE, ARM_MLTCP, ARM_REF, ARM_FIFO = "base", "mltcp", "ref-best", "ref-fifo"
+ARM_BASE, ARM_MLTCP, ARM_REF, ARM_FIFO, ARM_FAIR = "base", "mltcp", "ref-best", "ref-fifo", "ref-fair"
 
 
 def gmean(xs: list[float]) -> float:
@@ -50,6 +50,7 @@ def build_tasks(files: list[Path], seeds: list[int], config: dict, reference: bo
             if reference:
                 out.append((ARM_REF, sweep.Task(str(f), ARM_REF, seed)))
                 out.append((ARM_FIFO, sweep.Task(str(f), ARM_FIFO, seed)))
+                out.append((ARM_FAIR, sweep.Task(str(f), ARM_FAIR, seed)))
     return out
 
 
@@ -80,6 +81,7 @@ def summarize(table: dict[str, dict[str, dict]], ecn_suite: bool) -> dict:
         if ARM_REF in arm:
             row["ref_speedup_avg"] = b["avg"] / arm[ARM_REF]["avg"]
             row["mltcp_vs_fifo_avg"] = arm[ARM_FIFO]["avg"] / m["avg"]
+            row["fair_speedup_avg"] = b["avg"] / arm[ARM_FAIR]["avg"]
             row["ref_picks"] = arm[ARM_REF]["picks"]
         rows.append(row)
     n = len(rows)
@@ -94,6 +96,7 @@ def summarize(table: dict[str, dict[str, dict]], ecn_suite: bool) -> dict:
         out["ref_avg_geo"] = ref
         out["share_of_ref_gain"] = (out["avg_geo"] - 1) / (ref - 1) if ref > 1 else float("nan")
         out["mltcp_vs_fifo_geo"] = gmean([r["mltcp_vs_fifo_avg"] for r in rows])
+        out["fair_avg_geo"] = gmean([r["fair_speedup_avg"] for r in rows])
     return out
 
 
@@ -111,6 +114,8 @@ def print_summary(name: str, s: dict) -> None:
         print(f"  reference (ref-best) over the base: {s['ref_avg_geo']:.3f}x; MLTCP's share of that gain "
               f"{s['share_of_ref_gain']:.0%} (target >= 50 % on general suites); MLTCP against ref-fifo "
               f"{s['mltcp_vs_fifo_geo']:.3f} (target >= 0.95 on compatible suites)")
+        print(f"  ideal fair sharing (ref-fair, no losses or ramp-up) over the base: {s['fair_avg_geo']:.3f}x: "
+              "the part of the reference's gain that is transport, not scheduling")
 
 
 def plot(path: Path, summaries: dict[str, dict]) -> None:
@@ -138,7 +143,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="1-3")
     ap.add_argument("--config", default="{}", help="MLTCP settings written into each scenario, JSON "
                                                    "(keys as in a tune space: mltcp.slope, ...)")
-    ap.add_argument("--reference", action="store_true", help="also run ref-best and ref-fifo")
+    ap.add_argument("--reference", action="store_true", help="also run ref-best, ref-fifo and ref-fair")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--scheduler", default=None)
     ap.add_argument("--json", type=Path, default=None)

@@ -10,13 +10,17 @@ jitter and stragglers as the simulator's, from the scenario's seed):
   later phase goes first when the links it needs are free and an earlier one is still waiting
   for others (greedy list scheduling). On one bottleneck this is FIFO by phase start.
 - ``ref-srf``: the same, granting the waiting phase with the shortest time alone first.
+- ``ref-fair``: ideal fair sharing: the communicating jobs' bytes cross at their max-min fair rates
+  (each at most its rate alone) with no loss and no slow start, each phase ending one base RTT
+  after its last byte. Against the base it shows what the base loses to its transport (losses,
+  ramp-up, an under-used link); against the serializers, what scheduling alone gains.
 - ``ref-cassini``: CASSINI-style time shifts (Rajasekaran et al., "CASSINI: Network-Aware Job
   Scheduling in Machine Learning Clusters", NSDI'24): a central optimizer places each job's start
   offset on the circle of its period so its communication overlaps least with the jobs already
   placed that share a link with it (jobs in order of communication share, as the affinity graph's
   traversal does), then the jobs run the base congestion control in the simulator.
 - ``ref-best``: per scenario, the best (lowest steady-state average iteration time) of ref-fifo,
-  ref-srf, ref-cassini and the base congestion control's own run: a central scheduler can always
+  ref-srf, ref-fair, ref-cassini and the base congestion control's own run: a central scheduler can always
   choose the base's own sharing, so this reference is never worse than the base. It reports which
   one it took (``reference_pick``).
 
@@ -35,7 +39,7 @@ from . import compare
 from .records import IterationRecord
 from .scenario import Scenario
 
-REFERENCES = ("fifo", "srf", "cassini", "best")
+REFERENCES = ("fifo", "srf", "fair", "cassini", "best")
 
 
 def compute_draws(sc: Scenario) -> list[np.ndarray]:
@@ -98,6 +102,64 @@ def serialize(sc: Scenario, order: str = "fifo") -> list[IterationRecord]:
     return records
 
 
+def max_min_rates(active: list[int], need: list[frozenset[str]], job_cap: list[float],
+                  link_cap: dict[str, float]) -> dict[int, float]:
+    """Max-min fair rates (bytes/s) of the active jobs by progressive filling: every job not yet
+    frozen rises at the same level until a link it crosses is full or it reaches its rate alone."""
+    rate: dict[int, float] = {}
+    todo = set(active)
+    while todo:
+        used = {h: sum(r for j, r in rate.items() if h in need[j]) for h in link_cap}
+        users = {h: [j for j in todo if h in need[j]] for h in link_cap}
+        level = min([job_cap[j] for j in todo] + [(link_cap[h] - used[h]) / len(u) for h, u in users.items() if u])
+        full = {h for h, u in users.items() if u and (link_cap[h] - used[h]) / len(u) <= level * (1 + 1e-12)}
+        frozen = {j for j in todo if job_cap[j] <= level * (1 + 1e-12) or need[j] & full}
+        for j in frozen:
+            rate[j] = level
+        todo -= frozen
+    return rate
+
+
+def fair_share(sc: Scenario) -> list[IterationRecord]:
+    """Iteration records of ideal fair sharing: every communicating job's bytes cross at its max-min
+    fair rate (at most its rate alone), recomputed whenever a phase starts or its bytes are done,
+    and its phase ends one base RTT after its last byte. A job is one aggregate over its paths' links."""
+    comp, need = compute_draws(sc), job_links(sc)
+    job_cap = [sc.bottleneck_Bps(j) for j in sc.jobs]
+    link_cap = {h: sc.links[h].rate_Bps for h in set().union(*need)}
+    rtt = [sc.base_rtt(j) for j in sc.jobs]
+    ready = [(job.start_offset_s + comp[j][0], j, 0) for j, job in enumerate(sc.jobs)]
+    heapq.heapify(ready)
+    left: dict[int, float] = {}                      # job -> bytes still to cross
+    it, comm_start = {}, {}
+    start = {j: job.start_offset_s for j, job in enumerate(sc.jobs)}
+    tails: list[tuple[float, int]] = []              # (phase end, job): last byte across, ACK on its way
+    records: list[IterationRecord] = []
+    now, rate = 0.0, {}
+    while ready or left or tails:
+        t = min([now + left[j] / rate[j] for j in left] + ([ready[0][0]] if ready else [])
+                + ([tails[0][0]] if tails else []))
+        for j in left:
+            left[j] -= rate[j] * (t - now)
+        now = t
+        for j in [j for j in left if left[j] <= 1e-9 * sc.jobs[j].bytes_per_iter]:
+            del left[j]
+            heapq.heappush(tails, (now + rtt[j], j))
+        while tails and tails[0][0] <= now:
+            end, j = heapq.heappop(tails)
+            k = it[j]
+            records.append(IterationRecord(sc.jobs[j].name, k, start[j], comm_start[j], end, sc.jobs[j].bytes_per_iter))
+            start[j] = end
+            if k + 1 < sc.jobs[j].iterations:
+                heapq.heappush(ready, (end + comp[j][k + 1], j, k + 1))
+        while ready and ready[0][0] <= now:
+            _, j, k = heapq.heappop(ready)
+            left[j], it[j], comm_start[j] = sc.jobs[j].bytes_per_iter, k, now
+        rate = max_min_rates(list(left), need, job_cap, link_cap)
+    records.sort(key=lambda r: (r.end, r.job))
+    return records
+
+
 def _overlap_on_circle(a0: float, a_len: float, b0: float, b_len: float, period: float) -> float:
     """Length of the overlap of two arcs [a0, a0+a_len) and [b0, b0+b_len) on a circle."""
     total = 0.0
@@ -144,6 +206,8 @@ def reference_side(sc: Scenario, name: str, base_side: dict | None = None, simul
     ``base_side`` is the base arm's summary when the caller already has it (for best)."""
     if name in ("fifo", "srf"):
         return compare.side(sc, f"ref-{name}", serialize(sc, name), 0.0, 0.0)
+    if name == "fair":
+        return compare.side(sc, "ref-fair", fair_share(sc), 0.0, 0.0)
     if simulate is None:
         from .sim.engine import simulate
     if name == "cassini":
@@ -155,6 +219,6 @@ def reference_side(sc: Scenario, name: str, base_side: dict | None = None, simul
     if base_side is None:
         res = simulate(sc, sc.cc)
         base_side = compare.side(sc, sc.cc, res.records, res.drops, res.ecn_marks)
-    sides = [reference_side(sc, n, simulate=simulate) for n in ("fifo", "srf", "cassini")] + [base_side]
+    sides = [reference_side(sc, n, simulate=simulate) for n in ("fifo", "srf", "fair", "cassini")] + [base_side]
     best = min(sides, key=lambda s: s["avg_iter_s"])
     return {**best, "cc": "ref-best", "reference_pick": best["cc"]}

@@ -112,3 +112,20 @@ def test_simulate_reference_prints_each_reference_with_the_arms_keys(tmp_path):
     assert rep["references"]["ref-best"]["avg_iter_s"] <= rep["baseline"]["avg_iter_s"]
     bad = run("--reference", "oracle")
     assert bad.returncode == 2 and "--reference" in bad.stderr and bad.stdout == ""
+
+
+def test_max_min_rates_share_a_link_and_respect_each_jobs_rate_alone():
+    need = [frozenset({"a"}), frozenset({"a", "b"}), frozenset({"b"})]
+    rates = reference.max_min_rates([0, 1, 2], need, [10.0, 10.0, 2.0], {"a": 8.0, "b": 8.0})
+    assert rates == pytest.approx({0: 4.0, 1: 4.0, 2: 2.0})   # a full at 4 each; job 2 capped at 2
+
+
+def test_fair_share_of_two_colliding_jobs_takes_twice_as_long_then_runs_alone():
+    sc = _two_jobs(offset_ms=0.0)
+    recs = reference.fair_share(sc)
+    first = [r for r in recs if r.iteration == 0]
+    hold, rtt = reference.link_hold_s(sc)[0], sc.base_rtt(sc.jobs[0])
+    assert [r.comm_duration for r in first] == pytest.approx([2 * hold + rtt] * 2)
+    serial = compare.side(sc, "f", reference.serialize(sc, "fifo"), 0, 0)
+    fair = compare.side(sc, "s", recs, 0, 0)
+    assert fair["avg_iter_s"] > serial["avg_iter_s"]     # in lock-step they never separate
