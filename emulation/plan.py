@@ -250,12 +250,14 @@ def wire_factor(transport: str) -> float:
 
     The simulator's links carry ``rate`` bytes/s of payload (whole segments, no headers); an
     emulated link's rate counts frames (htb and mltcp-switch both count the Ethernet frame). Run at
-    the nominal rate, the userspace transport (1424 payload bytes in a 1514-byte frame) gets only
-    94 % of the model's goodput, so a job's communication phase alone is 6 % longer than its
-    compute phase in ``two-jobs`` and the two phases can no longer interleave without overlap."""
+    the nominal rate, the userspace transport (1400 payload bytes in a 1498-byte frame: headers and
+    the MAC; the handshake key adds 16 bytes to a flow's first datagrams only) gets only 93 % of the
+    model's goodput, so a job's communication phase alone is 7 % longer than its compute phase in
+    ``two-jobs`` and the two phases can no longer interleave without overlap."""
     if transport == "udp":
         from mltcp.traffic.transport import wire
-        return (1500 + ETH_HEADER) / wire.DEFAULT_PAYLOAD
+        frame = ETH_HEADER + wire.IP_UDP_OVERHEAD + wire.FIXED_LEN + wire.DEFAULT_PAYLOAD + wire.TAG_LEN
+        return frame / wire.DEFAULT_PAYLOAD
     return (1500 + ETH_HEADER) / KERNEL_TCP_MSS
 
 

@@ -277,7 +277,8 @@ def test_udp_sender_doc_passes_rto_idle_restart_and_nic_rate():
 def test_payload_rate_scales_links_by_header_overhead():
     from mltcp.emulation.plan import payload_rate_plan, wire_factor
     from mltcp.traffic.transport import wire
-    assert wire_factor("udp") == pytest.approx(1514 / wire.DEFAULT_PAYLOAD)
+    assert wire_factor("udp") == pytest.approx(1498 / 1400)     # full-sized datagram with its MAC
+    assert wire.DEFAULT_PAYLOAD == 1400
     assert wire_factor("kernel") == pytest.approx(1514 / 1448)
     plan = plan_from_scenario(_sc([["L"], ["L"]]))
     payload_rate_plan(plan, "udp")
