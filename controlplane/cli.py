@@ -157,16 +157,17 @@ def push(
         tls = _tls(tls_ca, tls_cert, tls_key)
         eid = _election(election_id)
         specs = _targets(grpc, device_id, topology, switch)
+        topo = load_topology(topology) if topology is not None else None
         # every file is checked before the first switch is touched, named by where it came from
         for spec in specs:
             if spec.p4info is not None:
                 preflight.check_p4info_file(spec.p4info, str(topology),
-                                            f"switches[{specs.index(spec)}].p4info")
+                                            f"{preflight.where(topo, spec)}.p4info")
             else:
                 preflight.check_p4info_file(p4info, "command line", "--p4info")
             if spec.config is not None:
                 preflight.check_device_config(spec.config, str(topology),
-                                              f"switches[{specs.index(spec)}].config")
+                                              f"{preflight.where(topo, spec)}.config")
             else:
                 preflight.check_device_config(config, "command line", "--config")
 
