@@ -226,7 +226,7 @@ def write_outputs(sc, results, rep: dict, outdir: Path) -> list[Path]:
 @app.command()
 def simulate(
     scenario: str = typer.Argument(..., help="a scenario TOML file or a built-in name (see `mltcp scenarios`)"),
-    cc: Optional[str] = typer.Option(None, help="reno|cubic|dcqcn|dctcp or mltcp-*; default: the scenario's cc"),
+    cc: Optional[str] = typer.Option(None, help=f"{'|'.join(BASES)} or mltcp-*; default: the scenario's cc"),
     do_compare: bool = typer.Option(False, "--compare", help="run the base algorithm and its MLTCP variant"),
     compare_policy: bool = typer.Option(False, "--compare-policy", help="run the algorithm through a plain switch "
                                         "(switch_policy off) and through the scenario's switch_policy; the JSON of "

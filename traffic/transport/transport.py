@@ -49,7 +49,7 @@ def parse_hostport(s: str, default_port: int = wire.MLTCP_UDP_PORT, allow_zero: 
 class UdpTransport:
     """A job's flows to its peers over the userspace MLTCP transport.
 
-    ``cc`` is a name for :func:`mltcp.cc.make_cc` (reno, cubic, dcqcn, mltcp-*); ``cc_params``
+    ``cc`` is a name for :func:`mltcp.cc.make_cc` (any of ``mltcp.cc.ALGORITHMS``); ``cc_params``
     go to it; ``line_rate`` (bytes/s) scales DCQCN's rate parameters. ``explicit_iterations``:
     tell the MLTCP tracker where iterations start (default) or let it find them by idle gaps.
     ``nic_rate`` (bytes/s of IP datagrams): pace every flow at this line rate (a NIC's), window-based
