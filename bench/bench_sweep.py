@@ -48,6 +48,17 @@ def first_run_in_a_fresh_process(task: sweep.Task, cache_dir: str | None) -> flo
     return float(r.stdout.strip().splitlines()[-1])
 
 
+def _rss_mb() -> float:
+    import psutil
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def worker_rss_mb(address: str) -> list[float]:
+    from distributed import Client
+    with Client(address, timeout=10) as c:
+        return sorted(c.run(_rss_mb).values())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=1000, help="runs in the sweep (scenarios x arms x seeds)")
@@ -94,10 +105,12 @@ def main() -> None:
     with LoopbackCluster(workers=2) as c:
         tt, ext = timed(lambda: sweep.run_tasks(tasks, scheduler=c.address, progress=True))
         sweep.close_clients()
+        res["worker_rss_mb"] = worker_rss_mb(c.address)
     res.update(tcp_2_workers_s=tt, identical_tcp_vs_embedded=sweep.records_equal(ext, two),
                failed=sum(not r["ok"] for r in two))
     print(f"dask scheduler + 2 dask workers over TCP loopback: {tt:.1f} s (cluster already up); "
-          f"records identical to the embedded run: {res['identical_tcp_vs_embedded']}", flush=True)
+          f"records identical to the embedded run: {res['identical_tcp_vs_embedded']}; "
+          f"worker RSS after the sweep {', '.join(f'{m:.0f}' for m in res['worker_rss_mb'])} MB", flush=True)
     res["load_after"] = os.getloadavg()[0]
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()}))
 
