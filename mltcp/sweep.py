@@ -213,7 +213,7 @@ def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout) -> list[dict
             try:
                 out[i] = fut.result()
             except KilledWorker as e:
-                out[i] = failed(tasks[i], f"KilledWorker: the task's worker process died {_tries()} times "
+                out[i] = failed(tasks[i], f"KilledWorker: every worker process that ran this task died "
                                           f"({str(e).splitlines()[0]})")
             except Exception as e:            # raised by the worker outside the simulation
                 out[i] = failed(tasks[i], f"{type(e).__name__}: {e}")
@@ -260,11 +260,6 @@ def close_clients() -> None:
             c.close()
         except Exception:
             pass
-
-
-def _tries() -> int:
-    import dask
-    return int(dask.config.get("distributed.scheduler.allowed-failures")) + 1
 
 
 def _die_with_parent(parent: int) -> None:

@@ -66,6 +66,7 @@ def test_a_separate_scheduler_and_two_workers_over_tcp_give_the_same_records(ser
     with LoopbackCluster(workers=2) as c:
         assert c.address.startswith("tcp://127.0.0.1:")
         got = sweep.run_tasks(SMALL, scheduler=c.address, progress=False)
+        sweep.close_clients()
         assert len(set(c.worker_pids().values())) == 2
     assert sweep.records_equal(got, serial)
 
@@ -84,22 +85,38 @@ def _kill_the_busy_worker(address: str, pids: dict, killed: list, stop: threadin
             time.sleep(0.05)
 
 
+def _sweep_killing_one_worker(cluster, tasks):
+    pids, killed, stop = cluster.worker_pids(), [], threading.Event()
+    killer = threading.Thread(target=_kill_the_busy_worker, args=(cluster.address, pids, killed, stop), daemon=True)
+    killer.start()
+    try:
+        got = sweep.run_tasks(tasks, scheduler=cluster.address, progress=False)
+    finally:
+        stop.set()
+        killer.join(10)
+        sweep.close_clients()
+    assert killed, "no worker was seen running a task"
+    return got
+
+
+@pytest.mark.timeout(300)
+def test_a_task_whose_worker_dies_past_the_allowed_failures_is_recorded_failed_and_the_sweep_goes_on():
+    tasks = sweep.tasks_for(["two-jobs"], ["reno", "mltcp-reno"], [1], iterations=60)
+    want = sweep.run_tasks(tasks, workers=1, progress=False)
+    with LoopbackCluster(workers=2, env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}) as c:
+        got = _sweep_killing_one_worker(c, tasks)
+    bad = [r for r in got if not r["ok"]]
+    assert len(bad) == 1 and bad[0]["error"].startswith("KilledWorker")
+    assert (bad[0]["scenario"], bad[0]["arm"], bad[0]["seed"]) in [(t.scenario, t.arm, t.seed) for t in tasks]
+    assert [sweep.comparable(r) for r in got if r["ok"]] == [sweep.comparable(w) for w, r in zip(want, got) if r["ok"]]
+
+
 @pytest.mark.timeout(300)
 def test_a_sigkilled_worker_s_task_reruns_and_the_sweep_finishes():
     tasks = sweep.tasks_for(["two-jobs"], ["reno", "mltcp-reno"], [1], iterations=60)
     want = sweep.run_tasks(tasks, workers=1, progress=False)
     with LoopbackCluster(workers=2) as c:
-        pids, killed, stop = c.worker_pids(), [], threading.Event()
-        killer = threading.Thread(target=_kill_the_busy_worker, args=(c.address, pids, killed, stop), daemon=True)
-        killer.start()
-        try:
-            got = sweep.run_tasks(tasks, scheduler=c.address, progress=False)
-        finally:
-            stop.set()
-            killer.join(10)
-        assert killed, "no worker was seen running a task"
-        with pytest.raises(ProcessLookupError):
-            os.kill(killed[0], 0)
+        got = _sweep_killing_one_worker(c, tasks)
     assert all(r["ok"] for r in got)
     assert sweep.records_equal(got, want)
 
