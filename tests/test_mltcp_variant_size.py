@@ -43,3 +43,29 @@ def test_line_counter_counts_code_not_docs():
     src = 'class A:\n    """doc\n    more"""\n    # comment\n    x = 1\n\n    def f(self):\n        return 2\n'
     tree = ast.parse(src)
     assert code_lines(tree.body[0], src) == 4
+
+
+def test_a_derived_variant_is_its_base_plus_the_hook():
+    """A base without a declared variant (a new algorithm) gets mltcp-<name> from variant_of: the
+    base class with the hook mixed in before it, nothing else (variant_of itself a few lines)."""
+    from mltcp.cc.base import KINDS, REGISTRY, CongestionOps, Ops, Param
+    from mltcp.cc.reno import cong_avoid, on_congestion, on_timeout, ssthresh
+
+    kinds, registry = list(KINDS), dict(REGISTRY)
+
+    class Plain(CongestionOps):
+        beta = Param(0.5)
+        ops = Ops(cong_avoid=cong_avoid, ssthresh=ssthresh, on_congestion=on_congestion, on_timeout=on_timeout)
+    Plain.name = "plain-for-variant-test"      # unregistered: no name in the class body
+    try:
+        v = mod.variant_of(Plain)
+    finally:                                    # leave the process's registry as it was
+        KINDS[:] = kinds
+        REGISTRY.clear()
+        REGISTRY.update(registry)
+    assert v.__mro__[1:4] == (mod.IterationRestart, mod.MLTCPHook, mod.IterationTracking) and v.__mro__[4] is Plain
+    assert v.name == "mltcp-plain-for-variant-test" and v.base_algorithm() is Plain and v.kind == Plain.kind
+    assert set(v.params) == set(Plain.params) | set(mod.MLTCPReno.params) - set(mod.Reno.params)
+    tree = ast.parse(inspect.getsource(mod))
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "variant_of")
+    assert code_lines(fn, inspect.getsource(mod)) <= 10
