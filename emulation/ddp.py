@@ -4,10 +4,11 @@ A scenario whose jobs have ``workload = "torch-ddp"`` (mltcp.ddp.catalog) runs h
 through the sender/receiver peers: the emulation's dumbbell (htb rate + bfifo buffer on the
 bottleneck, both directions), each job's ranks on the hosts it names (default: rank 0 on a<k>,
 rank 1 on b<k>, alternating sides, so every gloo connection crosses the bottleneck), gloo's
-sockets on the arm's algorithm: the hosts' default (``net.ipv4.tcp_congestion_control``) for
-reno and cubic, and for every arm each rank sets it on its own gloo sockets
-(:func:`mltcp.torch.attach`), since a network namespace other than the first may only default to
-an algorithm in ``tcp_allowed_congestion_control`` (the kernel refuses a BPF one with EPERM). With ``boundary = "mark"`` the ranks mark each iteration's first bucket in
+sockets on the arm's algorithm: each rank sets it on its own gloo sockets right after
+``init_process_group`` (:func:`mltcp.torch.set_connections_cc`), before DDP's first broadcast, and
+the hosts' default (``net.ipv4.tcp_congestion_control``) is set too where the kernel allows it: a
+network namespace other than the first may only default to an algorithm in
+``tcp_allowed_congestion_control`` (here reno and bbr; cubic and the BPF variants get EPERM). With ``boundary = "mark"`` the ranks mark each iteration's first bucket in
 the kernel MLTCP's map; with ``"idle"`` the kernel's idle-gap rule finds the iterations.
 
 A job's iteration records are its rank 0's (start before forward, first collective, optimizer
@@ -33,7 +34,7 @@ from mltcp.ddp.catalog import BOUNDARIES
 from mltcp.traffic.kernel.transport import pacing_rate_for_link
 
 from .plan import EmulationError, link_params_of
-from .topologies import bottleneck_intfs, make_topology, qdisc_drops, run_checked
+from .topologies import bottleneck_intfs, make_topology, qdisc_drops
 
 MASTER_PORT = 29500
 
@@ -144,9 +145,8 @@ def run_ddp_arm(sc, cc: str, mltcp: bool, boundary: str | None = None,
         wire_cc = kernel_cc_name(cc, mltcp)
         topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=n_side)
         net = build_network(topo, "htb", cl)
-        if not mltcp:   # a namespace's default may only be an allowed one: not a BPF variant
-            for h in net.hosts:
-                run_checked(h, ["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={wire_cc}"])
+        for h in net.hosts:   # where the kernel allows it; the ranks set it per socket anyway
+            h.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={wire_cc} 2>/dev/null")
         ips = {h: topo.ip_of(prefix + h) for hs in hosts.values() for h in hs}
         q: queue.Queue = queue.Queue()
         peers: dict[str, Peer] = {}
@@ -195,6 +195,7 @@ def collect(peers: dict[str, Peer], q: queue.Queue, sc, on_record, timeout_s: fl
             stats[job].setdefault("retrans_at_start", {})[rank] = int(msg.get("retrans", 0))
         elif msg["type"] == "summary":   # retransmissions while iterating (not in DDP's setup)
             retrans[job] += int(msg["retrans"]) - stats[job].get("retrans_at_start", {}).get(rank, 0)
+            stats[job].setdefault("kernel_iterations", {})[rank] = msg.get("kernel_iterations")
         elif msg["type"] == "eof":
             p = peers[f"{job}:{rank}"].proc
             p.wait(timeout=30)
@@ -226,6 +227,8 @@ def run_ddp_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, bounda
     out = compare.report(sc, arm_summary(base.arm, sc), arm_summary(ml.arm, sc) if ml else None)
     out["losses"] = {"baseline": losses(base), **({"mltcp": losses(ml)} if ml else {})}
     out["losses_identical"] = (losses(base) == losses(ml)) if ml else None
+    out["kernel_iterations"] = {arm: {job: st.get("kernel_iterations") for job, st in a.ranks.items()}
+                                for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
     out["retransmits_by_step"] = {arm: {job: st["retrans"] for job, st in a.ranks.items()}
                                   for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
     out["ddp"] = {

@@ -11,7 +11,7 @@ A torch-ddp job in a scenario::
     hosts = ["a1", "b1"]      # optional: the dumbbell hosts of the ranks (default a<k>, b<k>, ...)
     gpu_ms = 400              # optional: emulated GPU time per iteration (default: the model's)
     bucket_mb = 25            # DDP's bucket_cap_mb
-    boundary = "idle"         # MLTCP arm: iterations found by the kernel's idle-gap rule, or "mark"ed by the hook
+    boundary = "mark"         # MLTCP arm: the hook marks each iteration's first bucket, or "idle": the kernel's idle-gap rule
     pacing = true             # pace gloo's sockets at the link's rate (hosts with a NIC of that rate), both arms
     nic_cap = true            # MLTCP arm, with pacing: no window growth past 2 x pacing rate x min RTT
     path = ["bottleneck"]
@@ -58,7 +58,7 @@ class DdpJob:
     hosts: tuple[str, ...] | None
     gpu_ms: float
     bucket_mb: float
-    boundary: str = "idle"
+    boundary: str = "mark"
     pacing: bool = True
     nic_cap: bool = True
 
@@ -74,7 +74,7 @@ def read_ddp_fields(r) -> DdpJob:
                   "must list one host name per rank")
     gpu = r.get("gpu_ms", float, MODELS[model].published_ms, lambda v: 0 <= v <= 600_000, "must be in [0, 600000]")
     bucket = r.get("bucket_mb", float, 25.0, lambda v: 0.01 <= v <= 4096, "must be in [0.01, 4096]")
-    boundary = r.get("boundary", str, "idle", lambda v: v in BOUNDARIES, f"must be one of {', '.join(BOUNDARIES)}")
+    boundary = r.get("boundary", str, "mark", lambda v: v in BOUNDARIES, f"must be one of {', '.join(BOUNDARIES)}")
     pacing = r.get("pacing", bool, True)
     nic_cap = r.get("nic_cap", bool, True)
     return DdpJob(model, ranks, tuple(hosts) if hosts else None, gpu, bucket, boundary, pacing, nic_cap)

@@ -50,6 +50,27 @@ def retransmits(conns) -> int:
     return total
 
 
+def kernel_iterations(conns, cc: str | None) -> list[int] | None:
+    """Iterations the kernel MLTCP tracker closed on each connection (its ``completed``), or None
+    when the connections do not run an MLTCP variant."""
+    import socket
+
+    from mltcp.traffic.kernel import maps
+    variant = (cc or "").removeprefix("bpf_")
+    if variant not in maps.VARIANTS:
+        return None
+    vm = maps._cached(variant)
+    out = []
+    for c in conns:
+        s = socket.socket(fileno=c.fd)
+        try:
+            st = vm.socket_state(s)
+            out.append(st.completed if st else -1)
+        finally:
+            s.detach()
+    return out
+
+
 def build(model: str, seed: int, gpu_ms: float | None):
     """(spec, model, layer times) for ``model``; ``gpu_ms`` overrides the published GPU time."""
     import torch
@@ -129,7 +150,7 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
               "buckets": it.buckets, "loss": float(loss.item()), "cpu_s": time.process_time() - cpu0,
               "gpu_s": clock.booked_s - booked0, "retrans": retransmits(conns)})
     emit({"type": "summary", "job": job, "rank": rank, "retrans": retransmits(conns), "cc": hook.cc,
-          "mark_errors": hook.mark_errors})
+          "mark_errors": hook.mark_errors, "kernel_iterations": kernel_iterations(conns, hook.cc)})
     dist.barrier()
     dist.destroy_process_group()
 
