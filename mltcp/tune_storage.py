@@ -103,4 +103,9 @@ def open_storage(url: str) -> RetryingRDBStorage:
         kw = {"pool_pre_ping": True}
         if url.startswith("postgresql"):
             kw["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+            if url.split(":", 1)[0] in ("postgresql", "postgresql+psycopg2"):
+                try:
+                    import psycopg2  # noqa: F401  (SQLAlchemy's default PostgreSQL driver)
+                except ImportError:
+                    raise ImportError("PostgreSQL needs the psycopg2 driver: pip install 'mltcp[tune]'") from None
     return RetryingRDBStorage(url, engine_kwargs=kw, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)

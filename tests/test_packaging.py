@@ -25,7 +25,7 @@ BASE_ONLY_DIRS = ("mltcp", "scenarios")
 OPTIONAL_IN_BASE = {"mltcp/tune": "tune", "mltcp/ddp": "torch", "mltcp/torch": "torch"}
 # Optional engines inside mltcp/: module -> the extra that provides it. Allowed in the base code
 # only inside functions (`mltcp simulate --engine ns3` imports ns-3; the default engine does not).
-OPTIONAL_MODULES = {"ns": "ns3", "cppyy": "ns3"}
+OPTIONAL_MODULES = {"ns": "ns3", "cppyy": "ns3", "distributed": "distributed"}
 # Third-party modules that are not on PyPI in a usable form and come from the system packages.
 SYSTEM_MODULES = {"mininet": "python3-mininet"}
 # Declared for the tests but never imported by name (pytest plugins).
