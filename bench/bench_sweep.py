@@ -62,8 +62,8 @@ def worker_rss_mb(address: str) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=1000, help="runs in the sweep (scenarios x arms x seeds)")
-    ap.add_argument("--iterations", type=int, default=150, help="iterations per run (the scenarios cut to this; "
-                    "150: ~0.1-0.2 s a run on an idle core)")
+    ap.add_argument("--iterations", type=int, default=300, help="iterations per run (the scenarios cut to this; "
+                    "300: about 0.2 s a run on an idle core)")
     ap.add_argument("--no-cold", action="store_true", help="skip the empty-cache compile measurement (~1-2 min)")
     a = ap.parse_args()
     tasks = make_tasks(a.runs, a.iterations)
