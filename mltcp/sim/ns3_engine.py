@@ -216,22 +216,10 @@ def _routers(sc: Scenario, flows) -> tuple[dict, list[str]]:
     return ends, used
 
 
-def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
-        trace_interval: float | None = None, max_sim_time: float | None = None,
-        options: Ns3Options | None = None) -> SimResult:
-    """Run ``sc`` under ``cc_name`` in ns-3 and return the fast engine's result type."""
-    check(sc, cc_name)
-    opt = options or Ns3Options()
-    from .ns3_cxx import load
-    ns, cx = load()
-    wall0 = time.perf_counter()
+def _tcp_defaults(ns, sc: Scenario, cc_name: str, opt: "Ns3Options", ecn: bool) -> tuple[str, dict]:
+    """ns-3's TCP and algorithm defaults (reset first: one process may run several scenarios);
+    returns (base algorithm, the scenario's cubic parameters)."""
     mss = int(sc.mss)
-    flows = _flows(sc)
-    ends, used = _routers(sc, flows)
-    max_rate = max(sc.links[n].rate_bps for n in used)
-    ecn_links = [n for n in used if sc.links[n].ecn != "none"]
-
-    # ---- TCP and algorithm defaults (reset first: one process may run several scenarios) ----
     ns.Config.Reset()
     ns.RngSeedManager.SetSeed(max(1, int(sc.seed)))    # host jitter's draws: one stream per sender
     ns.RngSeedManager.SetRun(1)
@@ -249,7 +237,7 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     sd("ns3::TcpSocketBase::Timestamp", ns.BooleanValue(opt.timestamps))
     sd("ns3::TcpSocketBase::WindowScaling", ns.BooleanValue(True))
     sd("ns3::TcpL4Protocol::RecoveryType", ns.TypeIdValue(getattr(ns, RECOVERY_TYPES[opt.recovery]).GetTypeId()))
-    if ecn_links:
+    if ecn:
         sd("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
     cub = sc.cc_params.get("cubic", {})
     sd("ns3::TcpCubic::HyStart", ns.BooleanValue(opt.hystart and cub.get("hystart", 1) != 0))
@@ -262,76 +250,88 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
     base = "cubic" if "cubic" in cc_name else "reno"
     sd("ns3::TcpL4Protocol::SocketType", ns.StringValue(
         "ns3::TcpCubic" if base == "cubic" else "ns3::TcpLinuxReno" if opt.linux_reno else "ns3::TcpNewReno"))
+    return base, cub
 
-    # ---- nodes -----------------------------------------------------------------------------
-    n_routers = len(set(ends.values()))
-    routers = ns.NodeContainer()
-    routers.Create(n_routers)
-    senders = ns.NodeContainer()
-    senders.Create(len(flows))
-    receivers = ns.NodeContainer()
-    receivers.Create(len(flows))
-    stack = ns.InternetStackHelper()
-    stack.Install(routers)
-    stack.Install(senders)
-    stack.Install(receivers)
 
-    subnet = [0]
-    containers = []
+class _Net:
+    """What the set-up functions build, step by step: nodes, point-to-point links, devices."""
 
-    hdr = HEADER_BYTES + (12 if opt.timestamps else 0)
-    wire = (mss + hdr + PPP_BYTES) / mss if opt.payload_rates else 1.0
+    def __init__(self, ns, cx, sc: Scenario, opt: "Ns3Options", flows, ends, used):
+        self.ns, self.cx, self.sc, self.opt, self.flows, self.ends, self.used = ns, cx, sc, opt, flows, ends, used
+        self.mss = int(sc.mss)
+        self.subnet = 0
+        self.containers = []
+        self.hdr = HEADER_BYTES + (12 if opt.timestamps else 0)
+        self.wire = (self.mss + self.hdr + PPP_BYTES) / self.mss if opt.payload_rates else 1.0
 
-    def p2p(a, b, rate_bps: float, delay_s: float):
+    def p2p(self, a, b, rate_bps: float, delay_s: float):
+        ns = self.ns
         h = ns.PointToPointHelper()
-        h.SetDeviceAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(round(rate_bps * wire)))))
-        h.SetDeviceAttribute("Mtu", ns.UintegerValue(max(1500, mss + hdr + 8)))
+        h.SetDeviceAttribute("DataRate", ns.DataRateValue(ns.DataRate(int(round(rate_bps * self.wire)))))
+        h.SetDeviceAttribute("Mtu", ns.UintegerValue(max(1500, self.mss + self.hdr + 8)))
         h.SetChannelAttribute("Delay", ns.TimeValue(ns.Seconds(delay_s)))
         devs = h.Install(a, b)
         addr = ns.Ipv4AddressHelper()
-        net = (10 << 24) + 4 * subnet[0]
-        subnet[0] += 1
+        net = (10 << 24) + 4 * self.subnet
+        self.subnet += 1
         addr.SetBase(ns.Ipv4Address(net), ns.Ipv4Mask("255.255.255.252"))
         ifs = addr.Assign(devs)
-        containers.append(devs)
+        self.containers.append(devs)
         return devs, ifs
 
+
+def _build_topology(net: _Net) -> None:
+    """Routers, one sender and one receiver node per flow, the scenario's links between routers,
+    each flow's access links; drop-tail everywhere (no FqCoDel)."""
+    ns, cx, sc, opt, mss = net.ns, net.cx, net.sc, net.opt, net.mss
+    net.n_routers = len(set(net.ends.values()))
+    net.routers, net.senders, net.receivers = ns.NodeContainer(), ns.NodeContainer(), ns.NodeContainer()
+    net.routers.Create(net.n_routers)
+    net.senders.Create(len(net.flows))
+    net.receivers.Create(len(net.flows))
+    stack = ns.InternetStackHelper()
+    stack.Install(net.routers)
+    stack.Install(net.senders)
+    stack.Install(net.receivers)
     huge_q = 1 << 20
-    link_dev = {}
-    for name in used:
+    net.link_dev = {}
+    for name in net.used:
         lk = sc.links[name]
-        devs, ifs = p2p(routers.Get(ends[(name, 0)]), routers.Get(ends[(name, 1)]), lk.rate_bps, lk.delay_s)
-        link_dev[name] = (devs.Get(0), devs.Get(1), ifs.GetAddress(0), ifs.GetAddress(1))
+        devs, ifs = net.p2p(net.routers.Get(net.ends[(name, 0)]), net.routers.Get(net.ends[(name, 1)]), lk.rate_bps,
+                            lk.delay_s)
+        net.link_dev[name] = (devs.Get(0), devs.Get(1), ifs.GetAddress(0), ifs.GetAddress(1))
         cx.SetDeviceQueue(devs.Get(0), max(1, int(round(lk.buffer_bytes / mss))))
         cx.SetDeviceQueue(devs.Get(1), huge_q)
-
-    rx_rate = max(100e9, 10 * max_rate)
-    access = []
-    for fi, (ji, path) in enumerate(flows):
+    rx_rate = max(100e9, 10 * max(sc.links[n].rate_bps for n in net.used))
+    net.access = []
+    for fi, (ji, path) in enumerate(net.flows):
         first, last = path[0], path[-1]
-        s_devs, s_ifs = p2p(senders.Get(fi), routers.Get(ends[(first, 0)]), sc.links[first].rate_bps, sc.host_delay_s / 2)
+        s_devs, s_ifs = net.p2p(net.senders.Get(fi), net.routers.Get(net.ends[(first, 0)]), sc.links[first].rate_bps,
+                                sc.host_delay_s / 2)
         if opt.host_jitter > 0:
             cx.AddHostJitter(s_devs.Get(0), s_devs.Get(1), sc.host_delay_s / 2,
                              opt.host_jitter * mss * 8 / sc.links[first].rate_bps, fi)
-        r_devs, r_ifs = p2p(routers.Get(ends[(last, 1)]), receivers.Get(fi), rx_rate, 0.0)
+        r_devs, r_ifs = net.p2p(net.routers.Get(net.ends[(last, 1)]), net.receivers.Get(fi), rx_rate, 0.0)
         for d in (s_devs.Get(0), s_devs.Get(1), r_devs.Get(0), r_devs.Get(1)):
             cx.SetDeviceQueue(d, huge_q)
-        access.append((s_devs, s_ifs, r_devs, r_ifs))
-
+        net.access.append((s_devs, s_ifs, r_devs, r_ifs))
     # drop-tail: remove the FqCoDel that Assign() installed on every device
     tch = ns.TrafficControlHelper()
-    for devs in containers:
+    for devs in net.containers:
         tch.Uninstall(devs)
 
+
+def _install_queues(net: _Net):
+    """Drop and mark counters on every router and link; RED (ECN marks) on the ECN links."""
+    ns, cx, sc, mss = net.ns, net.cx, net.sc, net.mss
     counters = cx.MakeCounters()
-    counters.KeepDrops(bool(opt.trace_cwnd))
-    src_job: dict[int, int] = {}
-    for i in range(n_routers):      # a full device queue stops the TC layer, which drops (TcDrop)
-        counters.WatchNode(routers.Get(i))
-    discs = []
-    for name in used:
+    counters.KeepDrops(bool(net.opt.trace_cwnd))
+    for i in range(net.n_routers):      # a full device queue stops the TC layer, which drops (TcDrop)
+        counters.WatchNode(net.routers.Get(i))
+    net.discs = []
+    for name in net.used:
         lk = sc.links[name]
-        fwd = link_dev[name][0]
+        fwd = net.link_dev[name][0]
         if lk.ecn == "none":
             counters.WatchDevice(fwd)
             continue
@@ -345,47 +345,52 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
                          ("LInterm", ns.DoubleValue(1.0 / pmax)), ("QW", ns.DoubleValue(1.0)),
                          ("UseEcn", ns.BooleanValue(True)), ("UseHardDrop", ns.BooleanValue(False)),
                          ("Gentle", ns.BooleanValue(False)), ("MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{buf}p")))):
-            sd(f"ns3::RedQueueDisc::{key}", val)
+            ns.Config.SetDefault(f"ns3::RedQueueDisc::{key}", val)
         cx.SetDeviceQueue(fwd, 1)          # the queue disc holds the backlog, not the device
         red = ns.TrafficControlHelper()
         red.SetRootQueueDisc("ns3::RedQueueDisc")
         qd = red.Install(fwd).Get(0)
         counters.WatchDisc(qd)
-        discs.append(qd)
+        net.discs.append(qd)
+    return counters
 
-    # ---- routes: host routes along each flow's path, and back --------------------------------
-    for fi, (ji, path) in enumerate(flows):
-        s_devs, s_ifs, r_devs, r_ifs = access[fi]
+
+def _install_routes(net: _Net) -> None:
+    """Host routes along each flow's path, and back."""
+    cx, ends = net.cx, net.ends
+    for fi, (ji, path) in enumerate(net.flows):
+        s_devs, s_ifs, r_devs, r_ifs = net.access[fi]
         s_ip, r_ip = s_ifs.GetAddress(0), r_ifs.GetAddress(1)
-        cx.AddHostRoute(senders.Get(fi), s_devs.Get(0), r_ip, s_ifs.GetAddress(1))
+        cx.AddHostRoute(net.senders.Get(fi), s_devs.Get(0), r_ip, s_ifs.GetAddress(1))
         for name in path:
-            d_in, d_out, ip_in, ip_out = link_dev[name]
-            cx.AddHostRoute(routers.Get(ends[(name, 0)]), d_in, r_ip, ip_out)
-            cx.AddHostRoute(routers.Get(ends[(name, 1)]), d_out, s_ip, ip_in)
-        cx.AddHostRoute(routers.Get(ends[(path[-1], 1)]), r_devs.Get(0), r_ip, r_ip)
-        cx.AddHostRoute(routers.Get(ends[(path[0], 0)]), s_devs.Get(1), s_ip, s_ip)
-        cx.AddHostRoute(receivers.Get(fi), r_devs.Get(1), s_ip, r_ifs.GetAddress(0))
+            d_in, d_out, ip_in, ip_out = net.link_dev[name]
+            cx.AddHostRoute(net.routers.Get(ends[(name, 0)]), d_in, r_ip, ip_out)
+            cx.AddHostRoute(net.routers.Get(ends[(name, 1)]), d_out, s_ip, ip_in)
+        cx.AddHostRoute(net.routers.Get(ends[(path[-1], 1)]), r_devs.Get(0), r_ip, r_ip)
+        cx.AddHostRoute(net.routers.Get(ends[(path[0], 0)]), s_devs.Get(1), s_ip, s_ip)
+        cx.AddHostRoute(net.receivers.Get(fi), r_devs.Get(1), s_ip, r_ifs.GetAddress(0))
 
-    # ---- applications ------------------------------------------------------------------------
+
+def _install_applications(net: _Net, counters, cc_name: str, base: str, cub: dict, bin_w: float):
+    """Each job's iteration driver (the fast engine's compute times) and each flow's sender with
+    its congestion control and receiver sink; returns (jobs, flows, ccs, source address -> job)."""
+    ns, cx, sc, opt = net.ns, net.cx, net.sc, net.opt
     rng = np.random.default_rng(sc.seed)               # the fast engine's draws, in its order
     comp = [j.compute_times(rng, j.iterations) for j in sc.jobs]
     hook, marks = hook_numbers(sc, cc_name)
     keep = float(cub.get("beta", 0.7)) if base == "cubic" else 0.5
-    jobs = []
+    jobs, ccs, flow_objs, src_job = [], [], [], {}
     port = 5000
-    ccs = []
-    bin_w = float(trace_interval or 0.0)
     for ji, job in enumerate(sc.jobs):
         jb = cx.MakeJob(ji, float(job.start_offset_s), int(round(job.flow_bytes())), bin_w)
         for c in comp[ji]:
             jb.compute.push_back(float(c))
         jobs.append(jb)
-    flow_objs = []
-    for fi, (ji, path) in enumerate(flows):
-        s_devs, s_ifs, r_devs, r_ifs = access[fi]
+    for fi, (ji, path) in enumerate(net.flows):
+        s_devs, s_ifs, r_devs, r_ifs = net.access[fi]
         r_ip = r_ifs.GetAddress(1)
         sink = ns.PacketSinkHelper("ns3::TcpSocketFactory", ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo())
-        apps = sink.Install(receivers.Get(fi))
+        apps = sink.Install(net.receivers.Get(fi))
         apps.Start(ns.Seconds(0))
         jobs[ji].WatchSink(apps.Get(0))
         hv = cppyy_vector(hook)
@@ -393,8 +398,8 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         if opt.nic_limited_growth:
             cx.SetNic(cc, s_devs.Get(0), float(sc.nic_backlog_segments))
         ccs.append(cc)
-        f = cx.MakeFlow(senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc, bool(sc.slow_start_after_idle),
-                        marks)
+        f = cx.MakeFlow(net.senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc,
+                        bool(sc.slow_start_after_idle), marks)
         if opt.trace_cwnd:
             f.SetDebug(True)
         f.SetPrrRfc(opt.recovery == "prr-rfc")
@@ -404,59 +409,97 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         flow_objs.append(f)
     for jb in jobs:
         cx.ScheduleJob(jb)
+    return jobs, flow_objs, ccs, src_job
 
-    # ---- run, in chunks, reporting progress ---------------------------------------------------
+
+def _simulate_chunks(ns, sc: Scenario, jobs, chunk_s: float, progress, max_sim_time: float | None) -> float:
+    """Run ns-3 in chunks of simulated time until every job is done, reporting progress;
+    returns the simulated time of the last record."""
     iters = np.array([j.iterations for j in sc.jobs], dtype=float)
     horizon = max_sim_time or float(sum(j.start_offset_s for j in sc.jobs) + 50 * max(
         j.iterations * sc.ideal_iter_s(j) for j in sc.jobs) + 10)
     t = 0.0
-    try:
-        while not all(jb.done for jb in jobs):
-            ns.Simulator.Stop(ns.Seconds(opt.chunk_s))
-            ns.Simulator.Run()
-            t = ns.Simulator.Now().GetSeconds()
-            if progress is not None:
-                progress(t, float(np.mean(np.array([jb.iter for jb in jobs]) / iters)))
-            if t > horizon:
-                raise RuntimeError(f"{sc.source}: ns-3 run did not finish within {horizon:.1f} simulated seconds")
+    while not all(jb.done for jb in jobs):
+        ns.Simulator.Stop(ns.Seconds(chunk_s))
+        ns.Simulator.Run()
+        t = ns.Simulator.Now().GetSeconds()
         if progress is not None:
-            progress(t, 1.0)
-        t = max(jb.rEnd[len(jb.rEnd) - 1] for jb in jobs if len(jb.rEnd))
-        records = []
-        for ji, (job, jb) in enumerate(zip(sc.jobs, jobs)):
-            for i in range(len(jb.rEnd)):
-                records.append(IterationRecord(job.name, i, float(jb.rStart[i]), float(jb.rComm[i]), float(jb.rEnd[i]),
-                                               float(job.bytes_per_iter), float(jb.rDrops[i]), float(jb.rMarks[i])))
-        records.sort(key=lambda r: (r.end, r.job))
-        trace_t, trace_rate = np.zeros(0), np.zeros((0, len(jobs)))
-        if bin_w:
-            nb = max(len(jb.bins) for jb in jobs)
-            if nb:
-                trace_rate = np.zeros((nb, len(jobs)))
-                for ji, jb in enumerate(jobs):
-                    v = np.array(list(jb.bins), dtype=float)
-                    trace_rate[:len(v), ji] = v * 8 / bin_w
-                trace_t = (np.arange(nb) + 0.5) * bin_w
+            progress(t, float(np.mean(np.array([jb.iter for jb in jobs]) / iters)))
+        if t > horizon:
+            raise RuntimeError(f"{sc.source}: ns-3 run did not finish within {horizon:.1f} simulated seconds")
+    if progress is not None:
+        progress(t, 1.0)
+    return max(jb.rEnd[len(jb.rEnd) - 1] for jb in jobs if len(jb.rEnd))
+
+
+def _records_and_trace(sc: Scenario, jobs, bin_w: float):
+    """The iteration records (in end order) and the per-job rate trace of the run."""
+    records = []
+    for ji, (job, jb) in enumerate(zip(sc.jobs, jobs)):
+        for i in range(len(jb.rEnd)):
+            records.append(IterationRecord(job.name, i, float(jb.rStart[i]), float(jb.rComm[i]), float(jb.rEnd[i]),
+                                           float(job.bytes_per_iter), float(jb.rDrops[i]), float(jb.rMarks[i])))
+    records.sort(key=lambda r: (r.end, r.job))
+    trace_t, trace_rate = np.zeros(0), np.zeros((0, len(jobs)))
+    if bin_w:
+        nb = max(len(jb.bins) for jb in jobs)
+        if nb:
+            trace_rate = np.zeros((nb, len(jobs)))
+            for ji, jb in enumerate(jobs):
+                v = np.array(list(jb.bins), dtype=float)
+                trace_rate[:len(v), ji] = v * 8 / bin_w
+            trace_t = (np.arange(nb) + 0.5) * bin_w
+    return records, trace_t, trace_rate
+
+
+def _ns3_stats(net: _Net, counters, flow_objs, ccs, src_job) -> dict:
+    """ns-3's own counters, per flow (retransmissions, timeouts, recoveries, ...)."""
+    cx, sc = net.cx, net.sc
+    stats = {"retransmissions": [int(f.retx) for f in flow_objs], "timeouts": [int(f.timeouts) for f in flow_objs],
+             "fast_recoveries": [int(f.recoveries) for f in flow_objs],
+             "cubic_epoch_shifts": [int(f.epochShifts) for f in flow_objs],
+             "iteration_restarts": [int(f.iterationRestarts) for f in flow_objs],
+             "flow_job": [sc.jobs[ji].name for ji, _ in net.flows],
+             "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
+             "other_drops": float(counters.otherDrops),
+             "growth_held_nic_limited": [int(cx.HeldGrowths(c)) for c in ccs],
+             # per RTO: bytes of the iteration still unacknowledged, and never sent (0 = tail loss)
+             "rto_bytes_left": [[float(x) for x in f.rtoLeft] for f in flow_objs],
+             "rto_bytes_unsent": [[float(x) for x in f.rtoUnsent] for f in flow_objs]}
+    if net.opt.trace_cwnd:       # (time s, cwnd bytes, ssthresh bytes) at every change; RTO times
+        stats["cwnd_trace"] = [np.array([list(f.cwT), list(f.cwV), list(f.ssV)]) for f in flow_objs]
+        stats["rto_times"] = [list(f.rtoT) for f in flow_objs]
+        stats["drop_trace"] = (np.array(list(counters.dropT)),          # every drop: time s, job index
+                               np.array([src_job[int(a)] for a in counters.dropSrc], dtype=int))
+    return stats
+
+
+def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
+        trace_interval: float | None = None, max_sim_time: float | None = None,
+        options: Ns3Options | None = None) -> SimResult:
+    """Run ``sc`` under ``cc_name`` in ns-3 and return the fast engine's result type."""
+    check(sc, cc_name)
+    opt = options or Ns3Options()
+    from .ns3_cxx import load
+    ns, cx = load()
+    wall0 = time.perf_counter()
+    flows = _flows(sc)
+    ends, used = _routers(sc, flows)
+    base, cub = _tcp_defaults(ns, sc, cc_name, opt, any(sc.links[n].ecn != "none" for n in used))
+    net = _Net(ns, cx, sc, opt, flows, ends, used)
+    _build_topology(net)
+    counters = _install_queues(net)
+    _install_routes(net)
+    bin_w = float(trace_interval or 0.0)
+    jobs, flow_objs, ccs, src_job = _install_applications(net, counters, cc_name, base, cub, bin_w)
+    try:
+        t = _simulate_chunks(ns, sc, jobs, opt.chunk_s, progress, max_sim_time)
+        records, trace_t, trace_rate = _records_and_trace(sc, jobs, bin_w)
         sent = float(sum(f.txBytes for f in flow_objs))
         acked = float(sum(f.acked for f in flow_objs))
         events = int(ns.Simulator.GetEventCount())
         drops, marks = float(counters.drops), float(counters.marks)
-        stats = {"retransmissions": [int(f.retx) for f in flow_objs], "timeouts": [int(f.timeouts) for f in flow_objs],
-                 "fast_recoveries": [int(f.recoveries) for f in flow_objs],
-                 "cubic_epoch_shifts": [int(f.epochShifts) for f in flow_objs],
-                 "iteration_restarts": [int(f.iterationRestarts) for f in flow_objs],
-                 "flow_job": [sc.jobs[ji].name for ji, _ in flows],
-                 "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
-                 "other_drops": float(counters.otherDrops),
-                 "growth_held_nic_limited": [int(cx.HeldGrowths(c)) for c in ccs],
-                 # per RTO: bytes of the iteration still unacknowledged, and never sent (0 = tail loss)
-                 "rto_bytes_left": [[float(x) for x in f.rtoLeft] for f in flow_objs],
-                 "rto_bytes_unsent": [[float(x) for x in f.rtoUnsent] for f in flow_objs]}
-        if opt.trace_cwnd:       # (time s, cwnd bytes, ssthresh bytes) at every change; RTO times
-            stats["cwnd_trace"] = [np.array([list(f.cwT), list(f.cwV), list(f.ssV)]) for f in flow_objs]
-            stats["rto_times"] = [list(f.rtoT) for f in flow_objs]
-            stats["drop_trace"] = (np.array(list(counters.dropT)),          # every drop: time s, job index
-                                   np.array([src_job[int(a)] for a in counters.dropSrc], dtype=int))
+        stats = _ns3_stats(net, counters, flow_objs, ccs, src_job)
     finally:
         ns.Simulator.Destroy()
     res = SimResult(sc.name, cc_name, records, drops, marks, t, time.perf_counter() - wall0, events,
