@@ -200,8 +200,8 @@ def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout) -> list[dict
         if scheduler:
             client = _client_of(scheduler, connect_timeout)
         else:
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                                   silence_logs=logging.ERROR, worker_class="distributed.Nanny")
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                   dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
             client = Client(cluster)
         run = uuid.uuid4().hex[:8]
         keys = [f"mltcp-task-{run}-{i}" for i in range(len(payloads))]
@@ -227,7 +227,8 @@ def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout) -> list[dict
             except Exception:
                 pass
         if cluster is not None:
-            client.close()
+            if client is not None:
+                client.close()
             cluster.close()
 
 
