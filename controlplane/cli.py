@@ -31,9 +31,9 @@ from .client import (
     PipelineFileError,
     TlsOptions,
     connect_switch,
-    install_topology,
     reader_election_id,
 )
+from .install import install_topology
 from .bmv2 import parse_thrift_addr, read_counters
 from .counters import CounterSnapshot, to_json, to_table
 from .topology import (

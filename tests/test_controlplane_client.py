@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from mltcp.controlplane import entries as E
 from mltcp.p4src import names as N
 from mltcp.controlplane.cli import app
-from mltcp.controlplane.client import ControlPlaneError, connect, install_topology
+from mltcp.controlplane.client import ControlPlaneError, connect
+from mltcp.controlplane.install import install_topology
 from mltcp.controlplane.topology import Route, parse_topology
 from mltcp.p4src import P4INFO_PATH
 

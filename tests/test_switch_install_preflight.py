@@ -269,7 +269,7 @@ def test_bmv2_good_topology_against_its_running_p4info(bmv2, tmp_path):
 
 
 def test_library_install_topology_checks_before_writing(switches, tmp_path):
-    from mltcp.controlplane.client import install_topology
+    from mltcp.controlplane.install import install_topology
     from mltcp.controlplane.topology import TopologyError, load_topology
     (t1, a1), (t2, a2) = switches
     before = (_sw_state(t1), _sw_state(t2))
