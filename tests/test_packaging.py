@@ -66,6 +66,8 @@ def _third_party(dirs) -> dict[str, list[tuple[str, bool]]]:
     mods: dict[str, list[tuple[str, bool]]] = {}
     for d in dirs:
         for p in sorted((ROOT / d).rglob("*.py")):
+            if "__pycache__" in p.parts:     # generated at run time (numba's cache, the cc dispatch), not source
+                continue
             for mod, line, guarded in _imports(p):
                 if mod in sys.stdlib_module_names or mod in local or mod == "__future__":
                     continue
