@@ -133,6 +133,9 @@ debootstrap_rootfs() {
   # inside rewrites /etc/ssl/certs/ca-certificates.crt from Debian's list alone)
   local ca="${PIP_CERT:-$(pip_conf_cert)}"
   if [ -n "$ca" ] && [ -f "$ca" ]; then cp "$ca" "$RFS$CA_COPY"; fi
+  # the root filesystem a mount point of its own: Mininet's mnexec makes "/" a private mount
+  # inside each host's namespace, which fails ("remount: Invalid argument") on a plain folder
+  mount --bind "$RFS" "$RFS" && mount --make-private "$RFS"
   mount -t proc proc "$RFS/proc"
   mount --rbind /sys "$RFS/sys" && mount --make-rslave "$RFS/sys"    # /sys/fs/bpf, /sys/fs/cgroup
   mount --rbind /dev "$RFS/dev" && mount --make-rslave "$RFS/dev"    # /dev/pts, /dev/shm
