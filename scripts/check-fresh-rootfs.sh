@@ -3,8 +3,9 @@
 #
 # Builds the root filesystem with `debootstrap --variant=minbase bookworm` from this machine's
 # Debian mirror, installs only git and make inside (the way a new VM starts), clones this
-# checkout's HEAD into it, then runs `make demo` and `make test` there in a chroot. Prints how
-# long each step took. Everything mounted is unmounted on exit, failure or Ctrl-C included.
+# checkout's HEAD into it, then runs `make demo` and `make test` there (pivot_root into it). Prints how
+# long each step took. Its mounts live in a mount namespace of its own, gone when the step ends
+# (failure or Ctrl-C included); the root filesystem is removed at the end.
 #
 #   sudo bash scripts/check-fresh-rootfs.sh [--demo-only] [--keep]
 #
@@ -111,7 +112,25 @@ step() {  # step NAME COMMAND...: run it, print and remember its duration
   printf '=== %s: %d min %02d s\n' "$name" $((TOOK[$name] / 60)) $((TOOK[$name] % 60))
 }
 
-in_chroot() {  # a login-like environment: nothing from this shell but the pip settings
+# Inside the new root: its own mount and PID namespaces, pivot_root into it (not chroot: Mininet
+# enters its hosts' mount namespaces, whose root a chroot does not change), /proc, /sys (with
+# /sys/fs/bpf and /sys/fs/cgroup) and /dev (with /dev/pts) mounted there. Nothing is mounted on
+# this machine's side: the mounts go with the namespace, and every process inside with its PID 1.
+PIVOT='set -e
+rfs=$1; cmd=$2; shift 2
+mount --bind "$rfs" "$rfs"
+mount -t proc proc "$rfs/proc"
+mount --rbind /sys "$rfs/sys"
+mount --rbind /dev "$rfs/dev"
+mkdir -p "$rfs/.oldroot"
+cd "$rfs"
+pivot_root . .oldroot
+umount -l /.oldroot
+rmdir /.oldroot
+cd /
+exec /usr/bin/env -i "$@" bash -c "$cmd"'
+
+in_chroot() {  # in_chroot COMMAND: a login-like environment, nothing from this shell but pip's settings
   local envs=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
               LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive TERM=dumb)
   local v
@@ -119,7 +138,8 @@ in_chroot() {  # a login-like environment: nothing from this shell but the pip s
     [ -n "${!v:-}" ] && envs+=("$v=${!v}")
   done
   [ -f "$RFS$CA_COPY" ] && envs+=("PIP_CERT=$CA_COPY")
-  chroot "$RFS" /usr/bin/env -i "${envs[@]}" bash -c "$1"
+  unshare --mount --pid --fork --kill-child --propagation private \
+    bash -c "$PIVOT" pivot "$RFS" "$1" "${envs[@]}" </dev/null
 }
 
 debootstrap_rootfs() {
@@ -133,12 +153,6 @@ debootstrap_rootfs() {
   # inside rewrites /etc/ssl/certs/ca-certificates.crt from Debian's list alone)
   local ca="${PIP_CERT:-$(pip_conf_cert)}"
   if [ -n "$ca" ] && [ -f "$ca" ]; then cp "$ca" "$RFS$CA_COPY"; fi
-  # the root filesystem a mount point of its own: Mininet's mnexec makes "/" a private mount
-  # inside each host's namespace, which fails ("remount: Invalid argument") on a plain folder
-  mount --bind "$RFS" "$RFS" && mount --make-private "$RFS"
-  mount -t proc proc "$RFS/proc"
-  mount --rbind /sys "$RFS/sys" && mount --make-rslave "$RFS/sys"    # /sys/fs/bpf, /sys/fs/cgroup
-  mount --rbind /dev "$RFS/dev" && mount --make-rslave "$RFS/dev"    # /dev/pts, /dev/shm
 }
 
 install_git_make() { in_chroot "apt-get update -qq && apt-get install -y -qq --no-install-recommends git make >/dev/null"; }
