@@ -46,8 +46,7 @@ def main() -> int:
             sh("ip", "link", "set", a, "up")
             sh("ip", "link", "set", b, "up")
         ifaces = {1: veths[0][0], 2: veths[1][0]}
-        proc, port = spawn_switch(ifaces, grpc_host="127.0.0.1", log_level="warning",
-                                  stderr=subprocess.DEVNULL)
+        proc, port = spawn_switch(ifaces, grpc_host="127.0.0.1", log_level="warning", stderr=subprocess.DEVNULL)
         procs.append(proc)
         addr = f"127.0.0.1:{port}"
 
@@ -56,12 +55,15 @@ def main() -> int:
         t1 = time.perf_counter()
         conn.push_pipeline()
         t2 = time.perf_counter()
-        print(f"connect (arbitration): {1e3 * (t1 - t0):.1f} ms; pipeline push + P4Info "
-              f"read-back: {1e3 * (t2 - t1):.1f} ms")
+        print(
+            f"connect (arbitration): {1e3 * (t1 - t0):.1f} ms; pipeline push + P4Info "
+            f"read-back: {1e3 * (t2 - t1):.1f} ms"
+        )
 
         base = int(ipaddress.IPv4Address("10.128.0.0"))
-        routes = [Route(f"{ipaddress.IPv4Address(base + i)}/32", 1 + i % 2,
-                        "00:00:00:00:00:01") for i in range(args.routes)]
+        routes = [
+            Route(f"{ipaddress.IPv4Address(base + i)}/32", 1 + i % 2, "00:00:00:00:00:01") for i in range(args.routes)
+        ]
         t0 = time.perf_counter()
         conn.install_routes(routes)
         dt = time.perf_counter() - t0
@@ -76,21 +78,26 @@ def main() -> int:
             t0 = time.perf_counter()
             conn.read_counters()
             times.append(time.perf_counter() - t0)
-        print(f"full counter read (3x1024 counter + 1024 register entries): median "
-              f"{1e3 * statistics.median(times):.1f} ms, max {1e3 * max(times):.1f} ms "
-              f"over {args.reads}")
+        print(
+            f"full counter read (3x1024 counter + 1024 register entries): median "
+            f"{1e3 * statistics.median(times):.1f} ms, max {1e3 * max(times):.1f} ms "
+            f"over {args.reads}"
+        )
 
         proc.terminate()
         proc.wait(10)
         t0 = time.perf_counter()
-        proc2, _ = spawn_switch(ifaces, grpc_port=port, grpc_host="127.0.0.1",
-                                log_level="warning", stderr=subprocess.DEVNULL)
+        proc2, _ = spawn_switch(
+            ifaces, grpc_port=port, grpc_host="127.0.0.1", log_level="warning", stderr=subprocess.DEVNULL
+        )
         procs.append(proc2)
         t_up = time.perf_counter() - t0
         conn.read_counters()  # reconnects, re-pushes, reads
         t_ok = time.perf_counter() - t0
-        print(f"after restart: switch serving gRPC after {t_up:.2f} s; read_counters "
-              f"succeeded {t_ok:.2f} s after the restart began ({conn.reconnects} reconnect)")
+        print(
+            f"after restart: switch serving gRPC after {t_up:.2f} s; read_counters "
+            f"succeeded {t_ok:.2f} s after the restart began ({conn.reconnects} reconnect)"
+        )
         conn.close()
     finally:
         for p in procs:

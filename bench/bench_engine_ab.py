@@ -6,6 +6,7 @@ Printed: per case the median over rounds of each tree's time and B / A (> 1: thi
 
     python bench/bench_engine_ab.py /tmp/base [--rounds 5] [--repeats 3] [--iterations 40]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,10 +18,18 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-CASES = [("two-jobs", "reno"), ("two-jobs", "mltcp-reno"), ("cubic-two-jobs", "mltcp-cubic"),
-         ("dctcp-three-jobs", "mltcp-dctcp"), ("dcqcn-two-jobs", "mltcp-dcqcn"), ("innet-dcqcn-two-jobs", "dcqcn"),
-         ("innet-ecn-reno-three-jobs", "mltcp-reno"), ("ring-allreduce", "mltcp-reno"),
-         ("holdout-five-jobs", "mltcp-reno"), ("ns3-dumbbell-100m", "reno")]
+CASES = [
+    ("two-jobs", "reno"),
+    ("two-jobs", "mltcp-reno"),
+    ("cubic-two-jobs", "mltcp-cubic"),
+    ("dctcp-three-jobs", "mltcp-dctcp"),
+    ("dcqcn-two-jobs", "mltcp-dcqcn"),
+    ("innet-dcqcn-two-jobs", "dcqcn"),
+    ("innet-ecn-reno-three-jobs", "mltcp-reno"),
+    ("ring-allreduce", "mltcp-reno"),
+    ("holdout-five-jobs", "mltcp-reno"),
+    ("ns3-dumbbell-100m", "reno"),
+]
 
 CHILD = """
 import dataclasses, json, sys
@@ -31,7 +40,8 @@ root, iterations, repeats = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]
 out = {}
 for name, cc in json.loads(sys.argv[4]):
     sc = load(str(root / "scenarios" / f"{name}.toml"))
-    sc = dataclasses.replace(sc, jobs=[dataclasses.replace(j, iterations=min(j.iterations, iterations)) for j in sc.jobs])
+    jobs = [dataclasses.replace(j, iterations=min(j.iterations, iterations)) for j in sc.jobs]
+    sc = dataclasses.replace(sc, jobs=jobs)
     simulate(sc, cc)
     out[f"{name} {cc}"] = min(simulate(sc, cc).loop_time for _ in range(repeats))
 print(json.dumps(out))
@@ -40,8 +50,14 @@ print(json.dumps(out))
 
 def measure(tree: Path, iterations: int, repeats: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    p = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(iterations), str(repeats), json.dumps(CASES)],
-                       env=env, capture_output=True, text=True, check=True, cwd=tree)
+    p = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tree), str(iterations), str(repeats), json.dumps(CASES)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tree,
+    )
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 

@@ -3,6 +3,7 @@ explicit iteration mark. Prints measured rates and ratios (needs root, iperf3, c
 
     sudo .venv/bin/python bench/bench_kernel_cc.py [--seconds 3]
 """
+
 import argparse
 import json
 import subprocess
@@ -12,12 +13,17 @@ from mltcp.traffic.kernel import loader, maps
 
 
 def iperf(cc: str, seconds: float, port: int) -> float:
-    srv = subprocess.Popen(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = subprocess.Popen(
+        ["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         time.sleep(0.3)
-        res = subprocess.run(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-C", cc, "-t", str(seconds), "-J"],
-                             capture_output=True, text=True, check=True)
+        res = subprocess.run(
+            ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-C", cc, "-t", str(seconds), "-J"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         doc = json.loads(res.stdout)
         assert doc["end"]["sender_tcp_congestion"] == cc, doc["end"]["sender_tcp_congestion"]
         return doc["end"]["sum_sent"]["bits_per_second"]
@@ -48,8 +54,10 @@ def main() -> None:
         t = time.perf_counter()
         maps.mark_iteration_start(40000)
         once = time.perf_counter() - t
-        print(f"mark via open maps (bpf syscall): {per * 1e6:.1f} us; mark_iteration_start() (bpftool lookup): "
-              f"{once * 1e3:.1f} ms")
+        print(
+            f"mark via open maps (bpf syscall): {per * 1e6:.1f} us; mark_iteration_start() (bpftool lookup): "
+            f"{once * 1e3:.1f} ms"
+        )
     finally:
         if we_loaded:
             loader.unload()

@@ -16,6 +16,7 @@
     python bench/bench_sim.py [--no-ns3] [--jobs 2,10,100,1000] [--fat-tree-k 28] [--skip-jit]
     python bench/bench_sim.py --only-fat-tree [--fat-tree-cc mltcp-reno] [--repeats 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,6 @@ import tempfile
 import time
 import zlib
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -39,21 +39,44 @@ con = Console(width=200)
 
 
 def ns3_case(iterations: int = 20):
-    return from_dict({
-        "name": "ns3-case", "iterations": iterations, "warmup_iterations": 2,
-        "links": [{"name": "bn", "rate_mbps": 100, "delay_us": 1100, "buffer_pkts": 100}],
-        "jobs": [{"name": "A", "compute_ms": 200, "bytes": 2_500_000, "path": ["bn"]},
-                 {"name": "B", "compute_ms": 200, "bytes": 2_500_000, "path": ["bn"], "start_offset_ms": 10}],
-    }, "<bench ns3-case>")
+    return from_dict(
+        {
+            "name": "ns3-case",
+            "iterations": iterations,
+            "warmup_iterations": 2,
+            "links": [{"name": "bn", "rate_mbps": 100, "delay_us": 1100, "buffer_pkts": 100}],
+            "jobs": [
+                {"name": "A", "compute_ms": 200, "bytes": 2_500_000, "path": ["bn"]},
+                {"name": "B", "compute_ms": 200, "bytes": 2_500_000, "path": ["bn"], "start_offset_ms": 10},
+            ],
+        },
+        "<bench ns3-case>",
+    )
 
 
 def pairs(n_jobs: int, iterations: int):
-    return from_dict({
-        "name": f"bench-{n_jobs}", "iterations": iterations, "warmup_iterations": 1,
-        "links": [{"name": "link", "count": max(2, n_jobs // 2), "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0}],
-        "jobs": [{"name": "job", "count": n_jobs, "share": 2, "stagger_ms": 0.5, "compute_ms": 20,
-                  "bytes": 2_500_000, "path": ["link{g}"]}],
-    }, f"<bench {n_jobs}>")
+    return from_dict(
+        {
+            "name": f"bench-{n_jobs}",
+            "iterations": iterations,
+            "warmup_iterations": 1,
+            "links": [
+                {"name": "link", "count": max(2, n_jobs // 2), "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0}
+            ],
+            "jobs": [
+                {
+                    "name": "job",
+                    "count": n_jobs,
+                    "share": 2,
+                    "stagger_ms": 0.5,
+                    "compute_ms": 20,
+                    "bytes": 2_500_000,
+                    "path": ["link{g}"],
+                }
+            ],
+        },
+        f"<bench {n_jobs}>",
+    )
 
 
 def fat_tree_jobs(k: int, n_jobs: int = 10_000, iterations: int = 10):
@@ -63,11 +86,18 @@ def fat_tree_jobs(k: int, n_jobs: int = 10_000, iterations: int = 10):
     if "fat-tree-10k" in builtin_names() and k == 28:
         sc = load("fat-tree-10k")
         return sc, "scenarios/fat-tree-10k.toml"
-    base = from_dict({"name": "fat-tree", "iterations": iterations, "warmup_iterations": 2,
-                      "links": [{"name": "x", "rate_gbps": 1, "delay_us": 10, "buffer_pkts": 100}],
-                      "jobs": [{"name": "x", "compute_ms": 20, "bytes": 2_500_000, "path": ["x"]}]}, "<bench fat-tree>")
+    base = from_dict(
+        {
+            "name": "fat-tree",
+            "iterations": iterations,
+            "warmup_iterations": 2,
+            "links": [{"name": "x", "rate_gbps": 1, "delay_us": 10, "buffer_pkts": 100}],
+            "jobs": [{"name": "x", "compute_ms": 20, "bytes": 2_500_000, "path": ["x"]}],
+        },
+        "<bench fat-tree>",
+    )
     h = k // 2
-    hosts = k ** 3 // 4
+    hosts = k**3 // 4
     links: dict[str, Link] = {}
 
     def link(name):
@@ -77,11 +107,17 @@ def fat_tree_jobs(k: int, n_jobs: int = 10_000, iterations: int = 10):
 
     def path(src, dst, key):
         hsh = zlib.crc32(key.encode())
-        ps, es = divmod(src // h, h)          # pod, edge switch of each host
+        ps, es = divmod(src // h, h)  # pod, edge switch of each host
         pd, ed = divmod(dst // h, h)
-        a, c = hsh % h, (hsh // h) % h        # aggregation index, core index within its group
-        return [link(f"h{src}-e{ps}.{es}"), link(f"e{ps}.{es}-a{ps}.{a}"), link(f"a{ps}.{a}-c{a}.{c}"),
-                link(f"c{a}.{c}-a{pd}.{a}"), link(f"a{pd}.{a}-e{pd}.{ed}"), link(f"e{pd}.{ed}-h{dst}")]
+        a, c = hsh % h, (hsh // h) % h  # aggregation index, core index within its group
+        return [
+            link(f"h{src}-e{ps}.{es}"),
+            link(f"e{ps}.{es}-a{ps}.{a}"),
+            link(f"a{ps}.{a}-c{a}.{c}"),
+            link(f"c{a}.{c}-a{pd}.{a}"),
+            link(f"a{pd}.{a}-e{pd}.{ed}"),
+            link(f"e{pd}.{ed}-h{dst}"),
+        ]
 
     jobs = []
     for i in range(n_jobs // 2):
@@ -96,15 +132,20 @@ def jit_times(skip: bool) -> None:
     if skip:
         con.print("JIT timing skipped (--skip-jit)")
         return
-    code = ("import time; t = time.perf_counter(); from mltcp.sim.engine import simulate; "
-            "import sys; sys.path.insert(0, %r); from bench_sim import ns3_case; "
-            "r = simulate(ns3_case(3), 'mltcp-reno'); print(time.perf_counter() - t)") % os.path.dirname(__file__)
+    code = (
+        "import time; t = time.perf_counter(); from mltcp.sim.engine import simulate; "
+        "import sys; sys.path.insert(0, %r); from bench_sim import ns3_case; "
+        "r = simulate(ns3_case(3), 'mltcp-reno'); print(time.perf_counter() - t)"
+    ) % os.path.dirname(__file__)
     t = Table(title="JIT (fresh process: import + first 3-iteration run)", title_justify="left")
     for c in ("numba cache", "wall s"):
         t.add_column(c, justify="right")
     with tempfile.TemporaryDirectory(prefix="mltcp-bench-jit-") as d:
-        for label, env in (("empty (compile)", {"NUMBA_CACHE_DIR": d}), ("filled by the run above (load)", {"NUMBA_CACHE_DIR": d}),
-                           ("the package's own", {})):
+        for label, env in (
+            ("empty (compile)", {"NUMBA_CACHE_DIR": d}),
+            ("filled by the run above (load)", {"NUMBA_CACHE_DIR": d}),
+            ("the package's own", {}),
+        ):
             p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
             t.add_row(label, f"{float(p.stdout):.2f}" if p.returncode == 0 else f"failed: {p.stderr.strip()[-200:]}")
     con.print(t)
@@ -136,22 +177,39 @@ def vs_ns3(use_ns3: bool, iterations: int) -> None:
             ok, why = ns3.available() if hasattr(ns3, "available") else (True, "")
             if not ok:
                 ns3, reason = None, why
-    t = Table(title=f"issue-9 case: 2 jobs, 100 Mb/s, 2.2 ms RTT, 100-pkt drop-tail, {iterations} iterations",
-              title_justify="left")
-    for c in ("cc", "fast wall / CPU s (warm, best of 3)", "ns-3 wall / CPU s", "ns-3 / fast (wall, CPU)",
-              "fast avg iter ms", "ns-3 avg iter ms", "fast drops", "ns-3 drops", "slots processed / all"):
+    t = Table(
+        title=f"issue-9 case: 2 jobs, 100 Mb/s, 2.2 ms RTT, 100-pkt drop-tail, {iterations} iterations",
+        title_justify="left",
+    )
+    for c in (
+        "cc",
+        "fast wall / CPU s (warm, best of 3)",
+        "ns-3 wall / CPU s",
+        "ns-3 / fast (wall, CPU)",
+        "fast avg iter ms",
+        "ns-3 avg iter ms",
+        "fast drops",
+        "ns-3 drops",
+        "slots processed / all",
+    ):
         t.add_column(c, justify="right")
     for cc in ("reno", "cubic"):
         sc = ns3_case(iterations)
-        simulate(sc, cc)                       # JIT / cache load outside the timing
+        simulate(sc, cc)  # JIT / cache load outside the timing
         fast_w, fast_c, r = best_of(3, lambda: simulate(sc, cc))
         f_avg = metrics.summary(r.records, sc.warmup_iterations)["avg_iter_s"] * 1e3
         row = [cc, f"{fast_w:.4f} / {fast_c:.4f}"]
         if ns3 is not None:
             ns_w, ns_c, n = timed(lambda: ns3.run(sc, cc))
             n_avg = metrics.summary(n.records, sc.warmup_iterations)["avg_iter_s"] * 1e3
-            row += [f"{ns_w:.2f} / {ns_c:.2f}", f"{ns_w / fast_w:,.0f}x, {ns_c / fast_c:,.0f}x", f"{f_avg:.1f}",
-                    f"{n_avg:.1f}", f"{r.drops:.0f}", f"{n.drops:.0f}"]
+            row += [
+                f"{ns_w:.2f} / {ns_c:.2f}",
+                f"{ns_w / fast_w:,.0f}x, {ns_c / fast_c:,.0f}x",
+                f"{f_avg:.1f}",
+                f"{n_avg:.1f}",
+                f"{r.drops:.0f}",
+                f"{n.drops:.0f}",
+            ]
         else:
             row += ["-", "-", f"{f_avg:.1f}", "-", f"{r.drops:.0f}", "-"]
         row.append(f"{r.steps:,} / {r.slots:,}")
@@ -180,13 +238,20 @@ def scale(jobs: str, iterations: int, cc: str) -> None:
     for n in (int(x) for x in jobs.split(",")):
         sc = pairs(n, iterations)
         wall, cpu, r = timed(lambda: simulate(sc, cc))
-        t.add_row(str(n), f"{r.sim_time:.3f}", f"{wall:.3f}", f"{cpu:.3f}", f"{r.sim_time / cpu:.2f}", f"{r.steps / cpu:,.0f}",
-                  f"{r.bytes_sent / sc.mss / cpu:,.0f}")
+        t.add_row(
+            str(n),
+            f"{r.sim_time:.3f}",
+            f"{wall:.3f}",
+            f"{cpu:.3f}",
+            f"{r.sim_time / cpu:.2f}",
+            f"{r.steps / cpu:,.0f}",
+            f"{r.bytes_sent / sc.mss / cpu:,.0f}",
+        )
     con.print(t)
 
 
 def fat_tree(k: int, cc: str | None, repeats: int = 1) -> None:
-    simulate(ns3_case(3), "reno")              # JIT cache load outside the timing
+    simulate(ns3_case(3), "reno")  # JIT cache load outside the timing
     rows = []
     for _ in range(repeats):
         load_avg = os.getloadavg()[0]
@@ -196,20 +261,45 @@ def fat_tree(k: int, cc: str | None, repeats: int = 1) -> None:
         rows.append((load_avg, built, built_c, run, run_c, r))
     flows = sum(len(j.paths()) for j in sc.jobs)
     s = metrics.summary(r.records, sc.warmup_iterations)
-    t = Table(title=f"{len(sc.jobs):,} jobs ({flows:,} flows) on {len(sc.links):,} directed links, "
-                    f"{sc.jobs[0].iterations} iterations, {algo}", title_justify="left")
-    for c in ("load avg", "scenario load wall / CPU s", "engine setup + records wall s", "compiled loop wall s",
-              "simulate CPU s", "total wall / CPU s", "total wall < 60 s", "simulated s", "iterations",
-              "avg iter ms", "drops"):
+    t = Table(
+        title=f"{len(sc.jobs):,} jobs ({flows:,} flows) on {len(sc.links):,} directed links, "
+        f"{sc.jobs[0].iterations} iterations, {algo}",
+        title_justify="left",
+    )
+    for c in (
+        "load avg",
+        "scenario load wall / CPU s",
+        "engine setup + records wall s",
+        "compiled loop wall s",
+        "simulate CPU s",
+        "total wall / CPU s",
+        "total wall < 60 s",
+        "simulated s",
+        "iterations",
+        "avg iter ms",
+        "drops",
+    ):
         t.add_column(c, justify="right")
     for load_avg, built, built_c, run, run_c, r in rows:
         total = built + run
-        t.add_row(f"{load_avg:.1f}", f"{built:.2f} / {built_c:.2f}", f"{run - r.loop_time:.2f}", f"{r.loop_time:.2f}",
-                  f"{run_c:.2f}", f"{total:.2f} / {built_c + run_c:.2f}", "yes" if total < 60 else "no",
-                  f"{r.sim_time:.3f}", f"{len(r.records):,}", f"{s['avg_iter_s'] * 1e3:.1f}", f"{r.drops:,.0f}")
+        t.add_row(
+            f"{load_avg:.1f}",
+            f"{built:.2f} / {built_c:.2f}",
+            f"{run - r.loop_time:.2f}",
+            f"{r.loop_time:.2f}",
+            f"{run_c:.2f}",
+            f"{total:.2f} / {built_c + run_c:.2f}",
+            "yes" if total < 60 else "no",
+            f"{r.sim_time:.3f}",
+            f"{len(r.records):,}",
+            f"{s['avg_iter_s'] * 1e3:.1f}",
+            f"{r.drops:,.0f}",
+        )
     con.print(t)
-    con.print(f"fabric: {origin}; {os.cpu_count()} CPUs; wall time on this shared machine follows its load "
-              f"(CPU s is what the run costs)")
+    con.print(
+        f"fabric: {origin}; {os.cpu_count()} CPUs; wall time on this shared machine follows its load "
+        f"(CPU s is what the run costs)"
+    )
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ processes over TCP loopback (records must equal the embedded run's). Also: the c
 
 Timings are ratios measured in one run, on whatever else the machine is doing: run it idle.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,20 +42,24 @@ def first_run_in_a_fresh_process(task: sweep.Task, cache_dir: str | None) -> flo
     env = dict(os.environ)
     if cache_dir is not None:
         env["NUMBA_CACHE_DIR"] = cache_dir
-    code = ("import time; t = time.perf_counter(); from mltcp import sweep; "
-            f"sweep.run_task(sweep.Task({task.scenario!r}, {task.arm!r}, {task.seed}, {task.iterations})); "
-            "print(time.perf_counter() - t)")
+    code = (
+        "import time; t = time.perf_counter(); from mltcp import sweep; "
+        f"sweep.run_task(sweep.Task({task.scenario!r}, {task.arm!r}, {task.seed}, {task.iterations})); "
+        "print(time.perf_counter() - t)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     return float(r.stdout.strip().splitlines()[-1])
 
 
 def _rss_mb() -> float:
     import psutil
+
     return psutil.Process().memory_info().rss / 2**20
 
 
 def worker_rss_mb(address: str) -> list[float]:
     from distributed import Client
+
     with Client(address, timeout=10) as c:
         return sorted(c.run(_rss_mb).values())
 
@@ -62,27 +67,37 @@ def worker_rss_mb(address: str) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=1000, help="runs in the sweep (scenarios x arms x seeds)")
-    ap.add_argument("--iterations", type=int, default=300, help="iterations per run (the scenarios cut to this; "
-                    "300: about 0.2 s a run on an idle core)")
+    ap.add_argument(
+        "--iterations",
+        type=int,
+        default=300,
+        help="iterations per run (the scenarios cut to this; 300: about 0.2 s a run on an idle core)",
+    )
     ap.add_argument("--no-cold", action="store_true", help="skip the empty-cache compile measurement (~1-2 min)")
     a = ap.parse_args()
     tasks = make_tasks(a.runs, a.iterations)
-    print(f"sweep: {len(tasks)} runs = {len(SCENARIOS)} scenarios x {len(ARMS)} arms x "
-          f"{len(tasks) // (len(SCENARIOS) * len(ARMS))} seeds, {a.iterations} iterations each; "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"sweep: {len(tasks)} runs = {len(SCENARIOS)} scenarios x {len(ARMS)} arms x "
+        f"{len(tasks) // (len(SCENARIOS) * len(ARMS))} seeds, {a.iterations} iterations each; "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     res: dict = {"runs": len(tasks), "iterations": a.iterations, "load_before": os.getloadavg()[0]}
 
     # one run's cost, here (the cache warm after the first)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    sweep.run_tasks(tasks[:len(ARMS)], workers=1, progress=False)
+    sweep.run_tasks(tasks[: len(ARMS)], workers=1, progress=False)
     sample = tasks[: min(40, len(tasks))]
     t, recs = timed(lambda: sweep.run_tasks(sample, workers=1, progress=False))
     res["per_run_s"] = t / len(sample)
     res["per_run_sim_s"] = sum(r["wall_s"] for r in recs) / len(recs)
     res["rss_growth_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
     res["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"one run in process: {res['per_run_s'] * 1e3:.0f} ms ({res['per_run_sim_s'] * 1e3:.0f} ms in the simulator); "
-          f"process peak RSS {res['rss_mb']:.0f} MB (+{res['rss_growth_mb']:.0f} MB for the runs)", flush=True)
+    print(
+        f"one run in process: {res['per_run_s'] * 1e3:.0f} ms ({res['per_run_sim_s'] * 1e3:.0f} ms in the simulator); "
+        f"process peak RSS {res['rss_mb']:.0f} MB (+{res['rss_growth_mb']:.0f} MB for the runs)",
+        flush=True,
+    )
 
     # a new worker process's first run: numba's cache warm vs empty
     res["fresh_process_warm_cache_s"] = first_run_in_a_fresh_process(tasks[1], None)
@@ -90,27 +105,37 @@ def main() -> None:
     if not a.no_cold:
         with tempfile.TemporaryDirectory() as empty:
             res["fresh_process_cold_cache_s"] = first_run_in_a_fresh_process(tasks[1], empty)
-        print(f"fresh process, first run, cache empty (compiles): {res['fresh_process_cold_cache_s']:.1f} s", flush=True)
+        print(
+            f"fresh process, first run, cache empty (compiles): {res['fresh_process_cold_cache_s']:.1f} s", flush=True
+        )
 
     # the sweep: 1 Dask worker, 2 Dask workers (each a LocalCluster started and closed inside the time)
     t1, one = timed(lambda: sweep.run_tasks(tasks, workers=1, engine="dask", progress=True))
     print(f"embedded LocalCluster, 1 worker:  {t1:.1f} s", flush=True)
     t2, two = timed(lambda: sweep.run_tasks(tasks, workers=2, engine="dask", progress=True))
     print(f"embedded LocalCluster, 2 workers: {t2:.1f} s -> {t1 / t2:.2f}x", flush=True)
-    res.update(dask_1_worker_s=t1, dask_2_workers_s=t2, speedup_2_vs_1=t1 / t2,
-               identical_1_vs_2=sweep.records_equal(one, two))
+    res.update(
+        dask_1_worker_s=t1, dask_2_workers_s=t2, speedup_2_vs_1=t1 / t2, identical_1_vs_2=sweep.records_equal(one, two)
+    )
 
     # the same sweep through a separately started scheduler + 2 workers over TCP loopback
     from mltcp.dask_local import LoopbackCluster
+
     with LoopbackCluster(workers=2) as c:
         tt, ext = timed(lambda: sweep.run_tasks(tasks, scheduler=c.address, progress=True))
         sweep.close_clients()
         res["worker_rss_mb"] = worker_rss_mb(c.address)
-    res.update(tcp_2_workers_s=tt, identical_tcp_vs_embedded=sweep.records_equal(ext, two),
-               failed=sum(not r["ok"] for r in two))
-    print(f"dask scheduler + 2 dask workers over TCP loopback: {tt:.1f} s (cluster already up); "
-          f"records identical to the embedded run: {res['identical_tcp_vs_embedded']}; "
-          f"worker RSS after the sweep {', '.join(f'{m:.0f}' for m in res['worker_rss_mb'])} MB", flush=True)
+    res.update(
+        tcp_2_workers_s=tt,
+        identical_tcp_vs_embedded=sweep.records_equal(ext, two),
+        failed=sum(not r["ok"] for r in two),
+    )
+    print(
+        f"dask scheduler + 2 dask workers over TCP loopback: {tt:.1f} s (cluster already up); "
+        f"records identical to the embedded run: {res['identical_tcp_vs_embedded']}; "
+        f"worker RSS after the sweep {', '.join(f'{m:.0f}' for m in res['worker_rss_mb'])} MB",
+        flush=True,
+    )
     res["load_after"] = os.getloadavg()[0]
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in res.items()}))
 

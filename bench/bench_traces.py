@@ -11,6 +11,7 @@ resident memory (ru_maxrss) and wall time:
 
     python bench/bench_traces.py [--rows 10000000] [--flows 8] [--old-rev REV]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,8 +78,9 @@ def main() -> None:
         con.print(f"wrote {a.rows:,} rows ({trace.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s")
         readers = {"baseline": ROOT / "traffic" / "traces.py", "new": ROOT / "traffic" / "traces.py"}
         if a.old_rev:
-            old = subprocess.run(["git", "-C", str(ROOT), "show", f"{a.old_rev}:traffic/traces.py"],
-                                 capture_output=True, text=True)
+            old = subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"{a.old_rev}:traffic/traces.py"], capture_output=True, text=True
+            )
             if old.returncode == 0:
                 (tmp / "old_traces.py").write_text(old.stdout)
                 readers["old"] = tmp / "old_traces.py"
@@ -96,9 +98,11 @@ def main() -> None:
         con.print(t)
         if "old" in res and "error" not in res["old"] and "error" not in res["new"]:
             base = res["baseline"]["peak_rss_mb"]
-            con.print(f"memory above baseline: old {res['old']['peak_rss_mb'] - base:.0f} MB, "
-                      f"new {res['new']['peak_rss_mb'] - base:.0f} MB; wall old/new "
-                      f"{res['old']['wall_s'] / res['new']['wall_s']:.2f}x")
+            con.print(
+                f"memory above baseline: old {res['old']['peak_rss_mb'] - base:.0f} MB, "
+                f"new {res['new']['peak_rss_mb'] - base:.0f} MB; wall old/new "
+                f"{res['old']['wall_s'] / res['new']['wall_s']:.2f}x"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

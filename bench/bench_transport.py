@@ -18,6 +18,7 @@ Prints measured figures only; nothing is asserted (shared, noisy machine).
    no rate limit: CPU-bound, so the ratio is the MAC's CPU cost at its largest).
     .venv/bin/python bench/bench_transport.py [--quick] [--skip-netns] [--competing] [--only SECTION]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,6 +52,7 @@ def _blaster(port: int, seconds: float):
 
 def _rx_selectors(q: Queue, seconds: float):
     import selectors
+
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     s.bind(("127.0.0.1", 0))
@@ -109,7 +111,10 @@ def bench_loops(seconds: float):
         rate, cpu = q.get(timeout=seconds + 20)
         tx.join()
         rx.join()
-        print(f"  {name:30s} {rate:10.0f} datagrams/s  ({rate * DGRAM * 8 / 1e6:7.1f} Mb/s)  receiver CPU {cpu * 100:5.1f}%")
+        print(
+            f"  {name:30s} {rate:10.0f} datagrams/s  ({rate * DGRAM * 8 / 1e6:7.1f} Mb/s)  receiver CPU "
+            f"{cpu * 100:5.1f}%"
+        )
 
 
 # -- 2./3. transport runs ------------------------------------------------------------------------
@@ -129,18 +134,53 @@ def _wait_rusage(proc: subprocess.Popen, timeout: float):
         time.sleep(0.02)
 
 
-def run_pair(cc: str, nbytes: int, iterations: int, host: str, port: int, rx_prefix=(), tx_prefix=(),
-             line_rate="100mbit", label=""):
-    rx = subprocess.Popen([*rx_prefix, *CLI, "recv", "--bind", f"{host}:{port}", "--idle-exit", "1s",
-                           "--duration", "120s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def run_pair(
+    cc: str,
+    nbytes: int,
+    iterations: int,
+    host: str,
+    port: int,
+    rx_prefix=(),
+    tx_prefix=(),
+    line_rate="100mbit",
+    label="",
+):
+    rx = subprocess.Popen(
+        [*rx_prefix, *CLI, "recv", "--bind", f"{host}:{port}", "--idle-exit", "1s", "--duration", "120s", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = rx.stderr.readline()
     if not line.startswith("listening"):
         rx.kill()
         raise RuntimeError(f"receiver did not start: {line}{rx.stderr.read()}")
-    tx = subprocess.Popen([*tx_prefix, *CLI, "send", "--to", f"{host}:{port}", "--cc", cc, "--bytes", str(nbytes),
-                           "--compute", "0", "--iterations", str(iterations), "--line-rate", line_rate,
-                           "--json", "--timeout", "60s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_rusage(tx, 180)      # process CPU incl. start-up; the figures below use the run's own
+    tx = subprocess.Popen(
+        [
+            *tx_prefix,
+            *CLI,
+            "send",
+            "--to",
+            f"{host}:{port}",
+            "--cc",
+            cc,
+            "--bytes",
+            str(nbytes),
+            "--compute",
+            "0",
+            "--iterations",
+            str(iterations),
+            "--line-rate",
+            line_rate,
+            "--json",
+            "--timeout",
+            "60s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_rusage(tx, 180)  # process CPU incl. start-up; the figures below use the run's own
     tx_out, tx_err = tx.stdout.read(), tx.stderr.read()
     _wait_rusage(rx, 30)
     if tx.returncode != 0:
@@ -153,23 +193,31 @@ def run_pair(cc: str, nbytes: int, iterations: int, host: str, port: int, rx_pre
     rx_flows, rx_info = rx_doc["flows"], rx_doc["receiver"]
     ok = bool(rx_flows) and rx_flows[0]["bytes"] == nbytes * iterations and rx_flows[0]["mismatched"] == 0
     goodput = nbytes * iterations * 8 / wall / 1e6
-    wire_rate = summary["sent"] * (summary["bytes"] / max(1, summary["sent"] - summary["retransmits"]) + 76) * 8 / wall / 1e6
-    print(f"  {label}{cc:12s} goodput {goodput:7.1f} Mb/s  ({summary['sent'] / wall:7.0f} datagrams/s, "
-          f"IP {wire_rate:6.1f} Mb/s)  retx {summary['retransmits']:5d}  "
-          f"CPU sender {summary['cpu_s'] / wall * 100:5.1f}%  receiver {rx_info['cpu_s'] / wall * 100:5.1f}%  "
-          f"{'intact' if ok else 'CORRUPT/INCOMPLETE'}", flush=True)
+    wire_rate = (
+        summary["sent"] * (summary["bytes"] / max(1, summary["sent"] - summary["retransmits"]) + 76) * 8 / wall / 1e6
+    )
+    print(
+        f"  {label}{cc:12s} goodput {goodput:7.1f} Mb/s  ({summary['sent'] / wall:7.0f} datagrams/s, "
+        f"IP {wire_rate:6.1f} Mb/s)  retx {summary['retransmits']:5d}  "
+        f"CPU sender {summary['cpu_s'] / wall * 100:5.1f}%  receiver {rx_info['cpu_s'] / wall * 100:5.1f}%  "
+        f"{'intact' if ok else 'CORRUPT/INCOMPLETE'}",
+        flush=True,
+    )
     return goodput
 
 
 def bench_loopback(ccs, nbytes, iterations):
-    print(f"== loopback: {iterations} x {nbytes / 1e6:.0f} MB, sender and receiver in separate processes "
-          f"(DCQCN line rate 1 Gb/s)")
+    print(
+        f"== loopback: {iterations} x {nbytes / 1e6:.0f} MB, sender and receiver in separate processes "
+        f"(DCQCN line rate 1 Gb/s)"
+    )
     for cc in ccs:
         run_pair(cc, nbytes, iterations, "127.0.0.1", 29199, line_rate="1gbit")
 
 
 def _mac_receiver(mode: str, q: Queue, done):
     from mltcp.traffic.transport import Receiver
+
     psk = b"k" * 32 if mode == "psk" else None
     with Receiver(("127.0.0.1", 0), authenticate=mode != "off", psk=psk) as rx:
         rx.start()
@@ -183,6 +231,7 @@ def _mac_run(mode: str, nbytes: int) -> float:
     from multiprocessing import Event
 
     from mltcp.traffic.transport import UdpTransport
+
     q, done = Queue(), Event()
     p = Process(target=_mac_receiver, args=(mode, q, done), daemon=True)
     p.start()
@@ -190,7 +239,7 @@ def _mac_run(mode: str, nbytes: int) -> float:
         addr = q.get(timeout=30)
         psk = b"k" * 32 if mode == "psk" else None
         with UdpTransport([addr], cc="reno", timeout=120, authenticate=mode != "off", psk=psk) as tx:
-            tx.send_iteration(1_000_000, 0)                      # warm up (and the handshake)
+            tx.send_iteration(1_000_000, 0)  # warm up (and the handshake)
             t0 = time.monotonic()
             tx.send_iteration(nbytes, 1)
             wall = time.monotonic() - t0
@@ -211,10 +260,16 @@ def bench_mac(nbytes: int, rounds: int):
             got[m].append(_mac_run(m, nbytes))
     med = {m: sorted(v)[len(v) // 2] for m, v in got.items()}
     for m, v in got.items():
-        print(f"  {m:9s} goodput median {med[m] * 8 / 1e6:7.1f} Mb/s  (runs: "
-              f"{', '.join(f'{x * 8 / 1e6:.0f}' for x in v)})", flush=True)
-    print(f"  throughput ratio MAC on / off: handshake {med['handshake'] / med['off']:.3f}, "
-          f"psk {med['psk'] / med['off']:.3f}", flush=True)
+        print(
+            f"  {m:9s} goodput median {med[m] * 8 / 1e6:7.1f} Mb/s  (runs: "
+            f"{', '.join(f'{x * 8 / 1e6:.0f}' for x in v)})",
+            flush=True,
+        )
+    print(
+        f"  throughput ratio MAC on / off: handshake {med['handshake'] / med['off']:.3f}, "
+        f"psk {med['psk'] / med['off']:.3f}",
+        flush=True,
+    )
 
 
 def sh(*cmd, check=True):
@@ -250,8 +305,12 @@ class Topology:
             else:
                 sh("ip", "link", "add", f"{t}a", "netns", a, "type", "veth", "peer", f"{t}r1", "netns", r)
                 sh("ip", "link", "add", f"{t}r2", "netns", r, "type", "veth", "peer", f"{t}b", "netns", b)
-                for ns, dev, addr in ((a, f"{t}a", "10.77.1.1/24"), (r, f"{t}r1", "10.77.1.2/24"),
-                                      (r, f"{t}r2", "10.77.2.1/24"), (b, f"{t}b", "10.77.2.2/24")):
+                for ns, dev, addr in (
+                    (a, f"{t}a", "10.77.1.1/24"),
+                    (r, f"{t}r1", "10.77.1.2/24"),
+                    (r, f"{t}r2", "10.77.2.1/24"),
+                    (b, f"{t}b", "10.77.2.2/24"),
+                ):
                     sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
                     sh("ip", "-n", ns, "link", "set", dev, "mtu", str(self.mtu), "up")
                 sh("ip", "-n", a, "route", "add", "default", "via", "10.77.1.2")
@@ -259,10 +318,40 @@ class Topology:
                 sh("ip", "netns", "exec", r, "sysctl", "-qw", "net.ipv4.ip_forward=1")
                 self.dst, self.qns, self.qdev = "10.77.2.2", r, f"{t}r2"
             sh("tc", "-n", self.qns, "qdisc", "add", "dev", self.qdev, "root", "handle", "1:", "htb", "default", "10")
-            sh("tc", "-n", self.qns, "class", "add", "dev", self.qdev, "parent", "1:", "classid", "1:10", "htb",
-               "rate", self.rate, "ceil", self.rate)
-            sh("tc", "-n", self.qns, "qdisc", "add", "dev", self.qdev, "parent", "1:10", "handle", "10:", "bfifo",
-               "limit", str(self.buffer))
+            sh(
+                "tc",
+                "-n",
+                self.qns,
+                "class",
+                "add",
+                "dev",
+                self.qdev,
+                "parent",
+                "1:",
+                "classid",
+                "1:10",
+                "htb",
+                "rate",
+                self.rate,
+                "ceil",
+                self.rate,
+            )
+            sh(
+                "tc",
+                "-n",
+                self.qns,
+                "qdisc",
+                "add",
+                "dev",
+                self.qdev,
+                "parent",
+                "1:10",
+                "handle",
+                "10:",
+                "bfifo",
+                "limit",
+                str(self.buffer),
+            )
         except BaseException:
             self.__exit__()
             raise
@@ -296,8 +385,16 @@ def bench_netns(ccs, nbytes, iterations):
         with Topology("bt", router) as topo:
             print(f"== namespaces: {topo.describe()}; {iterations} x {nbytes / 1e6:.1f} MB (DCQCN line rate 100 Mb/s)")
             for cc in ccs:
-                run_pair(cc, nbytes, iterations, topo.dst, 9199, rx_prefix=("ip", "netns", "exec", topo.b),
-                         tx_prefix=("ip", "netns", "exec", topo.a), line_rate="100mbit")
+                run_pair(
+                    cc,
+                    nbytes,
+                    iterations,
+                    topo.dst,
+                    9199,
+                    rx_prefix=("ip", "netns", "exec", topo.b),
+                    tx_prefix=("ip", "netns", "exec", topo.a),
+                    line_rate="100mbit",
+                )
             print("  bottleneck qdisc totals:", " | ".join(topo.qdisc_drops()))
 
 
@@ -309,21 +406,72 @@ def bench_competing(ccs, iterations=60, compute="100ms", nbytes="1.25MB", offset
     if not _can_netns("competing jobs"):
         return
     import statistics
+
     with Topology("cp", True, mtu=9000) as topo:
-        print(f"== competing jobs: 2 jobs x {iterations} iterations, compute {compute}, {nbytes}/iteration, "
-              f"{topo.describe()} (alone: 200 ms/iteration; fully overlapped: ~300 ms)")
+        print(
+            f"== competing jobs: 2 jobs x {iterations} iterations, compute {compute}, {nbytes}/iteration, "
+            f"{topo.describe()} (alone: 200 ms/iteration; fully overlapped: ~300 ms)"
+        )
         for off in offsets:
             for cc in ccs:
-                rx = [subprocess.Popen(["ip", "netns", "exec", topo.b, *CLI, "recv", "--bind",
-                                        f"{topo.dst}:{9199 + k}", "--idle-exit", "2s", "--json"],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(2)]
+                rx = [
+                    subprocess.Popen(
+                        [
+                            "ip",
+                            "netns",
+                            "exec",
+                            topo.b,
+                            *CLI,
+                            "recv",
+                            "--bind",
+                            f"{topo.dst}:{9199 + k}",
+                            "--idle-exit",
+                            "2s",
+                            "--json",
+                        ],
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                    for k in range(2)
+                ]
                 for r in rx:
                     r.stderr.readline()
-                tx = [subprocess.Popen(["ip", "netns", "exec", topo.a, *CLI, "send", "--to", f"{topo.dst}:{9199 + k}",
-                                        "--cc", cc, "--job", str(k + 1), "--bytes", nbytes, "--compute", compute,
-                                        "--iterations", str(iterations), "--json", "--start-offset", f"{off * k}s",
-                                        "--line-rate", "100mbit", "--payload", "8900"],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(2)]
+                tx = [
+                    subprocess.Popen(
+                        [
+                            "ip",
+                            "netns",
+                            "exec",
+                            topo.a,
+                            *CLI,
+                            "send",
+                            "--to",
+                            f"{topo.dst}:{9199 + k}",
+                            "--cc",
+                            cc,
+                            "--job",
+                            str(k + 1),
+                            "--bytes",
+                            nbytes,
+                            "--compute",
+                            compute,
+                            "--iterations",
+                            str(iterations),
+                            "--json",
+                            "--start-offset",
+                            f"{off * k}s",
+                            "--line-rate",
+                            "100mbit",
+                            "--payload",
+                            "8900",
+                        ],
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    )
+                    for k in range(2)
+                ]
                 outs = [t.communicate()[0] for t in tx]
                 for r in rx:
                     r.communicate()
@@ -331,12 +479,15 @@ def bench_competing(ccs, iterations=60, compute="100ms", nbytes="1.25MB", offset
                     doc = json.loads(o)
                     recs, summ = doc["records"], doc["summary"][0]
                     d = [r["end"] - r["start"] for r in recs]
-                    tail = d[len(d) // 2:]
-                    print(f"  offset {off * 1e3:3.0f} ms  {cc:12s} job {k + 1}: iteration mean "
-                          f"{statistics.mean(d) * 1e3:6.1f} ms, first 5 {statistics.mean(d[:5]) * 1e3:6.1f} ms, "
-                          f"second half {statistics.mean(tail) * 1e3:6.1f} ms, p99 "
-                          f"{sorted(d)[int(0.99 * (len(d) - 1))] * 1e3:6.1f} ms; retx {summ['retransmits']}, "
-                          f"timeouts {summ['timeouts']}", flush=True)
+                    tail = d[len(d) // 2 :]
+                    print(
+                        f"  offset {off * 1e3:3.0f} ms  {cc:12s} job {k + 1}: iteration mean "
+                        f"{statistics.mean(d) * 1e3:6.1f} ms, first 5 {statistics.mean(d[:5]) * 1e3:6.1f} ms, "
+                        f"second half {statistics.mean(tail) * 1e3:6.1f} ms, p99 "
+                        f"{sorted(d)[int(0.99 * (len(d) - 1))] * 1e3:6.1f} ms; retx {summ['retransmits']}, "
+                        f"timeouts {summ['timeouts']}",
+                        flush=True,
+                    )
 
 
 def main():
@@ -344,12 +495,16 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smaller transfers")
     ap.add_argument("--skip-netns", action="store_true")
     ap.add_argument("--competing", action="store_true", help="also run two competing jobs")
-    ap.add_argument("--only", choices=["loops", "loopback", "netns", "competing", "mac"],
-                    help="run one section")
+    ap.add_argument("--only", choices=["loops", "loopback", "netns", "competing", "mac"], help="run one section")
     ap.add_argument("--cc", nargs="*", default=["reno", "mltcp-reno", "cubic", "mltcp-cubic", "dcqcn", "mltcp-dcqcn"])
     args = ap.parse_args()
-    want = {args.only} if args.only else {"loops", "loopback", "mac"} | ({"netns"} if not args.skip_netns else set()) \
+    want = (
+        {args.only}
+        if args.only
+        else {"loops", "loopback", "mac"}
+        | ({"netns"} if not args.skip_netns else set())
         | ({"competing"} if args.competing else set())
+    )
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
     if "loops" in want:
         bench_loops(1.0 if args.quick else 3.0)

@@ -4,6 +4,7 @@ as in the tests, removed afterwards).
 
     .venv/bin/python bench/bench_tune_db.py [--trials 20] [--workers 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,10 @@ start_offset_ms = 0.2
 path = ["b"]
 """
 
-STATS = ("select xact_commit, xact_rollback, tup_inserted, tup_updated, tup_fetched, blks_hit + blks_read "
-         "from pg_stat_database where datname = 'mltcp'")
+STATS = (
+    "select xact_commit, xact_rollback, tup_inserted, tup_updated, tup_fetched, blks_hit + blks_read "
+    "from pg_stat_database where datname = 'mltcp'"
+)
 
 
 def main() -> None:
@@ -59,26 +62,55 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             tiny = Path(d) / "tiny.toml"
             tiny.write_text(TINY)
-            base = [sys.executable, "-m", "mltcp.cli", "tune", "run", str(tiny), "--seeds", a.seeds, "--storage", pg.url,
-                    "--study", "bench", "--out", str(Path(d) / "o"), "--json"]
-            subprocess.run(base + ["--trials", "0"], check=True, capture_output=True)    # study + baselines
-            time.sleep(1.0)                      # the statistics collector catches up
+            base = [
+                sys.executable,
+                "-m",
+                "mltcp.cli",
+                "tune",
+                "run",
+                str(tiny),
+                "--seeds",
+                a.seeds,
+                "--storage",
+                pg.url,
+                "--study",
+                "bench",
+                "--out",
+                str(Path(d) / "o"),
+                "--json",
+            ]
+            subprocess.run(base + ["--trials", "0"], check=True, capture_output=True)  # study + baselines
+            time.sleep(1.0)  # the statistics collector catches up
             before = pg.query(STATS)[0]
             t0 = time.perf_counter()
-            subprocess.run(base + ["--trials", str(a.trials), "--workers", str(a.workers)], check=True, capture_output=True)
+            subprocess.run(
+                base + ["--trials", str(a.trials), "--workers", str(a.workers)], check=True, capture_output=True
+            )
             wall = time.perf_counter() - t0
             time.sleep(1.0)
             after = pg.query(STATS)[0]
             size = pg.query("select pg_database_size('mltcp')")[0][0]
         d_ = [y - x for x, y in zip(before, after)]
-        per = {k: v / a.trials for k, v in zip(("commits", "rollbacks", "rows_inserted", "rows_updated", "rows_fetched",
-                                                 "blocks_touched"), d_)}
-        out = {"trials": a.trials, "workers": a.workers, "cases_per_trial": len(a.seeds.split(",")),
-               "wall_s": round(wall, 2), "per_trial": {k: round(v, 1) for k, v in per.items()},
-               "database_bytes_after": size}
-        print(f"{a.trials} trials, {a.workers} workers, {out['cases_per_trial']} cases each, {wall:.1f} s: per trial "
-              f"{per['commits']:.0f} commits, {per['rows_inserted']:.0f} rows inserted, {per['rows_updated']:.0f} "
-              f"updated, {per['rows_fetched']:.0f} fetched; database {size / 1e6:.1f} MB; load average {os.getloadavg()[0]:.1f}")
+        per = {
+            k: v / a.trials
+            for k, v in zip(
+                ("commits", "rollbacks", "rows_inserted", "rows_updated", "rows_fetched", "blocks_touched"), d_
+            )
+        }
+        out = {
+            "trials": a.trials,
+            "workers": a.workers,
+            "cases_per_trial": len(a.seeds.split(",")),
+            "wall_s": round(wall, 2),
+            "per_trial": {k: round(v, 1) for k, v in per.items()},
+            "database_bytes_after": size,
+        }
+        print(
+            f"{a.trials} trials, {a.workers} workers, {out['cases_per_trial']} cases each, {wall:.1f} s: per trial "
+            f"{per['commits']:.0f} commits, {per['rows_inserted']:.0f} rows inserted, {per['rows_updated']:.0f} "
+            f"updated, {per['rows_fetched']:.0f} fetched; database {size / 1e6:.1f} MB; load average "
+            f"{os.getloadavg()[0]:.1f}"
+        )
         print(json.dumps(out))
     finally:
         pg.close()

@@ -14,6 +14,7 @@ the hashes over every case. Run it at two commits (``git worktree add /tmp/base 
     python bench/records_hash.py [--iterations 6] [--only two-jobs] [-v]
     cd /tmp/base && PYTHONPATH=/tmp/base python /work/main/bench/records_hash.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,9 @@ ring-allreduce straggler three-jobs-no-rack three-jobs two-jobs-no-rack two-jobs
 
 
 def cut(sc: Scenario, iterations: int) -> Scenario:
-    return dataclasses.replace(sc, jobs=[dataclasses.replace(j, iterations=min(j.iterations, iterations))
-                                         for j in sc.jobs])
+    return dataclasses.replace(
+        sc, jobs=[dataclasses.replace(j, iterations=min(j.iterations, iterations)) for j in sc.jobs]
+    )
 
 
 def with_hook(sc: Scenario, **knobs) -> Scenario:
@@ -52,18 +54,47 @@ def with_hook(sc: Scenario, **knobs) -> Scenario:
 
 
 def pfc_dumbbell(iterations: int) -> Scenario:
-    lk = {"name": "bn", "rate_gbps": 1.0, "delay_us": 50, "pfc": True, "buffer_bdp": 1.0, "ecn": "step", "ecn_k_pkts": 5}
-    return from_dict({"name": "pfc", "iterations": iterations, "warmup_iterations": 1, "links": [lk],
-                      "jobs": [{"name": f"J{i}", "compute_ms": 20, "bytes": 2_500_000, "path": ["bn"],
-                                "start_offset_ms": i} for i in range(2)]}, "<records_hash pfc>")
+    lk = {
+        "name": "bn",
+        "rate_gbps": 1.0,
+        "delay_us": 50,
+        "pfc": True,
+        "buffer_bdp": 1.0,
+        "ecn": "step",
+        "ecn_k_pkts": 5,
+    }
+    return from_dict(
+        {
+            "name": "pfc",
+            "iterations": iterations,
+            "warmup_iterations": 1,
+            "links": [lk],
+            "jobs": [
+                {"name": f"J{i}", "compute_ms": 20, "bytes": 2_500_000, "path": ["bn"], "start_offset_ms": i}
+                for i in range(2)
+            ],
+        },
+        "<records_hash pfc>",
+    )
 
 
 def pfc_priority(iterations: int) -> Scenario:
     lk = {"name": "bn", "rate_gbps": 1.0, "delay_us": 50, "buffer_kb": 4000, "pfc": True}
-    return from_dict({"name": "pfc-priority", "iterations": iterations, "warmup_iterations": 0, "links": [lk],
-                      "switch_policy": "priority-by-progress", "switch": {"bands": 8, "priority_ecn": "off"},
-                      "jobs": [{"name": f"J{i}", "compute_ms": 5, "bytes": 1_000_000, "path": ["bn"],
-                                "start_offset_ms": i} for i in range(3)]}, "<records_hash pfc-priority>")
+    return from_dict(
+        {
+            "name": "pfc-priority",
+            "iterations": iterations,
+            "warmup_iterations": 0,
+            "links": [lk],
+            "switch_policy": "priority-by-progress",
+            "switch": {"bands": 8, "priority_ecn": "off"},
+            "jobs": [
+                {"name": f"J{i}", "compute_ms": 5, "bytes": 1_000_000, "path": ["bn"], "start_offset_ms": i}
+                for i in range(3)
+            ],
+        },
+        "<records_hash pfc-priority>",
+    )
 
 
 def cases(iterations: int):
@@ -80,10 +111,14 @@ def cases(iterations: int):
     yield "two-jobs progress", two, "mltcp-cubic", {"progress": lambda t, f: None}
     yield "two-jobs cwnd-samples", two, "reno", {"cwnd_sample_s": 0.01}
     yield "two-jobs trace", two, "mltcp-reno", {"trace_interval": 0.005}
-    knobs = {"mark": {"boundary": "mark"}, "tx_start": {"boundary": "tx_start", "idle_gap": "min2"},
-             "capped": {"shape": "capped", "cap": 1.5}, "convex": {"shape": "convex", "exponent": 3.0},
-             "scaled-decrease": {"scale_decrease": True, "decrease_at_start": 0.7, "decrease_at_end": 0.3},
-             "restart": {"restart_window": 10.0, "history": 1}}
+    knobs = {
+        "mark": {"boundary": "mark"},
+        "tx_start": {"boundary": "tx_start", "idle_gap": "min2"},
+        "capped": {"shape": "capped", "cap": 1.5},
+        "convex": {"shape": "convex", "exponent": 3.0},
+        "scaled-decrease": {"scale_decrease": True, "decrease_at_start": 0.7, "decrease_at_end": 0.3},
+        "restart": {"restart_window": 10.0, "history": 1},
+    }
     for label, kw in knobs.items():
         for cc in ("mltcp-reno", "mltcp-cubic"):
             yield f"two-jobs {label}", with_hook(two, **kw), cc, {}
@@ -99,8 +134,23 @@ def cases(iterations: int):
 
 def stats_bytes(r) -> bytes:
     """The run's statistics and traces, as bytes (hashed beside the records)."""
-    nums = np.array([r.drops, r.ecn_marks, r.sim_time, r.steps, r.bytes_sent, r.bytes_acked, r.bytes_in_flight,
-                     r.slots, r.timeouts, r.probes, r.pfc_pause_s, r.reordered], dtype=np.float64)
+    nums = np.array(
+        [
+            r.drops,
+            r.ecn_marks,
+            r.sim_time,
+            r.steps,
+            r.bytes_sent,
+            r.bytes_acked,
+            r.bytes_in_flight,
+            r.slots,
+            r.timeouts,
+            r.probes,
+            r.pfc_pause_s,
+            r.reordered,
+        ],
+        dtype=np.float64,
+    )
     parts = [nums.tobytes(), np.ascontiguousarray(r.trace_t).tobytes(), np.ascontiguousarray(r.trace_rate).tobytes()]
     if r.cwnd_trace is not None:
         parts.append(np.ascontiguousarray(r.cwnd_trace).tobytes())
@@ -133,8 +183,11 @@ def main(argv=None) -> int:
             all_stats.update(st)
             n += 1
             extra = f"  {time.perf_counter() - w:6.2f} s" if a.verbose else ""
-            print(f"{hashlib.sha256(rec).hexdigest()[:16]} {hashlib.sha256(st).hexdigest()[:16]}  "
-                  f"{label:<34} {cc:<12} {len(r.records):4d} records{extra}", flush=True)
+            print(
+                f"{hashlib.sha256(rec).hexdigest()[:16]} {hashlib.sha256(st).hexdigest()[:16]}  "
+                f"{label:<34} {cc:<12} {len(r.records):4d} records{extra}",
+                flush=True,
+            )
     print(f"cases {n}, {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     print(f"records sha256 {all_records.hexdigest()}")
     print(f"stats   sha256 {all_stats.hexdigest()}")

@@ -15,6 +15,7 @@ the do-no-harm tallies (avg >= 0.98x and p99 >= 0.95x of the base, none below 0.
 marks <= the base), geo means and the worst case, and with --reference the reference's gain over the
 base, MLTCP's share of that gain and MLTCP's geo-mean against ref-fifo.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,7 @@ def gmean(xs: list[float]) -> float:
 
 def scenario_cc(path: Path) -> str:
     import tomllib
+
     return tomllib.loads(path.read_text()).get("cc", "reno")
 
 
@@ -63,11 +65,16 @@ def per_scenario(roles: list[str], records: list[dict]) -> dict[str, dict[str, d
         acc[rec["source"]][role].append(rec)
     out = {}
     for src, by_role in acc.items():
-        out[src] = {role: {"avg": sum(r["avg_iter_s"] for r in rs) / len(rs),
-                           "p99": sum(r["p99_iter_s"] for r in rs) / len(rs),
-                           "drops": sum(r["drops"] for r in rs), "marks": sum(r["ecn_marks"] for r in rs),
-                           "picks": [r.get("reference_pick") for r in rs]}
-                    for role, rs in by_role.items()}
+        out[src] = {
+            role: {
+                "avg": sum(r["avg_iter_s"] for r in rs) / len(rs),
+                "p99": sum(r["p99_iter_s"] for r in rs) / len(rs),
+                "drops": sum(r["drops"] for r in rs),
+                "marks": sum(r["ecn_marks"] for r in rs),
+                "picks": [r.get("reference_pick") for r in rs],
+            }
+            for role, rs in by_role.items()
+        }
     return out
 
 
@@ -76,8 +83,13 @@ def summarize(table: dict[str, dict[str, dict]], ecn_suite: bool) -> dict:
     for src, arm in sorted(table.items()):
         b, m = arm[ARM_BASE], arm[ARM_MLTCP]
         loss = "marks" if ecn_suite else "drops"
-        row = {"scenario": Path(src).stem, "speedup_avg": b["avg"] / m["avg"], "speedup_p99": b["p99"] / m["p99"],
-               "loss_base": b[loss], "loss_mltcp": m[loss]}
+        row = {
+            "scenario": Path(src).stem,
+            "speedup_avg": b["avg"] / m["avg"],
+            "speedup_p99": b["p99"] / m["p99"],
+            "loss_base": b[loss],
+            "loss_mltcp": m[loss],
+        }
         if ARM_REF in arm:
             row["ref_speedup_avg"] = b["avg"] / arm[ARM_REF]["avg"]
             row["mltcp_vs_fifo_avg"] = arm[ARM_FIFO]["avg"] / m["avg"]
@@ -86,11 +98,19 @@ def summarize(table: dict[str, dict[str, dict]], ecn_suite: bool) -> dict:
         rows.append(row)
     n = len(rows)
     sa, sp = [r["speedup_avg"] for r in rows], [r["speedup_p99"] for r in rows]
-    out = {"scenarios": n, "loss": "ECN marks" if ecn_suite else "drops",
-           "avg_geo": gmean(sa), "avg_worst": min(sa), "p99_geo": gmean(sp), "p99_worst": min(sp),
-           "share_avg_ge_0.98": sum(x >= 0.98 for x in sa) / n, "share_p99_ge_0.95": sum(x >= 0.95 for x in sp) / n,
-           "below_0.90": sum(min(a, p) < 0.90 for a, p in zip(sa, sp)),
-           "share_loss_le_base": sum(r["loss_mltcp"] <= r["loss_base"] for r in rows) / n, "rows": rows}
+    out = {
+        "scenarios": n,
+        "loss": "ECN marks" if ecn_suite else "drops",
+        "avg_geo": gmean(sa),
+        "avg_worst": min(sa),
+        "p99_geo": gmean(sp),
+        "p99_worst": min(sp),
+        "share_avg_ge_0.98": sum(x >= 0.98 for x in sa) / n,
+        "share_p99_ge_0.95": sum(x >= 0.95 for x in sp) / n,
+        "below_0.90": sum(min(a, p) < 0.90 for a, p in zip(sa, sp)),
+        "share_loss_le_base": sum(r["loss_mltcp"] <= r["loss_base"] for r in rows) / n,
+        "rows": rows,
+    }
     if rows and "ref_speedup_avg" in rows[0]:
         ref = gmean([r["ref_speedup_avg"] for r in rows])
         out["ref_avg_geo"] = ref
@@ -101,27 +121,39 @@ def summarize(table: dict[str, dict[str, dict]], ecn_suite: bool) -> dict:
 
 
 def print_summary(name: str, s: dict) -> None:
-    ok = lambda c: "yes" if c else "NO"   # noqa: E731
+    ok = lambda c: "yes" if c else "NO"  # noqa: E731
     print(f"\n{name}: {s['scenarios']} scenarios")
-    print(f"  avg  geo {s['avg_geo']:.3f}x worst {s['avg_worst']:.3f}x, >= 0.98x in {s['share_avg_ge_0.98']:.0%} "
-          f"(target >= 95 %: {ok(s['share_avg_ge_0.98'] >= 0.95)})")
-    print(f"  p99  geo {s['p99_geo']:.3f}x worst {s['p99_worst']:.3f}x, >= 0.95x in {s['share_p99_ge_0.95']:.0%} "
-          f"(target >= 95 %: {ok(s['share_p99_ge_0.95'] >= 0.95)})")
+    print(
+        f"  avg  geo {s['avg_geo']:.3f}x worst {s['avg_worst']:.3f}x, >= 0.98x in {s['share_avg_ge_0.98']:.0%} "
+        f"(target >= 95 %: {ok(s['share_avg_ge_0.98'] >= 0.95)})"
+    )
+    print(
+        f"  p99  geo {s['p99_geo']:.3f}x worst {s['p99_worst']:.3f}x, >= 0.95x in {s['share_p99_ge_0.95']:.0%} "
+        f"(target >= 95 %: {ok(s['share_p99_ge_0.95'] >= 0.95)})"
+    )
     print(f"  below 0.90x (avg or p99): {s['below_0.90']} (target 0: {ok(s['below_0.90'] == 0)})")
-    print(f"  {s['loss']} <= the base in {s['share_loss_le_base']:.0%} (target >= 90 %: "
-          f"{ok(s['share_loss_le_base'] >= 0.9)})")
+    print(
+        f"  {s['loss']} <= the base in {s['share_loss_le_base']:.0%} (target >= 90 %: "
+        f"{ok(s['share_loss_le_base'] >= 0.9)})"
+    )
     if "ref_avg_geo" in s:
-        print(f"  reference (ref-best) over the base: {s['ref_avg_geo']:.3f}x; MLTCP's share of that gain "
-              f"{s['share_of_ref_gain']:.0%} (target >= 50 % on general suites); MLTCP against ref-fifo "
-              f"{s['mltcp_vs_fifo_geo']:.3f} (target >= 0.95 on compatible suites)")
-        print(f"  ideal fair sharing (ref-fair, no losses or ramp-up) over the base: {s['fair_avg_geo']:.3f}x: "
-              "the part of the reference's gain that is transport, not scheduling")
+        print(
+            f"  reference (ref-best) over the base: {s['ref_avg_geo']:.3f}x; MLTCP's share of that gain "
+            f"{s['share_of_ref_gain']:.0%} (target >= 50 % on general suites); MLTCP against ref-fifo "
+            f"{s['mltcp_vs_fifo_geo']:.3f} (target >= 0.95 on compatible suites)"
+        )
+        print(
+            f"  ideal fair sharing (ref-fair, no losses or ramp-up) over the base: {s['fair_avg_geo']:.3f}x: "
+            "the part of the reference's gain that is transport, not scheduling"
+        )
 
 
 def plot(path: Path, summaries: dict[str, dict]) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, s in summaries.items():
         rows = sorted(s["rows"], key=lambda r: r["speedup_avg"])
@@ -141,8 +173,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="+", type=Path)
     ap.add_argument("--seeds", default="1-3")
-    ap.add_argument("--config", default="{}", help="MLTCP settings written into each scenario, JSON "
-                                                   "(keys as in a tune space: mltcp.slope, ...)")
+    ap.add_argument(
+        "--config",
+        default="{}",
+        help="MLTCP settings written into each scenario, JSON (keys as in a tune space: mltcp.slope, ...)",
+    )
     ap.add_argument("--reference", action="store_true", help="also run ref-best, ref-fifo and ref-fair")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--scheduler", default=None)

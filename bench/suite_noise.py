@@ -6,6 +6,7 @@ Prints the same do-no-harm tallies as bench/suite.py: how often the base, shifte
 within 0.98x (avg) and 0.95x (p99) of the unshifted base, per scenario over the mean of the seeds
 (default: the file's own seed, one run), and how often its drops are no higher.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,15 +48,22 @@ def main(argv=None) -> int:
             tasks += [sweep.Task(str(f), cc, seed), sweep.Task(str(f), cc, seed, raw=shifted(raw, a.shift_us / 1e3))]
     recs = sweep.run_tasks(tasks, workers=a.workers)
     k = 2 * len(seeds)
-    groups = [recs[i:i + k] for i in range(0, len(recs), k)]
-    mean = lambda rs, key: sum(r[key] for r in rs) / len(rs)   # noqa: E731
-    pairs = [({key: mean(g[0::2], key) for key in ("avg_iter_s", "p99_iter_s", "drops")},
-              {key: mean(g[1::2], key) for key in ("avg_iter_s", "p99_iter_s", "drops")}) for g in groups]
+    groups = [recs[i : i + k] for i in range(0, len(recs), k)]
+    mean = lambda rs, key: sum(r[key] for r in rs) / len(rs)  # noqa: E731
+    pairs = [
+        (
+            {key: mean(g[0::2], key) for key in ("avg_iter_s", "p99_iter_s", "drops")},
+            {key: mean(g[1::2], key) for key in ("avg_iter_s", "p99_iter_s", "drops")},
+        )
+        for g in groups
+    ]
     sa = [b["avg_iter_s"] / s["avg_iter_s"] for b, s in pairs]
     sp = [b["p99_iter_s"] / s["p99_iter_s"] for b, s in pairs]
     n = len(pairs)
-    print(f"{a.dir}: {n} scenarios x seeds {a.seeds or 'of the files'}, the base against itself shifted by "
-          f"{a.shift_us:g} us")
+    print(
+        f"{a.dir}: {n} scenarios x seeds {a.seeds or 'of the files'}, the base against itself shifted by "
+        f"{a.shift_us:g} us"
+    )
     print(f"  avg ratio {min(sa):.3f} .. {max(sa):.3f}, within 0.98x in {sum(x >= 0.98 for x in sa) / n:.0%}")
     print(f"  p99 ratio {min(sp):.3f} .. {max(sp):.3f}, within 0.95x in {sum(x >= 0.95 for x in sp) / n:.0%}")
     print(f"  drops <= the unshifted run's in {sum(s['drops'] <= b['drops'] for b, s in pairs) / n:.0%}")

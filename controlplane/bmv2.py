@@ -7,6 +7,7 @@ p4lang tutorials' and p4-utils' controllers do. :func:`read_counters` is
 ``SwitchConnection.read_counters`` with that fallback: counters over P4Runtime, the register over
 P4Runtime where the target serves it (mltcp-switch) and over thrift where it does not.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,7 @@ def read_register(thrift: str | int, name: str, cli: str | None = None, timeout:
     host, port = parse_thrift_addr(thrift)
     argv = [cli or tools.switch_cli(), "--thrift-ip", host, "--thrift-port", str(port)]
     try:
-        r = subprocess.run(argv, input=f"register_read {name}\n", capture_output=True, text=True,
-                           timeout=timeout)
+        r = subprocess.run(argv, input=f"register_read {name}\n", capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ControlPlaneError(f"simple_switch_CLI at {host}:{port}: {e}") from e
     return parse_register_dump(r.stdout + r.stderr, name)
@@ -70,9 +70,11 @@ def read_counters(conn: SwitchConnection, thrift: str | int | None = None) -> Co
         if not _unimplemented(e):
             raise
         if thrift is None:
-            raise ControlPlaneError(f"{conn.name}: the P4Runtime server does not read registers "
-                                    "(BMv2's PI); give the switch's thrift address (--thrift "
-                                    "HOST:PORT) to read MyIngress.job_bytes_ratio over thrift") from e
+            raise ControlPlaneError(
+                f"{conn.name}: the P4Runtime server does not read registers "
+                "(BMv2's PI); give the switch's thrift address (--thrift "
+                "HOST:PORT) to read MyIngress.job_bytes_ratio over thrift"
+            ) from e
     snap = conn.read_counters(registers=False)
     for idx, v in enumerate(read_register(thrift, N.R_JOB_BYTES_RATIO)):
         if v:

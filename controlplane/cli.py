@@ -47,40 +47,41 @@ from .topology import (
     load_topology,
 )
 
-app = typer.Typer(help="P4Runtime control plane for the MLTCP P4 switch (mltcp.p4).",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="P4Runtime control plane for the MLTCP P4 switch (mltcp.p4).", no_args_is_help=True, add_completion=False
+)
 
 
 @app.callback()
-def _setup(verbose: bool = typer.Option(False, "--verbose", "-v", help="log P4Runtime "
-                                                                      "reconnects in detail")):
+def _setup(verbose: bool = typer.Option(False, "--verbose", "-v", help="log P4Runtime reconnects in detail")):
     root = logging.getLogger()
     if not root.handlers:
         logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("mltcp.controlplane").setLevel(logging.INFO if verbose else
-                                                     logging.WARNING)
+    logging.getLogger("mltcp.controlplane").setLevel(logging.INFO if verbose else logging.WARNING)
+
 
 GrpcOpt = typer.Option(None, "--grpc", help=f"P4Runtime server host:port [default: {DEFAULT_GRPC}]")
 DeviceOpt = typer.Option(0, "--device-id", help="P4Runtime device id")
-ElectionOpt = typer.Option(None, "--election-id", help="HIGH,LOW (default 1,0 for writers; "
-                                                       "0,<pid> for readers)")
+ElectionOpt = typer.Option(None, "--election-id", help="HIGH,LOW (default 1,0 for writers; 0,<pid> for readers)")
 TopoOpt = typer.Option(None, "--topology", "-t", help="topology TOML file", exists=False)
 SwitchOpt = typer.Option(None, "--switch", "-s", help="only this switch of the topology")
 TimeoutOpt = typer.Option(10.0, "--timeout", min=0.0, help="seconds to wait for the server")
-TlsCaOpt = typer.Option(None, "--tls-ca", envvar="MLTCP_TLS_CA",
-                        help="PEM CA of the switch's TLS certificate (turns TLS on)")
-TlsCertOpt = typer.Option(None, "--tls-cert", envvar="MLTCP_TLS_CERT",
-                          help="PEM client certificate (for a switch that requires one)")
-TlsKeyOpt = typer.Option(None, "--tls-key", envvar="MLTCP_TLS_KEY",
-                         help="PEM private key of --tls-cert")
+TlsCaOpt = typer.Option(
+    None, "--tls-ca", envvar="MLTCP_TLS_CA", help="PEM CA of the switch's TLS certificate (turns TLS on)"
+)
+TlsCertOpt = typer.Option(
+    None, "--tls-cert", envvar="MLTCP_TLS_CERT", help="PEM client certificate (for a switch that requires one)"
+)
+TlsKeyOpt = typer.Option(None, "--tls-key", envvar="MLTCP_TLS_KEY", help="PEM private key of --tls-cert")
 
 
 def _tls(ca: Optional[Path], cert: Optional[Path], key: Optional[Path]) -> Optional[TlsOptions]:
     if ca is None and cert is None and key is None:
         return None
     if (cert is None) != (key is None):
-        raise TopologyError("command line", "--tls-cert" if cert is None else "--tls-key",
-                            "give both --tls-cert and --tls-key")
+        raise TopologyError(
+            "command line", "--tls-cert" if cert is None else "--tls-key", "give both --tls-cert and --tls-key"
+        )
     for path, opt in ((ca, "--tls-ca"), (cert, "--tls-cert"), (key, "--tls-key")):
         if path is not None and not path.is_file():
             raise TopologyError(str(path), opt, "file not found")
@@ -96,13 +97,17 @@ def _each(specs: list[SwitchSpec], fn, what: str) -> None:
             if len(specs) == 1 or isinstance(e, PipelineFileError):
                 raise
             done = ", ".join(s.name for s in specs[:k]) or "none"
-            left = ", ".join(s.name for s in specs[k + 1:]) or "none"
-            raise ControlPlaneError(f"{what} failed on switch {spec.name}: {e} | done: {done} | "
-                                    f"not attempted: {left}") from e
+            left = ", ".join(s.name for s in specs[k + 1 :]) or "none"
+            raise ControlPlaneError(
+                f"{what} failed on switch {spec.name}: {e} | done: {done} | not attempted: {left}"
+            ) from e
 
 
-ThriftOpt = typer.Option(None, "--thrift", help="BMv2 only: the switch's thrift HOST:PORT, to read "
-                                                "registers that its P4Runtime server (PI) cannot")
+ThriftOpt = typer.Option(
+    None,
+    "--thrift",
+    help="BMv2 only: the switch's thrift HOST:PORT, to read registers that its P4Runtime server (PI) cannot",
+)
 
 
 def _election(value: Optional[str]) -> Optional[tuple[int, int]]:
@@ -115,8 +120,7 @@ def _election(value: Optional[str]) -> Optional[tuple[int, int]]:
     return check_election_id(parts, "command line", "--election-id")
 
 
-def _targets(grpc: Optional[str], device_id: int, topology: Optional[Path],
-             switch: Optional[str]) -> list[SwitchSpec]:
+def _targets(grpc: Optional[str], device_id: int, topology: Optional[Path], switch: Optional[str]) -> list[SwitchSpec]:
     if topology is not None:
         if grpc is not None:
             raise TopologyError("command line", "--grpc", "give either --grpc or --topology")
@@ -143,16 +147,21 @@ def _run(fn):
 @app.command()
 def push(
     p4info: Path = typer.Option(P4INFO_PATH, "--p4info", help="P4Info text file"),
-    config: Optional[Path] = typer.Option(None, "--config",
-                                          help="device config: BMv2 JSON (p4c -o); "
-                                               "omit for the software switch"),
-    grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="device config: BMv2 JSON (p4c -o); omit for the software switch"
+    ),
+    grpc: Optional[str] = GrpcOpt,
+    device_id: int = DeviceOpt,
     election_id: Optional[str] = ElectionOpt,
-    topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
-    timeout: float = TimeoutOpt, tls_ca: Optional[Path] = TlsCaOpt,
-    tls_cert: Optional[Path] = TlsCertOpt, tls_key: Optional[Path] = TlsKeyOpt,
+    topology: Optional[Path] = TopoOpt,
+    switch: Optional[str] = SwitchOpt,
+    timeout: float = TimeoutOpt,
+    tls_ca: Optional[Path] = TlsCaOpt,
+    tls_cert: Optional[Path] = TlsCertOpt,
+    tls_key: Optional[Path] = TlsKeyOpt,
 ):
     """Push the pipeline (P4Info + device config) to the switch(es)."""
+
     def go():
         tls = _tls(tls_ca, tls_cert, tls_key)
         eid = _election(election_id)
@@ -161,13 +170,11 @@ def push(
         # every file is checked before the first switch is touched, named by where it came from
         for spec in specs:
             if spec.p4info is not None:
-                preflight.check_p4info_file(spec.p4info, str(topology),
-                                            f"{preflight.where(topo, spec)}.p4info")
+                preflight.check_p4info_file(spec.p4info, str(topology), f"{preflight.where(topo, spec)}.p4info")
             else:
                 preflight.check_p4info_file(p4info, "command line", "--p4info")
             if spec.config is not None:
-                preflight.check_device_config(spec.config, str(topology),
-                                              f"{preflight.where(topo, spec)}.config")
+                preflight.check_device_config(spec.config, str(topology), f"{preflight.where(topo, spec)}.config")
             else:
                 preflight.check_device_config(config, "command line", "--config")
 
@@ -176,7 +183,9 @@ def push(
                 # a topology's own p4info/config wins over the defaults
                 conn.push_pipeline(spec.p4info or p4info, spec.config or config)
             out.print(f"pushed pipeline to {spec.name} ({spec.grpc}, device {spec.device_id})")
+
         _each(specs, one, "push")
+
     _run(go)
 
 
@@ -185,13 +194,15 @@ def install(
     topology_file: Path = typer.Argument(..., metavar="TOPOLOGY", help="topology TOML file"),
     switch: Optional[str] = SwitchOpt,
     do_push: bool = typer.Option(False, "--push", help="push the pipeline first"),
-    dry_run: bool = typer.Option(False, "--dry-run",
-                                 help="print the entries without connecting"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the entries without connecting"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable summary"),
-    timeout: float = TimeoutOpt, tls_ca: Optional[Path] = TlsCaOpt,
-    tls_cert: Optional[Path] = TlsCertOpt, tls_key: Optional[Path] = TlsKeyOpt,
+    timeout: float = TimeoutOpt,
+    tls_ca: Optional[Path] = TlsCaOpt,
+    tls_cert: Optional[Path] = TlsCertOpt,
+    tls_key: Optional[Path] = TlsKeyOpt,
 ):
     """Install routes (MyIngress.ipv4_lpm) and ECN thresholds (MyEgress.ecn_threshold)."""
+
     def go():
         topo = load_topology(topology_file)
         specs = [topo.switch(switch)] if switch else list(topo.switches)
@@ -202,9 +213,15 @@ def install(
             summary = []
             for plan in preflight.plan_install(topo, specs, push=do_push, read_back=False):
                 spec, tes = plan.spec, plan.entries
-                summary.append({"switch": spec.name, "grpc": spec.grpc,
-                                "routes": len(spec.routes), "ecn_thresholds": len(spec.ecn),
-                                "entries": [str(te) for te in tes]})
+                summary.append(
+                    {
+                        "switch": spec.name,
+                        "grpc": spec.grpc,
+                        "routes": len(spec.routes),
+                        "ecn_thresholds": len(spec.ecn),
+                        "entries": [str(te) for te in tes],
+                    }
+                )
                 if not as_json:
                     out.rule(f"{spec.name} ({spec.grpc}, device {spec.device_id})")
                     for te in tes:
@@ -212,37 +229,53 @@ def install(
             if as_json:
                 print(json.dumps({"dry_run": True, "switches": summary}, sort_keys=True))
             return
+
         def done(r: dict) -> None:
             if not as_json:
-                out.print(f"{r['switch']}: {r['routes']} routes, {r['ecn_thresholds']} ECN "
-                          f"thresholds{' (pipeline pushed)' if do_push else ''}")
+                out.print(
+                    f"{r['switch']}: {r['routes']} routes, {r['ecn_thresholds']} ECN "
+                    f"thresholds{' (pipeline pushed)' if do_push else ''}"
+                )
+
         try:
-            results = install_topology(topo, push=do_push, only=switch, timeout=timeout,
-                                       tls=tls, on_switch=done)
+            results = install_topology(topo, push=do_push, only=switch, timeout=timeout, tls=tls, on_switch=done)
         except InstallError as e:
             if as_json:
-                print(json.dumps({"dry_run": False, "switches": e.done,
-                                  "failed": dict(e.partial, switch=e.failed),
-                                  "not_attempted": e.left}, sort_keys=True))
+                print(
+                    json.dumps(
+                        {
+                            "dry_run": False,
+                            "switches": e.done,
+                            "failed": dict(e.partial, switch=e.failed),
+                            "not_attempted": e.left,
+                        },
+                        sort_keys=True,
+                    )
+                )
             raise
         if as_json:
             print(json.dumps({"dry_run": False, "switches": results}, sort_keys=True))
+
     _run(go)
 
 
 @app.command("set-ecn")
 def set_ecn(
     port: int = typer.Option(..., "--port", help="egress port"),
-    threshold: Optional[int] = typer.Option(None, "--threshold",
-                                            help="queue depth in packets (cells on Tofino)"),
+    threshold: Optional[int] = typer.Option(None, "--threshold", help="queue depth in packets (cells on Tofino)"),
     off: bool = typer.Option(False, "--off", help="remove the port's threshold (no marking)"),
-    grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
+    grpc: Optional[str] = GrpcOpt,
+    device_id: int = DeviceOpt,
     election_id: Optional[str] = ElectionOpt,
-    topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
-    timeout: float = TimeoutOpt, tls_ca: Optional[Path] = TlsCaOpt,
-    tls_cert: Optional[Path] = TlsCertOpt, tls_key: Optional[Path] = TlsKeyOpt,
+    topology: Optional[Path] = TopoOpt,
+    switch: Optional[str] = SwitchOpt,
+    timeout: float = TimeoutOpt,
+    tls_ca: Optional[Path] = TlsCaOpt,
+    tls_cert: Optional[Path] = TlsCertOpt,
+    tls_key: Optional[Path] = TlsKeyOpt,
 ):
     """Set (or with --off remove) the ECN marking threshold of one egress port."""
+
     def go():
         check_port(port, "command line", "--port")
         if off == (threshold is not None):
@@ -253,20 +286,20 @@ def set_ecn(
         tls = _tls(tls_ca, tls_cert, tls_key)
         specs = _targets(grpc, device_id, topology, switch)
         for spec in specs:  # the port and threshold fit each switch's P4Info, before any write
-            preflight.check_ecn(preflight.running_index(spec, timeout, tls), spec, port,
-                                threshold)
+            preflight.check_ecn(preflight.running_index(spec, timeout, tls), spec, port, threshold)
 
         def one(spec: SwitchSpec) -> None:
             with connect_switch(spec, timeout, election_id=eid, tls=tls) as conn:
                 conn.attach()
                 if off:
                     had = conn.clear_ecn_threshold(port)
-                    out.print(f"{spec.name}: port {port}: ECN marking off"
-                              f"{'' if had else ' (was not set)'}")
+                    out.print(f"{spec.name}: port {port}: ECN marking off{'' if had else ' (was not set)'}")
                 else:
                     conn.set_ecn_threshold(port, threshold)
                     out.print(f"{spec.name}: port {port}: ECN threshold {threshold}")
+
         _each(specs, one, "set-ecn")
+
     _run(go)
 
 
@@ -293,14 +326,19 @@ def _job_filter(jobs: Optional[list[int]]) -> Optional[set[int]]:
 def counters(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
     job: Optional[list[int]] = typer.Option(None, "--job", help="only these job ids"),
-    grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
+    grpc: Optional[str] = GrpcOpt,
+    device_id: int = DeviceOpt,
     election_id: Optional[str] = ElectionOpt,
-    topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
-    timeout: float = TimeoutOpt, tls_ca: Optional[Path] = TlsCaOpt,
-    tls_cert: Optional[Path] = TlsCertOpt, tls_key: Optional[Path] = TlsKeyOpt,
+    topology: Optional[Path] = TopoOpt,
+    switch: Optional[str] = SwitchOpt,
+    timeout: float = TimeoutOpt,
+    tls_ca: Optional[Path] = TlsCaOpt,
+    tls_cert: Optional[Path] = TlsCertOpt,
+    tls_key: Optional[Path] = TlsKeyOpt,
     thrift: Optional[str] = ThriftOpt,
 ):
     """Per-job counters: job_tx packets/bytes, job_ecn_marks, bytes_ratio; parse_errors."""
+
     def go():
         only = _job_filter(job)
         eid = _election(election_id) or reader_election_id()
@@ -314,6 +352,7 @@ def counters(
             print(to_json(snaps, only))
         else:
             out.print(to_table(snaps, only))
+
     _run(go)
 
 
@@ -323,17 +362,22 @@ def watch(
     count: int = typer.Option(0, "--count", "-n", help="stop after N polls (0: until Ctrl-C)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON line per poll"),
     job: Optional[list[int]] = typer.Option(None, "--job", help="only these job ids"),
-    grpc: Optional[str] = GrpcOpt, device_id: int = DeviceOpt,
+    grpc: Optional[str] = GrpcOpt,
+    device_id: int = DeviceOpt,
     election_id: Optional[str] = ElectionOpt,
-    topology: Optional[Path] = TopoOpt, switch: Optional[str] = SwitchOpt,
+    topology: Optional[Path] = TopoOpt,
+    switch: Optional[str] = SwitchOpt,
     timeout: float = TimeoutOpt,
-    retry_timeout: float = typer.Option(60.0, "--retry-timeout",
-                                        help="keep reconnecting this long after the target "
-                                             "goes away"),
-    tls_ca: Optional[Path] = TlsCaOpt, tls_cert: Optional[Path] = TlsCertOpt,
-    tls_key: Optional[Path] = TlsKeyOpt, thrift: Optional[str] = ThriftOpt,
+    retry_timeout: float = typer.Option(
+        60.0, "--retry-timeout", help="keep reconnecting this long after the target goes away"
+    ),
+    tls_ca: Optional[Path] = TlsCaOpt,
+    tls_cert: Optional[Path] = TlsCertOpt,
+    tls_key: Optional[Path] = TlsKeyOpt,
+    thrift: Optional[str] = ThriftOpt,
 ):
     """Poll the counters; reconnects with backoff when the target restarts."""
+
     def go():
         if interval <= 0:
             raise TopologyError("command line", "--interval", "must be > 0")
@@ -343,11 +387,9 @@ def watch(
         eid = _election(election_id) or reader_election_id()
         specs = _targets(grpc, device_id, topology, switch)
         if len(specs) != 1:
-            raise TopologyError(str(topology), "--switch",
-                                "watch follows one switch: pick one with --switch")
+            raise TopologyError(str(topology), "--switch", "watch follows one switch: pick one with --switch")
         spec = specs[0]
-        conn = connect_switch(spec, timeout, retry_timeout, election_id=eid,
-                              tls=_tls(tls_ca, tls_cert, tls_key))
+        conn = connect_switch(spec, timeout, retry_timeout, election_id=eid, tls=_tls(tls_ca, tls_cert, tls_key))
         n = 0
         try:
             conn.attach(wait=True)
@@ -363,8 +405,7 @@ def watch(
                         break
                     time.sleep(interval)
             else:
-                with Live(to_table([poll()], only), console=out,
-                          auto_refresh=False) as live:
+                with Live(to_table([poll()], only), console=out, auto_refresh=False) as live:
                     n = 1
                     while not count or n < count:
                         time.sleep(interval)
@@ -374,6 +415,7 @@ def watch(
             pass
         finally:
             conn.close()
+
     _run(go)
 
 

@@ -64,8 +64,7 @@ T = TypeVar("T")
 
 DEFAULT_GRPC = "127.0.0.1:9559"
 # what a restarted target answers a client it does not know: no pipeline, not the primary
-_RESTART_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED,
-                  grpc.StatusCode.NOT_FOUND)
+_RESTART_CODES = (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND)
 DEFAULT_ELECTION_ID = (1, 0)
 
 
@@ -83,8 +82,7 @@ class InstallError(ControlPlaneError):
     were configured; ``failed``: the switch's name; ``partial``: what was installed on it
     before the error; ``left``: names of the switches not attempted."""
 
-    def __init__(self, message: str, done: list[dict], failed: str, partial: dict,
-                 left: list[str]):
+    def __init__(self, message: str, done: list[dict], failed: str, partial: dict, left: list[str]):
         super().__init__(message)
         self.done, self.failed, self.partial, self.left = done, failed, partial, left
 
@@ -123,8 +121,7 @@ class TlsOptions:
         return Path(p).read_bytes() if p is not None else None
 
     def credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(self._read(self.ca), self._read(self.key),
-                                            self._read(self.cert))
+        return grpc.ssl_channel_credentials(self._read(self.ca), self._read(self.key), self._read(self.cert))
 
 
 def read_p4info(path: Path | str) -> p4info_pb2.P4Info:
@@ -138,8 +135,7 @@ def read_p4info(path: Path | str) -> p4info_pb2.P4Info:
     except IsADirectoryError:
         raise PipelineFileError(f"{path}: is a directory, not a P4Info file") from None
     except UnicodeDecodeError as e:
-        raise PipelineFileError(f"{path}: not a P4Info text file (not UTF-8 text: byte "
-                                f"{e.start})") from None
+        raise PipelineFileError(f"{path}: not a P4Info text file (not UTF-8 text: byte {e.start})") from None
     except OSError as e:
         raise PipelineFileError(f"{path}: cannot read the P4Info file: {e.strerror}") from None
     info = p4info_pb2.P4Info()
@@ -147,13 +143,13 @@ def read_p4info(path: Path | str) -> p4info_pb2.P4Info:
         # unknown fields are skipped (P4Info from a newer p4c); the table check catches the rest
         text_format.Merge(text, info, allow_unknown_field=True)
     except text_format.ParseError as e:
-        raise PipelineFileError(f"{path}: not a P4Info text file ({str(e).splitlines()[0]})") \
-            from None
+        raise PipelineFileError(f"{path}: not a P4Info text file ({str(e).splitlines()[0]})") from None
     have = {t.preamble.name for t in info.tables}
     lack = [t for t in (N.T_IPV4_LPM, N.T_ECN_THRESHOLD) if t not in have]
     if lack:
-        raise PipelineFileError(f"{path}: not a P4Info of mltcp.p4 (no table "
-                                f"{', '.join(lack)}; {len(info.tables)} tables in the file)")
+        raise PipelineFileError(
+            f"{path}: not a P4Info of mltcp.p4 (no table {', '.join(lack)}; {len(info.tables)} tables in the file)"
+        )
     return info
 
 
@@ -212,9 +208,15 @@ class Backoff:
 class SwitchConnection:
     """One P4Runtime session to one device. Create with :func:`connect`."""
 
-    def __init__(self, grpc_addr: str = DEFAULT_GRPC, device_id: int = 0,
-                 election_id: tuple[int, int] = DEFAULT_ELECTION_ID, name: str | None = None,
-                 retry_timeout: float = 30.0, tls: TlsOptions | None = None):
+    def __init__(
+        self,
+        grpc_addr: str = DEFAULT_GRPC,
+        device_id: int = 0,
+        election_id: tuple[int, int] = DEFAULT_ELECTION_ID,
+        name: str | None = None,
+        retry_timeout: float = 30.0,
+        tls: TlsOptions | None = None,
+    ):
         self.grpc_addr = grpc_addr
         self.device_id = device_id
         self.election_id = tuple(election_id)
@@ -231,7 +233,7 @@ class SwitchConnection:
         # the journal: what this connection installed (replayed after a restart)
         self._routes: dict[str, Route] = {}
         self._ecn: dict[int, int] = {}
-        self._progress: dict[int, tuple] = {}     # port -> (ProgressPolicy, base threshold)
+        self._progress: dict[int, tuple] = {}  # port -> (ProgressPolicy, base threshold)
         self.restored = 0  # entries re-installed after reconnects (all reconnects together)
 
     # --- session ------------------------------------------------------------------------
@@ -242,30 +244,31 @@ class SwitchConnection:
         backoff = Backoff(deadline)
         last = "no answer"
         while True:
-            session = Session(self.grpc_addr, self.device_id, self.election_id,
-                              self.tls.credentials() if self.tls else None)
+            session = Session(
+                self.grpc_addr, self.device_id, self.election_id, self.tls.credentials() if self.tls else None
+            )
             if session.wait_ready(max(0.05, deadline - time.monotonic())):
                 try:
                     session.arbitrate(min(5.0, max(1.0, deadline - time.monotonic())))
                     if not session.primary:
-                        log.info("%s: not the primary client (election id %s): read-only",
-                                 self.name, self.election_id)
+                        log.info("%s: not the primary client (election id %s): read-only", self.name, self.election_id)
                     self.client = session
                     return self
                 except HandshakeError as e:
-                    last = f"arbitration handshake failed ({e}; device id or election id " \
-                           "rejected?)"
+                    last = f"arbitration handshake failed ({e}; device id or election id rejected?)"
             else:
                 last = "server not reachable"
                 if _port_open(self.grpc_addr):
-                    last = ("the port accepts connections but no gRPC session comes up "
-                            + ("(a TLS server? give the CA with --tls-ca)" if self.tls is None
-                               else "(TLS handshake failed: wrong CA, server name or client "
-                                    "certificate?)"))
+                    last = "the port accepts connections but no gRPC session comes up " + (
+                        "(a TLS server? give the CA with --tls-ca)"
+                        if self.tls is None
+                        else "(TLS handshake failed: wrong CA, server name or client certificate?)"
+                    )
             session.close()
             if not backoff.sleep():
-                raise ControlPlaneError(f"{self.name} ({self.grpc_addr}, device "
-                                        f"{self.device_id}): {last} after {timeout:g} s")
+                raise ControlPlaneError(
+                    f"{self.name} ({self.grpc_addr}, device {self.device_id}): {last} after {timeout:g} s"
+                )
 
     def close(self) -> None:
         """End the session (idempotent)."""
@@ -304,8 +307,7 @@ class SwitchConnection:
 
     def _idx(self) -> E.P4InfoIndex:
         if self.index is None:
-            raise ControlPlaneError(f"{self.name} ({self.grpc_addr}): no P4Info yet (push a "
-                                    "pipeline or attach first)")
+            raise ControlPlaneError(f"{self.name} ({self.grpc_addr}): no P4Info yet (push a pipeline or attach first)")
         return self.index
 
     def _entries(self, build: Callable[[E.P4InfoIndex], list]) -> list:
@@ -313,15 +315,19 @@ class SwitchConnection:
         try:
             return build(self._idx())
         except KeyError as e:
-            raise ControlPlaneError(f"{self.name} ({self.grpc_addr}): the device's P4Info is "
-                                    f"not mltcp.p4's: {e.args[0]}") from None
+            raise ControlPlaneError(
+                f"{self.name} ({self.grpc_addr}): the device's P4Info is not mltcp.p4's: {e.args[0]}"
+            ) from None
 
     def journal(self) -> list[p4runtime_pb2.TableEntry]:
         """The entries this connection installed, as TableEntry messages of the current P4Info."""
-        return self._entries(lambda idx: [E.route_entry(idx, r) for r in self._routes.values()]
-                             + [E.ecn_entry(idx, p, k) for p, k in self._ecn.items()]
-                             + [te for p, (pol, k) in self._progress.items()
-                                for te in E.progress_entries(idx, p, pol, k)])
+        return self._entries(
+            lambda idx: (
+                [E.route_entry(idx, r) for r in self._routes.values()]
+                + [E.ecn_entry(idx, p, k) for p, k in self._ecn.items()]
+                + [te for p, (pol, k) in self._progress.items() for te in E.progress_entries(idx, p, pol, k)]
+            )
+        )
 
     def _describe(self, te: p4runtime_pb2.TableEntry) -> str:
         return E.describe(self.index, te) if self.index is not None else "entry"
@@ -333,24 +339,28 @@ class SwitchConnection:
         try:
             self._upsert_all(tes)
         except _WriteFailed as e:
-            first = "; ".join(f"{self._describe(tes[i])}: {code} {msg}"
-                              for i, code, msg in e.failed[:3])
+            first = "; ".join(f"{self._describe(tes[i])}: {code} {msg}" for i, code, msg in e.failed[:3])
             raise ControlPlaneError(
                 f"{self.name} ({self.grpc_addr}): the switch came back without the {len(tes)} "
                 f"entries this connection installed; restoring them failed for {len(e.failed)} "
-                f"({e.total - len(e.failed)} of {len(tes)} restored): {first}") from None
+                f"({e.total - len(e.failed)} of {len(tes)} restored): {first}"
+            ) from None
         self.restored += len(tes)
-        log.warning("%s: reconnected; re-installed %d routes and %d ECN thresholds", self.name,
-                    len(self._routes), len(self._ecn))
+        log.warning(
+            "%s: reconnected; re-installed %d routes and %d ECN thresholds",
+            self.name,
+            len(self._routes),
+            len(self._ecn),
+        )
 
     def verify(self) -> list[str]:
         """Read the tables back; one line per journal entry the device lacks or holds with
         other action parameters ([] = everything this connection installed is there)."""
+
         def check() -> list[str]:
             have = {}
             for table in (N.T_IPV4_LPM, N.T_ECN_THRESHOLD):
-                for m in self._read_raw(self._entries(
-                        lambda idx: E.table_read_entity(idx, table))):
+                for m in self._read_raw(self._entries(lambda idx: E.table_read_entity(idx, table))):
                     te = m.table_entry
                     have[(te.table_id, _match_key(te))] = _action_key(te)
             out = []
@@ -361,6 +371,7 @@ class SwitchConnection:
                 elif got != _action_key(te):
                     out.append(f"{self._describe(te)}: other action parameters")
             return out
+
         return self.call(check, "verifying the installed entries")
 
     def call(self, fn: Callable[[], T], what: str = "operation") -> T:
@@ -381,8 +392,9 @@ class SwitchConnection:
                 return fn()
             except (grpc.RpcError, ConnectionResetError) as e:
                 code = grpc_code(e)
-                lost = (isinstance(e, ConnectionResetError) or not self.stream_alive
-                        or code == grpc.StatusCode.UNAVAILABLE)
+                lost = (
+                    isinstance(e, ConnectionResetError) or not self.stream_alive or code == grpc.StatusCode.UNAVAILABLE
+                )
                 if not lost and code in _RESTART_CODES and self.client is not None:
                     # a restarted target answers unary calls (the channel reconnects by itself)
                     # before our dead stream's thread has noticed: give it a moment to end
@@ -396,8 +408,9 @@ class SwitchConnection:
                     backoff = Backoff(deadline)
                 reopened = False
                 if lost:
-                    log.warning("%s: connection lost during %s (%s); reconnecting", self.name,
-                                what, code.name if code else e)
+                    log.warning(
+                        "%s: connection lost during %s (%s); reconnecting", self.name, what, code.name if code else e
+                    )
                     self.close()
                     try:
                         self.open(timeout=max(0.1, deadline - time.monotonic()))
@@ -412,7 +425,8 @@ class SwitchConnection:
                     raise ControlPlaneError(
                         f"{self.name} ({self.grpc_addr}): unavailable for "
                         f"{self.retry_timeout:g} s during {what}"
-                        + (" (device restarted without a pipeline)" if waiting else "")) from e
+                        + (" (device restarted without a pipeline)" if waiting else "")
+                    ) from e
 
     def _error(self, what: str, e: BaseException) -> ControlPlaneError:
         if isinstance(e, ControlPlaneError):
@@ -423,10 +437,10 @@ class SwitchConnection:
             hint = " (not the primary client: another controller has a higher election id?)"
         elif code == grpc.StatusCode.FAILED_PRECONDITION:
             hint = " (no pipeline on the device? run `mltcp switch push` first)"
-        detail = (f"{code.name}: {e.details()}" if isinstance(e, grpc.RpcError)
-                  and hasattr(e, "details") else str(e).strip())
-        return ControlPlaneError(f"{self.name} ({self.grpc_addr}): {what} failed: "
-                                 f"{detail}{hint}")
+        detail = (
+            f"{code.name}: {e.details()}" if isinstance(e, grpc.RpcError) and hasattr(e, "details") else str(e).strip()
+        )
+        return ControlPlaneError(f"{self.name} ({self.grpc_addr}): {what} failed: {detail}{hint}")
 
     # --- pipeline -------------------------------------------------------------------------
 
@@ -437,8 +451,7 @@ class SwitchConnection:
     def _attach(self) -> None:
         self.index = E.index(self.client.get_p4info())
 
-    def push_pipeline(self, p4info_path: Path | str = P4INFO_PATH,
-                      config_path: Path | str | None = None) -> None:
+    def push_pipeline(self, p4info_path: Path | str = P4INFO_PATH, config_path: Path | str | None = None) -> None:
         """SetForwardingPipelineConfig(VERIFY_AND_COMMIT) with the P4Info text file and the
         device config (BMv2 JSON for BMv2; None sends an empty config, which the software
         switch accepts). Then loads the P4Info back from the device. Both files are read and
@@ -479,20 +492,19 @@ class SwitchConnection:
         :class:`_WriteFailed` for updates refused for another reason than ALREADY_EXISTS."""
         failed: list[tuple[int, str, str]] = []
         for at in range(0, len(tes), self._BATCH):
-            chunk = tes[at:at + self._BATCH]
+            chunk = tes[at : at + self._BATCH]
             errs = self.client.write(p4runtime_pb2.Update.INSERT, chunk)
             exists = [i for i, code, _ in errs if code == code_pb2.ALREADY_EXISTS]
-            failed += [(at + i, code_pb2.Code.Name(code), msg) for i, code, msg in errs
-                       if code != code_pb2.ALREADY_EXISTS]
+            failed += [
+                (at + i, code_pb2.Code.Name(code), msg) for i, code, msg in errs if code != code_pb2.ALREADY_EXISTS
+            ]
             if exists:
                 errs = self.client.write(p4runtime_pb2.Update.MODIFY, [chunk[i] for i in exists])
-                failed += [(at + exists[i], code_pb2.Code.Name(code), msg)
-                           for i, code, msg in errs]
+                failed += [(at + exists[i], code_pb2.Code.Name(code), msg) for i, code, msg in errs]
         if failed:
             raise _WriteFailed(sorted(failed), len(tes))
 
-    def _install(self, build: Callable[[E.P4InfoIndex], list], what: str,
-                 record: Callable[[int], None]) -> None:
+    def _install(self, build: Callable[[E.P4InfoIndex], list], what: str, record: Callable[[int], None]) -> None:
         """Upsert the entries ``build(index)`` makes through :meth:`call` (built again after a
         reconnect, from the P4Info then on the device); ``record(i)`` for each that succeeded."""
         tes: list = []
@@ -500,6 +512,7 @@ class SwitchConnection:
         def run() -> None:
             tes[:] = self._entries(build)
             self._upsert_all(tes)
+
         try:
             self.call(run, what)
         except _WriteFailed as e:
@@ -507,11 +520,11 @@ class SwitchConnection:
             for i in range(len(tes)):
                 if i not in bad:
                     record(i)
-            lines = "; ".join(f"{self._describe(tes[i])}: {code} {msg}"
-                              for i, code, msg in e.failed[:5])
+            lines = "; ".join(f"{self._describe(tes[i])}: {code} {msg}" for i, code, msg in e.failed[:5])
             more = f" (and {len(e.failed) - 5} more)" if len(e.failed) > 5 else ""
-            err = ControlPlaneError(f"{self.name} ({self.grpc_addr}): {what}: {len(e.failed)} of "
-                                    f"{len(tes)} refused: {lines}{more}")
+            err = ControlPlaneError(
+                f"{self.name} ({self.grpc_addr}): {what}: {len(e.failed)} of {len(tes)} refused: {lines}{more}"
+            )
             err.installed = len(tes) - len(e.failed)
             raise err from None
         for i in range(len(tes)):
@@ -523,18 +536,22 @@ class SwitchConnection:
         routes = list(routes)
         if not routes:
             return 0
-        self._install(lambda idx: [E.route_entry(idx, r) for r in routes],
-                      f"{len(routes)} routes",
-                      lambda i: self._routes.__setitem__(routes[i].prefix, routes[i]))
+        self._install(
+            lambda idx: [E.route_entry(idx, r) for r in routes],
+            f"{len(routes)} routes",
+            lambda i: self._routes.__setitem__(routes[i].prefix, routes[i]),
+        )
         return len(routes)
 
     def set_ecn_threshold(self, port: int, threshold: int) -> None:
         """MyEgress.ecn_threshold[port] = set_ecn_threshold(threshold) (insert or modify)."""
         check_port(port, "command line", "port")
         check_threshold(threshold, "command line", "threshold")
-        self._install(lambda idx: [E.ecn_entry(idx, port, threshold)],
-                      f"ECN threshold on port {port}",
-                      lambda i: self._ecn.__setitem__(port, threshold))
+        self._install(
+            lambda idx: [E.ecn_entry(idx, port, threshold)],
+            f"ECN threshold on port {port}",
+            lambda i: self._ecn.__setitem__(port, threshold),
+        )
 
     def set_progress_policy(self, port: int, policy, base_threshold: int | None = None) -> int:
         """In-network MLTCP on ``port`` (mltcp.progress_policy.ProgressPolicy): one entry per
@@ -548,9 +565,11 @@ class SwitchConnection:
         tes = self._entries(lambda idx: E.progress_entries(idx, port, policy, base_threshold))
         if not tes:
             return 0
-        self._install(lambda idx: E.progress_entries(idx, port, policy, base_threshold),
-                      f"{policy.name} on port {port}",
-                      lambda i: self._progress.__setitem__(port, (policy, base_threshold)))
+        self._install(
+            lambda idx: E.progress_entries(idx, port, policy, base_threshold),
+            f"{policy.name} on port {port}",
+            lambda i: self._progress.__setitem__(port, (policy, base_threshold)),
+        )
         return len(tes)
 
     def clear_ecn_threshold(self, port: int) -> bool:
@@ -563,11 +582,10 @@ class SwitchConnection:
             errs = self.client.write(p4runtime_pb2.Update.DELETE, [te])
             if not errs:
                 return True
-            (_, code, msg), = errs
+            ((_, code, msg),) = errs
             if code == code_pb2.NOT_FOUND:
                 return False
-            raise ControlPlaneError(f"{self.name} ({self.grpc_addr}): {what} failed: "
-                                    f"{code_pb2.Code.Name(code)} {msg}")
+            raise ControlPlaneError(f"{self.name} ({self.grpc_addr}): {what} failed: {code_pb2.Code.Name(code)} {msg}")
 
         had = self.call(delete, what)
         self._ecn.pop(port, None)
@@ -575,9 +593,11 @@ class SwitchConnection:
 
     def read_table(self, table: str) -> list[p4runtime_pb2.TableEntry]:
         """All entries of a table as p4runtime_pb2.TableEntry messages."""
+
         def read():
             ent = self._entries(lambda idx: E.table_read_entity(idx, table))
             return [m.table_entry for m in self._read_raw(ent)]
+
         return self.call(read, f"reading {table}")
 
     # --- counters -----------------------------------------------------------------------
@@ -592,6 +612,7 @@ class SwitchConnection:
 
         def entity(kind_fn, name):
             return self._entries(lambda idx: kind_fn(idx, name))
+
         for m in read(entity(E.counter_read_entity, N.C_JOB_TX)):
             s = snap.job(m.counter_entry.index.index)
             s.tx_packets = m.counter_entry.data.packet_count
@@ -603,8 +624,7 @@ class SwitchConnection:
         if registers:
             for m in read(entity(E.register_read_entity, N.R_JOB_BYTES_RATIO)):
                 raw = m.register_entry.data.bitstring  # minimal width (b"" for 0) or padded
-                snap.job(m.register_entry.index.index).bytes_ratio_q16 = (
-                    int.from_bytes(raw, "big") if raw else 0)
+                snap.job(m.register_entry.index.index).bytes_ratio_q16 = int.from_bytes(raw, "big") if raw else 0
         return snap
 
     def read_counters(self, registers: bool = True) -> CounterSnapshot:
@@ -613,10 +633,15 @@ class SwitchConnection:
         return self.call(lambda: self._read_counters(registers), "reading counters")
 
 
-def connect(grpc_addr: str = DEFAULT_GRPC, device_id: int = 0,
-            election_id: tuple[int, int] = DEFAULT_ELECTION_ID, name: str | None = None,
-            timeout: float = 10.0, retry_timeout: float = 30.0,
-            tls: TlsOptions | None = None) -> SwitchConnection:
+def connect(
+    grpc_addr: str = DEFAULT_GRPC,
+    device_id: int = 0,
+    election_id: tuple[int, int] = DEFAULT_ELECTION_ID,
+    name: str | None = None,
+    timeout: float = 10.0,
+    retry_timeout: float = 30.0,
+    tls: TlsOptions | None = None,
+) -> SwitchConnection:
     """Open a session (waiting up to `timeout` s for the server). Close it, or use `with`."""
     conn = SwitchConnection(grpc_addr, device_id, election_id, name, retry_timeout, tls)
     conn.open(timeout)
@@ -624,15 +649,19 @@ def connect(grpc_addr: str = DEFAULT_GRPC, device_id: int = 0,
     return conn
 
 
-def connect_switch(spec: SwitchSpec, timeout: float = 10.0, retry_timeout: float = 30.0,
-                   election_id: tuple[int, int] | None = None,
-                   tls: TlsOptions | None = None) -> SwitchConnection:
-    return connect(spec.grpc, spec.device_id, election_id or spec.election_id, spec.name,
-                   timeout, retry_timeout, tls)
+def connect_switch(
+    spec: SwitchSpec,
+    timeout: float = 10.0,
+    retry_timeout: float = 30.0,
+    election_id: tuple[int, int] | None = None,
+    tls: TlsOptions | None = None,
+) -> SwitchConnection:
+    return connect(spec.grpc, spec.device_id, election_id or spec.election_id, spec.name, timeout, retry_timeout, tls)
 
 
-def configure_switch(conn: SwitchConnection, spec: SwitchSpec, push: bool = False,
-                     progress: dict | None = None) -> dict:
+def configure_switch(
+    conn: SwitchConnection, spec: SwitchSpec, push: bool = False, progress: dict | None = None
+) -> dict:
     """Push (optional) and install one switch's routes and ECN thresholds. ``progress`` (if
     given) is filled in as it goes, so a caller can tell what a failure left behind."""
     progress = {} if progress is None else progress
@@ -650,8 +679,13 @@ def configure_switch(conn: SwitchConnection, spec: SwitchSpec, push: bool = Fals
     for e in spec.ecn:
         conn.set_ecn_threshold(e.port, e.threshold)
         progress["ecn_thresholds"] += 1
-    return {"switch": spec.name, "grpc": spec.grpc, "pushed": push, "routes": progress["routes"],
-            "ecn_thresholds": len(spec.ecn)}
+    return {
+        "switch": spec.name,
+        "grpc": spec.grpc,
+        "pushed": push,
+        "routes": progress["routes"],
+        "ecn_thresholds": len(spec.ecn),
+    }
 
 
 def _num(b: bytes) -> int:
@@ -684,7 +718,18 @@ def _action_key(te) -> tuple:
 
 
 __all__ = [
-    "Backoff", "ControlPlaneError", "EcnThreshold", "InstallError", "PipelineFileError", "Route",
-    "SwitchConnection", "TlsOptions", "configure_switch", "connect", "connect_switch",
-    "grpc_code", "read_p4info", "reader_election_id",
+    "Backoff",
+    "ControlPlaneError",
+    "EcnThreshold",
+    "InstallError",
+    "PipelineFileError",
+    "Route",
+    "SwitchConnection",
+    "TlsOptions",
+    "configure_switch",
+    "connect",
+    "connect_switch",
+    "grpc_code",
+    "read_p4info",
+    "reader_election_id",
 ]

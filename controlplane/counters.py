@@ -70,8 +70,13 @@ class CounterSnapshot:
             d = asdict(s)
             d["bytes_ratio"] = round(s.bytes_ratio, 6)
             jobs.append(d)
-        return {"switch": self.switch, "grpc": self.grpc, "time": self.time,
-                "parse_errors": self.parse_errors, "jobs": jobs}
+        return {
+            "switch": self.switch,
+            "grpc": self.grpc,
+            "time": self.time,
+            "parse_errors": self.parse_errors,
+            "jobs": jobs,
+        }
 
 
 def to_json(snapshots: list[CounterSnapshot], only: set[int] | None = None) -> str:
@@ -81,18 +86,30 @@ def to_json(snapshots: list[CounterSnapshot], only: set[int] | None = None) -> s
 
 def to_table(snapshots: list[CounterSnapshot], only: set[int] | None = None) -> Table:
     t = Table(title="MLTCP per-job counters", show_lines=False)
-    for col, just in (("switch", "left"), ("job", "right"), ("tx pkts", "right"),
-                      ("tx bytes", "right"), ("ECN marks", "right"), ("marked", "right"),
-                      ("bytes_ratio", "right")):
+    for col, just in (
+        ("switch", "left"),
+        ("job", "right"),
+        ("tx pkts", "right"),
+        ("tx bytes", "right"),
+        ("ECN marks", "right"),
+        ("marked", "right"),
+        ("bytes_ratio", "right"),
+    ):
         t.add_column(col, justify=just)
     for snap in snapshots:
         jobs = snap.active_jobs(only)
         if not jobs:
             t.add_row(snap.switch, "-", "0", "0", "0", "-", "-")
         for s in jobs:
-            t.add_row(snap.switch, str(s.job_id), f"{s.tx_packets:,}", f"{s.tx_bytes:,}",
-                      f"{s.ecn_marks:,}", f"{100 * s.mark_fraction:.1f}%",
-                      f"{s.bytes_ratio:.4f}")
+            t.add_row(
+                snap.switch,
+                str(s.job_id),
+                f"{s.tx_packets:,}",
+                f"{s.tx_bytes:,}",
+                f"{s.ecn_marks:,}",
+                f"{100 * s.mark_fraction:.1f}%",
+                f"{s.bytes_ratio:.4f}",
+            )
     errs = ", ".join(f"{s.switch}: {s.parse_errors}" for s in snapshots)
     t.caption = f"parse errors (dropped): {errs}"
     return t

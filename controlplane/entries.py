@@ -19,9 +19,19 @@ from mltcp.p4src.p4info import P4InfoIndex
 from .topology import Route
 
 __all__ = [
-    "P4InfoIndex", "bitstring", "counter_read_entity", "describe", "ecn_entry", "index",
-    "progress_ecn_entry", "progress_entries", "progress_no_ecn_entry", "progress_priority_entry",
-    "register_read_entity", "route_entry", "table_read_entity",
+    "P4InfoIndex",
+    "bitstring",
+    "counter_read_entity",
+    "describe",
+    "ecn_entry",
+    "index",
+    "progress_ecn_entry",
+    "progress_entries",
+    "progress_no_ecn_entry",
+    "progress_priority_entry",
+    "register_read_entity",
+    "route_entry",
+    "table_read_entity",
 ]
 
 
@@ -41,8 +51,7 @@ def _entry(idx: P4InfoIndex, table: str) -> p4runtime_pb2.TableEntry:
     return p4runtime_pb2.TableEntry(table_id=idx.id("table", table))
 
 
-def _action(idx: P4InfoIndex, te: p4runtime_pb2.TableEntry, action: str,
-            params: dict[str, int]) -> None:
+def _action(idx: P4InfoIndex, te: p4runtime_pb2.TableEntry, action: str, params: dict[str, int]) -> None:
     act = te.action.action
     act.action_id = idx.id("action", action)
     for name, value in params.items():
@@ -59,22 +68,20 @@ def route_entry(idx: P4InfoIndex, route: Route) -> p4runtime_pb2.TableEntry:
         m = te.match.add(field_id=mf.id)
         m.lpm.value = bitstring(int(net.network_address), mf.bitwidth, N.K_IPV4_DST)
         m.lpm.prefix_len = net.prefixlen
-    _action(idx, te, N.A_IPV4_FORWARD, {N.P_DST_ADDR: int(route.mac.replace(":", ""), 16),
-                                      N.P_PORT: route.port})
+    _action(idx, te, N.A_IPV4_FORWARD, {N.P_DST_ADDR: int(route.mac.replace(":", ""), 16), N.P_PORT: route.port})
     return te
 
 
-def ecn_entry(idx: P4InfoIndex, port: int, threshold: int | None = None
-              ) -> p4runtime_pb2.TableEntry:
+def ecn_entry(idx: P4InfoIndex, port: int, threshold: int | None = None) -> p4runtime_pb2.TableEntry:
     """MyEgress.ecn_threshold: egress port -> set_ecn_threshold(threshold).
 
     With threshold None the entry has only its key (enough to delete it)."""
-    return _port_entry(idx, N.T_ECN_THRESHOLD, port, N.A_SET_ECN_THRESHOLD,
-                       None if threshold is None else {N.P_THRESHOLD: threshold})
+    return _port_entry(
+        idx, N.T_ECN_THRESHOLD, port, N.A_SET_ECN_THRESHOLD, None if threshold is None else {N.P_THRESHOLD: threshold}
+    )
 
 
-def _port_entry(idx: P4InfoIndex, table: str, port: int, action: str, params: dict | None
-                ) -> p4runtime_pb2.TableEntry:
+def _port_entry(idx: P4InfoIndex, table: str, port: int, action: str, params: dict | None) -> p4runtime_pb2.TableEntry:
     """An entry of a table keyed on the egress port alone; ``params`` None: key only."""
     te = _entry(idx, table)
     mf = idx.match_field(table, N.K_EGRESS_PORT)
@@ -84,15 +91,15 @@ def _port_entry(idx: P4InfoIndex, table: str, port: int, action: str, params: di
     return te
 
 
-def _band_key(idx: P4InfoIndex, table: str, port_key: str, port: int, band: int,
-              te: p4runtime_pb2.TableEntry) -> None:
+def _band_key(idx: P4InfoIndex, table: str, port_key: str, port: int, band: int, te: p4runtime_pb2.TableEntry) -> None:
     for name, v in ((port_key, port), (N.K_PROGRESS_BAND, band)):
         mf = idx.match_field(table, name)
         te.match.add(field_id=mf.id).exact.value = bitstring(v, mf.bitwidth, name)
 
 
-def progress_ecn_entry(idx: P4InfoIndex, port: int, band: int, threshold: int | None = None
-                       ) -> p4runtime_pb2.TableEntry:
+def progress_ecn_entry(
+    idx: P4InfoIndex, port: int, band: int, threshold: int | None = None
+) -> p4runtime_pb2.TableEntry:
     """MyEgress.progress_ecn: (egress port, band) -> set_progress_ecn(threshold); None: key only."""
     te = _entry(idx, N.T_PROGRESS_ECN)
     _band_key(idx, N.T_PROGRESS_ECN, N.K_EGRESS_PORT, port, band, te)
@@ -109,8 +116,9 @@ def progress_no_ecn_entry(idx: P4InfoIndex, port: int, band: int) -> p4runtime_p
     return te
 
 
-def progress_priority_entry(idx: P4InfoIndex, port: int, band: int, priority: int | None = None
-                            ) -> p4runtime_pb2.TableEntry:
+def progress_priority_entry(
+    idx: P4InfoIndex, port: int, band: int, priority: int | None = None
+) -> p4runtime_pb2.TableEntry:
     """MyIngress.progress_priority: (egress spec, band) -> set_progress_priority(priority)."""
     te = _entry(idx, N.T_PROGRESS_PRIORITY)
     _band_key(idx, N.T_PROGRESS_PRIORITY, N.K_EGRESS_SPEC, port, band, te)
@@ -119,12 +127,12 @@ def progress_priority_entry(idx: P4InfoIndex, port: int, band: int, priority: in
     return te
 
 
-def progress_contest_entry(idx: P4InfoIndex, port: int, window_us: int | None = None
-                           ) -> p4runtime_pb2.TableEntry:
+def progress_contest_entry(idx: P4InfoIndex, port: int, window_us: int | None = None) -> p4runtime_pb2.TableEntry:
     """MyEgress.progress_contest: egress port -> set_contest_window(window, microseconds); None:
     key only."""
-    return _port_entry(idx, N.T_PROGRESS_CONTEST, port, N.A_SET_CONTEST_WINDOW,
-                       None if window_us is None else {N.P_WINDOW: window_us})
+    return _port_entry(
+        idx, N.T_PROGRESS_CONTEST, port, N.A_SET_CONTEST_WINDOW, None if window_us is None else {N.P_WINDOW: window_us}
+    )
 
 
 def contest_window_us(policy) -> int:
@@ -133,8 +141,7 @@ def contest_window_us(policy) -> int:
     return max(1, int(round(w))) if w > 0 else 0
 
 
-def progress_entries(idx: P4InfoIndex, port: int, policy, base_threshold: int | None
-                     ) -> list[p4runtime_pb2.TableEntry]:
+def progress_entries(idx: P4InfoIndex, port: int, policy, base_threshold: int | None) -> list[p4runtime_pb2.TableEntry]:
     """The entries of a mltcp.progress_policy.ProgressPolicy on one port: one per hardware band
     (bytes_ratio[15:12]); ecn-by-progress scales the port's threshold ``base_threshold``,
     priority-by-progress maps the band to its priority, and by its priority_ecn: ``link`` adds
@@ -147,14 +154,16 @@ def progress_entries(idx: P4InfoIndex, port: int, policy, base_threshold: int | 
         ks = policy.thresholds(base_threshold)
         tes = [progress_ecn_entry(idx, port, hb, ks[b]) for hb, b in enumerate(policy.hw_band_map())]
         window = contest_window_us(policy)
-        if window:      # the bands' thresholds only while another job shares the port
+        if window:  # the bands' thresholds only while another job shares the port
             tes.append(progress_contest_entry(idx, port, window))
         return tes
     if policy.name == "priority-by-progress":
         pecn = getattr(policy, "priority_ecn", "link")
         if pecn == "by-band":
-            raise ValueError(f"port {port}: priority_ecn = \"by-band\" needs each priority queue's own depth, and "
-                             "v1model's enq_qdepth (BMv2) counts all the port's queues: use \"link\" or \"off\"")
+            raise ValueError(
+                f'port {port}: priority_ecn = "by-band" needs each priority queue\'s own depth, and '
+                'v1model\'s enq_qdepth (BMv2) counts all the port\'s queues: use "link" or "off"'
+            )
         tes = [progress_priority_entry(idx, port, hb, b) for hb, b in enumerate(policy.hw_band_map())]
         if pecn == "off":
             tes += [progress_no_ecn_entry(idx, port, hb) for hb in range(len(policy.hw_band_map()))]

@@ -1,5 +1,6 @@
 """Install a topology on its switches: check everything first (:mod:`.preflight`), then write each
 switch in turn through its P4Runtime connection (:mod:`.client`)."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -13,10 +14,15 @@ def _summary(r: dict) -> str:
     return f"{r['switch']} ({r['routes']} routes, {r['ecn_thresholds']} ECN thresholds)"
 
 
-def install_topology(topo: Topology, push: bool = False, only: str | None = None,
-                     timeout: float = 10.0, tls: TlsOptions | None = None,
-                     on_switch: Callable[[dict], None] | None = None,
-                     check: bool = True) -> list[dict]:
+def install_topology(
+    topo: Topology,
+    push: bool = False,
+    only: str | None = None,
+    timeout: float = 10.0,
+    tls: TlsOptions | None = None,
+    on_switch: Callable[[dict], None] | None = None,
+    check: bool = True,
+) -> list[dict]:
     """Configure every switch of `topo` (or only the one named `only`), one at a time.
 
     With ``check`` (the default) every switch's files and entries are first checked against the
@@ -37,17 +43,25 @@ def install_topology(topo: Topology, push: bool = False, only: str | None = None
             with connect_switch(spec, timeout, tls=tls) as conn:
                 out.append(configure_switch(conn, spec, push, progress))
         except ControlPlaneError as e:
-            left = [s.name for s in specs[k + 1:]]
-            partial = dict({"pushed": False, "routes": 0, "ecn_thresholds": 0}, **progress,
-                           routes_total=len(spec.routes), ecn_thresholds_total=len(spec.ecn))
-            held = (f"{'pipeline pushed, ' if partial.get('pushed') else ''}"
-                    f"{partial.get('routes', 0)} of {len(spec.routes)} routes and "
-                    f"{partial.get('ecn_thresholds', 0)} of {len(spec.ecn)} ECN thresholds "
-                    "installed")
+            left = [s.name for s in specs[k + 1 :]]
+            partial = dict(
+                {"pushed": False, "routes": 0, "ecn_thresholds": 0},
+                **progress,
+                routes_total=len(spec.routes),
+                ecn_thresholds_total=len(spec.ecn),
+            )
+            held = (
+                f"{'pipeline pushed, ' if partial.get('pushed') else ''}"
+                f"{partial.get('routes', 0)} of {len(spec.routes)} routes and "
+                f"{partial.get('ecn_thresholds', 0)} of {len(spec.ecn)} ECN thresholds "
+                "installed"
+            )
             msg = f"switch {spec.name} failed: {e} | on {spec.name}: {held}"
             if len(specs) > 1:
-                msg += (f" | configured: {', '.join(_summary(r) for r in out) or 'none'} | "
-                        f"not attempted: {', '.join(left) or 'none'}")
+                msg += (
+                    f" | configured: {', '.join(_summary(r) for r in out) or 'none'} | "
+                    f"not attempted: {', '.join(left) or 'none'}"
+                )
             raise InstallError(msg, out, spec.name, partial, left) from e
         if on_switch is not None:
             on_switch(out[-1])

@@ -24,19 +24,24 @@ from mltcp.p4src import P4INFO_PATH
 from mltcp.p4src import names as N
 
 from . import entries as E
-from .client import (PipelineFileError, TlsOptions, connect_switch, read_device_config,
-                     read_p4info, reader_election_id)
+from .client import PipelineFileError, TlsOptions, connect_switch, read_device_config, read_p4info, reader_election_id
 from .topology import SwitchSpec, Topology, TopologyError
 
 # which topology field a P4 name (match field or action parameter) comes from
-_FIELD_OF = {N.K_IPV4_DST: "prefix", N.P_DST_ADDR: "mac", N.P_PORT: "port",
-             N.K_EGRESS_PORT: "port", N.P_THRESHOLD: "threshold"}
+_FIELD_OF = {
+    N.K_IPV4_DST: "prefix",
+    N.P_DST_ADDR: "mac",
+    N.P_PORT: "port",
+    N.K_EGRESS_PORT: "port",
+    N.P_THRESHOLD: "threshold",
+}
 
 
 @dataclass(frozen=True)
 class SwitchPlan:
     """What will be written to one switch: its P4Info (None: the one it runs, read back),
     device config and entries, all checked."""
+
     spec: SwitchSpec
     p4info: p4info_pb2.P4Info | None
     device_config: bytes
@@ -86,14 +91,13 @@ def _field(err: Exception) -> str:
     return ""
 
 
-def build_entries(idx: E.P4InfoIndex, spec: SwitchSpec, src: str, w: str, p4info_name: str
-                  ) -> tuple:
+def build_entries(idx: E.P4InfoIndex, spec: SwitchSpec, src: str, w: str, p4info_name: str) -> tuple:
     """The switch's routes and ECN thresholds as TableEntry messages of ``idx``; a name the
     P4Info lacks or a value wider than its field is a TopologyError naming the entry's field."""
     out = []
-    items = ([(f"{w}.routes[{i}]", E.route_entry, (r,)) for i, r in enumerate(spec.routes)]
-             + [(f"{w}.ecn[{i}]", E.ecn_entry, (e.port, e.threshold))
-                for i, e in enumerate(spec.ecn)])
+    items = [(f"{w}.routes[{i}]", E.route_entry, (r,)) for i, r in enumerate(spec.routes)] + [
+        (f"{w}.ecn[{i}]", E.ecn_entry, (e.port, e.threshold)) for i, e in enumerate(spec.ecn)
+    ]
     for entry_where, build, args in items:
         try:
             out.append(build(idx, *args))
@@ -101,8 +105,7 @@ def build_entries(idx: E.P4InfoIndex, spec: SwitchSpec, src: str, w: str, p4info
             raise TopologyError(src, entry_where, f"{e.args[0]} ({p4info_name})") from None
         except ValueError as e:
             f = _field(e)
-            raise TopologyError(src, f"{entry_where}.{f}" if f else entry_where,
-                                f"{e} ({p4info_name})") from None
+            raise TopologyError(src, f"{entry_where}.{f}" if f else entry_where, f"{e} ({p4info_name})") from None
     return tuple(out)
 
 
@@ -112,21 +115,25 @@ def check_ecn(idx: E.P4InfoIndex, spec: SwitchSpec, port: int, threshold: int | 
         E.ecn_entry(idx, port, threshold)
     except (KeyError, ValueError) as e:
         opt = "--threshold" if N.P_THRESHOLD in str(e) else "--port"
-        raise TopologyError("command line", opt, f"{e.args[0]} (the P4Info {spec.name} runs)") \
-            from None
+        raise TopologyError("command line", opt, f"{e.args[0]} (the P4Info {spec.name} runs)") from None
 
 
 def running_index(spec: SwitchSpec, timeout: float, tls: TlsOptions | None) -> E.P4InfoIndex:
     """The index of the P4Info the switch runs (read-only session; ControlPlaneError if the
     switch cannot be reached or has no pipeline)."""
-    with connect_switch(spec, timeout, retry_timeout=timeout, election_id=reader_election_id(),
-                        tls=tls) as conn:
+    with connect_switch(spec, timeout, retry_timeout=timeout, election_id=reader_election_id(), tls=tls) as conn:
         conn.attach()
         return conn.index
 
 
-def plan_switch(topo: Topology, spec: SwitchSpec, push: bool, timeout: float = 10.0,
-                tls: TlsOptions | None = None, read_back: bool = True) -> SwitchPlan:
+def plan_switch(
+    topo: Topology,
+    spec: SwitchSpec,
+    push: bool,
+    timeout: float = 10.0,
+    tls: TlsOptions | None = None,
+    read_back: bool = True,
+) -> SwitchPlan:
     """Check one switch of ``topo``: its files, then its entries against the P4Info it will run
     (the file with ``push``, else the switch's own, read back unless ``read_back`` is False)."""
     src, w = topo.source, where(topo, spec)
@@ -137,14 +144,22 @@ def plan_switch(topo: Topology, spec: SwitchSpec, push: bool, timeout: float = 1
         p4info = check_p4info_file(Path(P4INFO_PATH), src, f"{w}.p4info (default)")
     config = check_device_config(spec.config, src, f"{w}.config")
     if push or not read_back:
-        idx, name = E.index(p4info if p4info is not None else read_p4info(P4INFO_PATH)), \
-            f"P4Info {spec.p4info or P4INFO_PATH}"
+        idx, name = (
+            E.index(p4info if p4info is not None else read_p4info(P4INFO_PATH)),
+            f"P4Info {spec.p4info or P4INFO_PATH}",
+        )
     else:
         idx, name = running_index(spec, timeout, tls), f"the P4Info {spec.name} runs"
     return SwitchPlan(spec, p4info, config, build_entries(idx, spec, src, w, name))
 
 
-def plan_install(topo: Topology, specs: list[SwitchSpec], push: bool, timeout: float = 10.0,
-                 tls: TlsOptions | None = None, read_back: bool = True) -> list[SwitchPlan]:
+def plan_install(
+    topo: Topology,
+    specs: list[SwitchSpec],
+    push: bool,
+    timeout: float = 10.0,
+    tls: TlsOptions | None = None,
+    read_back: bool = True,
+) -> list[SwitchPlan]:
     """:func:`plan_switch` for every switch, all before any is written to."""
     return [plan_switch(topo, s, push, timeout, tls, read_back) for s in specs]

@@ -51,13 +51,19 @@ class Session:
     """A channel, a stub and an arbitrated stream. ``primary`` follows the server's
     arbitration updates; ``stream_alive`` is False once the stream has ended."""
 
-    def __init__(self, grpc_addr: str, device_id: int, election_id: tuple[int, int],
-                 credentials: grpc.ChannelCredentials | None = None):
+    def __init__(
+        self,
+        grpc_addr: str,
+        device_id: int,
+        election_id: tuple[int, int],
+        credentials: grpc.ChannelCredentials | None = None,
+    ):
         self.grpc_addr = grpc_addr
         self.device_id = device_id
         self.election_id = tuple(election_id)
-        self.channel = (grpc.insecure_channel(grpc_addr) if credentials is None
-                        else grpc.secure_channel(grpc_addr, credentials))
+        self.channel = (
+            grpc.insecure_channel(grpc_addr) if credentials is None else grpc.secure_channel(grpc_addr, credentials)
+        )
         self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
         self.primary = False
         self.stream_error: grpc.RpcError | None = None
@@ -90,8 +96,7 @@ class Session:
                     self.primary = rep.arbitration.status.code == code_pb2.OK
                     self._arbitrated.set()
                 elif rep.HasField("error"):
-                    log.info("%s: stream error from the server: %s", self.grpc_addr,
-                             rep.error.message)
+                    log.info("%s: stream error from the server: %s", self.grpc_addr, rep.error.message)
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.CANCELLED:
                 self.stream_error = e
@@ -103,8 +108,9 @@ class Session:
         """Open the StreamChannel and send the MasterArbitrationUpdate; wait (up to
         ``timeout`` s) for the answer. :class:`HandshakeError` if none comes."""
         self._stream = self.stub.StreamChannel(self._requests())
-        self.stream_recv_thread = threading.Thread(target=self._receive, daemon=True,
-                                                   name=f"p4rt-stream-{self.grpc_addr}")
+        self.stream_recv_thread = threading.Thread(
+            target=self._receive, daemon=True, name=f"p4rt-stream-{self.grpc_addr}"
+        )
         self.stream_recv_thread.start()
         req = p4runtime_pb2.StreamMessageRequest()
         req.arbitration.device_id = self.device_id
@@ -113,8 +119,9 @@ class Session:
         self._arbitrated.wait(timeout)
         if not self.stream_alive or not self._arbitrated.is_set():
             err = self.stream_error
-            raise HandshakeError(err.details() if err is not None else "no answer",
-                                 err.code() if err is not None else None)
+            raise HandshakeError(
+                err.details() if err is not None else "no answer", err.code() if err is not None else None
+            )
 
     @property
     def stream_alive(self) -> bool:
@@ -138,8 +145,8 @@ class Session:
     def set_pipeline(self, p4info: p4info_pb2.P4Info, device_config: bytes) -> None:
         """SetForwardingPipelineConfig(VERIFY_AND_COMMIT)."""
         req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
-            device_id=self.device_id,
-            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+            device_id=self.device_id, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+        )
         self._election(req)
         req.config.p4info.CopyFrom(p4info)
         req.config.p4_device_config = device_config
@@ -147,12 +154,11 @@ class Session:
 
     def get_p4info(self) -> p4info_pb2.P4Info:
         req = p4runtime_pb2.GetForwardingPipelineConfigRequest(
-            device_id=self.device_id,
-            response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE)
+            device_id=self.device_id, response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE
+        )
         return self.stub.GetForwardingPipelineConfig(req).config.p4info
 
-    def write(self, utype: int, entries: list[p4runtime_pb2.TableEntry]
-              ) -> list[tuple[int, int, str]]:
+    def write(self, utype: int, entries: list[p4runtime_pb2.TableEntry]) -> list[tuple[int, int, str]]:
         """One WriteRequest of ``utype`` table updates; the failed ones as (index, code,
         message). Errors of the request as a whole (UNAVAILABLE, PERMISSION_DENIED, ...) are
         raised."""

@@ -39,8 +39,8 @@ from mltcp.p4src.names import ECN_TABLE_SIZE, JOB_SLOTS, PORT_BITS, ROUTE_TABLE_
 MAX_PORT = (1 << PORT_BITS) - 1
 MAX_THRESHOLD = (1 << THRESHOLD_BITS) - 1
 MAX_ROUTES = ROUTE_TABLE_SIZE  # MyIngress.ipv4_lpm size in p4src/mltcp.p4
-MAX_ECN = ECN_TABLE_SIZE       # MyEgress.ecn_threshold size (one entry per port)
-MAX_JOB_ID = JOB_SLOTS - 1     # job_tx / job_ecn_marks / job_bytes_ratio index
+MAX_ECN = ECN_TABLE_SIZE  # MyEgress.ecn_threshold size (one entry per port)
+MAX_JOB_ID = JOB_SLOTS - 1  # job_tx / job_ecn_marks / job_bytes_ratio index
 MAX_SWITCHES = 1024
 MAX_NAME = 64
 MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
@@ -66,7 +66,7 @@ class TopologyError(ValueError):
 class Route:
     prefix: str  # normalised "a.b.c.d/len"
     port: int
-    mac: str     # lower-case "aa:bb:cc:dd:ee:ff"
+    mac: str  # lower-case "aa:bb:cc:dd:ee:ff"
 
     @property
     def network(self) -> ipaddress.IPv4Network:
@@ -106,6 +106,7 @@ class Topology:
 
 # --- field validators (also used by the CLI for command-line values) ------------------------
 
+
 def check_int(value, src: str, where: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TopologyError(src, where, f"expected an integer, got {value!r}")
@@ -124,8 +125,7 @@ def check_threshold(value, src: str, where: str) -> int:
 
 def check_mac(value, src: str, where: str) -> str:
     if not isinstance(value, str) or not MAC_RE.match(value):
-        raise TopologyError(src, where, f"expected a MAC address like 00:00:00:00:00:01, "
-                                        f"got {value!r}")
+        raise TopologyError(src, where, f"expected a MAC address like 00:00:00:00:00:01, got {value!r}")
     return value.lower()
 
 
@@ -138,8 +138,7 @@ def check_prefix(value, src: str, where: str) -> str:
     except ipaddress.NetmaskValueError as e:
         raise TopologyError(src, where, f"bad prefix length in {value!r}: {e}") from None
     except ValueError as e:
-        raise TopologyError(src, where, f"not an IPv4 prefix without host bits: {value!r} "
-                                        f"({e})") from None
+        raise TopologyError(src, where, f"not an IPv4 prefix without host bits: {value!r} ({e})") from None
     return str(net)
 
 
@@ -148,26 +147,31 @@ def check_grpc_addr(value, src: str, where: str) -> str:
         raise TopologyError(src, where, f"expected host:port, got {value!r}")
     m = GRPC_RE.match(value)
     if not m or not 0 < int(m.group("port")) < 65536:
-        raise TopologyError(src, where, f"expected host:port (a host name, an IPv4 address or [IPv6]) "
-                                        f"with port 1..65535, got {value!r}")
+        raise TopologyError(
+            src, where, f"expected host:port (a host name, an IPv4 address or [IPv6]) with port 1..65535, got {value!r}"
+        )
     return value
 
 
 def check_election_id(value, src: str, where: str) -> tuple[int, int]:
-    if (not isinstance(value, list | tuple) or len(value) != 2
-            or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**64
-                   for v in value)
-            or tuple(value) == (0, 0)):
-        raise TopologyError(src, where, f"expected [high, low] (unsigned 64-bit, not [0, 0]), "
-                                        f"got {value!r}")
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**64 for v in value)
+        or tuple(value) == (0, 0)
+    ):
+        raise TopologyError(src, where, f"expected [high, low] (unsigned 64-bit, not [0, 0]), got {value!r}")
     return (value[0], value[1])
 
 
 def _check_keys(table: dict, allowed: set[str], src: str, where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise TopologyError(src, f"{where}.{unknown[0]}" if where else unknown[0],
-                            f"unknown field (allowed: {', '.join(sorted(allowed))})")
+        raise TopologyError(
+            src,
+            f"{where}.{unknown[0]}" if where else unknown[0],
+            f"unknown field (allowed: {', '.join(sorted(allowed))})",
+        )
 
 
 def _sub_tables(sw: dict, key: str, fields: tuple[str, ...], src: str, where: str):
@@ -234,22 +238,23 @@ def parse_topology(data: dict, source: str = "<topology>", base: Path | None = N
             raise TopologyError(source, f"{w}.name", f"duplicate switch name {name!r}")
         names.add(name)
         grpc_addr = check_grpc_addr(sw["grpc"], source, f"{w}.grpc")
-        device_id = check_int(merged.get("device_id", 0), source,
-                              f"{w}.device_id" if "device_id" in sw else "defaults.device_id",
-                              0, 2**64 - 1)
+        device_id = check_int(
+            merged.get("device_id", 0),
+            source,
+            f"{w}.device_id" if "device_id" in sw else "defaults.device_id",
+            0,
+            2**64 - 1,
+        )
         if (grpc_addr, device_id) in addrs:
-            raise TopologyError(source, f"{w}.grpc",
-                                f"{grpc_addr} device {device_id} used by two switches")
+            raise TopologyError(source, f"{w}.grpc", f"{grpc_addr} device {device_id} used by two switches")
         addrs.add((grpc_addr, device_id))
         eid_where = f"{w}.election_id" if "election_id" in sw else "defaults.election_id"
         election_id = check_election_id(merged.get("election_id", [1, 0]), source, eid_where)
         p4info = config = None
         if "p4info" in merged:
-            p4info = _path(merged["p4info"], base, source,
-                           f"{w}.p4info" if "p4info" in sw else "defaults.p4info")
+            p4info = _path(merged["p4info"], base, source, f"{w}.p4info" if "p4info" in sw else "defaults.p4info")
         if "config" in merged:
-            config = _path(merged["config"], base, source,
-                           f"{w}.config" if "config" in sw else "defaults.config")
+            config = _path(merged["config"], base, source, f"{w}.config" if "config" in sw else "defaults.config")
 
         routes, prefixes = [], set()
         for rw, r in _sub_tables(sw, "routes", ("prefix", "port", "mac"), source, w):
@@ -257,8 +262,9 @@ def parse_topology(data: dict, source: str = "<topology>", base: Path | None = N
             if prefix in prefixes:
                 raise TopologyError(source, f"{rw}.prefix", f"duplicate prefix {prefix}")
             prefixes.add(prefix)
-            routes.append(Route(prefix, check_port(r["port"], source, f"{rw}.port"),
-                                check_mac(r["mac"], source, f"{rw}.mac")))
+            routes.append(
+                Route(prefix, check_port(r["port"], source, f"{rw}.port"), check_mac(r["mac"], source, f"{rw}.mac"))
+            )
 
         ecn, ports = [], set()
         for ew, e in _sub_tables(sw, "ecn", ("port", "threshold"), source, w):
@@ -266,11 +272,9 @@ def parse_topology(data: dict, source: str = "<topology>", base: Path | None = N
             if port in ports:
                 raise TopologyError(source, f"{ew}.port", f"duplicate port {port}")
             ports.add(port)
-            ecn.append(EcnThreshold(port, check_threshold(e["threshold"], source,
-                                                          f"{ew}.threshold")))
+            ecn.append(EcnThreshold(port, check_threshold(e["threshold"], source, f"{ew}.threshold")))
 
-        out.append(SwitchSpec(name, grpc_addr, device_id, election_id, p4info, config,
-                              tuple(routes), tuple(ecn)))
+        out.append(SwitchSpec(name, grpc_addr, device_id, election_id, p4info, config, tuple(routes), tuple(ecn)))
     return Topology(source, tuple(out))
 
 

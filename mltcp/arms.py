@@ -8,6 +8,7 @@ arm of its own name ("reno", "mltcp-reno", "cubic", ...), run in the fast simula
 (a centralised reference schedule, say "ref-fifo") register here with :func:`register`; the sweep
 (:mod:`mltcp.sweep`) finds them by name and needs no change.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -23,9 +24,11 @@ def simulate_cc(sc: Scenario, cc: str, progress=None) -> dict:
     """One run of the fast simulator under ``cc``, summarised as ``mltcp simulate`` reports an arm.
     ``progress(sim_t, fraction)`` is called now and then (it may raise to abandon the run)."""
     from .sim.engine import simulate
+
     r = simulate(sc, cc, progress=progress)
-    s = compare.side(sc, cc, r.records, r.drops, r.ecn_marks, getattr(r, "pfc_pause_s", None),
-                     getattr(r, "reordered", None))
+    s = compare.side(
+        sc, cc, r.records, r.drops, r.ecn_marks, getattr(r, "pfc_pause_s", None), getattr(r, "reordered", None)
+    )
     s["ideal_iter_s"] = compare.ideal_iter_s(sc)
     s["wall_s"] = round(r.wall_time, 3)
     return s
@@ -34,6 +37,7 @@ def simulate_cc(sc: Scenario, cc: str, progress=None) -> dict:
 def _cc_arm(cc: str) -> Arm:
     def arm(sc: Scenario, progress=None) -> dict:
         return simulate_cc(sc, cc, progress)
+
     arm.__name__ = f"arm_{cc.replace('-', '_')}"
     return arm
 
@@ -63,9 +67,11 @@ def run_arm(sc: Scenario, arm: str, progress=None) -> dict:
 def _reference_arm(name: str) -> Arm:
     def arm(sc: Scenario) -> dict:
         from .reference import reference_side
+
         s = reference_side(sc, name)
         s["ideal_iter_s"] = compare.ideal_iter_s(sc)
         return s
+
     arm.__name__ = f"arm_ref_{name}"
     return arm
 
@@ -73,6 +79,7 @@ def _reference_arm(name: str) -> Arm:
 def _register_references() -> None:
     """The centralized references (mltcp.reference) as arms "ref-fifo", "ref-srf", "ref-cassini", "ref-best"."""
     from .reference import REFERENCES
+
     for name in REFERENCES:
         ARMS[f"ref-{name}"] = _reference_arm(name)
 

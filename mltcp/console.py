@@ -14,6 +14,7 @@ Messages are printed as they are, not as rich markup, so the names they quote su
 table such as ``[[switches.routes]]`` or a note such as ``[flow 0: ...]`` would otherwise be
 taken for a style tag and vanish. They are not wrapped either, so a long message stays one line
 for scripts that grep it."""
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ the benchmark; on a cluster, run the same two commands on the nodes, docs/distri
 The processes get a session of their own (no Ctrl-C from the terminal reaches them) and are
 stopped by :meth:`LoopbackCluster.close`, which the context manager calls even on error.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,28 +31,60 @@ class LoopbackCluster:
 
     def _spawn(self, *args: str, log: str) -> subprocess.Popen:
         fh = open(self.dir / log, "wb")
-        return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True, cwd=self.dir)
+        return subprocess.Popen(
+            [sys.executable, "-m", "dask", *args],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            start_new_session=True,
+            cwd=self.dir,
+        )
 
     def start(self) -> "LoopbackCluster":
         sfile = self.dir / "scheduler.json"
-        self.scheduler = self._spawn("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--dashboard-address", "127.0.0.1:0",
-                                     "--scheduler-file", str(sfile), log="scheduler.log")
+        self.scheduler = self._spawn(
+            "scheduler",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--no-dashboard",
+            "--dashboard-address",
+            "127.0.0.1:0",
+            "--scheduler-file",
+            str(sfile),
+            log="scheduler.log",
+        )
         deadline = time.monotonic() + self.start_timeout
         while not sfile.exists():
             self._check_alive(self.scheduler, "scheduler.log", deadline)
             time.sleep(0.1)
-        time.sleep(0.1)                               # the file is written in one go; let it land
+        time.sleep(0.1)  # the file is written in one go; let it land
         self.address = json.loads(sfile.read_text())["address"]
         for i in range(self.n):
-            self.workers.append(self._spawn("worker", self.address, "--nthreads", "1", "--nworkers", "1",
-                                            "--no-dashboard", "--local-directory", str(self.dir / f"w{i}"),
-                                            "--name", f"w{i}", log=f"worker{i}.log"))
+            self.workers.append(
+                self._spawn(
+                    "worker",
+                    self.address,
+                    "--nthreads",
+                    "1",
+                    "--nworkers",
+                    "1",
+                    "--no-dashboard",
+                    "--local-directory",
+                    str(self.dir / f"w{i}"),
+                    "--name",
+                    f"w{i}",
+                    log=f"worker{i}.log",
+                )
+            )
         self.wait_for_workers(self.n, deadline)
         return self
 
     def wait_for_workers(self, n: int, deadline: float) -> None:
         from distributed import Client
+
         with Client(self.address, timeout=10) as c:
             while len(c.scheduler_info(n_workers=-1)["workers"]) < n:
                 for i, w in enumerate(self.workers):
@@ -67,6 +100,7 @@ class LoopbackCluster:
     def worker_pids(self) -> dict[str, int]:
         """Worker address -> the pid of the process that runs its tasks (the nanny's child)."""
         from distributed import Client
+
         with Client(self.address, timeout=10) as c:
             return c.run(os.getpid)
 
@@ -89,6 +123,7 @@ class LoopbackCluster:
                     pass
                 p.wait()
         import shutil
+
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> "LoopbackCluster":

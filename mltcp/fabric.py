@@ -15,12 +15,13 @@ k/2 hosts per edge switch (k^3/4 hosts), (k/2)^2 core switches; aggregation swit
 connects to cores j*k/2 .. j*k/2 + k/2 - 1. Paths: 2 links under one edge switch, 4 inside a pod
 (k/2 choices), 6 across pods ((k/2)^2 choices).
 """
+
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
 
-MAX_LINKS = 100_000       # as for a scenario's links in all (k = 40 is the largest fat-tree: 96,000)
+MAX_LINKS = 100_000  # as for a scenario's links in all (k = 40 is the largest fat-tree: 96,000)
 
 
 class FabricError(ValueError):
@@ -34,8 +35,8 @@ def ecmp_hash(*key) -> int:
 
 @dataclass(frozen=True)
 class Fabric:
-    kind: str                  # "leaf-spine" or "fat-tree"
-    k: int = 0                 # fat-tree arity
+    kind: str  # "leaf-spine" or "fat-tree"
+    k: int = 0  # fat-tree arity
     leaves: int = 0
     spines: int = 0
     hosts_per_leaf: int = 0
@@ -44,7 +45,7 @@ class Fabric:
     @property
     def n_hosts(self) -> int:
         if self.kind == "fat-tree":
-            return self.k ** 3 // 4
+            return self.k**3 // 4
         return self.leaves * self.hosts_per_leaf
 
     @property
@@ -117,11 +118,11 @@ class Fabric:
             if es == ed:
                 return [f"{src}>{es}", f"{es}>{dst}"]
             ps, pd = s // (h * h), d // (h * h)
-            j = choice % h                      # aggregation switch (same index in both pods)
+            j = choice % h  # aggregation switch (same index in both pods)
             if ps == pd:
                 a = f"a{ps}.{j}"
                 return [f"{src}>{es}", f"{es}>{a}", f"{a}>{ed}", f"{ed}>{dst}"]
-            c = j * h + (choice // h) % h       # one of aggregation j's cores
+            c = j * h + (choice // h) % h  # one of aggregation j's cores
             a1, a2 = f"a{ps}.{j}", f"a{pd}.{j}"
             return [f"{src}>{es}", f"{es}>{a1}", f"{a1}>c{c}", f"c{c}>{a2}", f"{a2}>{ed}", f"{ed}>{dst}"]
         ls, ld = f"l{s // self.hosts_per_leaf}", f"l{d // self.hosts_per_leaf}"

@@ -1,4 +1,5 @@
 """Figures of merit computed from per-iteration records (pure functions)."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -7,7 +8,7 @@ import numpy as np
 
 from .records import IterationRecord
 
-OVERLAP_THRESHOLD = 0.10   # a communication phase that shares < 10 % of its time counts as alone
+OVERLAP_THRESHOLD = 0.10  # a communication phase that shares < 10 % of its time counts as alone
 
 
 def steady(records: list[IterationRecord], warmup: int) -> list[IterationRecord]:
@@ -32,7 +33,9 @@ def summary(records: list[IterationRecord], warmup: int) -> dict[str, float]:
     }
 
 
-def overlap_fractions(records: list[IterationRecord], shares: dict[str, set[str]] | None = None) -> dict[tuple[str, int], float]:
+def overlap_fractions(
+    records: list[IterationRecord], shares: dict[str, set[str]] | None = None
+) -> dict[tuple[str, int], float]:
     """For each (job, iteration): the fraction of its communication phase during which another job
     that shares a link with it (``shares``; all jobs if None) was also communicating."""
     by_job: dict[str, list[IterationRecord]] = defaultdict(list)
@@ -68,8 +71,12 @@ def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array(us), np.array(ue)
 
 
-def converged_at(records: list[IterationRecord], shares: dict[str, set[str]] | None = None,
-                 threshold: float = OVERLAP_THRESHOLD, min_tail: int = 5) -> int | None:
+def converged_at(
+    records: list[IterationRecord],
+    shares: dict[str, set[str]] | None = None,
+    threshold: float = OVERLAP_THRESHOLD,
+    min_tail: int = 5,
+) -> int | None:
     """The first iteration from which no job's communication overlaps a competitor's by more than
     ``threshold`` for the rest of the run (at least ``min_tail`` iterations); None if never."""
     ov = overlap_fractions(records, shares)
@@ -85,8 +92,13 @@ def speedup(baseline: float, improved: float) -> float:
     return float(baseline / improved) if improved > 0 else float("nan")
 
 
-def reform_after_stragglers(records: list[IterationRecord], compute_s: dict[str, float], warmup: int = 0,
-                            threshold: float = OVERLAP_THRESHOLD, slow: float = 1.25) -> list[int]:
+def reform_after_stragglers(
+    records: list[IterationRecord],
+    compute_s: dict[str, float],
+    warmup: int = 0,
+    threshold: float = OVERLAP_THRESHOLD,
+    slow: float = 1.25,
+) -> list[int]:
     """Iterations the interleave needs to re-form after each straggler (issue 10).
 
     A straggler is an iteration whose compute phase is over ``slow`` x its job's nominal compute
@@ -111,10 +123,10 @@ def reform_after_stragglers(records: list[IterationRecord], compute_s: dict[str,
             while i + 2 + m <= last and not (ov[(j, i + 1 + m)] <= threshold and ov[(j, i + 2 + m)] <= threshold):
                 m += 1
             if i + 2 + m > last:
-                continue                      # the run ended first
+                continue  # the run ended first
             done = rs[i + 2 + m].end
             if any(r.comm_start < t < done for t in slow_at):
-                continue                      # another straggler came first: not this one's count
+                continue  # another straggler came first: not this one's count
             out.append(m)
     return out
 
@@ -130,8 +142,13 @@ def per_job_avg(records: list[IterationRecord], warmup: int) -> dict[str, float]
 LOOSE_OVERLAP = 0.2  # interleaved_at: the loose overlap threshold (docs/design.md, Emulation)
 
 
-def interleaved_at(records: list[IterationRecord], shares=None, threshold: float = LOOSE_OVERLAP,
-                   ok_fraction: float = 0.85, min_tail: int = 5) -> int | None:
+def interleaved_at(
+    records: list[IterationRecord],
+    shares=None,
+    threshold: float = LOOSE_OVERLAP,
+    ok_fraction: float = 0.85,
+    min_tail: int = 5,
+) -> int | None:
     """First iteration i whose overlap (the largest over the jobs, mltcp.overlap_fractions)
     is below ``threshold`` and from which at least ``ok_fraction`` of the iterations are (at least
     ``min_tail`` of them): interleaving that one late hiccup of a real host does not undo."""

@@ -1,5 +1,6 @@
 """The one ``ip netns exec`` prefix (pure): a command's argv, run inside a named network namespace
 when one is given. Every place that starts a process in a namespace it created builds its argv here."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -5,6 +5,7 @@ as one packet makes drop-tail and ECN coarse), and a switch that forwards in use
 must get finished checksums (``tx off``: a veth hands partial checksums along, which such a
 switch forwards unfinished, and the receiver then drops every UDP datagram).
 """
+
 from __future__ import annotations
 
 import shlex

@@ -1,5 +1,6 @@
 """PNG plots: per-job throughput over time (interleaving shows as alternating bands) and the
 iteration-time CDF. Uses matplotlib's Agg backend; no display needed."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,8 +14,12 @@ import numpy as np  # noqa: E402
 from .records import IterationRecord, atomic_path  # noqa: E402
 
 
-def throughput(runs: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: Path,
-               window: tuple[float, float] | None = None, title: str = "") -> Path:
+def throughput(
+    runs: list[tuple[str, np.ndarray, np.ndarray, list[str]]],
+    path: Path,
+    window: tuple[float, float] | None = None,
+    title: str = "",
+) -> Path:
     """runs: (label, t seconds, rate bits/s [bins x jobs], job names); one panel per run."""
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 2.6 * len(runs)), sharex=True, squeeze=False)
     for ax, (label, t, rate, names) in zip(axes[:, 0], runs):
@@ -35,8 +40,9 @@ def throughput(runs: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: 
     return _save(fig, path)
 
 
-def iteration_cdf(runs: list[tuple[str, list[IterationRecord]]], path: Path, ideal: float | None = None,
-                  title: str = "") -> Path:
+def iteration_cdf(
+    runs: list[tuple[str, list[IterationRecord]]], path: Path, ideal: float | None = None, title: str = ""
+) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for label, recs in runs:
         d = np.sort([r.duration * 1e3 for r in recs])

@@ -38,6 +38,7 @@ buffer; what overflows it is dropped from the lowest band's arrivals first). Wit
 ahead is marked by the queue the flow behind builds; with ``off`` it is not, and the flow behind
 only sees its longer queueing delay (and drops once its band's queue is full).
 """
+
 from __future__ import annotations
 
 import math
@@ -45,14 +46,14 @@ from dataclasses import dataclass
 
 POLICIES = ("off", "ecn-by-progress", "priority-by-progress")
 POLICY_CODE = {"off": 0, "ecn-by-progress": 1, "priority-by-progress": 2}
-HW_BAND_BITS = 4                # mltcp.p4 matches bytes_ratio[15:12]
+HW_BAND_BITS = 4  # mltcp.p4 matches bytes_ratio[15:12]
 HW_BANDS = 1 << HW_BAND_BITS
 PRIORITY_ECN = ("link", "by-band", "off")
 PRIORITY_ECN_CODE = {"link": 0, "by-band": 1, "off": 2}
 PRIORITY_BUFFER = ("per-band", "shared")
-MAX_PRIORITY_BANDS = 8          # v1model priority is bit<3>; BMv2 --priority-queues at most 8
+MAX_PRIORITY_BANDS = 8  # v1model priority is bit<3>; BMv2 --priority-queues at most 8
 Q16_ONE = 0xFFFF
-MAX_CONTEST_WINDOW_US = 60e6    # mltcp.p4's window is bit<32> microseconds; a minute is plenty
+MAX_CONTEST_WINDOW_US = 60e6  # mltcp.p4's window is bit<32> microseconds; a minute is plenty
 
 
 class PolicyError(ValueError):
@@ -65,13 +66,15 @@ class PolicyError(ValueError):
 class ProgressPolicy:
     name: str = "off"
     bands: int = 4
-    ecn_scale_lo: float = 0.25      # threshold multiplier of the band furthest behind (bytes_ratio ~ 0)
-    ecn_scale_hi: float = 1.0       # ... of the band furthest ahead (bytes_ratio ~ 1)
-    links: tuple[str, ...] | None = None   # links (simulator) the policy runs on; None = all
-    priority_ecn: str = "by-band"   # priority queues' ECN: the link's total queue, the band's own, or none
-    priority_buffer: str = "per-band"   # each band queue as deep as the buffer (BMv2), or one shared buffer
-    priority_pin: bool = True       # a flow keeps its band queue while packets of it wait there (no reordering)
-    contest_window_us: float = 0.0  # ecn-by-progress: scale thresholds only while another job passed within it (0: always)
+    ecn_scale_lo: float = 0.25  # threshold multiplier of the band furthest behind (bytes_ratio ~ 0)
+    ecn_scale_hi: float = 1.0  # ... of the band furthest ahead (bytes_ratio ~ 1)
+    links: tuple[str, ...] | None = None  # links (simulator) the policy runs on; None = all
+    priority_ecn: str = "by-band"  # priority queues' ECN: the link's total queue, the band's own, or none
+    priority_buffer: str = "per-band"  # each band queue as deep as the buffer (BMv2), or one shared buffer
+    priority_pin: bool = True  # a flow keeps its band queue while packets of it wait there (no reordering)
+    contest_window_us: float = (
+        0.0  # ecn-by-progress: scale thresholds only while another job passed within it (0: always)
+    )
 
     @property
     def code(self) -> int:
@@ -117,8 +120,16 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
     if not isinstance(name, str) or name not in POLICIES:
         raise PolicyError("switch_policy", f"must be one of {', '.join(POLICIES)} (got {name!r})")
     t = dict(table or {})
-    known = {"bands", "ecn_scale_lo", "ecn_scale_hi", "links", "priority_ecn", "priority_buffer", "priority_pin",
-             "contest_window_us"}
+    known = {
+        "bands",
+        "ecn_scale_lo",
+        "ecn_scale_hi",
+        "links",
+        "priority_ecn",
+        "priority_buffer",
+        "priority_pin",
+        "contest_window_us",
+    }
     for k in t:
         if k not in known:
             raise PolicyError(f"{where}.{k}", f"unknown field (fields: {', '.join(sorted(known))})")
@@ -134,8 +145,9 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
             raise PolicyError(f"{where}.{k}", f"must be a number in (0, 100] (got {v!r})")
         vals[k] = float(v)
     if vals["ecn_scale_lo"] > vals["ecn_scale_hi"]:
-        raise PolicyError(f"{where}.ecn_scale_lo", "must not exceed ecn_scale_hi (a flow behind is marked "
-                                                   "earlier, not later)")
+        raise PolicyError(
+            f"{where}.ecn_scale_lo", "must not exceed ecn_scale_hi (a flow behind is marked earlier, not later)"
+        )
     links = t.get("links")
     if links is not None:
         if not isinstance(links, list) or not links or not all(isinstance(x, str) and x for x in links):
@@ -154,11 +166,16 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
         if k in t and name == "ecn-by-progress":
             raise PolicyError(f"{where}.{k}", "applies to priority-by-progress (or off), not ecn-by-progress")
     win = t.get("contest_window_us", 0.0)
-    if isinstance(win, bool) or not isinstance(win, (int, float)) or not math.isfinite(win) \
-            or not (0 <= win <= MAX_CONTEST_WINDOW_US):
-        raise PolicyError(f"{where}.contest_window_us",
-                          f"must be a number of microseconds in [0, {MAX_CONTEST_WINDOW_US:.0f}] (got {win!r})")
+    if (
+        isinstance(win, bool)
+        or not isinstance(win, (int, float))
+        or not math.isfinite(win)
+        or not (0 <= win <= MAX_CONTEST_WINDOW_US)
+    ):
+        raise PolicyError(
+            f"{where}.contest_window_us",
+            f"must be a number of microseconds in [0, {MAX_CONTEST_WINDOW_US:.0f}] (got {win!r})",
+        )
     if win and name == "priority-by-progress":
         raise PolicyError(f"{where}.contest_window_us", "applies to ecn-by-progress (or off), not priority-by-progress")
-    return ProgressPolicy(name, bands, vals["ecn_scale_lo"], vals["ecn_scale_hi"], links, pecn, pbuf, pin,
-                          float(win))
+    return ProgressPolicy(name, bands, vals["ecn_scale_lo"], vals["ecn_scale_hi"], links, pecn, pbuf, pin, float(win))

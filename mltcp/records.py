@@ -1,4 +1,5 @@
 """Per-iteration records: what the simulator, the emulator and the real senders all produce."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,9 +15,9 @@ from pathlib import Path
 class IterationRecord:
     job: str
     iteration: int
-    start: float        # compute phase begins (s)
-    comm_start: float   # communication phase begins (s)
-    end: float          # last byte of the iteration acknowledged (s)
+    start: float  # compute phase begins (s)
+    comm_start: float  # communication phase begins (s)
+    end: float  # last byte of the iteration acknowledged (s)
     bytes: float
     drops: float = 0.0  # packets dropped in this iteration's communication
     marks: float = 0.0  # packets ECN-marked
@@ -32,8 +33,13 @@ class IterationRecord:
     @classmethod
     def from_dict(cls, d: dict) -> "IterationRecord":
         """A record from its fields in a dict (``dataclasses.asdict`` of one, other keys ignored)."""
-        return cls(str(d["job"]), int(d["iteration"]), *(float(d[f]) for f in ("start", "comm_start", "end", "bytes")),
-                   float(d.get("drops", 0.0)), float(d.get("marks", 0.0)))
+        return cls(
+            str(d["job"]),
+            int(d["iteration"]),
+            *(float(d[f]) for f in ("start", "comm_start", "end", "bytes")),
+            float(d.get("drops", 0.0)),
+            float(d.get("marks", 0.0)),
+        )
 
 
 FIELDS = [f.name for f in fields(IterationRecord)]
@@ -128,4 +134,3 @@ def read_csv(path: Path) -> list[IterationRecord]:
     except OSError as e:
         raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
     return out
-

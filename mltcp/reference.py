@@ -27,6 +27,7 @@ jitter and stragglers as the simulator's, from the scenario's seed):
 The serializers are not bounds on every schedule (fair sharing can beat serializing when periods
 differ); ref-best is the reference the suites measure MLTCP's gain against.
 """
+
 from __future__ import annotations
 
 import copy
@@ -66,12 +67,12 @@ def job_links(sc: Scenario) -> list[frozenset[str]]:
 def serialize(sc: Scenario, order: str = "fifo") -> list[IterationRecord]:
     """Iteration records of the ideal serializer (``order``: fifo or srf; module docstring)."""
     comp, comm, hold, need = compute_draws(sc), comm_alone_s(sc), link_hold_s(sc), job_links(sc)
-    busy: dict[str, float] = {}              # link -> time it becomes free
+    busy: dict[str, float] = {}  # link -> time it becomes free
     ready: list[tuple[float, int, int]] = []  # (ready time, job, iteration) of computing jobs
     for j, job in enumerate(sc.jobs):
         heapq.heappush(ready, (job.start_offset_s + comp[j][0], j, 0))
     waiting: list[tuple[float, int, int]] = []
-    running: list[tuple[float, int, int, float]] = []   # (end, job, iteration, comm start)
+    running: list[tuple[float, int, int, float]] = []  # (end, job, iteration, comm start)
     start = {j: job.start_offset_s for j, job in enumerate(sc.jobs)}
     records: list[IterationRecord] = []
     key = (lambda w: (w[0], w[1])) if order == "fifo" else (lambda w: (comm[w[1]], w[0], w[1]))
@@ -80,7 +81,7 @@ def serialize(sc: Scenario, order: str = "fifo") -> list[IterationRecord]:
         events = [ready[0][0]] if ready else []
         if running:
             events.append(running[0][0])
-        if waiting:      # a waiting phase may start when a link frees, before the holder's last ACK
+        if waiting:  # a waiting phase may start when a link frees, before the holder's last ACK
             events += [t for t in busy.values() if t > now]
         now = max(now, min(events))
         while ready and ready[0][0] <= now:
@@ -102,8 +103,9 @@ def serialize(sc: Scenario, order: str = "fifo") -> list[IterationRecord]:
     return records
 
 
-def max_min_rates(active: list[int], need: list[frozenset[str]], job_cap: list[float],
-                  link_cap: dict[str, float]) -> dict[int, float]:
+def max_min_rates(
+    active: list[int], need: list[frozenset[str]], job_cap: list[float], link_cap: dict[str, float]
+) -> dict[int, float]:
     """Max-min fair rates (bytes/s) of the active jobs by progressive filling: every job not yet
     frozen rises at the same level until a link it crosses is full or it reaches its rate alone."""
     rate: dict[int, float] = {}
@@ -130,15 +132,18 @@ def fair_share(sc: Scenario) -> list[IterationRecord]:
     rtt = [sc.base_rtt(j) for j in sc.jobs]
     ready = [(job.start_offset_s + comp[j][0], j, 0) for j, job in enumerate(sc.jobs)]
     heapq.heapify(ready)
-    left: dict[int, float] = {}                      # job -> bytes still to cross
+    left: dict[int, float] = {}  # job -> bytes still to cross
     it, comm_start = {}, {}
     start = {j: job.start_offset_s for j, job in enumerate(sc.jobs)}
-    tails: list[tuple[float, int]] = []              # (phase end, job): last byte across, ACK on its way
+    tails: list[tuple[float, int]] = []  # (phase end, job): last byte across, ACK on its way
     records: list[IterationRecord] = []
     now, rate = 0.0, {}
     while ready or left or tails:
-        t = min([now + left[j] / rate[j] for j in left] + ([ready[0][0]] if ready else [])
-                + ([tails[0][0]] if tails else []))
+        t = min(
+            [now + left[j] / rate[j] for j in left]
+            + ([ready[0][0]] if ready else [])
+            + ([tails[0][0]] if tails else [])
+        )
         for j in left:
             left[j] -= rate[j] * (t - now)
         now = t
@@ -184,8 +189,11 @@ def cassini_offsets(sc: Scenario, grid: int = 200) -> list[float]:
             # a job's communication ends its iteration: it occupies [offset + compute, offset + period)
             def cost(x: float) -> float:
                 cj = (x + period[j] - comm[j]) % circle
-                return sum(_overlap_on_circle(cj, comm[j], (offset[o] + period[o] - comm[o]) % circle, comm[o], circle)
-                           for o in others)
+                return sum(
+                    _overlap_on_circle(cj, comm[j], (offset[o] + period[o] - comm[o]) % circle, comm[o], circle)
+                    for o in others
+                )
+
             candidates = np.linspace(0.0, circle, grid, endpoint=False)
             offset[j] = float(min(candidates, key=cost))
         placed.append(j)

@@ -4,6 +4,7 @@ Every number the simulator uses comes from here, so the same case can be rerun e
 Errors name the file and the field (:class:`ScenarioError`; the CLI exits with status 2).
 See ``scenarios/*.toml`` and docs/design.md ("The simulator") for the format.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,17 +26,17 @@ from .workload import PROFILES, Job, ps_bytes, ring_allreduce_bytes
 ECN_MODES = ("none", "step", "red")
 
 # Range limits, checked before any work starts (docs/hardening-inputs.md has the table and why).
-MAX_JOBS = 100_000              # jobs in a scenario, after `count` expansion
-MAX_LINKS = 100_000             # links, after `count` expansion
-MAX_ITERATIONS = 1_000_000      # per job
+MAX_JOBS = 100_000  # jobs in a scenario, after `count` expansion
+MAX_LINKS = 100_000  # links, after `count` expansion
+MAX_ITERATIONS = 1_000_000  # per job
 MAX_JOB_ITERATIONS = 20_000_000  # summed over jobs: one record each (~2 GB of records at the limit)
-MAX_BYTES_PER_ITER = 1e12       # 1 TB per job per iteration (GPT-2 XL on 1000 workers: 12.5 GB)
-MIN_RATE_BPS, MAX_RATE_BPS = 1e3, 1e14   # 1 kb/s .. 100 Tb/s
-MAX_DELAY_S = 10.0              # one-way link delay
+MAX_BYTES_PER_ITER = 1e12  # 1 TB per job per iteration (GPT-2 XL on 1000 workers: 12.5 GB)
+MIN_RATE_BPS, MAX_RATE_BPS = 1e3, 1e14  # 1 kb/s .. 100 Tb/s
+MAX_DELAY_S = 10.0  # one-way link delay
 MAX_BUFFER_BYTES = 1e12
-MAX_TIME_S = 86_400.0           # compute time, start offsets, stagger, straggler delay: one day
+MAX_TIME_S = 86_400.0  # compute time, start offsets, stagger, straggler delay: one day
 MAX_WORKERS = 1_000_000
-MAX_SIM_SLOTS = 1e8             # simulator time slots even at the ideal iteration time (~2 h of CPU)
+MAX_SIM_SLOTS = 1e8  # simulator time slots even at the ideal iteration time (~2 h of CPU)
 
 
 class ScenarioError(ValueError):
@@ -47,15 +48,15 @@ class ScenarioError(ValueError):
 @dataclass
 class Link:
     name: str
-    rate_bps: float                 # bits per second
-    delay_s: float                  # one-way propagation delay
-    buffer_bytes: float             # drop-tail limit
-    ecn: str = "none"               # none | step | red
-    ecn_k_bytes: float = 0.0        # step marking threshold
+    rate_bps: float  # bits per second
+    delay_s: float  # one-way propagation delay
+    buffer_bytes: float  # drop-tail limit
+    ecn: str = "none"  # none | step | red
+    ecn_k_bytes: float = 0.0  # step marking threshold
     red_kmin_bytes: float = 0.0
     red_kmax_bytes: float = 0.0
     red_pmax: float = 0.2
-    pfc: bool = False               # lossless (PFC): a full queue pauses its senders instead of dropping
+    pfc: bool = False  # lossless (PFC): a full queue pauses its senders instead of dropping
 
     @property
     def rate_Bps(self) -> float:
@@ -71,19 +72,21 @@ class Scenario:
     mss: int = 1448
     step_s: float = 20e-6
     min_rto_s: float = 0.2
-    host_delay_s: float = 0.0       # added to every round trip (NIC/stack)
+    host_delay_s: float = 0.0  # added to every round trip (NIC/stack)
     slow_start_after_idle: bool = True  # Linux's default cwnd restart after an idle RTO
-    loss_model: str = "packet"      # packet: whole packets, random per flow; fluid: shared by bytes offered
+    loss_model: str = "packet"  # packet: whole packets, random per flow; fluid: shared by bytes offered
     warmup_iterations: int = 10
     seed: int = 1
-    cc: str = "reno"                # base algorithm for --compare
+    cc: str = "reno"  # base algorithm for --compare
     cc_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     mltcp_params: dict[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
-    fabric: Any = None              # the mltcp.fabric.Fabric that made the fabric's links, if any
-    switch: ProgressPolicy = field(default_factory=ProgressPolicy)   # in-network policy (switch_policy)
-    loss_recovery: str = "linux"    # linux: SACK + RACK-TLP; ns3: SACK only (ns-3 3.44), tail losses wait for the RTO
-    nic_backlog_segments: int = 0   # whole segments a window may leave waiting for the NIC and still grow (docs/simulator.md)
+    fabric: Any = None  # the mltcp.fabric.Fabric that made the fabric's links, if any
+    switch: ProgressPolicy = field(default_factory=ProgressPolicy)  # in-network policy (switch_policy)
+    loss_recovery: str = "linux"  # linux: SACK + RACK-TLP; ns3: SACK only (ns-3 3.44), tail losses wait for the RTO
+    nic_backlog_segments: int = (
+        0  # whole segments a window may leave waiting for the NIC and still grow (docs/simulator.md)
+    )
 
     def base_rtt(self, job: Job) -> float:
         """Round trip of the job's longest flow path."""
@@ -109,6 +112,7 @@ class Scenario:
 
 # ---- loading -------------------------------------------------------------------------------------
 
+
 def builtin_dir() -> Path:
     return Path(str(resources.files("mltcp.scenarios")))
 
@@ -124,7 +128,9 @@ def resolve(name_or_path: str) -> Path:
     candidate = builtin_dir() / f"{name_or_path}.toml"
     if candidate.exists():
         return candidate
-    raise ScenarioError(name_or_path, "scenario", f"no such file or built-in scenario (built-ins: {', '.join(builtin_names())})")
+    raise ScenarioError(
+        name_or_path, "scenario", f"no such file or built-in scenario (built-ins: {', '.join(builtin_names())})"
+    )
 
 
 def load(name_or_path: str) -> Scenario:
@@ -173,8 +179,16 @@ class _Reader:
             raise ScenarioError(self.src, self.name(key), f"{why} (got {v!r})")
         return v
 
-    def one_of(self, keys: dict[str, float], required: bool = True, check=lambda v: v >= 0, why="must be >= 0",
-               lo: float | None = None, hi: float | None = None, unit: str = ""):
+    def one_of(
+        self,
+        keys: dict[str, float],
+        required: bool = True,
+        check=lambda v: v >= 0,
+        why="must be >= 0",
+        lo: float | None = None,
+        hi: float | None = None,
+        unit: str = "",
+    ):
         """Exactly one of several unit-suffixed spellings, e.g. rate_gbps / rate_mbps -> base unit;
         ``lo``/``hi`` bound the value in the base unit (``unit`` names it in the message)."""
         present = [k for k in keys if k in self.t]
@@ -215,23 +229,42 @@ def _link(src: str, i: int, t: dict, mss: int, prefix: str | None = None, room: 
     r = _Reader(src, prefix or f"links[{i}]", t)
     name = r.get("name", str, check=bool, why="must not be empty")
     count = r.get("count", int, 1, **_upto(1, room))
-    rate = r.one_of({"rate_gbps": 1e9, "rate_mbps": 1e6}, check=_positive, why="must be > 0",
-                    lo=MIN_RATE_BPS, hi=MAX_RATE_BPS, unit="b/s")
+    rate = r.one_of(
+        {"rate_gbps": 1e9, "rate_mbps": 1e6},
+        check=_positive,
+        why="must be > 0",
+        lo=MIN_RATE_BPS,
+        hi=MAX_RATE_BPS,
+        unit="b/s",
+    )
     delay = r.one_of({"delay_us": 1e-6, "delay_ms": 1e-3}, hi=MAX_DELAY_S, unit="s")
     pkt = float(mss)
     bdp_rtt = 2 * delay  # BDP of this link over its own round trip, for buffer_bdp
-    buf = r.one_of({"buffer_pkts": pkt, "buffer_kb": 1e3, "buffer_bdp": rate / 8 * bdp_rtt}, check=_positive,
-                   why="must be > 0", lo=1.0, hi=MAX_BUFFER_BYTES, unit="bytes")
-    if buf < pkt * (1 - 1e-9):   # a drop-tail buffer that cannot hold one packet drops every packet queued behind another
+    buf = r.one_of(
+        {"buffer_pkts": pkt, "buffer_kb": 1e3, "buffer_bdp": rate / 8 * bdp_rtt},
+        check=_positive,
+        why="must be > 0",
+        lo=1.0,
+        hi=MAX_BUFFER_BYTES,
+        unit="bytes",
+    )
+    if buf < pkt * (
+        1 - 1e-9
+    ):  # a drop-tail buffer that cannot hold one packet drops every packet queued behind another
         key = next(k for k in ("buffer_pkts", "buffer_kb", "buffer_bdp") if k in t)
-        raise ScenarioError(src, r.name(key), f"the buffer ({buf:g} bytes) must hold at least one packet "
-                                              f"(network.mss = {mss} bytes)")
+        raise ScenarioError(
+            src, r.name(key), f"the buffer ({buf:g} bytes) must hold at least one packet (network.mss = {mss} bytes)"
+        )
     ecn = r.get("ecn", str, "none", lambda v: v in ECN_MODES, f"must be one of {ECN_MODES}")
     k = r.one_of({"ecn_k_pkts": pkt, "ecn_k_kb": 1e3}, required=ecn == "step", hi=MAX_BUFFER_BYTES, unit="bytes") or 0.0
-    kmin = r.one_of({"red_kmin_pkts": pkt, "red_kmin_kb": 1e3}, required=ecn == "red", hi=MAX_BUFFER_BYTES,
-                    unit="bytes") or 0.0
-    kmax = r.one_of({"red_kmax_pkts": pkt, "red_kmax_kb": 1e3}, required=ecn == "red", hi=MAX_BUFFER_BYTES,
-                    unit="bytes") or 0.0
+    kmin = (
+        r.one_of({"red_kmin_pkts": pkt, "red_kmin_kb": 1e3}, required=ecn == "red", hi=MAX_BUFFER_BYTES, unit="bytes")
+        or 0.0
+    )
+    kmax = (
+        r.one_of({"red_kmax_pkts": pkt, "red_kmax_kb": 1e3}, required=ecn == "red", hi=MAX_BUFFER_BYTES, unit="bytes")
+        or 0.0
+    )
     pmax = r.get("red_pmax", float, 0.2, lambda v: 0 < v <= 1, "must be in (0, 1]")
     if ecn == "red" and kmax <= kmin:
         raise ScenarioError(src, r.name("red_kmax_pkts"), "must be greater than red_kmin")
@@ -245,33 +278,55 @@ def _ddp_job(src: str, i: int, r: _Reader, name: str, links: dict[str, Link], de
     """A ``workload = "torch-ddp"`` job (mltcp.ddp.catalog): real DDP ranks in the emulation; for the
     simulator, its GPU time then the ring all-reduce of its gradients."""
     from .ddp.catalog import read_ddp_fields
+
     ddp = read_ddp_fields(r)
     offset = r.one_of({"start_offset_ms": 1e-3, "start_offset_s": 1.0}, required=False, hi=MAX_TIME_S, unit="s") or 0.0
-    path = r.get("path", list, ..., lambda v: v and all(isinstance(x, str) and x in links for x in v),
-                 f"must list link names (links: {', '.join(list(links)[:6])})")
+    path = r.get(
+        "path",
+        list,
+        ...,
+        lambda v: v and all(isinstance(x, str) and x in links for x in v),
+        f"must list link names (links: {', '.join(list(links)[:6])})",
+    )
     iters = r.get("iterations", int, defaults["iterations"], **_upto(1, MAX_ITERATIONS))
     r.finish()
-    return Job(name, ddp.gpu_ms * 1e-3, ring_allreduce_bytes(ddp.gradient_bytes(), ddp.ranks), list(path), offset,
-               iterations=iters, extra={"ddp": ddp})
+    return Job(
+        name,
+        ddp.gpu_ms * 1e-3,
+        ring_allreduce_bytes(ddp.gradient_bytes(), ddp.ranks),
+        list(path),
+        offset,
+        iterations=iters,
+        extra={"ddp": ddp},
+    )
 
 
 def _jobs(src: str, i: int, t: dict, links: dict[str, Link], defaults: dict) -> list[Job]:
     r = _Reader(src, f"jobs[{i}]", t)
     name = r.get("name", str, check=bool, why="must not be empty")
-    if r.get("workload", str, "synthetic", lambda v: v in ("synthetic", "torch-ddp"),
-             "must be synthetic or torch-ddp") == "torch-ddp":
+    if (
+        r.get("workload", str, "synthetic", lambda v: v in ("synthetic", "torch-ddp"), "must be synthetic or torch-ddp")
+        == "torch-ddp"
+    ):
         return [_ddp_job(src, i, r, name, links, defaults)]
     count = r.get("count", int, 1, **_upto(1, defaults.get("room", MAX_JOBS)))
     share = r.get("share", int, 1, **_upto(1, MAX_JOBS))
     model = r.get("model", str, None, lambda v: v in PROFILES, f"must be one of {', '.join(PROFILES)}")
     lay = _read_layout(r, src, defaults, model)
     workers = r.get("workers", int, 8, **_upto(2, MAX_WORKERS))
-    compute = r.one_of({"compute_ms": 1e-3, "compute_s": 1.0}, required=model is None and lay.trace is None,
-                       hi=MAX_TIME_S, unit="s")
+    compute = r.one_of(
+        {"compute_ms": 1e-3, "compute_s": 1.0}, required=model is None and lay.trace is None, hi=MAX_TIME_S, unit="s"
+    )
     if compute is None:
         compute = lay.trace.compute_s if lay.trace is not None else PROFILES[model].compute_ms * 1e-3
-    nbytes = r.one_of({"bytes": 1.0, "comm_mb": 1e6}, required=model is None and not lay.sized,
-                      check=_positive, why="must be > 0", hi=MAX_BYTES_PER_ITER, unit="bytes per iteration")
+    nbytes = r.one_of(
+        {"bytes": 1.0, "comm_mb": 1e6},
+        required=model is None and not lay.sized,
+        check=_positive,
+        why="must be > 0",
+        hi=MAX_BYTES_PER_ITER,
+        unit="bytes per iteration",
+    )
     if nbytes is None and lay.sized:
         nbytes = _layout_bytes(r, lay, model)
     elif nbytes is None:
@@ -279,10 +334,18 @@ def _jobs(src: str, i: int, t: dict, links: dict[str, Link], defaults: dict) -> 
     offset = r.one_of({"start_offset_ms": 1e-3, "start_offset_s": 1.0}, required=False, hi=MAX_TIME_S, unit="s") or 0.0
     stagger = r.one_of({"stagger_ms": 1e-3}, required=False, hi=MAX_TIME_S, unit="s") or 0.0
     if offset + (count - 1) * stagger > MAX_TIME_S:
-        raise ScenarioError(src, r.name("stagger_ms"), f"the last of {count} jobs would start after "
-                                                       f"{offset + (count - 1) * stagger:g} s (limit {MAX_TIME_S:g} s)")
-    path = r.get("path", list, None if lay.routed else ..., check=lambda v: v and all(isinstance(x, str) for x in v),
-                 why="must be a non-empty list of link names")
+        raise ScenarioError(
+            src,
+            r.name("stagger_ms"),
+            f"the last of {count} jobs would start after {offset + (count - 1) * stagger:g} s (limit {MAX_TIME_S:g} s)",
+        )
+    path = r.get(
+        "path",
+        list,
+        None if lay.routed else ...,
+        check=lambda v: v and all(isinstance(x, str) for x in v),
+        why="must be a non-empty list of link names",
+    )
     if path is not None and lay.routed:
         raise ScenarioError(src, r.name("path"), "give either path or hosts/paths, not both")
     jitter = r.get("jitter", float, 0.0, lambda v: 0 <= v < 1, "must be in [0, 1)")
@@ -299,15 +362,34 @@ def _jobs(src: str, i: int, t: dict, links: dict[str, Link], defaults: dict) -> 
             try:
                 p = [str(x).format(g=j // share, i=j) for x in path]
             except (KeyError, IndexError, ValueError, AttributeError) as e:
-                raise ScenarioError(src, f"jobs[{i}].path", f"bad link name pattern in {path!r} ({e!r}; "
-                                                           "only {g} and {i} are replaced)") from None
+                raise ScenarioError(
+                    src,
+                    f"jobs[{i}].path",
+                    f"bad link name pattern in {path!r} ({e!r}; only {{g}} and {{i}} are replaced)",
+                ) from None
             flows, flow_paths = lay.flows or 1, None
             for hop in p:
                 if hop not in links:
-                    raise ScenarioError(src, f"jobs[{i}].path", f"unknown link {hop!r} (links: {', '.join(list(links)[:6])}...)")
-        jobs.append(Job(jname, compute, nbytes, p, offset + j * stagger,
-                        jitter, sp, sd, iters, model, flows=flows, flow_paths=flow_paths,
-                        compute_series=lay.series(iters)))
+                    raise ScenarioError(
+                        src, f"jobs[{i}].path", f"unknown link {hop!r} (links: {', '.join(list(links)[:6])}...)"
+                    )
+        jobs.append(
+            Job(
+                jname,
+                compute,
+                nbytes,
+                p,
+                offset + j * stagger,
+                jitter,
+                sp,
+                sd,
+                iters,
+                model,
+                flows=flows,
+                flow_paths=flow_paths,
+                compute_series=lay.series(iters),
+            )
+        )
     return jobs
 
 
@@ -321,10 +403,11 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     cc = r.get("cc", str, "reno", lambda v: v in BASES, f"must be one of {', '.join(BASES)}")
     net = _Reader(src, "network", r.get("network", dict, {}))
     mss = net.get("mss", int, 1448, lambda v: 64 <= v <= 9000, "must be in [64, 9000]")
-    step = net.one_of({"step_us": 1e-6}, required=False, check=_positive, why="must be > 0",
-                      lo=1e-7, hi=1e-2, unit="s") or 20e-6
-    rto = net.one_of({"min_rto_ms": 1e-3}, required=False, check=_positive, why="must be > 0",
-                     hi=60.0, unit="s") or 0.2
+    step = (
+        net.one_of({"step_us": 1e-6}, required=False, check=_positive, why="must be > 0", lo=1e-7, hi=1e-2, unit="s")
+        or 20e-6
+    )
+    rto = net.one_of({"min_rto_ms": 1e-3}, required=False, check=_positive, why="must be > 0", hi=60.0, unit="s") or 0.2
     host = net.one_of({"host_delay_us": 1e-6}, required=False, hi=1.0, unit="s") or 0.0
     ssai = net.get("slow_start_after_idle", bool, True)
     loss_model = net.get("loss_model", str, "packet", lambda v: v in ("fluid", "packet"), "must be fluid or packet")
@@ -366,8 +449,9 @@ def from_dict(d: dict, src: str = "<memory>") -> Scenario:
     mr.finish()
     policy = _switch_policy(src, r, links)
     r.finish()
-    sc = Scenario(name, desc, links, jobs, mss, step, rto, host, ssai, loss_model, warmup, seed, cc, cc_params,
-                  mltcp, src)
+    sc = Scenario(
+        name, desc, links, jobs, mss, step, rto, host, ssai, loss_model, warmup, seed, cc, cc_params, mltcp, src
+    )
     sc.fabric = fab[0] if fab else None
     sc.switch = policy
     sc.loss_recovery = recovery
@@ -389,8 +473,11 @@ def _switch_policy(src: str, r: _Reader, links: dict[str, Link]) -> ProgressPoli
     if pol.name == "ecn-by-progress":
         on = [links[n] for n in (pol.links or links)]
         if not any(lk.ecn != "none" for lk in on):
-            raise ScenarioError(src, "switch_policy", "ecn-by-progress scales the links' ECN thresholds: "
-                                                      "give a policy link ecn = \"step\" or \"red\"")
+            raise ScenarioError(
+                src,
+                "switch_policy",
+                'ecn-by-progress scales the links\' ECN thresholds: give a policy link ecn = "step" or "red"',
+            )
     return pol
 
 
@@ -399,13 +486,24 @@ def _switch_policy(src: str, r: _Reader, links: dict[str, Link]) -> ProgressPoli
 # paths and trace fields place its flows on it (or on explicit links) and size them.
 
 PATTERNS = ("ring", "ps")
-MAX_FLOWS = 10_000                  # per job
-MAX_JOB_BYTES = 1e12                # per job per iteration, all flows (as for bytes)
-TRACE_RATES = (1e3, 1e14)           # trace line rate bounds, b/s
+MAX_FLOWS = 10_000  # per job
+MAX_JOB_BYTES = 1e12  # per job per iteration, all flows (as for bytes)
+TRACE_RATES = (1e3, 1e14)  # trace line rate bounds, b/s
 _FABRIC_SHAPE = {"leaf-spine": ("leaves", "spines", "hosts_per_leaf"), "fat-tree": ("k",)}
 _TEMPLATE = re.compile(r"\{([^{}]*)\}")
-_ARITH = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Load, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
-          ast.USub, ast.UAdd)
+_ARITH = (
+    ast.Expression,
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.Load,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.USub,
+    ast.UAdd,
+)
 
 
 def _base_dir(src: str) -> Path:
@@ -419,6 +517,7 @@ def _fabric(src: str, r: _Reader, mss: int, seed: int):
     if t is None:
         return None, {}
     from . import fabric as fabmod
+
     f = _Reader(src, "fabric", t)
     kind = f.get("kind", str, check=lambda v: v in _FABRIC_SHAPE, why=f"must be one of {', '.join(_FABRIC_SHAPE)}")
     shape = {k: f.get(k, int) for k in _FABRIC_SHAPE[kind]}
@@ -430,11 +529,15 @@ def _fabric(src: str, r: _Reader, mss: int, seed: int):
     except fabmod.FabricError as e:
         named = next((k for k in shape if str(e).startswith(k)), next(iter(shape)))
         raise ScenarioError(src, f.name(named), str(e)) from None
-    ecmp_seed = f.get("ecmp_seed", int, seed, lambda v: 0 <= v < 2 ** 63, "must be in [0, 2^63)")
-    up = f.one_of({"uplink_rate_gbps": 1e9, "uplink_rate_mbps": 1e6}, required=False, check=_positive,
-                  why="must be > 0")
-    link_t = {k: v for k, v in t.items() if k not in set(shape) | {"kind", "ecmp_seed", "uplink_rate_gbps",
-                                                                   "uplink_rate_mbps"}}
+    ecmp_seed = f.get("ecmp_seed", int, seed, lambda v: 0 <= v < 2**63, "must be in [0, 2^63)")
+    up = f.one_of(
+        {"uplink_rate_gbps": 1e9, "uplink_rate_mbps": 1e6}, required=False, check=_positive, why="must be > 0"
+    )
+    link_t = {
+        k: v
+        for k, v in t.items()
+        if k not in set(shape) | {"kind", "ecmp_seed", "uplink_rate_gbps", "uplink_rate_mbps"}
+    }
     (host_proto,) = _link(src, 0, {"name": "fabric", **link_t}, mss, prefix="fabric")
     up_proto = host_proto
     if up is not None:
@@ -442,8 +545,10 @@ def _fabric(src: str, r: _Reader, mss: int, seed: int):
         (up_proto,) = _link(src, 0, {"name": "fabric", "rate_mbps": up / 1e6, **up_t}, mss, prefix="fabric")
     f.used.update(link_t)
     f.finish()
-    rest = {tier: [getattr(proto, fl.name) for fl in fields(Link)][1:]
-            for tier, proto in (("host", host_proto), ("fabric", up_proto))}
+    rest = {
+        tier: [getattr(proto, fl.name) for fl in fields(Link)][1:]
+        for tier, proto in (("host", host_proto), ("fabric", up_proto))
+    }
     links = {name: Link(name, *rest[tier]) for name, tier in fab.links()}
     return (fab, ecmp_seed), links
 
@@ -454,17 +559,23 @@ def _template(src: str, fieldname: str, text: str, names: tuple[str, ...]):
     parts: list = []
     pos = 0
     for m in _TEMPLATE.finditer(text):
-        parts.append(text[pos:m.start()])
+        parts.append(text[pos : m.start()])
         expr = m.group(1).strip()
         try:
             tree = ast.parse(expr, mode="eval")
         except SyntaxError:
             raise ScenarioError(src, fieldname, f"bad expression {{{expr}}} in {text!r}") from None
         for node in ast.walk(tree):
-            if not (isinstance(node, _ARITH) or (isinstance(node, ast.Name) and node.id in names)
-                    or (isinstance(node, ast.Constant) and type(node.value) is int)):
-                raise ScenarioError(src, fieldname, f"{{{expr}}} in {text!r}: only whole numbers, "
-                                    f"{', '.join(names)} and + - * // % are allowed")
+            if not (
+                isinstance(node, _ARITH)
+                or (isinstance(node, ast.Name) and node.id in names)
+                or (isinstance(node, ast.Constant) and type(node.value) is int)
+            ):
+                raise ScenarioError(
+                    src,
+                    fieldname,
+                    f"{{{expr}}} in {text!r}: only whole numbers, {', '.join(names)} and + - * // % are allowed",
+                )
         parts.append(compile(tree, "<template>", "eval"))
         pos = m.end()
     parts.append(text[pos:])
@@ -476,27 +587,30 @@ def _template(src: str, fieldname: str, text: str, names: tuple[str, ...]):
             return "".join(p if isinstance(p, str) else str(eval(p, {"__builtins__": {}}, env)) for p in parts)
         except ZeroDivisionError:
             raise ScenarioError(src, fieldname, f"{text!r}: division by zero") from None
+
     return render
 
 
 @lru_cache(maxsize=32)
 def _trace_profile(path: str, mtime_ns: int, size: int, rate: float, shared: bool):
     from .traffic.traces import load_profile
+
     return load_profile(path, rate, shared_link=shared)
 
 
 @dataclass
 class _Layout:
     """A [[jobs]] entry's new fields: how its flows are placed and, for traces, sized and timed."""
+
     flows: int | None = None
     pattern: str | None = None
-    hosts: list | None = None        # host-name templates
-    server: Any = None               # template (ps)
-    paths: list | None = None        # per-flow link-name lists (str.format templates, as path)
-    trace: Any = None                # mltcp.traffic.traces.TraceProfile
-    gradient: float | None = None    # bytes of one gradient (patterns)
+    hosts: list | None = None  # host-name templates
+    server: Any = None  # template (ps)
+    paths: list | None = None  # per-flow link-name lists (str.format templates, as path)
+    trace: Any = None  # mltcp.traffic.traces.TraceProfile
+    gradient: float | None = None  # bytes of one gradient (patterns)
     model: str | None = None
-    trace_skip: int = 0              # replay the trace's compute times from this iteration on
+    trace_skip: int = 0  # replay the trace's compute times from this iteration on
 
     @property
     def routed(self) -> bool:
@@ -526,23 +640,27 @@ class _Layout:
 
 def _read_layout(r: _Reader, src: str, ctx: dict, model: str | None) -> _Layout:
     lay = _Layout(model=model)
-    size = lambda v: 1 <= len(v) <= MAX_FLOWS   # noqa: E731
+    size = lambda v: 1 <= len(v) <= MAX_FLOWS  # noqa: E731
     lay.flows = r.get("flows", int, None, lambda v: 1 <= v <= MAX_FLOWS, f"must be in [1, {MAX_FLOWS}]")
     lay.pattern = r.get("pattern", str, None, lambda v: v in PATTERNS, f"must be one of {', '.join(PATTERNS)}")
     hosts = r.get("hosts", list, None, size, f"needs 1 to {MAX_FLOWS} hosts")
     server = r.get("server", str, None)
     paths = r.get("paths", list, None, size, f"needs 1 to {MAX_FLOWS} paths")
-    gradient = r.one_of({"gradient_bytes": 1.0, "gradient_mb": 1e6}, required=False, check=_positive,
-                        why="must be > 0")
+    gradient = r.one_of({"gradient_bytes": 1.0, "gradient_mb": 1e6}, required=False, check=_positive, why="must be > 0")
     if gradient is not None and not gradient <= MAX_JOB_BYTES:
         k = next(k for k in ("gradient_bytes", "gradient_mb") if k in r.t)
         raise ScenarioError(src, r.name(k), f"must be at most {MAX_JOB_BYTES:g} bytes (got {gradient:g})")
     trace = r.get("trace", str, None)
     if "trace_line_rate" in r.t:
-        raise ScenarioError(src, r.name("trace_line_rate"), "give it with its unit: trace_line_rate_gbps or "
-                            "trace_line_rate_mbps")
-    rate = r.one_of({"trace_line_rate_gbps": 1e9, "trace_line_rate_mbps": 1e6}, required=trace is not None,
-                    check=lambda v: 0 < v < float("inf"), why="must be > 0")
+        raise ScenarioError(
+            src, r.name("trace_line_rate"), "give it with its unit: trace_line_rate_gbps or trace_line_rate_mbps"
+        )
+    rate = r.one_of(
+        {"trace_line_rate_gbps": 1e9, "trace_line_rate_mbps": 1e6},
+        required=trace is not None,
+        check=lambda v: 0 < v < float("inf"),
+        why="must be > 0",
+    )
     if rate is not None and not TRACE_RATES[0] <= rate <= TRACE_RATES[1]:
         k = next(k for k in ("trace_line_rate_gbps", "trace_line_rate_mbps") if k in r.t)
         raise ScenarioError(src, r.name(k), f"must be in [{TRACE_RATES[0]:g}, {TRACE_RATES[1]:g}] b/s (got {rate:g})")
@@ -550,15 +668,16 @@ def _read_layout(r: _Reader, src: str, ctx: dict, model: str | None) -> _Layout:
         k = next(k for k in ("trace_line_rate_gbps", "trace_line_rate_mbps") if k in r.t)
         raise ScenarioError(src, r.name(k), "goes with trace (the rate the trace was measured at)")
     shared = r.get("trace_shared_link", bool, False)
-    lay.trace_skip = r.get("trace_skip", int, 0, lambda v: 0 <= v <= 10 ** 9, "must be in [0, 1e9]")
+    lay.trace_skip = r.get("trace_skip", int, 0, lambda v: 0 <= v <= 10**9, "must be in [0, 1e9]")
     if "trace_skip" in r.t and trace is None:
         raise ScenarioError(src, r.name("trace_skip"), "goes with trace")
     fab = ctx.get("fabric")
     names = ("i", "g", "H") if fab else ("i", "g")
     if hosts is not None:
         if fab is None:
-            raise ScenarioError(src, r.name("hosts"), "hosts are placed on a fabric: add a [fabric] table "
-                                "(or give path / paths)")
+            raise ScenarioError(
+                src, r.name("hosts"), "hosts are placed on a fabric: add a [fabric] table (or give path / paths)"
+            )
         if not all(isinstance(h, str) for h in hosts):
             raise ScenarioError(src, r.name("hosts"), "must be a list of host names (strings)")
         lay.hosts = [_template(src, r.name("hosts"), h, names) for h in hosts]
@@ -576,21 +695,34 @@ def _read_layout(r: _Reader, src: str, ctx: dict, model: str | None) -> _Layout:
         if lay.pattern == "ring" and len(lay.hosts) < 2:
             raise ScenarioError(src, r.name("hosts"), "a ring needs at least 2 hosts")
         if lay.flows is not None and lay.flows != lay.n_flows():
-            raise ScenarioError(src, r.name("flows"), f"pattern = {lay.pattern!r} over {len(lay.hosts)} hosts has "
-                                f"{lay.n_flows()} flows, not {lay.flows} (leave flows out)")
+            raise ScenarioError(
+                src,
+                r.name("flows"),
+                f"pattern = {lay.pattern!r} over {len(lay.hosts)} hosts has "
+                f"{lay.n_flows()} flows, not {lay.flows} (leave flows out)",
+            )
     elif lay.hosts is not None and len(lay.hosts) != 2:
-        raise ScenarioError(src, r.name("hosts"), "without a pattern, hosts = [source, destination] "
-                            "(or pattern = \"ring\" / \"ps\" for a collective)")
+        raise ScenarioError(
+            src,
+            r.name("hosts"),
+            'without a pattern, hosts = [source, destination] (or pattern = "ring" / "ps" for a collective)',
+        )
     if (server is not None) != (lay.pattern == "ps"):
-        raise ScenarioError(src, r.name("server" if server is not None else "pattern"),
-                            "server (the parameter server's host) goes with pattern = \"ps\", and only with it")
+        raise ScenarioError(
+            src,
+            r.name("server" if server is not None else "pattern"),
+            'server (the parameter server\'s host) goes with pattern = "ps", and only with it',
+        )
     if server is not None:
         lay.server = _template(src, r.name("server"), server, names)
     if lay.paths is not None and lay.flows is not None and lay.flows != len(lay.paths):
         raise ScenarioError(src, r.name("flows"), f"{len(lay.paths)} paths are {len(lay.paths)} flows, not {lay.flows}")
     if gradient is not None and lay.pattern is None:
-        raise ScenarioError(src, r.name("gradient_mb" if "gradient_mb" in r.t else "gradient_bytes"),
-                            "the gradient sizes a pattern's flows: give pattern = \"ring\" or \"ps\" (or bytes)")
+        raise ScenarioError(
+            src,
+            r.name("gradient_mb" if "gradient_mb" in r.t else "gradient_bytes"),
+            'the gradient sizes a pattern\'s flows: give pattern = "ring" or "ps" (or bytes)',
+        )
     lay.gradient = gradient
     if trace is not None:
         lay.trace = _load_trace(r, src, ctx, trace, rate, shared)
@@ -601,13 +733,15 @@ def _read_layout(r: _Reader, src: str, ctx: dict, model: str | None) -> _Layout:
             lay.flows = lay.trace.flows
         elif want != lay.trace.flows:
             what = r.name("hosts") if lay.pattern else r.name("paths" if lay.paths is not None else "flows")
-            raise ScenarioError(src, what, f"gives {want} flows, but the trace has {lay.trace.flows} flows per "
-                                "iteration")
+            raise ScenarioError(
+                src, what, f"gives {want} flows, but the trace has {lay.trace.flows} flows per iteration"
+            )
     return lay
 
 
 def _load_trace(r: _Reader, src: str, ctx: dict, trace: str, rate: float, shared: bool):
     from .traffic.traces import TraceError
+
     p = Path(trace)
     if not p.is_absolute():
         p = ctx["base_dir"] / p
@@ -615,13 +749,17 @@ def _load_trace(r: _Reader, src: str, ctx: dict, trace: str, rate: float, shared
         st = p.stat()
         prof = _trace_profile(str(p), st.st_mtime_ns, st.st_size, rate, shared)
     except FileNotFoundError:
-        raise ScenarioError(src, r.name("trace"), f"{p}: no such file (a relative path is taken from the "
-                            "scenario's folder)") from None
+        raise ScenarioError(
+            src, r.name("trace"), f"{p}: no such file (a relative path is taken from the scenario's folder)"
+        ) from None
     except TraceError as e:
         raise ScenarioError(src, r.name("trace"), str(e)) from None
     if not 0 < prof.bytes_per_iter <= MAX_JOB_BYTES:
-        raise ScenarioError(src, r.name("trace"), f"{p}: {prof.bytes_per_iter:g} bytes per iteration (must be > 0 "
-                            f"and at most {MAX_JOB_BYTES:g})")
+        raise ScenarioError(
+            src,
+            r.name("trace"),
+            f"{p}: {prof.bytes_per_iter:g} bytes per iteration (must be > 0 and at most {MAX_JOB_BYTES:g})",
+        )
     return prof
 
 
@@ -633,8 +771,11 @@ def _layout_bytes(r: _Reader, lay: _Layout, model: str | None) -> float:
     n = len(lay.hosts)
     total = n * ring_allreduce_bytes(grad, n) if lay.pattern == "ring" else ps_bytes(grad, n)
     if total > MAX_JOB_BYTES:
-        raise ScenarioError(r.src, r.name("hosts"), f"{lay.pattern} over {n} hosts moves {total:g} bytes per "
-                            f"iteration, more than {MAX_JOB_BYTES:g}")
+        raise ScenarioError(
+            r.src,
+            r.name("hosts"),
+            f"{lay.pattern} over {n} hosts moves {total:g} bytes per iteration, more than {MAX_JOB_BYTES:g}",
+        )
     return total
 
 
@@ -652,6 +793,7 @@ def _place(r: _Reader, lay: _Layout, j: int, g: int, jname: str, links: dict, ct
     env = {"i": j, "g": g, "H": fab.n_hosts}
     hosts = [h(env) for h in lay.hosts]
     from .fabric import FabricError
+
     try:
         for h in hosts:
             fab.host_index(h)
@@ -676,14 +818,19 @@ def _place(r: _Reader, lay: _Layout, j: int, g: int, jname: str, links: dict, ct
     return fps[0], len(fps), fps
 
 
-def _check_size(src: str, jobs: list[Job], origin: list[int], links: dict[str, Link], step: float,
-                host: float = 0.0) -> None:
+def _check_size(
+    src: str, jobs: list[Job], origin: list[int], links: dict[str, Link], step: float, host: float = 0.0
+) -> None:
     """Refuse scenarios too big to run before any work starts: records for every job-iteration,
     and simulated slots even if every job ran alone at its ideal iteration time."""
     total = sum(j.iterations for j in jobs)
     if total > MAX_JOB_ITERATIONS:
-        raise ScenarioError(src, "iterations", f"{len(jobs)} jobs x their iterations = {total} job-iterations "
-                                               f"(limit {MAX_JOB_ITERATIONS}): fewer jobs or iterations")
+        raise ScenarioError(
+            src,
+            "iterations",
+            f"{len(jobs)} jobs x their iterations = {total} job-iterations "
+            f"(limit {MAX_JOB_ITERATIONS}): fewer jobs or iterations",
+        )
     worst, where = 0.0, 0
     probe = Scenario("", "", links, jobs, host_delay_s=host)
     for k, j in enumerate(jobs):
@@ -693,23 +840,29 @@ def _check_size(src: str, jobs: list[Job], origin: list[int], links: dict[str, L
             worst, where = end, k
     if worst / step > MAX_SIM_SLOTS:
         j = jobs[where]
-        raise ScenarioError(src, f"jobs[{origin[where]}]", f"job {j.name!r} needs at least {worst:.4g} simulated s "
-                            f"({j.iterations} iterations) = {worst / step:.3g} slots of {step * 1e6:g} us, over the "
-                            f"limit of {MAX_SIM_SLOTS:.0e}: fewer iterations or bytes, a faster link, or a larger "
-                            "network.step_us")
+        raise ScenarioError(
+            src,
+            f"jobs[{origin[where]}]",
+            f"job {j.name!r} needs at least {worst:.4g} simulated s "
+            f"({j.iterations} iterations) = {worst / step:.3g} slots of {step * 1e6:g} us, over the "
+            f"limit of {MAX_SIM_SLOTS:.0e}: fewer iterations or bytes, a faster link, or a larger "
+            "network.step_us",
+        )
 
 
 # ---- congestion-control parameters in scenario units -> constructor arguments -------------------
+
 
 def _hook_params(src, mr) -> dict[str, Any]:
     """``[mltcp]``: the keys, units and checks are the MLTCP hook's :class:`mltcp.cc.Param`
     declarations (:func:`mltcp.cc.mltcp.hook_fields`); a DCQCN-only key is ignored by Reno/CUBIC."""
     from .cc.mltcp import hook_fields
+
     fields = hook_fields()
     out: dict[str, Any] = {}
     for k in list(mr.t):
         if k not in fields:
-            continue                      # mr.finish() names it as unknown
+            continue  # mr.finish() names it as unknown
         prm = fields[k]
         want = {bool: bool, int: int, str: str}.get(prm.kind, float)
         v = mr.get(k, want)

@@ -1,4 +1,5 @@
 """`mltcp scenarios`: list the built-in scenarios; `mltcp scenarios generate`: write a random suite."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +11,11 @@ from . import suitegen
 from .console import err, fail, out
 from .scenario import BASES, ScenarioError, builtin_names, load
 
-app = typer.Typer(add_completion=False, invoke_without_command=True,
-                  help="The built-in scenarios (no sub-command), or write a random suite (generate).")
+app = typer.Typer(
+    add_completion=False,
+    invoke_without_command=True,
+    help="The built-in scenarios (no sub-command), or write a random suite (generate).",
+)
 
 
 @app.callback()
@@ -27,14 +31,16 @@ def list_scenarios(ctx: typer.Context):
 
 
 @app.command()
-def generate(outdir: Path = typer.Argument(..., help="folder to write the suite's TOMLs into (created)"),
-             n: int = typer.Option(20, "--n", min=1, max=100_000, help="how many scenarios"),
-             seed: int = typer.Option(1, "--seed", min=0, help="the suite's seed (the same seed, the same suite)"),
-             cc: str = typer.Option("reno", "--cc", help=f"base algorithm: {', '.join(BASES)}"),
-             topology: str = typer.Option("dumbbell", "--topology",
-                                          help=f"one of {', '.join(suitegen.TOPOLOGIES)}"),
-             compatible: bool = typer.Option(False, "--compatible",
-                                             help="equal periods, shares that fit one period (a perfect interleave exists)")):
+def generate(
+    outdir: Path = typer.Argument(..., help="folder to write the suite's TOMLs into (created)"),
+    n: int = typer.Option(20, "--n", min=1, max=100_000, help="how many scenarios"),
+    seed: int = typer.Option(1, "--seed", min=0, help="the suite's seed (the same seed, the same suite)"),
+    cc: str = typer.Option("reno", "--cc", help=f"base algorithm: {', '.join(BASES)}"),
+    topology: str = typer.Option("dumbbell", "--topology", help=f"one of {', '.join(suitegen.TOPOLOGIES)}"),
+    compatible: bool = typer.Option(
+        False, "--compatible", help="equal periods, shares that fit one period (a perfect interleave exists)"
+    ),
+):
     """Write N random scenarios nobody tuned for (distributions: docs/references.md)."""
     if cc not in BASES:
         fail(f"--cc: unknown base algorithm {cc!r} (choose from {', '.join(BASES)})")
@@ -44,6 +50,6 @@ def generate(outdir: Path = typer.Argument(..., help="folder to write the suite'
         fail(f"{outdir}: exists and is not a folder")
     try:
         files = suitegen.generate(outdir, n, seed, cc, topology, compatible)
-    except ScenarioError as e:     # a draw the loader refuses is a bug of the generator: say which field
+    except ScenarioError as e:  # a draw the loader refuses is a bug of the generator: say which field
         fail(f"generated scenario refused: {e}", 1)
     err.print(f"wrote {len(files)} scenarios into {outdir}")

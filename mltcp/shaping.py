@@ -1,9 +1,10 @@
 """The one htb + bfifo shaper (tc command lines, pure): a link's rate as an htb class and its
 drop-tail buffer as a bfifo under it. Used by the Mininet links (mltcp.emulation.topologies) and
 through them by the kernel-TCP experiment (mltcp.traffic.kernel.net)."""
+
 from __future__ import annotations
 
-HTB_CLASS = ["parent", "5:1"]     # where the qdisc under the rate goes
+HTB_CLASS = ["parent", "5:1"]  # where the qdisc under the rate goes
 
 
 def htb(dev: str, rate_mbit: float, burst_bytes: int | None = None) -> list[list[str]]:

@@ -12,6 +12,7 @@ with the first (the base), case by case (one scenario at one seed):
 ``--out DIR`` writes ``tasks.jsonl`` (one record per run, in task order), ``report.json`` and
 ``speedup.png`` (each arm's per-scenario speedup over the base, sorted), each file whole or not at all.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,11 @@ from . import arms, records as rec_io, sweep
 from .console import err, error_exit, out, print_json
 from .scenario import ScenarioError, resolve
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Run scenario suites under several arms and seeds (Dask), and compare the arms.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Run scenario suites under several arms and seeds (Dask), and compare the arms.",
+)
 
 
 class InputError(ValueError):
@@ -39,8 +43,9 @@ class InputError(ValueError):
 
 # ---- input ------------------------------------------------------------------------------------------
 
+
 def parse_seeds(text: str) -> list[int]:
-    """"1-5", "1,2,7" or "1-3,9" -> the seeds, in order, none repeated."""
+    """ "1-5", "1,2,7" or "1-3,9" -> the seeds, in order, none repeated."""
     seeds: list[int] = []
     for part in (p.strip() for p in text.split(",")):
         m = re.fullmatch(r"(-?\d+)(?:\s*-\s*(-?\d+))?", part)
@@ -80,12 +85,13 @@ def expand_scenarios(items: Sequence[str]) -> list[str]:
                 raise InputError(f"DIR_OR_NAMES: the folder {item} holds no .toml scenario")
             found.extend(str(t) for t in tomls)
         else:
-            resolve(item)                       # ScenarioError for an unknown name
+            resolve(item)  # ScenarioError for an unknown name
             found.append(item)
     return found
 
 
 # ---- the comparison (pure) --------------------------------------------------------------------------
+
 
 def gmean(xs: Sequence[float]) -> float:
     xs = list(xs)
@@ -111,9 +117,14 @@ def compare_arms(records: Sequence[dict], arm_names: Sequence[str]) -> dict:
     for r in records:
         cases[(r["source"], r["scenario"], r["seed"])][r["arm"]] = r
     failed = [r for r in records if not r.get("ok")]
-    report = {"base": base, "cases": len(cases), "runs": len(records), "failed": len(failed),
-              "failures": [{k: r.get(k) for k in ("scenario", "source", "seed", "arm", "error")} for r in failed],
-              "arms": {}}
+    report = {
+        "base": base,
+        "cases": len(cases),
+        "runs": len(records),
+        "failed": len(failed),
+        "failures": [{k: r.get(k) for k in ("scenario", "source", "seed", "arm", "error")} for r in failed],
+        "arms": {},
+    }
     for arm in arm_names[1:]:
         rows, by_scenario = [], defaultdict(list)
         for (src, name, seed), by_arm in cases.items():
@@ -121,17 +132,31 @@ def compare_arms(records: Sequence[dict], arm_names: Sequence[str]) -> dict:
             if not (b and a and b.get("ok") and a.get("ok")):
                 continue
             sig = signal_of([a, b])
-            row = {"scenario": name, "source": src, "seed": seed,
-                   "speedup_avg": _ratio(b["avg_iter_s"], a["avg_iter_s"]),
-                   "speedup_p99": _ratio(b["p99_iter_s"], a["p99_iter_s"]),
-                   "signal": sig, "signal_ratio": (a[sig] + 1.0) / (b[sig] + 1.0)}
+            row = {
+                "scenario": name,
+                "source": src,
+                "seed": seed,
+                "speedup_avg": _ratio(b["avg_iter_s"], a["avg_iter_s"]),
+                "speedup_p99": _ratio(b["p99_iter_s"], a["p99_iter_s"]),
+                "signal": sig,
+                "signal_ratio": (a[sig] + 1.0) / (b[sig] + 1.0),
+            }
             rows.append(row)
             by_scenario[(src, name)].append(row)
-        per_scenario = sorted(({"scenario": name, "source": src, "seeds": len(rs),
-                                "speedup_avg": gmean([r["speedup_avg"] for r in rs]),
-                                "speedup_p99": gmean([r["speedup_p99"] for r in rs]),
-                                "signal_ratio": gmean([r["signal_ratio"] for r in rs])}
-                               for (src, name), rs in by_scenario.items()), key=lambda s: s["speedup_avg"])
+        per_scenario = sorted(
+            (
+                {
+                    "scenario": name,
+                    "source": src,
+                    "seeds": len(rs),
+                    "speedup_avg": gmean([r["speedup_avg"] for r in rs]),
+                    "speedup_p99": gmean([r["speedup_p99"] for r in rs]),
+                    "signal_ratio": gmean([r["signal_ratio"] for r in rs]),
+                }
+                for (src, name), rs in by_scenario.items()
+            ),
+            key=lambda s: s["speedup_avg"],
+        )
         report["arms"][arm] = {
             "compared_cases": len(rows),
             "speedup_avg": gmean([r["speedup_avg"] for r in rows]),
@@ -139,30 +164,47 @@ def compare_arms(records: Sequence[dict], arm_names: Sequence[str]) -> dict:
             "worst_speedup_avg": min((r["speedup_avg"] for r in rows), default=float("nan")),
             "worst_speedup_p99": min((r["speedup_p99"] for r in rows), default=float("nan")),
             "worst_case": min(rows, key=lambda r: r["speedup_avg"], default=None),
-            "loses_share": (sum(s["speedup_avg"] < 1.0 for s in per_scenario) / len(per_scenario)
-                            if per_scenario else float("nan")),
+            "loses_share": (
+                sum(s["speedup_avg"] < 1.0 for s in per_scenario) / len(per_scenario) if per_scenario else float("nan")
+            ),
             "signal_ratio": gmean([r["signal_ratio"] for r in rows]),
             "worst_signal_ratio": max((r["signal_ratio"] for r in rows), default=float("nan")),
-            "per_scenario": per_scenario, "per_case": rows}
+            "per_scenario": per_scenario,
+            "per_case": rows,
+        }
     return report
 
 
 def report_table(rep: dict) -> Table:
-    t = Table(title=f"{rep['cases']} cases (scenario x seed) against {rep['base']}: geometric means, worst case, "
-                    f"share of scenarios lost, drops (ECN marks for DCQCN) as (arm+1)/(base+1)",
-              title_justify="left", box=box.SIMPLE_HEAD)
+    t = Table(
+        title=f"{rep['cases']} cases (scenario x seed) against {rep['base']}: geometric means, worst case, "
+        f"share of scenarios lost, drops (ECN marks for DCQCN) as (arm+1)/(base+1)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+    )
     for c in ("arm", "avg", "p99", "worst avg", "worst p99", "loses", "drops", "worst drops"):
         t.add_column(c, justify="left" if c == "arm" else "right", no_wrap=True)
     for arm, a in rep["arms"].items():
-        t.add_row(arm, f"{a['speedup_avg']:.3f}x", f"{a['speedup_p99']:.3f}x", f"{a['worst_speedup_avg']:.3f}x",
-                  f"{a['worst_speedup_p99']:.3f}x", f"{a['loses_share'] * 100:.0f} %", f"x{a['signal_ratio']:.3f}",
-                  f"x{a['worst_signal_ratio']:.3f}")
+        t.add_row(
+            arm,
+            f"{a['speedup_avg']:.3f}x",
+            f"{a['speedup_p99']:.3f}x",
+            f"{a['worst_speedup_avg']:.3f}x",
+            f"{a['worst_speedup_p99']:.3f}x",
+            f"{a['loses_share'] * 100:.0f} %",
+            f"x{a['signal_ratio']:.3f}",
+            f"x{a['worst_signal_ratio']:.3f}",
+        )
     return t
 
 
 def worst_lines(rep: dict) -> list[str]:
-    return [f"{arm}: worst case {wc['scenario']}@seed{wc['seed']} ({wc['speedup_avg']:.3f}x avg, {wc['speedup_p99']:.3f}x p99)"
-            for arm, a in rep["arms"].items() if (wc := a["worst_case"])]
+    return [
+        f"{arm}: worst case {wc['scenario']}@seed{wc['seed']} ({wc['speedup_avg']:.3f}x avg, "
+        f"{wc['speedup_p99']:.3f}x p99)"
+        for arm, a in rep["arms"].items()
+        if (wc := a["worst_case"])
+    ]
 
 
 def plot_speedups(path: Path, rep: dict) -> Path:
@@ -181,13 +223,17 @@ def plot_speedups(path: Path, rep: dict) -> Path:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"mltcp suite: {rep['cases']} cases, speedup over {rep['base']} per scenario (geometric mean over seeds)")
+    fig.suptitle(
+        f"mltcp suite: {rep['cases']} cases, speedup over {rep['base']} per scenario (geometric mean over seeds)"
+    )
     return plots._save(fig, path)
 
 
 def write_outputs(outdir: Path, records: Sequence[dict], rep: dict) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
-    rec_io.write_text_atomic(outdir / "tasks.jsonl", "".join(json.dumps(r, default=_json_default) + "\n" for r in records))
+    rec_io.write_text_atomic(
+        outdir / "tasks.jsonl", "".join(json.dumps(r, default=_json_default) + "\n" for r in records)
+    )
     rec_io.write_text_atomic(outdir / "report.json", json.dumps(rep, indent=1, default=_json_default) + "\n")
     files = [outdir / "tasks.jsonl", outdir / "report.json"]
     if any(a["per_scenario"] for a in rep["arms"].values()):
@@ -201,14 +247,22 @@ def _json_default(o):
 
 # ---- the command ------------------------------------------------------------------------------------
 
+
 @app.command("run")
 def run_cmd(
-    scenarios: list[str] = typer.Argument(..., help="scenario folders (every *.toml in them), TOML files or built-in names"),
-    arm_list: str = typer.Option("reno,mltcp-reno", "--arms", help="arms, the base first: congestion controls "
-                                 "(reno, mltcp-reno, cubic, ...) or other registered arms"),
+    scenarios: list[str] = typer.Argument(
+        ..., help="scenario folders (every *.toml in them), TOML files or built-in names"
+    ),
+    arm_list: str = typer.Option(
+        "reno,mltcp-reno",
+        "--arms",
+        help="arms, the base first: congestion controls (reno, mltcp-reno, cubic, ...) or other registered arms",
+    ),
     seeds: str = typer.Option("1", help="seeds per scenario: 1-5, 1,2,7 or 1-3,9"),
     iterations: Optional[int] = typer.Option(None, help="cut every scenario to this many iterations (faster, noisier)"),
-    workers: Optional[int] = typer.Option(None, help="local worker processes; default one per core (1: in this process)"),
+    workers: Optional[int] = typer.Option(
+        None, help="local worker processes; default one per core (1: in this process)"
+    ),
     scheduler: Optional[str] = typer.Option(None, help="an existing Dask scheduler, tcp://HOST:PORT"),
     outdir: Optional[Path] = typer.Option(None, "--out", help="write tasks.jsonl, report.json and speedup.png here"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (no progress bar)"),
@@ -231,9 +285,13 @@ def run_cmd(
     except (InputError, ScenarioError) as e:
         raise error_exit(str(e))
     if not as_json:
-        where = scheduler or (f"{workers} local process(es)" if workers else f"{sweep.default_workers()} local processes")
-        err.print(f"{len(tasks)} runs ({len(tasks) // len(arm_names)} cases x {len(arm_names)} arms) on {where}",
-                  highlight=False)
+        where = scheduler or (
+            f"{workers} local process(es)" if workers else f"{sweep.default_workers()} local processes"
+        )
+        err.print(
+            f"{len(tasks)} runs ({len(tasks) // len(arm_names)} cases x {len(arm_names)} arms) on {where}",
+            highlight=False,
+        )
     try:
         records = sweep.run_tasks(tasks, scheduler=scheduler, workers=workers, progress=not as_json, checked=True)
     except sweep.SweepError as e:
@@ -254,7 +312,9 @@ def run_cmd(
         for line in worst_lines(rep):
             out.print(line, highlight=False, soft_wrap=True)
         for f in rep["failures"]:
-            out.print(f"failed: {f['scenario']}@seed{f['seed']} {f['arm']}: {f['error']}", highlight=False, soft_wrap=True)
+            out.print(
+                f"failed: {f['scenario']}@seed{f['seed']} {f['arm']}: {f['error']}", highlight=False, soft_wrap=True
+            )
         if files:
             out.print("wrote " + ", ".join(str(f) for f in files), highlight=False, soft_wrap=True)
     if rep["failed"]:

@@ -13,11 +13,12 @@ its command line. The distributions (docs/references.md has the table):
 - start offsets uniform over one period; compute jitter 0-5 % (general suites); a straggling job
   (probability 0.02-0.1 of a delay of 0.2-1 compute time) in a fifth of general scenarios;
 - topologies: dumbbell (one shared bottleneck; in general suites a third of the jobs also cross an
-  access link of their own, 1-4x faster, adding 0-1x the one-way delay), leaf-spine (2-3 leaves, each job from one leaf's uplink to another's
-  downlink) and circular (job k crosses links k and k+1 of a ring);
+  access link of their own, 1-4x faster, adding 0-1x the one-way delay), leaf-spine (2-3 leaves,
+  each job from one leaf's uplink to another's downlink) and circular (job k crosses links k and k+1 of a ring);
 - ECN by base algorithm: DCTCP a step at max(20 packets, 0.2 BDP); DCQCN RED with the 25G
   Kmin/Kmax (100/400 KB) scaled to the rate, Pmax 0.2, a buffer of at least 4 Kmax, 1000-byte MTU.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,14 +38,15 @@ ITERATIONS, WARMUP = 40, 10
 @dataclass(frozen=True)
 class Draw:
     """One scenario's draw before it is written: the network and each job's timing."""
+
     rate_bps: float
     rtt_s: float
     buffer_bdp: float
-    comm_s: list[float]          # each job's communication time alone
-    period_s: list[float]        # each job's iteration time alone
+    comm_s: list[float]  # each job's communication time alone
+    period_s: list[float]  # each job's iteration time alone
     offset_s: list[float]
     jitter: list[float]
-    straggler: list[tuple[float, float]]   # (probability, delay in s) per job
+    straggler: list[tuple[float, float]]  # (probability, delay in s) per job
 
 
 def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
@@ -81,8 +83,13 @@ def _ms(x: float) -> float:
 
 
 def _link(name: str, rate_bps: float, delay_s: float, buffer_bytes: float, ecn: dict) -> dict:
-    return {"name": name, "rate_mbps": round(rate_bps / 1e6, 3), "delay_us": round(delay_s * 1e6, 3),
-            "buffer_kb": round(buffer_bytes / 1e3, 3), **ecn}
+    return {
+        "name": name,
+        "rate_mbps": round(rate_bps / 1e6, 3),
+        "delay_us": round(delay_s * 1e6, 3),
+        "buffer_kb": round(buffer_bytes / 1e3, 3),
+        **ecn,
+    }
 
 
 def _ecn(cc: str, rate_bps: float, bdp: float, mss: int) -> dict:
@@ -90,13 +97,16 @@ def _ecn(cc: str, rate_bps: float, bdp: float, mss: int) -> dict:
         return {"ecn": "step", "ecn_k_kb": round(max(20 * mss, 0.2 * bdp) / 1e3, 3)}
     if cc == "dcqcn":
         scale = rate_bps / 25e9
-        return {"ecn": "red", "red_kmin_kb": round(max(100 * scale, 5 * mss / 1e3), 3),
-                "red_kmax_kb": round(max(400 * scale, 20 * mss / 1e3), 3), "red_pmax": 0.2}
+        return {
+            "ecn": "red",
+            "red_kmin_kb": round(max(100 * scale, 5 * mss / 1e3), 3),
+            "red_kmax_kb": round(max(400 * scale, 20 * mss / 1e3), 3),
+            "red_pmax": 0.2,
+        }
     return {}
 
 
-def _topology_links(topology: str, d: Draw, n: int, rng: np.random.Generator, cc: str, mss: int,
-                    multi_link: bool):
+def _topology_links(topology: str, d: Draw, n: int, rng: np.random.Generator, cc: str, mss: int, multi_link: bool):
     """(links, each job's path): one-way delay split evenly over a path's hops."""
     bdp = d.rate_bps / 8 * d.rtt_s
     buf = max(d.buffer_bdp * bdp, BUFFER_FLOOR_BYTES)
@@ -107,10 +117,9 @@ def _topology_links(topology: str, d: Draw, n: int, rng: np.random.Generator, cc
     if topology == "dumbbell":
         links = [_link("bottleneck", d.rate_bps, one_way, buf, ecn)]
         paths = []
-        for k in range(n):   # general suites: a third of the jobs also cross an access link of their own
+        for k in range(n):  # general suites: a third of the jobs also cross an access link of their own
             if multi_link and rng.random() < 1 / 3:
-                links.append(_link(f"access{k}", d.rate_bps * rng.uniform(1, 4), one_way * rng.uniform(0, 1), buf,
-                                   ecn))
+                links.append(_link(f"access{k}", d.rate_bps * rng.uniform(1, 4), one_way * rng.uniform(0, 1), buf, ecn))
                 paths.append([f"access{k}", "bottleneck"])
             else:
                 paths.append(["bottleneck"])
@@ -128,8 +137,7 @@ def _topology_links(topology: str, d: Draw, n: int, rng: np.random.Generator, cc
     return links, [[f"l{k}", f"l{(k + 1) % n}"] for k in range(n)]
 
 
-def scenario_dict(index: int, seed: int, cc: str, topology: str, compatible: bool,
-                  rng: np.random.Generator) -> dict:
+def scenario_dict(index: int, seed: int, cc: str, topology: str, compatible: bool, rng: np.random.Generator) -> dict:
     n = int(rng.integers(3 if topology == "circular" else 2, 6))
     d = draw(rng, n, compatible)
     mss = 1000 if cc == "dcqcn" else 1448
@@ -137,8 +145,12 @@ def scenario_dict(index: int, seed: int, cc: str, topology: str, compatible: boo
     step_us = float(np.clip(round(d.rtt_s * 1e6 / 8), 2, 20))
     jobs = []
     for k in range(n):
-        job = {"name": chr(ord("A") + k), "compute_ms": _ms(d.period_s[k] - d.comm_s[k]),
-               "bytes": int(d.comm_s[k] * d.rate_bps / 8), "path": paths[k]}
+        job = {
+            "name": chr(ord("A") + k),
+            "compute_ms": _ms(d.period_s[k] - d.comm_s[k]),
+            "bytes": int(d.comm_s[k] * d.rate_bps / 8),
+            "path": paths[k],
+        }
         if d.offset_s[k] > 0:
             job["start_offset_ms"] = _ms(d.offset_s[k])
         if d.jitter[k] > 0:
@@ -148,15 +160,26 @@ def scenario_dict(index: int, seed: int, cc: str, topology: str, compatible: boo
             job["straggler_delay_ms"] = _ms(d.straggler[k][1])
         jobs.append(job)
     kind = "compatible" if compatible else "general"
-    desc = (f"Random {kind} {topology} scenario {index} of suite seed {seed} (mltcp scenarios generate): "
-            f"{n} jobs, {d.rate_bps / 1e9:.3g} Gb/s, {d.rtt_s * 1e6:.0f} us RTT, {d.buffer_bdp:.2f} BDP buffer.")
-    return {"name": f"rand-{cc}-{topology}-{kind}-{seed}-{index:04d}", "description": desc,
-            "seed": seed * 100_000 + index, "iterations": ITERATIONS, "warmup_iterations": WARMUP, "cc": cc,
-            "network": {"mss": mss, "step_us": step_us, "min_rto_ms": 200}, "links": links, "jobs": jobs}
+    desc = (
+        f"Random {kind} {topology} scenario {index} of suite seed {seed} (mltcp scenarios generate): "
+        f"{n} jobs, {d.rate_bps / 1e9:.3g} Gb/s, {d.rtt_s * 1e6:.0f} us RTT, {d.buffer_bdp:.2f} BDP buffer."
+    )
+    return {
+        "name": f"rand-{cc}-{topology}-{kind}-{seed}-{index:04d}",
+        "description": desc,
+        "seed": seed * 100_000 + index,
+        "iterations": ITERATIONS,
+        "warmup_iterations": WARMUP,
+        "cc": cc,
+        "network": {"mss": mss, "step_us": step_us, "min_rto_ms": 200},
+        "links": links,
+        "jobs": jobs,
+    }
 
 
-def generate(outdir: Path, n: int, seed: int, cc: str = "reno", topology: str = "dumbbell",
-             compatible: bool = False) -> list[Path]:
+def generate(
+    outdir: Path, n: int, seed: int, cc: str = "reno", topology: str = "dumbbell", compatible: bool = False
+) -> list[Path]:
     """Write ``n`` scenarios into ``outdir`` (created); each is loaded back before the next is drawn,
     and a file the loader refuses is not kept (a ScenarioError names its field)."""
     if cc not in BASES:

@@ -22,6 +22,7 @@ records (only ``wall_s``, the time one run took, differs). A worker process that
 Ctrl-C (KeyboardInterrupt) cancels what is queued, closes the cluster (its worker processes end
 with it) and re-raises.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,11 +45,11 @@ class SweepError(RuntimeError):
 
 @dataclass(frozen=True)
 class Task:
-    scenario: str                       # built-in name or TOML path (with ``raw``: only where it came from)
-    arm: str                            # an arm of mltcp.arms
-    seed: int | None = None             # overrides the scenario's seed
-    iterations: int | None = None       # cut every job to this many iterations (warm-up to a quarter)
-    raw: dict | None = field(default=None, compare=True, hash=False)     # the scenario's tables inline
+    scenario: str  # built-in name or TOML path (with ``raw``: only where it came from)
+    arm: str  # an arm of mltcp.arms
+    seed: int | None = None  # overrides the scenario's seed
+    iterations: int | None = None  # cut every job to this many iterations (warm-up to a quarter)
+    raw: dict | None = field(default=None, compare=True, hash=False)  # the scenario's tables inline
     config: dict | None = field(default=None, compare=True, hash=False)  # MLTCP hook settings written in
 
     def as_dict(self) -> dict:
@@ -57,13 +58,14 @@ class Task:
 
 # ---- one task ---------------------------------------------------------------------------------------
 
+
 def scenario_tables(task: Task) -> dict:
     """The scenario's TOML tables with the task's seed, iteration cut and configuration applied."""
     if task.raw is not None:
         raw = dict(task.raw)
     else:
         path = resolve(task.scenario)
-        load(str(path))                                  # any error names the file and the field
+        load(str(path))  # any error names the file and the field
         raw = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     if task.iterations is not None:
         raw = cut_iterations(raw, task.iterations)
@@ -71,6 +73,7 @@ def scenario_tables(task: Task) -> dict:
         raw["seed"] = int(task.seed)
     if task.config:
         from .tune_space import apply
+
         raw = apply(raw, task.config)
     return raw
 
@@ -78,10 +81,12 @@ def scenario_tables(task: Task) -> dict:
 def cut_iterations(raw: dict, iterations: int, warmup: int | None = None) -> dict:
     """Every job cut to ``iterations``; the warm-up to ``warmup`` or at most a quarter of them."""
     raw = dict(raw, iterations=int(iterations))
-    raw["jobs"] = [{k: v for k, v in j.items() if k != "iterations"} if isinstance(j, dict) else j
-                   for j in raw.get("jobs", [])]
-    raw["warmup_iterations"] = (int(warmup) if warmup is not None
-                                else min(int(raw.get("warmup_iterations", 10)), int(iterations) // 4))
+    raw["jobs"] = [
+        {k: v for k, v in j.items() if k != "iterations"} if isinstance(j, dict) else j for j in raw.get("jobs", [])
+    ]
+    raw["warmup_iterations"] = (
+        int(warmup) if warmup is not None else min(int(raw.get("warmup_iterations", 10)), int(iterations) // 4)
+    )
     return raw
 
 
@@ -99,9 +104,13 @@ def summary_of(record: dict) -> dict:
 
 
 def identity(task: Task, sc: Scenario | None = None) -> dict:
-    return {"scenario": sc.name if sc is not None else task.scenario, "source": sc.source if sc is not None else task.scenario,
-            "arm": task.arm, "seed": task.seed if task.seed is not None else (sc.seed if sc is not None else None),
-            "iterations_cut": task.iterations}
+    return {
+        "scenario": sc.name if sc is not None else task.scenario,
+        "source": sc.source if sc is not None else task.scenario,
+        "arm": task.arm,
+        "seed": task.seed if task.seed is not None else (sc.seed if sc is not None else None),
+        "iterations_cut": task.iterations,
+    }
 
 
 def run_task(task: Task, progress=None) -> dict:
@@ -110,7 +119,7 @@ def run_task(task: Task, progress=None) -> dict:
     sc = build(task)
     try:
         return {**identity(task, sc), "ok": True, **arms.run_arm(sc, task.arm, progress)}
-    except (RuntimeError, ValueError, ArithmeticError) as e:     # a run that stalled or diverged
+    except (RuntimeError, ValueError, ArithmeticError) as e:  # a run that stalled or diverged
         return failed(task, f"{type(e).__name__}: {e}", sc)
 
 
@@ -142,6 +151,7 @@ def comparable(record: dict) -> dict:
 
 # ---- many tasks -------------------------------------------------------------------------------------
 
+
 def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -149,15 +159,22 @@ def default_workers() -> int:
 def have_dask() -> bool:
     try:
         import distributed  # noqa: F401
+
         return True
     except ImportError:
         return False
 
 
-def run_tasks(tasks: Iterable[Task], scheduler: str | None = None, workers: int | None = None,
-              progress: bool | Progress = True, engine: str | None = None,
-              connect_timeout: float = CONNECT_TIMEOUT_S, checked: bool = False,
-              check_in: Callable[..., None] | None = None) -> list[dict]:
+def run_tasks(
+    tasks: Iterable[Task],
+    scheduler: str | None = None,
+    workers: int | None = None,
+    progress: bool | Progress = True,
+    engine: str | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT_S,
+    checked: bool = False,
+    check_in: Callable[..., None] | None = None,
+) -> list[dict]:
     """Run the tasks; one record per task, in task order.
 
     ``engine``: "dask", "processes" or "serial" to force one (default: as the module says).
@@ -171,8 +188,9 @@ def run_tasks(tasks: Iterable[Task], scheduler: str | None = None, workers: int 
         return []
     n = workers or default_workers()
     if engine is None:
-        engine = ("dask" if scheduler else "serial" if n == 1 or len(tasks) == 1 else
-                  "dask" if have_dask() else "processes")
+        engine = (
+            "dask" if scheduler else "serial" if n == 1 or len(tasks) == 1 else "dask" if have_dask() else "processes"
+        )
     if scheduler and engine != "dask":
         raise ValueError("a scheduler address needs the dask engine")
     payloads = [t.as_dict() for t in tasks]
@@ -200,8 +218,14 @@ def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout) -> list[dict
         if scheduler:
             client = _client_of(scheduler, connect_timeout)
         else:
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                   dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+            cluster = LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.ERROR,
+            )
             client = Client(cluster)
         run = uuid.uuid4().hex[:8]
         keys = [f"mltcp-task-{run}-{i}" for i in range(len(payloads))]
@@ -213,9 +237,10 @@ def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout) -> list[dict
             try:
                 out[i] = fut.result()
             except KilledWorker as e:
-                out[i] = failed(tasks[i], f"KilledWorker: every worker process that ran this task died "
-                                          f"({str(e).splitlines()[0]})")
-            except Exception as e:            # raised by the worker outside the simulation
+                out[i] = failed(
+                    tasks[i], f"KilledWorker: every worker process that ran this task died ({str(e).splitlines()[0]})"
+                )
+            except Exception as e:  # raised by the worker outside the simulation
                 out[i] = failed(tasks[i], f"{type(e).__name__}: {e}")
             fut.release()
             tick()
@@ -239,16 +264,20 @@ def _client_of(scheduler: str, connect_timeout: float):
     """One client per scheduler address for this process (a tuning worker submits every trial's
     runs through it), closed at exit."""
     from distributed import Client
+
     c = _CLIENTS.get(scheduler)
     if c is not None and c.status == "running":
         return c
     try:
         c = Client(scheduler, timeout=connect_timeout)
     except (OSError, TimeoutError) as e:
-        raise SweepError(f"--scheduler {scheduler}: no Dask scheduler answered within {connect_timeout:g} s "
-                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        raise SweepError(
+            f"--scheduler {scheduler}: no Dask scheduler answered within {connect_timeout:g} s "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from None
     if not _CLIENTS:
         import atexit
+
         atexit.register(close_clients)
     _CLIENTS[scheduler] = c
     return c
@@ -267,7 +296,8 @@ def _die_with_parent(parent: int) -> None:
     """Pool worker: SIGKILL when the parent dies (Linux), Ctrl-C left to the parent."""
     try:
         import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)    # PR_SET_PDEATHSIG
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -280,8 +310,12 @@ def _run_processes(tasks, payloads, n, tick) -> list[dict]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(max_workers=min(n, len(payloads)), mp_context=mp.get_context("fork"),
-                               initializer=_die_with_parent, initargs=(os.getpid(),))
+    pool = ProcessPoolExecutor(
+        max_workers=min(n, len(payloads)),
+        mp_context=mp.get_context("fork"),
+        initializer=_die_with_parent,
+        initargs=(os.getpid(),),
+    )
     try:
         futs = {pool.submit(_run_payload, p): i for i, p in enumerate(payloads)}
         out: list[dict | None] = [None] * len(payloads)
@@ -289,7 +323,7 @@ def _run_processes(tasks, payloads, n, tick) -> list[dict]:
             i = futs[f]
             try:
                 out[i] = f.result()
-            except BrokenProcessPool as e:     # a worker died: the pool cannot go on; the rest fail
+            except BrokenProcessPool as e:  # a worker died: the pool cannot go on; the rest fail
                 out[i] = failed(tasks[i], f"BrokenProcessPool: {e}")
             tick()
         pool.shutdown()
@@ -311,8 +345,10 @@ class _progress_of:
         if self.progress is True:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
             from .console import err
-            self.bar = Bar(TextColumn("runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           console=err, transient=True)
+
+            self.bar = Bar(
+                TextColumn("runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True
+            )
             self.bar.__enter__()
             self.task = self.bar.add_task("runs", total=self.total)
         return self.tick
@@ -330,8 +366,9 @@ class _progress_of:
         return False
 
 
-def tasks_for(scenarios: Sequence[str], arms_: Sequence[str], seeds: Sequence[int | None] = (None,),
-              iterations: int | None = None) -> list[Task]:
+def tasks_for(
+    scenarios: Sequence[str], arms_: Sequence[str], seeds: Sequence[int | None] = (None,), iterations: int | None = None
+) -> list[Task]:
     """The sweep of every scenario x seed x arm, in that nesting (arms of one case side by side)."""
     return [Task(s, a, seed, iterations) for s in scenarios for seed in seeds for a in arms_]
 
@@ -340,5 +377,18 @@ def records_equal(a: Sequence[dict], b: Sequence[dict]) -> bool:
     return [comparable(r) for r in a] == [comparable(r) for r in b]
 
 
-__all__ = ["Task", "SweepError", "run_tasks", "run_task", "tasks_for", "check", "comparable", "records_equal",
-           "cut_iterations", "scenario_tables", "have_dask", "default_workers", "ScenarioError"]
+__all__ = [
+    "Task",
+    "SweepError",
+    "run_tasks",
+    "run_task",
+    "tasks_for",
+    "check",
+    "comparable",
+    "records_equal",
+    "cut_iterations",
+    "scenario_tables",
+    "have_dask",
+    "default_workers",
+    "ScenarioError",
+]

@@ -11,6 +11,7 @@ duplicate, or the key on the line the error points at), then raises :class:`Toml
 Every TOML loader (scenario, topology, tune space, tune cases, switch tables) calls :func:`loads`
 in place of ``tomllib.loads``: its ``except tomllib.TOMLDecodeError`` stays as it was.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,8 +38,8 @@ class TomlKeyError(tomllib.TOMLDecodeError):
 @dataclass
 class _KeyLine:
     line: int
-    key: str          # dotted path, e.g. "switches[0].routes[1].port"
-    duplicate: bool   # the path was already defined (a key, or a [table] declared twice)
+    key: str  # dotted path, e.g. "switches[0].routes[1].port"
+    duplicate: bool  # the path was already defined (a key, or a [table] declared twice)
 
 
 def _parts(dotted: str) -> list[str]:
@@ -60,7 +61,7 @@ def _scan(text: str) -> list[_KeyLine]:
     repeats one already defined. Approximate on purpose (enough to name a key in an error): it
     skips multi-line strings and the continuation lines of multi-line arrays and inline tables."""
     seen: set[tuple] = set()
-    arrays: dict[tuple, int] = {}     # array-of-tables path -> index of its current element
+    arrays: dict[tuple, int] = {}  # array-of-tables path -> index of its current element
     table: tuple = ()
     out: list[_KeyLine] = []
     depth = 0
@@ -69,7 +70,7 @@ def _scan(text: str) -> list[_KeyLine]:
     blank = _STRING.sub(lambda m: '""' + "\n" * m.group(0).count("\n"), text).split("\n")
     for n, (raw, orig) in enumerate(zip(blank, text.split("\n")), 1):
         line = raw.split("#", 1)[0]
-        if depth > 0:                 # inside a multi-line array / inline table
+        if depth > 0:  # inside a multi-line array / inline table
             depth += line.count("[") + line.count("{") - line.count("]") - line.count("}")
             continue
         h = _HEADER.match(line) and _HEADER.match(orig.strip())
@@ -94,7 +95,7 @@ def _scan(text: str) -> list[_KeyLine]:
             path = table + tuple(_parts(k.group("key")))
             out.append(_KeyLine(n, _render(path), path in seen))
             seen.add(path)
-            value = line[_KEY.match(line).end():]
+            value = line[_KEY.match(line).end() :]
             depth = value.count("[") + value.count("{") - value.count("]") - value.count("}")
     return out
 
@@ -103,7 +104,7 @@ def describe(text: str, err: tomllib.TOMLDecodeError) -> TomlKeyError:
     """``err`` (from tomllib on ``text``) as a :class:`TomlKeyError` naming the key and line."""
     msg = str(err)
     m = _AT.search(msg)
-    what = msg[:m.start()] if m else msg
+    what = msg[: m.start()] if m else msg
     line = int(m.group("line")) if m and m.group("line") else None
     keys = _scan(text)
     duplicate = what.startswith(("Cannot overwrite", "Cannot declare", "Duplicate"))
@@ -115,8 +116,11 @@ def describe(text: str, err: tomllib.TOMLDecodeError) -> TomlKeyError:
         hit = next((k for k in reversed(keys) if k.line == line), None)
     if hit is not None:
         line = hit.line
-    where = f"line {line}" + (f", column {m.group('col')}" if m and m.group("col") and
-                              int(m.group("line")) == line else "") if line else "end of document"
+    where = (
+        f"line {line}" + (f", column {m.group('col')}" if m and m.group("col") and int(m.group("line")) == line else "")
+        if line
+        else "end of document"
+    )
     if hit is not None and duplicate:
         text_ = f"duplicate key {hit.key} at {where} ({what})"
     elif hit is not None:

@@ -12,6 +12,7 @@ BMv2 comes in two builds in the p4tools folder: ``bin/`` with logging macros (``
 for debugging) and ``fast/bin/`` without them (``-O3``, for emulation and measurement).
 ``bmv2_switch(fast=True)`` picks the fast one where it exists.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,11 +43,11 @@ def find(name: str, fast: bool = False) -> str | None:
     """Absolute path of tool ``name`` (``fast``: the BMv2 build without logging, if any)."""
     d = p4tools_dir()
     if d is not None:
-        for sub in (("fast/bin", "bin") if fast else ("bin",)):
+        for sub in ("fast/bin", "bin") if fast else ("bin",):
             p = d / sub / name
             if p.is_file() and os.access(p, os.X_OK):
                 return str(p)
-        if os.environ.get(ENV):   # an explicit folder that lacks the tool: do not fall back silently
+        if os.environ.get(ENV):  # an explicit folder that lacks the tool: do not fall back silently
             return None
     return shutil.which(name)
 
@@ -63,8 +64,10 @@ def where() -> str:
     env = os.environ.get(ENV)
     if env:
         return f"{ENV}={env}"
-    return (f"looked in {DEFAULT_DIR} (run `make system` with ../shared/tools/"
-            "p4tools-debian12-amd64.tar.gz beside the checkout) and on PATH")
+    return (
+        f"looked in {DEFAULT_DIR} (run `make system` with ../shared/tools/"
+        "p4tools-debian12-amd64.tar.gz beside the checkout) and on PATH"
+    )
 
 
 def missing(*names: str) -> list[str]:
@@ -100,8 +103,9 @@ def switch_cli() -> str:
     return require("simple_switch_CLI")
 
 
-def compile_v1model(p4: str | Path, out_dir: str | Path, p4info: str | Path | None = None,
-                    timeout: float = 300) -> Path:
+def compile_v1model(
+    p4: str | Path, out_dir: str | Path, p4info: str | Path | None = None, timeout: float = 300
+) -> Path:
     """p4c-bm2-ss on a v1model program: returns the BMv2 JSON path (and writes P4Info if asked)."""
     import subprocess
 

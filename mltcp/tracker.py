@@ -18,6 +18,7 @@ Like :mod:`mltcp.cc`, the rules are numba kernels over one flow ``i`` of a float
 row per flow (columns below); the simulator's compiled loop calls them directly, and
 :class:`IterationTracker` calls them for the flows of a mask and shows the columns as attributes.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,9 +26,13 @@ import math
 import numpy as np
 from numba import njit
 
-BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, PREV_GAP, HISTORY = range(7)   # HISTORY..: newest first
-BOUNDARIES = ("idle", "mark", "tx_start")   # the idle rule at the ACK that ends a gap; marks only; the idle rule at TX_START
-GAP_RULES = ("last", "min2")     # the idle threshold's reference gap: the last one, or the shorter of the last two
+BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, PREV_GAP, HISTORY = range(7)  # HISTORY..: newest first
+BOUNDARIES = (
+    "idle",
+    "mark",
+    "tx_start",
+)  # the idle rule at the ACK that ends a gap; marks only; the idle rule at TX_START
+GAP_RULES = ("last", "min2")  # the idle threshold's reference gap: the last one, or the shorter of the last two
 
 
 @njit(cache=True)
@@ -60,7 +65,7 @@ def close(a, i):
     n = 0
     for j in range(h):
         n += not math.isnan(a[i, HISTORY + j])
-    a[i, BYTES_PER_ITER] = (_order_stat(a, i, (n - 1) // 2) + _order_stat(a, i, n // 2)) / 2.0     # median
+    a[i, BYTES_PER_ITER] = (_order_stat(a, i, (n - 1) // 2) + _order_stat(a, i, n // 2)) / 2.0  # median
     a[i, BYTES_CUR] = 0.0
     a[i, ITERATION] += 1.0
 
@@ -122,8 +127,15 @@ def _column(j):
 
 
 class IterationTracker:
-    def __init__(self, n: int = 1, idle_fraction: float = 0.9, min_idle: float = 1e-3, history: int = 3,
-                 gap_rule: str = "last", boundary: str = "idle"):
+    def __init__(
+        self,
+        n: int = 1,
+        idle_fraction: float = 0.9,
+        min_idle: float = 1e-3,
+        history: int = 3,
+        gap_rule: str = "last",
+        boundary: str = "idle",
+    ):
         if gap_rule not in GAP_RULES:
             raise ValueError(f"gap_rule must be one of {GAP_RULES}")
         if boundary not in BOUNDARIES:

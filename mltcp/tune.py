@@ -14,6 +14,7 @@ same study. Each trial keeps its per-case results (Optuna user attrs, ``trials/t
 ``trials.csv``); the Pareto front is printed and plotted (``pareto.png``); ``--holdout`` runs the
 chosen configuration on scenarios the tuner never saw.
 """
+
 from __future__ import annotations
 
 import csv
@@ -35,16 +36,29 @@ from rich.table import Table
 from . import sweep
 from .console import err, error_exit, out
 from .scenario import ScenarioError
-from .tune_eval import (DIRECTIONS, OBJECTIVES, SIGNAL_AGGREGATES, Case, aggregate, check_space, make_cases, pareto_front, pick,
-                        score)
+from .tune_eval import (
+    DIRECTIONS,
+    OBJECTIVES,
+    SIGNAL_AGGREGATES,
+    Case,
+    aggregate,
+    check_space,
+    make_cases,
+    pareto_front,
+    pick,
+    score,
+)
 from .tune_storage import GRACE_S, HEARTBEAT_S  # noqa: F401  (re-exported: the heartbeat settings)
 from .tune_storage import open_storage as _open_rdb
 from .tune_space import BUILTIN, Space, SpaceError
 from .tune_space import from_dict as space_from_dict
 from .tune_space import load as load_space
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Tune MLTCP's parameters with Optuna over a training set of scenarios.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Tune MLTCP's parameters with Optuna over a training set of scenarios.",
+)
 
 SPEC_ATTR = "mltcp_tune_spec"
 BASELINE_ATTR = "baseline:"
@@ -59,11 +73,14 @@ class InputError(Exception):
 
 # ---- storage and the study's own description --------------------------------------------------------
 
+
 def open_storage(url: str):
     try:
         return _open_rdb(url)
     except Exception as e:  # sqlalchemy's URL, driver or connection errors
-        raise InputError(f"--storage: cannot open {url!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        raise InputError(
+            f"--storage: cannot open {url!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from None
 
 
 def study_exists(storage, name: str) -> bool:
@@ -87,15 +104,21 @@ def spec_of(study) -> dict | None:
 
 
 def load_spec(spec: dict) -> tuple[Space, list[Case]]:
-    return space_from_dict(spec["space"], spec.get("space_source", "<study>")), [Case.from_json(c) for c in spec["cases"]]
+    return space_from_dict(spec["space"], spec.get("space_source", "<study>")), [
+        Case.from_json(c) for c in spec["cases"]
+    ]
 
 
 # ---- trials -----------------------------------------------------------------------------------------
 
+
 def baselines_of(study, space: Space, cases: list[Case]) -> dict[str, dict]:
     attrs = study.user_attrs
-    return {c.key(space.base): attrs[BASELINE_ATTR + c.key(space.base)] for c in cases
-            if BASELINE_ATTR + c.key(space.base) in attrs}
+    return {
+        c.key(space.base): attrs[BASELINE_ATTR + c.key(space.base)]
+        for c in cases
+        if BASELINE_ATTR + c.key(space.base) in attrs
+    }
 
 
 def case_task(case: Case, cc: str, config: dict | None = None) -> sweep.Task:
@@ -103,28 +126,37 @@ def case_task(case: Case, cc: str, config: dict | None = None) -> sweep.Task:
     return sweep.Task(case.source, cc, raw=case.raw, config=config or None)
 
 
-def run_cases(tasks: list[sweep.Task], workers: int, scheduler: str | None, quiet: bool, what: str,
-              check_in=None) -> list[dict]:
+def run_cases(
+    tasks: list[sweep.Task], workers: int, scheduler: str | None, quiet: bool, what: str, check_in=None
+) -> list[dict]:
     """The summaries of the tasks' runs, in order (:func:`mltcp.sweep.run_tasks`); RuntimeError
     naming the case if a run failed."""
     with _progress(quiet) as prog:
         bar = prog.add_task(what, total=len(tasks), note="")
-        recs = sweep.run_tasks(tasks, scheduler=scheduler, workers=1 if scheduler is None and workers <= 1 else workers,
-                               progress=lambda done, total: prog.update(bar, completed=done), checked=True,
-                               check_in=check_in)
+        recs = sweep.run_tasks(
+            tasks,
+            scheduler=scheduler,
+            workers=1 if scheduler is None and workers <= 1 else workers,
+            progress=lambda done, total: prog.update(bar, completed=done),
+            checked=True,
+            check_in=check_in,
+        )
     for t, r in zip(tasks, recs):
         if not r["ok"]:
             raise RuntimeError(f"{r['scenario']}@seed{r['seed']} ({t.arm}): {r['error']}")
     return [sweep.summary_of(r) for r in recs]
 
 
-def compute_baselines(study, space: Space, cases: list[Case], workers: int, quiet: bool,
-                      scheduler: str | None = None) -> dict[str, dict]:
+def compute_baselines(
+    study, space: Space, cases: list[Case], workers: int, quiet: bool, scheduler: str | None = None
+) -> dict[str, dict]:
     """Run the base algorithm on every case the study has no baseline for yet; stored in the study."""
     have = baselines_of(study, space, cases)
     todo = [c for c in cases if c.key(space.base) not in have]
     if todo:
-        res = run_cases([case_task(c, space.base) for c in todo], workers, scheduler, quiet, f"baselines ({space.base})")
+        res = run_cases(
+            [case_task(c, space.base) for c in todo], workers, scheduler, quiet, f"baselines ({space.base})"
+        )
         for c, r in zip(todo, res):
             study.set_user_attr(BASELINE_ATTR + c.key(space.base), r)
             have[c.key(space.base)] = r
@@ -141,12 +173,22 @@ class _Log:
     def __call__(self, done: int, total: int, note: str = "") -> None:
         if self.on and time.monotonic() - self.last >= self.every:
             self.last = time.monotonic()
-            err.print(f"{time.strftime('%H:%M:%S')} {self.what}: {done}/{total} {note}", highlight=False, soft_wrap=True)
+            err.print(
+                f"{time.strftime('%H:%M:%S')} {self.what}: {done}/{total} {note}", highlight=False, soft_wrap=True
+            )
 
 
 def _progress(quiet: bool) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-                    TimeElapsedColumn(), console=err, transient=True, disable=quiet)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=quiet,
+    )
 
 
 class Stop:
@@ -169,8 +211,15 @@ class Stop:
             study.stop()
 
 
-def make_objective(space: Space, cases: list[Case], baselines: dict[str, dict], outdir: Path | None,
-                   stop: Stop | None = None, signal_aggregate: str = "worst", scheduler: str | None = None):
+def make_objective(
+    space: Space,
+    cases: list[Case],
+    baselines: dict[str, dict],
+    outdir: Path | None,
+    stop: Stop | None = None,
+    signal_aggregate: str = "worst",
+    scheduler: str | None = None,
+):
     """The trial's objective: its cases run in this process, one after another (checking for a
     stop request inside each run), or all at once on the Dask cluster at ``scheduler``."""
     stop = stop or Stop()
@@ -180,12 +229,18 @@ def make_objective(space: Space, cases: list[Case], baselines: dict[str, dict], 
         config = space.suggest(trial)
         trial.set_user_attr("config", config)
         tasks = [case_task(c, space.cc, config) for c in cases]
-        recs = sweep.run_tasks(tasks, scheduler=scheduler, workers=1, progress=False, checked=True,
-                               check_in=None if scheduler else stop.check)
+        recs = sweep.run_tasks(
+            tasks,
+            scheduler=scheduler,
+            workers=1,
+            progress=False,
+            checked=True,
+            check_in=None if scheduler else stop.check,
+        )
         stop.check()
         rows = []
         for case, rec in zip(cases, recs):
-            if not rec["ok"]:            # the simulation did not finish (a configuration that stalls)
+            if not rec["ok"]:  # the simulation did not finish (a configuration that stalls)
                 trial.set_user_attr("error", f"{case.label}: {rec['error']}")
                 raise RuntimeError(rec["error"])
             ml = sweep.summary_of(rec)
@@ -196,10 +251,18 @@ def make_objective(space: Space, cases: list[Case], baselines: dict[str, dict], 
         trial.set_user_attr("aggregate", agg)
         values = [agg[k] for k in OBJECTIVES]
         if outdir is not None:
-            _write_json(outdir / "trials" / f"trial-{trial.number:05d}.json",
-                        {"number": trial.number, "config": config, "values": dict(zip(OBJECTIVES, values)),
-                         "aggregate": agg, "cases": rows})
+            _write_json(
+                outdir / "trials" / f"trial-{trial.number:05d}.json",
+                {
+                    "number": trial.number,
+                    "config": config,
+                    "values": dict(zip(OBJECTIVES, values)),
+                    "aggregate": agg,
+                    "cases": rows,
+                },
+            )
         return values
+
     return objective
 
 
@@ -220,8 +283,9 @@ def _set_parent_death_signal() -> None:
     """Linux: the kernel sends this process SIGTERM when its parent dies (even by SIGKILL)."""
     try:
         import ctypes
+
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
@@ -246,23 +310,37 @@ def _optimize(study, objective, n_trials: int, stop: Stop, callbacks=()) -> bool
     return not stop.requested
 
 
-def _worker(url: str, study_name: str, n_trials: int, sampler: str, outdir: Optional[str], parent: int,
-            scheduler: Optional[str] = None) -> None:
+def _worker(
+    url: str,
+    study_name: str,
+    n_trials: int,
+    sampler: str,
+    outdir: Optional[str],
+    parent: int,
+    scheduler: Optional[str] = None,
+) -> None:
     """A study worker (spawned process): runs n_trials trials, then exits. SIGTERM (sent by the
     parent on Ctrl-C, or by the kernel if the parent dies) fails the running trial and stops."""
     stop = Stop()
     signal.signal(signal.SIGTERM, stop.request)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)         # Ctrl-C goes to the parent, which stops us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent, which stops us
     _set_parent_death_signal()
-    if os.getppid() != parent:                           # the parent died before that was armed
+    if os.getppid() != parent:  # the parent died before that was armed
         return
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(url)
     study = optuna.load_study(study_name=study_name, storage=storage, sampler=make_sampler(sampler))
     spec = spec_of(study)
     space, cases = load_spec(spec)
-    objective = make_objective(space, cases, baselines_of(study, space, cases), Path(outdir) if outdir else None, stop,
-                               spec.get("signal_aggregate", "gmean"), scheduler)
+    objective = make_objective(
+        space,
+        cases,
+        baselines_of(study, space, cases),
+        Path(outdir) if outdir else None,
+        stop,
+        spec.get("signal_aggregate", "gmean"),
+        scheduler,
+    )
     _optimize(study, objective, n_trials, stop)
     sweep.close_clients()
 
@@ -287,9 +365,20 @@ class _CtrlC:
         signal.signal(signal.SIGINT, self.old)
 
 
-def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict, n_trials: int, workers: int,
-               sampler: str, outdir: Path, quiet: bool, signal_aggregate: str = "worst",
-               scheduler: str | None = None) -> bool:
+def run_trials(
+    study,
+    url: str,
+    space: Space,
+    cases: list[Case],
+    baselines: dict,
+    n_trials: int,
+    workers: int,
+    sampler: str,
+    outdir: Path,
+    quiet: bool,
+    signal_aggregate: str = "worst",
+    scheduler: str | None = None,
+) -> bool:
     """Add ``n_trials`` trials to the study with ``workers`` processes. False if interrupted."""
     if n_trials <= 0:
         return True
@@ -306,9 +395,10 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
                 n, note = len(st.get_trials(deepcopy=False)) - start, _best_note(st)
                 prog.update(task, completed=n, note=note)
                 log(n, n_trials, note)
+
             return _optimize(study, objective, n_trials, stop, [cb])
     waiting = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
-    if waiting:      # queued trials (the reference) run here first: no two workers may pop one
+    if waiting:  # queued trials (the reference) run here first: no two workers may pop one
         objective = make_objective(space, cases, baselines, outdir, stop, signal_aggregate, scheduler)
         with _CtrlC(stop):
             if not _optimize(study, objective, min(waiting, n_trials), stop):
@@ -317,10 +407,16 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
         if n_trials == 0:
             return True
     import multiprocessing as mp
+
     ctx = mp.get_context("spawn")
     shares = [n_trials // workers + (i < n_trials % workers) for i in range(workers)]
-    procs = [ctx.Process(target=_worker, args=(url, study.study_name, n, sampler, str(outdir), os.getpid(), scheduler),
-                         daemon=True) for n in shares if n > 0]
+    procs = [
+        ctx.Process(
+            target=_worker, args=(url, study.study_name, n, sampler, str(outdir), os.getpid(), scheduler), daemon=True
+        )
+        for n in shares
+        if n > 0
+    ]
     try:
         with _CtrlC(stop), _progress(quiet) as prog:
             for p in procs:
@@ -338,8 +434,12 @@ def run_trials(study, url: str, space: Space, cases: list[Case], baselines: dict
         _stop_workers(procs, grace=0.0)
     crashed = [p.exitcode for p in procs if p.exitcode not in (0, None, -signal.SIGTERM)]
     if crashed and not stop.requested:
-        err.print(f"warning: {len(crashed)} worker(s) failed (exit {crashed}); their traceback is above; "
-                  f"rerun to add the missing trials", highlight=False, soft_wrap=True)
+        err.print(
+            f"warning: {len(crashed)} worker(s) failed (exit {crashed}); their traceback is above; "
+            f"rerun to add the missing trials",
+            highlight=False,
+            soft_wrap=True,
+        )
     return not stop.requested
 
 
@@ -373,9 +473,13 @@ def _best_note(study) -> str:
 
 # ---- reports ----------------------------------------------------------------------------------------
 
+
 def complete_trials(study) -> list:
-    return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if t.values and all(math.isfinite(v) for v in t.values)]
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if t.values and all(math.isfinite(v) for v in t.values)
+    ]
 
 
 def front_of(trials) -> list:
@@ -400,10 +504,13 @@ def signal_name(space: Space) -> str:
 
 def pareto_table(space: Space, trials, chosen, reference_number: int | None, sig_agg: str = "worst") -> Table:
     front = sorted(front_of(trials), key=lambda t: -t.values[0])
-    t = Table(title=f"{space.name}: Pareto front, {len(front)} of {len(trials)} completed trials "
-                    f"(speedups: geometric means over the training cases; {signal_name(space)}: "
-                    f"{'worst case' if sig_agg == 'worst' else 'geometric mean'} x baseline; "
-                    f"* chosen, ref = the defaults)", title_justify="left")
+    t = Table(
+        title=f"{space.name}: Pareto front, {len(front)} of {len(trials)} completed trials "
+        f"(speedups: geometric means over the training cases; {signal_name(space)}: "
+        f"{'worst case' if sig_agg == 'worst' else 'geometric mean'} x baseline; "
+        f"* chosen, ref = the defaults)",
+        title_justify="left",
+    )
     for c in ("trial", "avg", "p99", signal_name(space), "worst avg", "worst p99"):
         t.add_column(c, justify="right", no_wrap=True)
     t.add_column("configuration", overflow="fold")
@@ -411,9 +518,15 @@ def pareto_table(space: Space, trials, chosen, reference_number: int | None, sig
         agg = tr.user_attrs.get("aggregate", {})
         mark = "*" if chosen is not None and tr.number == chosen.number else ""
         mark += " ref" if tr.number == reference_number else ""
-        t.add_row(f"{tr.number}{mark}", f"{tr.values[0]:.2f}x", f"{tr.values[1]:.2f}x", f"x{tr.values[2]:.2f}",
-                  f"{agg.get('worst_speedup_avg', float('nan')):.2f}x", f"{agg.get('worst_speedup_p99', float('nan')):.2f}x",
-                  " ".join(f"{k.key.split('.')[-1]}={_fmt(tr.params.get(k.key))}" for k in space.knobs))
+        t.add_row(
+            f"{tr.number}{mark}",
+            f"{tr.values[0]:.2f}x",
+            f"{tr.values[1]:.2f}x",
+            f"x{tr.values[2]:.2f}",
+            f"{agg.get('worst_speedup_avg', float('nan')):.2f}x",
+            f"{agg.get('worst_speedup_p99', float('nan')):.2f}x",
+            " ".join(f"{k.key.split('.')[-1]}={_fmt(tr.params.get(k.key))}" for k in space.knobs),
+        )
     return t
 
 
@@ -429,9 +542,24 @@ def write_csv(path: Path, space: Space, study) -> None:
     tmp = path.with_suffix(".csv.tmp")
     with open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["trial", "state", *keys, *OBJECTIVES, "case", "case_speedup_avg", "case_speedup_p99",
-                    "case_signal_ratio", "mltcp_avg_iter_s", "mltcp_p99_iter_s", "mltcp_drops", "mltcp_ecn_marks",
-                    "mltcp_converged_at_iteration", "error"])
+        w.writerow(
+            [
+                "trial",
+                "state",
+                *keys,
+                *OBJECTIVES,
+                "case",
+                "case_speedup_avg",
+                "case_speedup_p99",
+                "case_signal_ratio",
+                "mltcp_avg_iter_s",
+                "mltcp_p99_iter_s",
+                "mltcp_drops",
+                "mltcp_ecn_marks",
+                "mltcp_converged_at_iteration",
+                "error",
+            ]
+        )
         for tr in study.get_trials(deepcopy=False):
             vals = list(tr.values) if tr.values else ["", "", ""]
             head = [tr.number, tr.state.name, *[tr.params.get(k, "") for k in keys], *vals]
@@ -441,8 +569,21 @@ def write_csv(path: Path, space: Space, study) -> None:
                     w.writerow(head + ["", "", "", "", "", "", "", "", "", tr.user_attrs.get("error", "")])
                     continue
                 m = r["mltcp"]
-                w.writerow(head + [r["case"], r["speedup_avg"], r["speedup_p99"], r["signal_ratio"], m["avg_iter_s"],
-                                   m["p99_iter_s"], m["drops"], m["ecn_marks"], m["converged_at_iteration"], ""])
+                w.writerow(
+                    head
+                    + [
+                        r["case"],
+                        r["speedup_avg"],
+                        r["speedup_p99"],
+                        r["signal_ratio"],
+                        m["avg_iter_s"],
+                        m["p99_iter_s"],
+                        m["drops"],
+                        m["ecn_marks"],
+                        m["converged_at_iteration"],
+                        "",
+                    ]
+                )
     tmp.replace(path)
 
 
@@ -452,7 +593,10 @@ def plot_front(path: Path, space: Space, trials, chosen, reference_number: int |
 
     front = {t.number for t in front_of(trials)}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
-    pairs = ((0, 1, "avg speedup (x)", "p99 speedup (x)"), (0, 2, "avg speedup (x)", f"{signal_name(space)} / baseline's"))
+    pairs = (
+        (0, 1, "avg speedup (x)", "p99 speedup (x)"),
+        (0, 2, "avg speedup (x)", f"{signal_name(space)} / baseline's"),
+    )
     for ax, (i, j, xl, yl) in zip(axes, pairs):
         rest = [t for t in trials if t.number not in front]
         fr = sorted((t for t in trials if t.number in front), key=lambda t: t.values[i])
@@ -462,7 +606,14 @@ def plot_front(path: Path, space: Space, trials, chosen, reference_number: int |
             if t.number == reference_number:
                 ax.scatter([t.values[i]], [t.values[j]], marker="x", s=60, c="k", label="reference (defaults)")
         if chosen is not None:
-            ax.scatter([chosen.values[i]], [chosen.values[j]], marker="*", s=180, c="tab:blue", label=f"chosen (#{chosen.number})")
+            ax.scatter(
+                [chosen.values[i]],
+                [chosen.values[j]],
+                marker="*",
+                s=180,
+                c="tab:blue",
+                label=f"chosen (#{chosen.number})",
+            )
         ax.axvline(1.0, color="0.5", lw=0.8, ls="--")
         ax.axhline(1.0, color="0.5", lw=0.8, ls="--")
         ax.set_xlabel(xl)
@@ -475,8 +626,16 @@ def plot_front(path: Path, space: Space, trials, chosen, reference_number: int |
 
 # ---- hold-out ---------------------------------------------------------------------------------------
 
-def holdout(space: Space, cases: list[Case], configs: dict[str, dict], workers: int, quiet: bool,
-            signal_aggregate: str = "worst", scheduler: str | None = None) -> dict:
+
+def holdout(
+    space: Space,
+    cases: list[Case],
+    configs: dict[str, dict],
+    workers: int,
+    quiet: bool,
+    signal_aggregate: str = "worst",
+    scheduler: str | None = None,
+) -> dict:
     """Run the baseline and each named configuration on every hold-out case."""
     tasks = []
     for c in cases:
@@ -492,29 +651,53 @@ def holdout(space: Space, cases: list[Case], configs: dict[str, dict], workers: 
             ml = next(res)
             row[name] = {"mltcp": ml, **score(base, ml, space.signal)}
         rows.append(row)
-    return {"configs": configs, "cases": rows,
-            "aggregate": {n: aggregate([r[n] for r in rows], signal_aggregate) for n in configs}}
+    return {
+        "configs": configs,
+        "cases": rows,
+        "aggregate": {n: aggregate([r[n] for r in rows], signal_aggregate) for n in configs},
+    }
 
 
 def holdout_table(space: Space, rep: dict) -> Table:
     sig = space.signal
-    t = Table(title=f"hold-out: {space.cc} vs {space.base} ({signal_name(space)}: baseline -> MLTCP)", title_justify="left")
+    t = Table(
+        title=f"hold-out: {space.cc} vs {space.base} ({signal_name(space)}: baseline -> MLTCP)", title_justify="left"
+    )
     for c in ("case", "config", "avg", "p99", signal_name(space), "interleaved at"):
         t.add_column(c, justify="right" if c not in ("case", "config") else "left")
     for r in rep["cases"]:
         for n in rep["configs"]:
             s = r[n]
-            t.add_row(r["case"], n, f"{s['speedup_avg']:.3f}x", f"{s['speedup_p99']:.3f}x",
-                      f"{r['baseline'][sig]:.0f} -> {s['mltcp'][sig]:.0f}", str(s["mltcp"]["converged_at_iteration"]))
+            t.add_row(
+                r["case"],
+                n,
+                f"{s['speedup_avg']:.3f}x",
+                f"{s['speedup_p99']:.3f}x",
+                f"{r['baseline'][sig]:.0f} -> {s['mltcp'][sig]:.0f}",
+                str(s["mltcp"]["converged_at_iteration"]),
+            )
     for n, a in rep["aggregate"].items():
-        t.add_row("geometric mean", n, f"{a['speedup_avg']:.3f}x", f"{a['speedup_p99']:.3f}x",
-                  f"x{a['gmean_signal_ratio']:.3f}", "")
-        t.add_row("worst case", n, f"{a['worst_speedup_avg']:.3f}x", f"{a['worst_speedup_p99']:.3f}x",
-                  f"x{a['worst_signal_ratio']:.3f}", "")
+        t.add_row(
+            "geometric mean",
+            n,
+            f"{a['speedup_avg']:.3f}x",
+            f"{a['speedup_p99']:.3f}x",
+            f"x{a['gmean_signal_ratio']:.3f}",
+            "",
+        )
+        t.add_row(
+            "worst case",
+            n,
+            f"{a['worst_speedup_avg']:.3f}x",
+            f"{a['worst_speedup_p99']:.3f}x",
+            f"x{a['worst_signal_ratio']:.3f}",
+            "",
+        )
     return t
 
 
 # ---- the command ------------------------------------------------------------------------------------
+
 
 def _parse_seeds(s: str) -> list[int]:
     try:
@@ -528,42 +711,75 @@ def _parse_seeds(s: str) -> list[int]:
 
 @app.command("run")
 def run_cmd(
-    scenarios: Optional[list[str]] = typer.Argument(None, help="training scenarios (files or built-in names); "
-                                                    "omit to resume a study with its own training set"),
-    space_name: Optional[str] = typer.Option(None, "--space", help=f"a built-in space ({', '.join(BUILTIN)}) or a TOML file; "
-                                             "default reno-ai for a new study"),
-    seeds: Optional[str] = typer.Option(None, help="seeds per scenario, comma-separated; default 1,2,3 for a new "
-                                        "study, the study's own when resuming (also used for --holdout)"),
+    scenarios: Optional[list[str]] = typer.Argument(
+        None, help="training scenarios (files or built-in names); omit to resume a study with its own training set"
+    ),
+    space_name: Optional[str] = typer.Option(
+        None, "--space", help=f"a built-in space ({', '.join(BUILTIN)}) or a TOML file; default reno-ai for a new study"
+    ),
+    seeds: Optional[str] = typer.Option(
+        None,
+        help="seeds per scenario, comma-separated; default 1,2,3 for a new "
+        "study, the study's own when resuming (also used for --holdout)",
+    ),
     iterations: Optional[int] = typer.Option(None, help="cut every scenario to this many iterations (faster, noisier)"),
     trials: int = typer.Option(20, help="trials to add in this call (0: report only)"),
     workers: int = typer.Option(1, help="local processes sharing the study"),
-    scheduler: Optional[str] = typer.Option(None, help="a Dask scheduler, tcp://HOST:PORT: every simulation "
-                                            "(baselines, each trial's cases, hold-out) runs on its cluster"),
+    scheduler: Optional[str] = typer.Option(
+        None,
+        help="a Dask scheduler, tcp://HOST:PORT: every simulation "
+        "(baselines, each trial's cases, hold-out) runs on its cluster",
+    ),
     outdir: Path = typer.Option(Path("out/tune"), "--out", help="reports, per-trial JSON and (by default) the study"),
-    storage: Optional[str] = typer.Option(None, help="Optuna RDB URL shared by many workers, e.g. "
-                                          "postgresql://user@host/db; default sqlite:///OUT/study.db"),
+    storage: Optional[str] = typer.Option(
+        None,
+        help="Optuna RDB URL shared by many workers, e.g. postgresql://user@host/db; default sqlite:///OUT/study.db",
+    ),
     study_name: Optional[str] = typer.Option(None, "--study", help="study name; default: the space's name"),
     sampler: str = typer.Option("tpe", help=f"Optuna sampler: {', '.join(SAMPLERS)}"),
-    signal_aggregate: Optional[str] = typer.Option(None, "--drops-objective", help="the drops (ECN marks) objective "
-                                                   "of a new study: worst (the worst case's ratio to its baseline; "
-                                                   "default) or gmean (the geometric mean over cases)"),
-    holdout_names: Optional[list[str]] = typer.Option(None, "--holdout", help="hold-out scenario (repeatable): "
-                                                      "report the chosen configuration there"),
-    pick_trial: Optional[int] = typer.Option(None, "--pick", help="trial number to report on the hold-out set; "
-                                             "default: chosen from the Pareto front"),
+    signal_aggregate: Optional[str] = typer.Option(
+        None,
+        "--drops-objective",
+        help="the drops (ECN marks) objective "
+        "of a new study: worst (the worst case's ratio to its baseline; "
+        "default) or gmean (the geometric mean over cases)",
+    ),
+    holdout_names: Optional[list[str]] = typer.Option(
+        None, "--holdout", help="hold-out scenario (repeatable): report the chosen configuration there"
+    ),
+    pick_trial: Optional[int] = typer.Option(
+        None, "--pick", help="trial number to report on the hold-out set; default: chosen from the Pareto front"
+    ),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout (no progress bars)"),
 ):
     """Run (or resume) a tuning study; print and plot its Pareto front; report on hold-out scenarios."""
     created: list[Path] = []
     try:
-        code = _run(scenarios or [], space_name, seeds, iterations, trials, workers, outdir, storage, study_name,
-                    sampler, holdout_names or [], pick_trial, as_json, created, signal_aggregate, scheduler)
+        code = _run(
+            scenarios or [],
+            space_name,
+            seeds,
+            iterations,
+            trials,
+            workers,
+            outdir,
+            storage,
+            study_name,
+            sampler,
+            holdout_names or [],
+            pick_trial,
+            as_json,
+            created,
+            signal_aggregate,
+            scheduler,
+        )
     except sweep.SweepError as e:
         raise error_exit(str(e), 1)
     except (InputError, ScenarioError, SpaceError) as e:
-        for p in reversed(created):   # nothing half-written: remove what this call created
+        for p in reversed(created):  # nothing half-written: remove what this call created
             if p.is_dir():
                 import shutil
+
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 p.unlink(missing_ok=True)
@@ -572,9 +788,8 @@ def run_cmd(
         raise typer.Exit(code)
 
 
-def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, storage_url, study_name, sampler,
-         holdout_names, pick_trial, as_json, created, signal_aggregate=None, scheduler=None) -> int:
-    # 1. everything that can be checked without touching storage
+def _check_options(workers, trials, sampler, signal_aggregate, iterations, scheduler) -> None:
+    """The options' ranges and names (InputError naming the option)."""
     if workers < 1:
         raise InputError(f"--workers: must be >= 1 (got {workers})")
     if trials < 0:
@@ -586,8 +801,32 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
     if iterations is not None and iterations < 2:
         raise InputError(f"--iterations: must be >= 2 (got {iterations})")
     if scheduler is not None and not (scheduler.startswith("tcp://") and sweep.have_dask()):
-        raise InputError(f"--scheduler: expected tcp://HOST:PORT with dask.distributed installed "
-                         f"(pip install 'mltcp[distributed]'); got {scheduler!r}")
+        raise InputError(
+            f"--scheduler: expected tcp://HOST:PORT with dask.distributed installed "
+            f"(pip install 'mltcp[distributed]'); got {scheduler!r}"
+        )
+
+
+def _run(
+    scenarios,
+    space_name,
+    seeds_s,
+    iterations,
+    trials,
+    workers,
+    outdir,
+    storage_url,
+    study_name,
+    sampler,
+    holdout_names,
+    pick_trial,
+    as_json,
+    created,
+    signal_aggregate=None,
+    scheduler=None,
+) -> int:
+    # 1. everything that can be checked without touching storage
+    _check_options(workers, trials, sampler, signal_aggregate, iterations, scheduler)
     seeds = _parse_seeds(seeds_s) if seeds_s is not None else None
     space = load_space(space_name) if space_name else None
     new_cases = make_cases(scenarios, seeds or DEFAULT_SEEDS, iterations) if scenarios else None
@@ -609,10 +848,12 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
     name = study_name or (space.name if space else None)
     if name is None and new_cases is not None:
         name = DEFAULT_SPACE
-    if name is None:                       # resuming: the storage's only study
+    if name is None:  # resuming: the storage's only study
         names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
         if len(names) != 1:
-            raise InputError(f"--study: the storage holds {len(names)} studies ({', '.join(names) or 'none'}): name one")
+            raise InputError(
+                f"--study: the storage holds {len(names)} studies ({', '.join(names) or 'none'}): name one"
+            )
         name = names[0]
     exists = study_exists(storage, name)
     if not exists and new_cases is None:
@@ -620,55 +861,118 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
     if not exists and pick_trial is not None:
         raise InputError(f"--pick: study {name!r} is new: it has no trial {pick_trial}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=name, storage=storage, directions=list(DIRECTIONS),
-                                sampler=make_sampler(sampler), load_if_exists=True)
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        directions=list(DIRECTIONS),
+        sampler=make_sampler(sampler),
+        load_if_exists=True,
+    )
     spec = spec_of(study)
-    if spec is None:                       # a new study: it records what it tunes on
+    if spec is None:  # a new study: it records what it tunes on
         if space is None:
             space = load_space(DEFAULT_SPACE)
-        spec = {"version": 1, "space": space.as_dict(), "space_source": space.source, "scenarios": list(scenarios),
-                "seeds": seeds or DEFAULT_SEEDS, "iterations": iterations,
-                "signal_aggregate": signal_aggregate or "worst", "cases": [c.as_dict() for c in new_cases]}
+        spec = {
+            "version": 1,
+            "space": space.as_dict(),
+            "space_source": space.source,
+            "scenarios": list(scenarios),
+            "seeds": seeds or DEFAULT_SEEDS,
+            "iterations": iterations,
+            "signal_aggregate": signal_aggregate or "worst",
+            "cases": [c.as_dict() for c in new_cases],
+        }
         if exists or len(study.trials):
             raise InputError(f"--study: {name!r} exists but was not made by mltcp tune")
         study.set_user_attr(SPEC_ATTR, spec)
-        study.enqueue_trial(space.reference())     # the public defaults: the point to beat
+        study.enqueue_trial(space.reference())  # the public defaults: the point to beat
     stored_space, cases = load_spec(spec)
     if space is not None and space.as_dict() != stored_space.as_dict():
-        raise InputError(f"--space: {space.name!r} differs from the study's {stored_space.name!r} "
-                         f"(use another --study or --out)")
+        raise InputError(
+            f"--space: {space.name!r} differs from the study's {stored_space.name!r} (use another --study or --out)"
+        )
     if new_cases is not None and [c.as_dict() for c in new_cases] != spec["cases"]:
-        raise InputError(f"SCENARIOS: the training set ({', '.join(c.label for c in new_cases)}) differs from the "
-                         f"study's ({', '.join(c.label for c in cases)}); omit it to resume, or use another --study")
-    sig_agg = spec.get("signal_aggregate", "gmean")     # studies made before the option: gmean
+        raise InputError(
+            f"SCENARIOS: the training set ({', '.join(c.label for c in new_cases)}) differs from the "
+            f"study's ({', '.join(c.label for c in cases)}); omit it to resume, or use another --study"
+        )
+    sig_agg = spec.get("signal_aggregate", "gmean")  # studies made before the option: gmean
     if signal_aggregate is not None and signal_aggregate != sig_agg:
         raise InputError(f"--drops-objective: {signal_aggregate} differs from the study's {sig_agg}")
     if new_cases is None and seeds is not None and seeds != spec["seeds"]:
         raise InputError(f"--seeds: {seeds_s} differs from the study's {','.join(map(str, spec['seeds']))}")
     space = stored_space
-    hold_cases = (make_cases(holdout_names, seeds or spec["seeds"], iterations or spec["iterations"])
-                  if hold_names_ok else [])
+    hold_cases = (
+        make_cases(holdout_names, seeds or spec["seeds"], iterations or spec["iterations"]) if hold_names_ok else []
+    )
     check_space(space, hold_cases)
     trials_now = complete_trials(study)
     if pick_trial is not None:
-        chosen_trial(trials_now, pick_trial)       # check now, before any work
-    created.clear()                                 # from here on the study is real: keep it
+        chosen_trial(trials_now, pick_trial)  # check now, before any work
+    created.clear()  # from here on the study is real: keep it
     quiet = as_json
     if not quiet:
-        err.print(f"study {name!r} ({space.name}: {space.cc} vs {space.base}) in {storage_url}: "
-                  f"{len(study.trials)} trials so far; training cases: {', '.join(c.label for c in cases)}",
-                  highlight=False, soft_wrap=True)
+        err.print(
+            f"study {name!r} ({space.name}: {space.cc} vs {space.base}) in {storage_url}: "
+            f"{len(study.trials)} trials so far; training cases: {', '.join(c.label for c in cases)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     # 3. baselines, then trials
     try:
         baselines = compute_baselines(study, space, cases, workers, quiet, scheduler)
     except RuntimeError as e:
         raise error_exit(f"baseline: {e}", 1)
-    finished = run_trials(study, storage_url, space, cases, baselines, trials, workers, sampler, outdir, quiet,
-                          sig_agg, scheduler)
+    finished = run_trials(
+        study, storage_url, space, cases, baselines, trials, workers, sampler, outdir, quiet, sig_agg, scheduler
+    )
     # 4. reports (also after Ctrl-C: what finished is kept)
+    return _report(
+        study,
+        space,
+        cases,
+        baselines,
+        name,
+        storage_url,
+        sig_agg,
+        pick_trial,
+        outdir,
+        finished,
+        hold_cases,
+        workers,
+        quiet,
+        scheduler,
+        as_json,
+    )
+
+
+def _report(
+    study,
+    space,
+    cases,
+    baselines,
+    name,
+    storage_url,
+    sig_agg,
+    pick_trial,
+    outdir,
+    finished,
+    hold_cases,
+    workers,
+    quiet,
+    scheduler,
+    as_json,
+) -> int:
+    """Write the trials, the summary and the hold-out (when the trials finished), print them; the exit code."""
     done = complete_trials(study)
-    ref = next((t.number for t in study.get_trials(deepcopy=False) if t.params == space.reference()
-                and t.state == optuna.trial.TrialState.COMPLETE), None)
+    ref = next(
+        (
+            t.number
+            for t in study.get_trials(deepcopy=False)
+            if t.params == space.reference() and t.state == optuna.trial.TrialState.COMPLETE
+        ),
+        None,
+    )
     chosen = chosen_trial(done, pick_trial) if done else None
     outdir.mkdir(parents=True, exist_ok=True)
     base_by_label = {c.label: baselines[c.key(space.base)] for c in cases}
@@ -676,18 +980,44 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         if tr.state.is_finished():
             attrs = dict(tr.user_attrs)
             attrs["cases"] = [{**r, "baseline": base_by_label.get(r["case"])} for r in attrs.get("cases", [])]
-            _write_json(outdir / "trials" / f"trial-{tr.number:05d}.json",
-                        {"number": tr.number, "state": tr.state.name, "params": tr.params,
-                         "values": dict(zip(OBJECTIVES, tr.values)) if tr.values else None, **attrs})
+            _write_json(
+                outdir / "trials" / f"trial-{tr.number:05d}.json",
+                {
+                    "number": tr.number,
+                    "state": tr.state.name,
+                    "params": tr.params,
+                    "values": dict(zip(OBJECTIVES, tr.values)) if tr.values else None,
+                    **attrs,
+                },
+            )
     write_csv(outdir / "trials.csv", space, study)
-    summary = {"study": name, "storage": storage_url, "space": space.as_dict(), "training": [c.label for c in cases],
-               "drops_objective": sig_agg,
-               "trials": len(study.trials), "complete": len(done), "directions": dict(zip(OBJECTIVES, DIRECTIONS)),
-               "pareto": [{"number": t.number, "values": dict(zip(OBJECTIVES, t.values)), "params": t.params,
-                           "aggregate": t.user_attrs.get("aggregate")} for t in front_of(done)],
-               "reference_trial": ref, "chosen": None if chosen is None else
-               {"number": chosen.number, "config": chosen.user_attrs.get("config"),
-                "values": dict(zip(OBJECTIVES, chosen.values))}}
+    summary = {
+        "study": name,
+        "storage": storage_url,
+        "space": space.as_dict(),
+        "training": [c.label for c in cases],
+        "drops_objective": sig_agg,
+        "trials": len(study.trials),
+        "complete": len(done),
+        "directions": dict(zip(OBJECTIVES, DIRECTIONS)),
+        "pareto": [
+            {
+                "number": t.number,
+                "values": dict(zip(OBJECTIVES, t.values)),
+                "params": t.params,
+                "aggregate": t.user_attrs.get("aggregate"),
+            }
+            for t in front_of(done)
+        ],
+        "reference_trial": ref,
+        "chosen": None
+        if chosen is None
+        else {
+            "number": chosen.number,
+            "config": chosen.user_attrs.get("config"),
+            "values": dict(zip(OBJECTIVES, chosen.values)),
+        },
+    }
     files = [outdir / "trials.csv", outdir / "trials/"]
     if done:
         files.append(plot_front(outdir / "pareto.png", space, done, chosen, ref))
@@ -707,16 +1037,22 @@ def _run(scenarios, space_name, seeds_s, iterations, trials, workers, outdir, st
         if done:
             out.print(pareto_table(space, done, chosen, ref, sig_agg))
             if chosen is not None:
-                out.print(f"chosen (*): trial {chosen.number}: {json.dumps(chosen.user_attrs.get('config'))}",
-                          highlight=False, soft_wrap=True)
+                out.print(
+                    f"chosen (*): trial {chosen.number}: {json.dumps(chosen.user_attrs.get('config'))}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
         else:
             out.print("no completed trials yet")
         if "holdout" in summary:
             out.print(holdout_table(space, summary["holdout"]))
         out.print("wrote " + ", ".join(str(f) for f in files), highlight=False, soft_wrap=True)
     if not finished:
-        err.print(f"interrupted: {len(done)} trials completed are kept; rerun the same command to resume",
-                  highlight=False, soft_wrap=True)
+        err.print(
+            f"interrupted: {len(done)} trials completed are kept; rerun the same command to resume",
+            highlight=False,
+            soft_wrap=True,
+        )
         return 130
     return 0
 
@@ -730,8 +1066,11 @@ def spaces_cmd():
         for k, v in s.fixed.items():
             out.print(f"    {k} = {v}", highlight=False)
         for k in s.knobs:
-            rng = (f"one of {list(k.choices)}" if k.choices is not None else
-                   f"{k.low:g} .. {k.high:g}{' (log)' if k.log else ''}{' (integer)' if k.integer else ''}")
+            rng = (
+                f"one of {list(k.choices)}"
+                if k.choices is not None
+                else f"{k.low:g} .. {k.high:g}{' (log)' if k.log else ''}{' (integer)' if k.integer else ''}"
+            )
             out.print(f"    {k.key}: {rng}, reference {k.default}", highlight=False)
 
 

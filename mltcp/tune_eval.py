@@ -12,6 +12,7 @@ Over a training set the speedup objectives are geometric means over cases (ratio
 multiplication, so a 2x gain and a 2x loss cancel); the drops objective is the worst case's ratio
 (default) or the geometric mean (:func:`aggregate`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,9 +32,9 @@ DIRECTIONS = ("maximize", "maximize", "minimize")
 
 @dataclass(frozen=True)
 class Case:
-    label: str          # "two-jobs@seed1"
-    source: str         # the file it came from
-    raw: dict           # the scenario's TOML tables, seed and iteration overrides applied
+    label: str  # "two-jobs@seed1"
+    source: str  # the file it came from
+    raw: dict  # the scenario's TOML tables, seed and iteration overrides applied
 
     def key(self, cc: str) -> str:
         """Identifies a baseline run: the label plus a digest of exactly what was simulated."""
@@ -51,8 +52,9 @@ class Case:
         return Case(d["label"], d["source"], d["raw"])
 
 
-def make_cases(names: Sequence[str], seeds: Sequence[int], iterations: int | None = None,
-               warmup: int | None = None) -> list[Case]:
+def make_cases(
+    names: Sequence[str], seeds: Sequence[int], iterations: int | None = None, warmup: int | None = None
+) -> list[Case]:
     """One case per scenario and seed; raises ScenarioError naming the scenario and field."""
     out = []
     for name in names:
@@ -76,7 +78,7 @@ def make_cases(names: Sequence[str], seeds: Sequence[int], iterations: int | Non
         for s in seeds:
             r = dict(raw, seed=int(s))
             case = Case(f"{base_name}@seed{s}", str(path), r)
-            case.scenario()              # validate now: the error names the file and the field
+            case.scenario()  # validate now: the error names the file and the field
             out.append(case)
     return out
 
@@ -85,9 +87,10 @@ def check_space(space, cases: Sequence[Case]) -> None:
     """Every configuration the space can produce (reference and each knob's ends) must be a valid
     scenario for every case: else SpaceError naming the space and the key."""
     from .tune_space import SpaceError
+
     configs = [{**space.fixed, **space.reference()}]
     for k in space.knobs:
-        for v in (k.choices if k.choices is not None else (k.low, k.high)):
+        for v in k.choices if k.choices is not None else (k.low, k.high):
             configs.append({**space.fixed, **space.reference(), k.key: int(v) if k.integer else v})
     for case in cases:
         for cfg in configs:
@@ -101,6 +104,7 @@ def run_case(case: Case, cc: str, config: dict[str, Any] | None = None, progress
     """Simulate one case with ``cc`` (config written into the scenario for MLTCP runs only);
     ``progress(sim_t, fraction)`` is called now and then (it may raise to abandon the run)."""
     from .sim.engine import simulate
+
     sc = case.scenario(config)
     r = simulate(sc, cc, progress=progress)
     s = compare.side(sc, cc, r.records, r.drops, r.ecn_marks)
@@ -110,9 +114,11 @@ def run_case(case: Case, cc: str, config: dict[str, Any] | None = None, progress
 
 
 def score(base: dict, ml: dict, signal: str) -> dict:
-    return {"speedup_avg": _ratio(base["avg_iter_s"], ml["avg_iter_s"]),
-            "speedup_p99": _ratio(base["p99_iter_s"], ml["p99_iter_s"]),
-            "signal_ratio": (ml[signal] + 1.0) / (base[signal] + 1.0)}
+    return {
+        "speedup_avg": _ratio(base["avg_iter_s"], ml["avg_iter_s"]),
+        "speedup_p99": _ratio(base["p99_iter_s"], ml["p99_iter_s"]),
+        "signal_ratio": (ml[signal] + 1.0) / (base[signal] + 1.0),
+    }
 
 
 def _ratio(a: float, b: float) -> float:
@@ -146,6 +152,7 @@ def aggregate(scores: Sequence[dict], signal: str = "worst") -> dict:
 
 # ---- Pareto front ----------------------------------------------------------------------------------
 
+
 def dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str] = DIRECTIONS) -> bool:
     """a is at least as good as b in every objective and better in one."""
     better = False
@@ -161,8 +168,9 @@ def dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str] 
 
 def pareto_front(points: Sequence[Sequence[float]], directions: Sequence[str] = DIRECTIONS) -> list[int]:
     """Indices of the points no other point dominates (duplicates all kept)."""
-    return [i for i, p in enumerate(points)
-            if not any(dominates(q, p, directions) for j, q in enumerate(points) if j != i)]
+    return [
+        i for i, p in enumerate(points) if not any(dominates(q, p, directions) for j, q in enumerate(points) if j != i)
+    ]
 
 
 def pick(points: Sequence[Sequence[float]], front: Sequence[int]) -> int | None:

@@ -22,6 +22,7 @@ A space (built in below, or a TOML file with the same fields) is::
 ``default`` is the value of the reference configuration (the public MLTCP defaults), which every
 new study evaluates first.
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,6 +44,7 @@ class SpaceError(ValueError):
 @dataclass(frozen=True)
 class Knob:
     """One searched parameter: a float/int range (``log`` for a log scale) or a list of choices."""
+
     key: str
     low: float | None = None
     high: float | None = None
@@ -94,11 +96,17 @@ class Space:
         return {k.key: k.default for k in self.knobs}
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "base": self.base, "description": self.description,
-                "fixed": dict(self.fixed), "search": {k.key: k.as_dict() for k in self.knobs}}
+        return {
+            "name": self.name,
+            "base": self.base,
+            "description": self.description,
+            "fixed": dict(self.fixed),
+            "search": {k.key: k.as_dict() for k in self.knobs},
+        }
 
 
 # ---- applying a configuration to a scenario's tables -----------------------------------------------
+
 
 def _check_key(src: str, where: str, key: str, base: str) -> None:
     parts = key.split(".")
@@ -124,6 +132,7 @@ def apply(raw: dict, config: dict[str, Any]) -> dict:
 
 
 # ---- reading a space -------------------------------------------------------------------------------
+
 
 def from_dict(d: dict, src: str = "<memory>") -> Space:
     def need(cond, fieldname, msg):
@@ -195,64 +204,122 @@ def load(name_or_path: str) -> Space:
 # capped, convex: cap, exponent), scale_decrease and its two ends, the tracker's idle_fraction,
 # min_idle_ms, idle_gap (last / min2), boundary (idle / mark), history, and DCQCN's dcqcn_f_* flags.
 
-_F = {"mltcp.slope": {"low": 0.25, "high": 32.0, "log": True, "default": 4.0},
-      "mltcp.intercept": {"low": 0.02, "high": 2.0, "log": True, "default": 0.25}}
-_TRACKER = {"mltcp.idle_fraction": {"low": 0.2, "high": 0.98, "default": 0.9},
-            "mltcp.min_idle_ms": {"low": 0.1, "high": 5.0, "log": True, "default": 1.0}}
+_F = {
+    "mltcp.slope": {"low": 0.25, "high": 32.0, "log": True, "default": 4.0},
+    "mltcp.intercept": {"low": 0.02, "high": 2.0, "log": True, "default": 0.25},
+}
+_TRACKER = {
+    "mltcp.idle_fraction": {"low": 0.2, "high": 0.98, "default": 0.9},
+    "mltcp.min_idle_ms": {"low": 0.1, "high": 5.0, "log": True, "default": 1.0},
+}
 _DECREASE = {"mltcp.scale_decrease": {"choices": [False, True], "default": False}}
 
-_SHAPE = {"mltcp.shape": {"choices": ["linear", "capped", "convex"], "default": "linear"},
-          "mltcp.cap": {"low": 1.0, "high": 16.0, "log": True, "default": 4.0},
-          "mltcp.exponent": {"low": 0.5, "high": 4.0, "log": True, "default": 2.0}}
-_TRACKER2 = {**_TRACKER, "mltcp.idle_gap": {"choices": ["last", "min2"], "default": "last"},
-             "mltcp.boundary": {"choices": ["idle", "mark"], "default": "idle"}}
-_DCQCN_AT = {f"mltcp.dcqcn_f_{k}": {"choices": [d, not d], "default": d}
-             for k, d in (("rai", True), ("rhai", True), ("recovery", False), ("steps", False), ("timer", False))}
+_SHAPE = {
+    "mltcp.shape": {"choices": ["linear", "capped", "convex"], "default": "linear"},
+    "mltcp.cap": {"low": 1.0, "high": 16.0, "log": True, "default": 4.0},
+    "mltcp.exponent": {"low": 0.5, "high": 4.0, "log": True, "default": 2.0},
+}
+_TRACKER2 = {
+    **_TRACKER,
+    "mltcp.idle_gap": {"choices": ["last", "min2"], "default": "last"},
+    "mltcp.boundary": {"choices": ["idle", "mark"], "default": "idle"},
+}
+_DCQCN_AT = {
+    f"mltcp.dcqcn_f_{k}": {"choices": [d, not d], "default": d}
+    for k, d in (("rai", True), ("rhai", True), ("recovery", False), ("steps", False), ("timer", False))
+}
 
 BUILTIN: dict[str, dict] = {
-    "reno-hook": {"base": "reno", "description": "reno-full plus F's shape and the tracker's boundary "
-                  "(idle / mark) and idle-gap rule (last / min2).",
-                  "search": {**_F, **_SHAPE, **_TRACKER2, **_DECREASE,
-                             "cc_params.reno.beta": {"low": 0.2, "high": 0.5, "default": 0.5}}},
-    "cubic-hook": {"base": "cubic", "description": "cubic-growth plus F's shape, the tracker's boundary "
-                   "and idle-gap rule, CUBIC's beta for the MLTCP flows.",
-                   "search": {**_F, **_SHAPE, **_TRACKER2, **_DECREASE,
-                              "cc_params.cubic.beta": {"low": 0.5, "high": 0.9, "default": 0.7}}},
-    "dcqcn-hook": {"base": "dcqcn", "description": "where F applies in DCQCN (R_AI, R_HAI, fast recovery, "
-                   "stage thresholds, timer/byte counter), F's shape and the tracker's boundary.",
-                   "search": {**_F, **_SHAPE, **_TRACKER2, **_DCQCN_AT}},
-    "reno-ai": {"base": "reno", "description": "F scales Reno's additive increase only (the public MLTCP-Reno).",
-                "fixed": {"mltcp.scale_decrease": False}, "search": {**_F, **_TRACKER}},
-    "reno-md": {"base": "reno", "description": "F scales the additive increase and the decrease "
-                "((0.8 - 0.6 r) / 0.5 x beta: 0.2..0.8 of the window removed).",
-                "fixed": {"mltcp.scale_decrease": True}, "search": {**_F, **_TRACKER}},
-    "reno-full": {"base": "reno", "description": "reno-ai or reno-md, plus Reno's own decrease beta "
-                  "for the MLTCP flows (the baseline keeps the scenario's).",
-                  "search": {**_F, **_TRACKER, **_DECREASE,
-                             "cc_params.reno.beta": {"low": 0.2, "high": 0.5, "default": 0.5}}},
-    "cubic-growth": {"base": "cubic", "description": "F scales CUBIC's growth toward W(t) and the "
-                     "Reno-friendly estimate (what the hook does today).",
-                     "fixed": {"mltcp.scale_decrease": False}, "search": {**_F, **_TRACKER}},
-    "cubic-full": {"base": "cubic", "description": "cubic-growth plus the scaled decrease and CUBIC's "
-                   "C, beta and fast convergence for the MLTCP flows.",
-                   "search": {**_F, **_TRACKER, **_DECREASE,
-                              "cc_params.cubic.c": {"low": 0.05, "high": 4.0, "log": True, "default": 0.4},
-                              "cc_params.cubic.beta": {"low": 0.5, "high": 0.9, "default": 0.7},
-                              "cc_params.cubic.fast_convergence": {"choices": [True, False], "default": True}}},
-    "dcqcn-rate": {"base": "dcqcn", "description": "F scales DCQCN's R_AI / R_HAI target-rate steps "
-                   "(what the hook does today).",
-                   "fixed": {"mltcp.scale_decrease": False}, "search": {**_F, **_TRACKER}},
-    "dcqcn-full": {"base": "dcqcn", "description": "dcqcn-rate plus the scaled (alpha/2) decrease and "
-                   "DCQCN's own R_AI, R_HAI, timer, byte counter, g and fast-recovery steps for the MLTCP flows.",
-                   "search": {**_F, **_TRACKER, **_DECREASE,
-                              "cc_params.dcqcn.rai_mbps": {"low": 5.0, "high": 500.0, "log": True, "default": 50.0},
-                              "cc_params.dcqcn.rhai_mbps": {"low": 10.0, "high": 1000.0, "log": True, "default": 100.0},
-                              "cc_params.dcqcn.timer_us": {"low": 50.0, "high": 2000.0, "log": True, "default": 900.0},
-                              "cc_params.dcqcn.byte_counter_kb": {"low": 100.0, "high": 20000.0, "log": True,
-                                                                  "default": 10000.0},
-                              "cc_params.dcqcn.g": {"low": 1 / 1024, "high": 1 / 16, "log": True, "default": 1 / 256},
-                              "cc_params.dcqcn.fast_recovery_steps": {"low": 1, "high": 8, "integer": True,
-                                                                      "default": 5}}},
+    "reno-hook": {
+        "base": "reno",
+        "description": "reno-full plus F's shape and the tracker's boundary "
+        "(idle / mark) and idle-gap rule (last / min2).",
+        "search": {
+            **_F,
+            **_SHAPE,
+            **_TRACKER2,
+            **_DECREASE,
+            "cc_params.reno.beta": {"low": 0.2, "high": 0.5, "default": 0.5},
+        },
+    },
+    "cubic-hook": {
+        "base": "cubic",
+        "description": "cubic-growth plus F's shape, the tracker's boundary "
+        "and idle-gap rule, CUBIC's beta for the MLTCP flows.",
+        "search": {
+            **_F,
+            **_SHAPE,
+            **_TRACKER2,
+            **_DECREASE,
+            "cc_params.cubic.beta": {"low": 0.5, "high": 0.9, "default": 0.7},
+        },
+    },
+    "dcqcn-hook": {
+        "base": "dcqcn",
+        "description": "where F applies in DCQCN (R_AI, R_HAI, fast recovery, "
+        "stage thresholds, timer/byte counter), F's shape and the tracker's boundary.",
+        "search": {**_F, **_SHAPE, **_TRACKER2, **_DCQCN_AT},
+    },
+    "reno-ai": {
+        "base": "reno",
+        "description": "F scales Reno's additive increase only (the public MLTCP-Reno).",
+        "fixed": {"mltcp.scale_decrease": False},
+        "search": {**_F, **_TRACKER},
+    },
+    "reno-md": {
+        "base": "reno",
+        "description": "F scales the additive increase and the decrease "
+        "((0.8 - 0.6 r) / 0.5 x beta: 0.2..0.8 of the window removed).",
+        "fixed": {"mltcp.scale_decrease": True},
+        "search": {**_F, **_TRACKER},
+    },
+    "reno-full": {
+        "base": "reno",
+        "description": "reno-ai or reno-md, plus Reno's own decrease beta "
+        "for the MLTCP flows (the baseline keeps the scenario's).",
+        "search": {**_F, **_TRACKER, **_DECREASE, "cc_params.reno.beta": {"low": 0.2, "high": 0.5, "default": 0.5}},
+    },
+    "cubic-growth": {
+        "base": "cubic",
+        "description": "F scales CUBIC's growth toward W(t) and the Reno-friendly estimate (what the hook does today).",
+        "fixed": {"mltcp.scale_decrease": False},
+        "search": {**_F, **_TRACKER},
+    },
+    "cubic-full": {
+        "base": "cubic",
+        "description": "cubic-growth plus the scaled decrease and CUBIC's "
+        "C, beta and fast convergence for the MLTCP flows.",
+        "search": {
+            **_F,
+            **_TRACKER,
+            **_DECREASE,
+            "cc_params.cubic.c": {"low": 0.05, "high": 4.0, "log": True, "default": 0.4},
+            "cc_params.cubic.beta": {"low": 0.5, "high": 0.9, "default": 0.7},
+            "cc_params.cubic.fast_convergence": {"choices": [True, False], "default": True},
+        },
+    },
+    "dcqcn-rate": {
+        "base": "dcqcn",
+        "description": "F scales DCQCN's R_AI / R_HAI target-rate steps (what the hook does today).",
+        "fixed": {"mltcp.scale_decrease": False},
+        "search": {**_F, **_TRACKER},
+    },
+    "dcqcn-full": {
+        "base": "dcqcn",
+        "description": "dcqcn-rate plus the scaled (alpha/2) decrease and "
+        "DCQCN's own R_AI, R_HAI, timer, byte counter, g and fast-recovery steps for the MLTCP flows.",
+        "search": {
+            **_F,
+            **_TRACKER,
+            **_DECREASE,
+            "cc_params.dcqcn.rai_mbps": {"low": 5.0, "high": 500.0, "log": True, "default": 50.0},
+            "cc_params.dcqcn.rhai_mbps": {"low": 10.0, "high": 1000.0, "log": True, "default": 100.0},
+            "cc_params.dcqcn.timer_us": {"low": 50.0, "high": 2000.0, "log": True, "default": 900.0},
+            "cc_params.dcqcn.byte_counter_kb": {"low": 100.0, "high": 20000.0, "log": True, "default": 10000.0},
+            "cc_params.dcqcn.g": {"low": 1 / 1024, "high": 1 / 16, "log": True, "default": 1 / 256},
+            "cc_params.dcqcn.fast_recovery_steps": {"low": 1, "high": 8, "integer": True, "default": 5},
+        },
+    },
 }
 for _n, _d in BUILTIN.items():
     _d["name"] = _n

@@ -9,6 +9,7 @@ use (``pool_pre_ping``), so the ones a restart killed are replaced instead of fa
 Past ``RETRY_S`` the error goes up; the trial running then stays RUNNING until Optuna's heartbeat
 (``HEARTBEAT_S``) goes stale for ``GRACE_S`` and the next worker's trial marks it failed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,38 +18,84 @@ import warnings
 
 import optuna
 
-HEARTBEAT_S, GRACE_S = 20, 60     # a worker that vanished has its trial failed after GRACE_S
+HEARTBEAT_S, GRACE_S = 20, 60  # a worker that vanished has its trial failed after GRACE_S
 RETRY_S = 120.0
 CONNECT_TIMEOUT_S = 10
 
 # the backend methods Optuna's storage layer calls (its cache calls some private ones)
-_CALLS = ("check_trial_is_updatable", "create_new_study", "create_new_trial", "delete_study", "get_all_studies",
-          "get_all_trials", "get_best_trial", "get_n_trials", "get_study_directions", "get_study_id_from_name",
-          "get_study_name_from_id", "get_study_system_attrs", "get_study_user_attrs", "get_trial",
-          "get_trial_id_from_study_id_trial_number", "get_trial_number_from_id", "get_trial_param",
-          "get_trial_params", "get_trial_system_attrs", "get_trial_user_attrs", "set_study_system_attr",
-          "set_study_user_attr", "set_trial_intermediate_value", "set_trial_param", "set_trial_state_values",
-          "set_trial_system_attr", "set_trial_user_attr", "record_heartbeat", "_create_new_trial",
-          "_set_trial_param", "_get_best_trial_id", "_get_trials", "_get_stale_trial_ids")
+_CALLS = (
+    "check_trial_is_updatable",
+    "create_new_study",
+    "create_new_trial",
+    "delete_study",
+    "get_all_studies",
+    "get_all_trials",
+    "get_best_trial",
+    "get_n_trials",
+    "get_study_directions",
+    "get_study_id_from_name",
+    "get_study_name_from_id",
+    "get_study_system_attrs",
+    "get_study_user_attrs",
+    "get_trial",
+    "get_trial_id_from_study_id_trial_number",
+    "get_trial_number_from_id",
+    "get_trial_param",
+    "get_trial_params",
+    "get_trial_system_attrs",
+    "get_trial_user_attrs",
+    "set_study_system_attr",
+    "set_study_user_attr",
+    "set_trial_intermediate_value",
+    "set_trial_param",
+    "set_trial_state_values",
+    "set_trial_system_attr",
+    "set_trial_user_attr",
+    "record_heartbeat",
+    "_create_new_trial",
+    "_set_trial_param",
+    "_get_best_trial_id",
+    "_get_trials",
+    "_get_stale_trial_ids",
+)
 
 
-_OUTAGE_WORDS = ("server closed the connection", "terminating connection", "connection refused", "could not connect",
-                 "connection already closed", "the database system is", "connection to server", "ssl syscall",
-                 "broken pipe", "connection reset", "timeout expired", "lost connection", "gone away")
+_OUTAGE_WORDS = (
+    "server closed the connection",
+    "terminating connection",
+    "connection refused",
+    "could not connect",
+    "connection already closed",
+    "the database system is",
+    "connection to server",
+    "ssl syscall",
+    "broken pipe",
+    "connection reset",
+    "timeout expired",
+    "lost connection",
+    "gone away",
+)
 
 
 def is_connection_error(e: BaseException) -> bool:
     """A lost or refused database connection (not a bad query or a constraint)."""
     from sqlalchemy import exc
+
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, exc.DBAPIError) and e.connection_invalidated:
             return True
         if isinstance(e, (exc.OperationalError, exc.InterfaceError, exc.PendingRollbackError, exc.DisconnectionError)):
-            return "database is locked" not in str(e)      # SQLite's lock timeout is not an outage
+            return "database is locked" not in str(e)  # SQLite's lock timeout is not an outage
         if any(w in str(e).lower() for w in _OUTAGE_WORDS) and type(e).__module__.split(".")[0] in (
-                "psycopg2", "psycopg", "sqlalchemy", "optuna", "pymysql", "MySQLdb"):
+            "psycopg2",
+            "psycopg",
+            "sqlalchemy",
+            "optuna",
+            "pymysql",
+            "MySQLdb",
+        ):
             return True
         e = e.__cause__ or e.__context__
     return False
@@ -68,20 +115,24 @@ def _retrying(fn, notify):
                 if not is_connection_error(e) or time.monotonic() + wait > deadline:
                     raise
                 if not told:
-                    notify(f"database unreachable ({type(e.__cause__ or e).__name__}: "
-                           f"{str(e.__cause__ or e).strip().splitlines()[0][:160]}); retrying for up to {RETRY_S:.0f} s")
+                    notify(
+                        f"database unreachable ({type(e.__cause__ or e).__name__}: "
+                        f"{str(e.__cause__ or e).strip().splitlines()[0][:160]}); retrying for up to {RETRY_S:.0f} s"
+                    )
                     told = True
                 try:
-                    self.remove_session()                  # drop the session bound to the dead connection
+                    self.remove_session()  # drop the session bound to the dead connection
                 except Exception:
                     pass
                 time.sleep(wait)
                 wait = min(5.0, wait * 2)
+
     return call
 
 
 def _notify(msg: str) -> None:
     from .console import err
+
     err.print(f"{time.strftime('%H:%M:%S')} {msg}", highlight=False, soft_wrap=True)
 
 

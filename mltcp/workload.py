@@ -5,6 +5,7 @@ Data-parallel training with ring all-reduce sends 2(n-1)/n x model bytes per wor
 iteration; the compute times are illustrative defaults for a single modern GPU at a moderate batch
 size, not measurements: set ``compute_ms`` in a scenario to match your cluster.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,23 +16,26 @@ import numpy as np
 @dataclass(frozen=True)
 class ModelProfile:
     name: str
-    params_millions: float      # public parameter counts
-    compute_ms: float           # illustrative default, see module docstring
-    bytes_per_param: int = 4    # fp32 gradients
+    params_millions: float  # public parameter counts
+    compute_ms: float  # illustrative default, see module docstring
+    bytes_per_param: int = 4  # fp32 gradients
 
     def model_bytes(self) -> float:
         return self.params_millions * 1e6 * self.bytes_per_param
 
 
-PROFILES: dict[str, ModelProfile] = {p.name: p for p in (
-    ModelProfile("vgg16", 138.4, 120.0),
-    ModelProfile("vgg19", 143.7, 140.0),
-    ModelProfile("resnet50", 25.6, 60.0),
-    ModelProfile("densenet121", 8.0, 70.0),
-    ModelProfile("bert-large", 340.0, 300.0),
-    ModelProfile("gpt2", 124.0, 150.0),        # GPT-2 small
-    ModelProfile("gpt2-xl", 1558.0, 900.0),
-)}
+PROFILES: dict[str, ModelProfile] = {
+    p.name: p
+    for p in (
+        ModelProfile("vgg16", 138.4, 120.0),
+        ModelProfile("vgg19", 143.7, 140.0),
+        ModelProfile("resnet50", 25.6, 60.0),
+        ModelProfile("densenet121", 8.0, 70.0),
+        ModelProfile("bert-large", 340.0, 300.0),
+        ModelProfile("gpt2", 124.0, 150.0),  # GPT-2 small
+        ModelProfile("gpt2-xl", 1558.0, 900.0),
+    )
+}
 
 
 def ps_bytes(model_bytes: float, workers: int) -> float:
@@ -56,20 +60,21 @@ class Job:
     delivered its share. ``path`` names the links a flow crosses, in order; ``flow_paths`` (one path
     per flow) overrides it for collectives routed over a topology (ring all-reduce, parameter server);
     ``path`` is then the first flow's path."""
+
     name: str
     compute_s: float
     bytes_per_iter: float
     path: list[str]
     start_offset_s: float = 0.0
-    jitter: float = 0.0             # std-dev of compute time, as a fraction of compute_s
-    straggler_prob: float = 0.0     # probability that an iteration's compute is delayed
+    jitter: float = 0.0  # std-dev of compute time, as a fraction of compute_s
+    straggler_prob: float = 0.0  # probability that an iteration's compute is delayed
     straggler_delay_s: float = 0.0  # the extra delay of a straggling iteration
     iterations: int = 50
     model: str | None = None
     extra: dict = field(default_factory=dict)
-    flows: int = 1                  # parallel flows, each with its own CC state and bytes_ratio
+    flows: int = 1  # parallel flows, each with its own CC state and bytes_ratio
     flow_paths: list[list[str]] | None = None
-    compute_series: tuple[float, ...] | None = None   # per-iteration compute times (from a trace), cycled
+    compute_series: tuple[float, ...] | None = None  # per-iteration compute times (from a trace), cycled
 
     def paths(self) -> list[list[str]]:
         """The path of each of the job's flows."""
@@ -96,8 +101,16 @@ class Job:
 
     # What a job's sender needs of it (one flow, its compute model, its count): the fields of the
     # JSON job document handed to the emulation's peers (mltcp.traffic.driver.JobSpec.to_dict).
-    SENDER_FIELDS = ("name", "compute_s", "bytes_per_iter", "start_offset_s", "jitter", "straggler_prob",
-                     "straggler_delay_s", "iterations")
+    SENDER_FIELDS = (
+        "name",
+        "compute_s",
+        "bytes_per_iter",
+        "start_offset_s",
+        "jitter",
+        "straggler_prob",
+        "straggler_delay_s",
+        "iterations",
+    )
 
     def sender_dict(self) -> dict:
         """The job as its sender runs it (:data:`SENDER_FIELDS`), JSON-able."""

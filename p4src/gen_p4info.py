@@ -135,15 +135,13 @@ def render(info: p4info_pb2.P4Info) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=P4INFO_PATH)
-    ap.add_argument("--check", action="store_true",
-                    help="exit 1 if the file differs from what would be generated")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the file differs from what would be generated")
     args = ap.parse_args(argv)
     text = render(build_p4info())
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""
         if current != text:
-            print(f"{args.out} is out of date: run python -m mltcp.p4src.gen_p4info",
-                  file=sys.stderr)
+            print(f"{args.out} is out of date: run python -m mltcp.p4src.gen_p4info", file=sys.stderr)
             return 1
         print(f"{args.out} is up to date")
         return 0

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-JOB_SLOTS = 1024      # job_tx, job_ecn_marks, job_bytes_ratio: one cell per MLTCP job id
-PORT_BITS = 9         # v1model egress_spec / egress_port
-THRESHOLD_BITS = 19   # queue depth (v1model enq_qdepth)
+JOB_SLOTS = 1024  # job_tx, job_ecn_marks, job_bytes_ratio: one cell per MLTCP job id
+PORT_BITS = 9  # v1model egress_spec / egress_port
+THRESHOLD_BITS = 19  # queue depth (v1model enq_qdepth)
 MAC_BITS = 48
 IPV4_BITS = 32
 BYTES_RATIO_BITS = 16  # Q0.16 fraction carried by the MLTCP shim
-WINDOW_BITS = 32       # set_contest_window(window), microseconds
-TIMESTAMP_BITS = 48    # v1model egress_global_timestamp
-BAND_BITS = 4          # progress band: bytes_ratio[15:12] (mltcp.progress_policy.HW_BANDS = 16)
-PRIORITY_BITS = 3      # v1model standard_metadata.priority
+WINDOW_BITS = 32  # set_contest_window(window), microseconds
+TIMESTAMP_BITS = 48  # v1model egress_global_timestamp
+BAND_BITS = 4  # progress band: bytes_ratio[15:12] (mltcp.progress_policy.HW_BANDS = 16)
+PRIORITY_BITS = 3  # v1model standard_metadata.priority
 
 T_IPV4_LPM = "MyIngress.ipv4_lpm"
 T_ECN_THRESHOLD = "MyEgress.ecn_threshold"
@@ -33,18 +33,18 @@ T_PROGRESS_PRIORITY = "MyIngress.progress_priority"
 T_PROGRESS_ECN = "MyEgress.progress_ecn"
 A_SET_PROGRESS_PRIORITY = "MyIngress.set_progress_priority"
 A_SET_PROGRESS_ECN = "MyEgress.set_progress_ecn"
-A_NO_PROGRESS_ECN = "MyEgress.no_progress_ecn"    # priority_ecn = off: the band is never marked
+A_NO_PROGRESS_ECN = "MyEgress.no_progress_ecn"  # priority_ecn = off: the band is never marked
 T_PROGRESS_CONTEST = "MyEgress.progress_contest"  # egress port -> the window of contest_seen (us)
 A_SET_CONTEST_WINDOW = "MyEgress.set_contest_window"
-P_WINDOW = "window"         # set_contest_window(window): microseconds
-R_CONTEST_JOB = "MyEgress.contest_job"      # per port: the last MLTCP job there, + 1
-R_CONTEST_SEEN = "MyEgress.contest_seen"    # per port: when that job last changed (us)
-P_PRIORITY = "priority"     # set_progress_priority(priority); set_progress_ecn(threshold)
+P_WINDOW = "window"  # set_contest_window(window): microseconds
+R_CONTEST_JOB = "MyEgress.contest_job"  # per port: the last MLTCP job there, + 1
+R_CONTEST_SEEN = "MyEgress.contest_seen"  # per port: when that job last changed (us)
+P_PRIORITY = "priority"  # set_progress_priority(priority); set_progress_ecn(threshold)
 K_EGRESS_SPEC = "standard_metadata.egress_spec"
 K_PROGRESS_BAND = "meta.progress_band"
-P_DST_ADDR = "dstAddr"      # ipv4_forward(dstAddr, port)
+P_DST_ADDR = "dstAddr"  # ipv4_forward(dstAddr, port)
 P_PORT = "port"
-P_THRESHOLD = "threshold"   # set_ecn_threshold(threshold)
+P_THRESHOLD = "threshold"  # set_ecn_threshold(threshold)
 K_IPV4_DST = "hdr.ipv4.dstAddr"
 K_EGRESS_PORT = "standard_metadata.egress_port"
 C_JOB_TX = "MyIngress.job_tx"
@@ -54,7 +54,7 @@ R_JOB_BYTES_RATIO = "MyIngress.job_bytes_ratio"
 
 ROUTE_TABLE_SIZE = 1024
 ECN_TABLE_SIZE = 512
-PROGRESS_TABLE_SIZE = 8192   # 512 ports x 16 bands
+PROGRESS_TABLE_SIZE = 8192  # 512 ports x 16 bands
 
 
 @dataclass(frozen=True)
@@ -105,16 +105,41 @@ class Program:
 MLTCP_V1MODEL = Program(
     arch="v1model",
     tables=[
-        Table(T_IPV4_LPM, ((K_IPV4_DST, IPV4_BITS, "LPM"),),
-              (A_IPV4_FORWARD, A_DROP, A_NOACTION), ROUTE_TABLE_SIZE, default_action=A_DROP),
-        Table(T_PROGRESS_PRIORITY, ((K_EGRESS_SPEC, PORT_BITS, "EXACT"), (K_PROGRESS_BAND, BAND_BITS, "EXACT")),
-              (A_SET_PROGRESS_PRIORITY, A_NOACTION), PROGRESS_TABLE_SIZE, default_action=A_NOACTION),
-        Table(T_ECN_THRESHOLD, ((K_EGRESS_PORT, PORT_BITS, "EXACT"),),
-              (A_SET_ECN_THRESHOLD, A_NOACTION), ECN_TABLE_SIZE, default_action=A_NOACTION),
-        Table(T_PROGRESS_CONTEST, ((K_EGRESS_PORT, PORT_BITS, "EXACT"),),
-              (A_SET_CONTEST_WINDOW, A_NOACTION), ECN_TABLE_SIZE, default_action=A_NOACTION),
-        Table(T_PROGRESS_ECN, ((K_EGRESS_PORT, PORT_BITS, "EXACT"), (K_PROGRESS_BAND, BAND_BITS, "EXACT")),
-              (A_SET_PROGRESS_ECN, A_NO_PROGRESS_ECN, A_NOACTION), PROGRESS_TABLE_SIZE, default_action=A_NOACTION),
+        Table(
+            T_IPV4_LPM,
+            ((K_IPV4_DST, IPV4_BITS, "LPM"),),
+            (A_IPV4_FORWARD, A_DROP, A_NOACTION),
+            ROUTE_TABLE_SIZE,
+            default_action=A_DROP,
+        ),
+        Table(
+            T_PROGRESS_PRIORITY,
+            ((K_EGRESS_SPEC, PORT_BITS, "EXACT"), (K_PROGRESS_BAND, BAND_BITS, "EXACT")),
+            (A_SET_PROGRESS_PRIORITY, A_NOACTION),
+            PROGRESS_TABLE_SIZE,
+            default_action=A_NOACTION,
+        ),
+        Table(
+            T_ECN_THRESHOLD,
+            ((K_EGRESS_PORT, PORT_BITS, "EXACT"),),
+            (A_SET_ECN_THRESHOLD, A_NOACTION),
+            ECN_TABLE_SIZE,
+            default_action=A_NOACTION,
+        ),
+        Table(
+            T_PROGRESS_CONTEST,
+            ((K_EGRESS_PORT, PORT_BITS, "EXACT"),),
+            (A_SET_CONTEST_WINDOW, A_NOACTION),
+            ECN_TABLE_SIZE,
+            default_action=A_NOACTION,
+        ),
+        Table(
+            T_PROGRESS_ECN,
+            ((K_EGRESS_PORT, PORT_BITS, "EXACT"), (K_PROGRESS_BAND, BAND_BITS, "EXACT")),
+            (A_SET_PROGRESS_ECN, A_NO_PROGRESS_ECN, A_NOACTION),
+            PROGRESS_TABLE_SIZE,
+            default_action=A_NOACTION,
+        ),
     ],
     actions=[
         # core.p4 of current p4c declares NoAction with @noWarn("unused").

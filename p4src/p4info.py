@@ -31,8 +31,7 @@ class P4InfoIndex:
     @classmethod
     def build(cls, p4info: p4info_pb2.P4Info) -> "P4InfoIndex":
         idx = cls(p4info)
-        for kind, objs in zip(KINDS, (p4info.tables, p4info.actions, p4info.counters,
-                                      p4info.registers)):
+        for kind, objs in zip(KINDS, (p4info.tables, p4info.actions, p4info.counters, p4info.registers)):
             target = idx.by_kind(kind)
             for o in objs:
                 target[o.preamble.id] = o
@@ -40,8 +39,9 @@ class P4InfoIndex:
         return idx
 
     def by_kind(self, kind: str) -> dict:
-        return {"table": self.tables, "action": self.actions, "counter": self.counters,
-                "register": self.registers}[kind]
+        return {"table": self.tables, "action": self.actions, "counter": self.counters, "register": self.registers}[
+            kind
+        ]
 
     def id(self, kind: str, name: str) -> int:
         """The id of ``kind`` object ``name``; KeyError naming it if the P4Info lacks it."""
@@ -88,8 +88,7 @@ def missing_objects(p4info: p4info_pb2.P4Info, program: Program = MLTCP_V1MODEL)
             if m is None:
                 problems.append(f"match field {fname} of table {spec.name}")
             elif m.match_type != MatchType.Value(mtype) or m.bitwidth != width:
-                problems.append(f"match field {fname} of table {spec.name} as {mtype} "
-                                f"bit<{width}>")
+                problems.append(f"match field {fname} of table {spec.name} as {mtype} bit<{width}>")
         refs = {idx.actions[r.id].preamble.name for r in t.action_refs if r.id in idx.actions}
         for aname in sorted(set(spec.actions) - refs - {A_NOACTION}):
             problems.append(f"action {aname} in table {spec.name}")
@@ -104,8 +103,10 @@ def missing_objects(p4info: p4info_pb2.P4Info, program: Program = MLTCP_V1MODEL)
         for pname, width in spec.params:
             if have.get(pname) != width:
                 problems.append(f"param {pname} bit<{width}> of action {spec.name}")
-    for kind, specs, objs in (("counter", program.counters, p4info.counters),
-                              ("register", program.registers, p4info.registers)):
+    for kind, specs, objs in (
+        ("counter", program.counters, p4info.counters),
+        ("register", program.registers, p4info.registers),
+    ):
         have = {o.preamble.name: o for o in objs}
         for spec in specs:
             o = have.get(spec.name)

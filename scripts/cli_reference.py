@@ -11,6 +11,7 @@ with their defaults). Usage::
 
 Exit 2 when docs/cli.md or its markers are missing (nothing written).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,6 +58,7 @@ def reference() -> str:
     import typer
     from mltcp import cli
     from mltcp.emulation import switch_cli
+
     cli._mount_optional()
     lines: list[str] = []
     for name, app in (("mltcp", cli.app), ("mltcp-switch", switch_cli.app)):

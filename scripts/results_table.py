@@ -15,6 +15,7 @@ Both start with a generated header naming the command and the date. Usage::
 Nothing is written unless every run succeeded; an unknown scenario or missing README markers
 exit 2 before any run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,17 @@ from pathlib import Path
 
 # ---- what the table runs: edit these two --------------------------------------------------
 SCENARIOS = [
-    "two-jobs", "three-jobs", "cubic-two-jobs", "dcqcn-two-jobs", "dctcp-two-jobs",
-    "straggler", "partial-compat", "circular", "paper-like", "resnet50-pair", "ring-allreduce",
+    "two-jobs",
+    "three-jobs",
+    "cubic-two-jobs",
+    "dcqcn-two-jobs",
+    "dctcp-two-jobs",
+    "straggler",
+    "partial-compat",
+    "circular",
+    "paper-like",
+    "resnet50-pair",
+    "ring-allreduce",
 ]
 SEEDS = 3
 # --------------------------------------------------------------------------------------------
@@ -51,20 +61,24 @@ class Row:
     seeds: list[int | None]
     speedup_avg: list[float]
     speedup_p99: list[float]
-    bound_avg: list[float]                 # baseline avg / ideal iteration: what a perfect interleave gives
+    bound_avg: list[float]  # baseline avg / ideal iteration: what a perfect interleave gives
     converged_at: list[int | None]
-    drops: list[tuple[float, float]]       # (baseline, mltcp) per seed
+    drops: list[tuple[float, float]]  # (baseline, mltcp) per seed
     marks: list[tuple[float, float]]
 
 
 def row_from_reports(name: str, seeds: list[int | None], reports: list[dict]) -> Row:
-    return Row(name=name, cc=reports[0]["baseline"]["cc"], seeds=seeds,
-               speedup_avg=[r["speedup_avg"] for r in reports],
-               speedup_p99=[r["speedup_p99"] for r in reports],
-               bound_avg=[r["baseline"]["avg_iter_s"] / r["ideal_iter_s"] for r in reports],
-               converged_at=[r["converged_at_iteration"] for r in reports],
-               drops=[(r["baseline"]["drops"], r["mltcp"]["drops"]) for r in reports],
-               marks=[(r["baseline"]["ecn_marks"], r["mltcp"]["ecn_marks"]) for r in reports])
+    return Row(
+        name=name,
+        cc=reports[0]["baseline"]["cc"],
+        seeds=seeds,
+        speedup_avg=[r["speedup_avg"] for r in reports],
+        speedup_p99=[r["speedup_p99"] for r in reports],
+        bound_avg=[r["baseline"]["avg_iter_s"] / r["ideal_iter_s"] for r in reports],
+        converged_at=[r["converged_at_iteration"] for r in reports],
+        drops=[(r["baseline"]["drops"], r["mltcp"]["drops"]) for r in reports],
+        marks=[(r["baseline"]["ecn_marks"], r["mltcp"]["ecn_marks"]) for r in reports],
+    )
 
 
 def span(vals: list[float], fmt: str = "{:.2f}") -> str:
@@ -89,27 +103,36 @@ def losses(row: Row) -> tuple[str, list[tuple[float, float]]]:
 
 
 def readme_table(rows: list[Row]) -> list[str]:
-    lines = ["| scenario | cc | speedup avg | speedup p99 | interleaved at | drops or marks, base → MLTCP |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | cc | speedup avg | speedup p99 | interleaved at | drops or marks, base → MLTCP |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         what, pairs = losses(r)
         base = statistics.fmean(b for b, _ in pairs)
         ml = statistics.fmean(m for _, m in pairs)
-        lines.append(f"| `{r.name}` | {r.cc} | {gmean(r.speedup_avg):.2f}x | {gmean(r.speedup_p99):.2f}x | "
-                     f"{', '.join(iteration(c) for c in r.converged_at)} | {what} {base:.0f} → {ml:.0f} |")
+        lines.append(
+            f"| `{r.name}` | {r.cc} | {gmean(r.speedup_avg):.2f}x | {gmean(r.speedup_p99):.2f}x | "
+            f"{', '.join(iteration(c) for c in r.converged_at)} | {what} {base:.0f} → {ml:.0f} |"
+        )
     return lines
 
 
 def results_table(rows: list[Row]) -> list[str]:
-    lines = ["| scenario | cc | seeds | speedup avg | bound avg | speedup p99 | interleaved at | drops base → MLTCP | "
-             "ECN marks base → MLTCP |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| scenario | cc | seeds | speedup avg | bound avg | speedup p99 | interleaved at | drops base → MLTCP | "
+        "ECN marks base → MLTCP |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         seeds = ", ".join("own" if s is None else str(s) for s in r.seeds)
         drops = "; ".join(f"{b:.0f} → {m:.0f}" for b, m in r.drops)
         marks = "; ".join(f"{b:.0f} → {m:.0f}" for b, m in r.marks)
-        lines.append(f"| `{r.name}` | {r.cc} | {seeds} | {span(r.speedup_avg)}x | {span(r.bound_avg)}x | "
-                     f"{span(r.speedup_p99)}x | "
-                     f"{', '.join(iteration(c) for c in r.converged_at)} | {drops} | {marks} |")
+        lines.append(
+            f"| `{r.name}` | {r.cc} | {seeds} | {span(r.speedup_avg)}x | {span(r.bound_avg)}x | "
+            f"{span(r.speedup_p99)}x | "
+            f"{', '.join(iteration(c) for c in r.converged_at)} | {drops} | {marks} |"
+        )
     return lines
 
 
@@ -118,27 +141,42 @@ def header(command: str, today: str) -> str:
 
 
 def results_md(rows: list[Row], command: str, today: str) -> str:
-    return "\n".join([
-        "# Results: the built-in scenarios in the simulator", "",
-        header(command, today), "",
-        "Each row runs `mltcp simulate NAME --compare --json` with the scenario's `seed` set to each",
-        "seed: the base congestion control against its MLTCP variant with the scenario's `[mltcp]`",
-        "table. Speedups are the base's iteration time over MLTCP's (`speedup_avg`, `speedup_p99`,",
-        "after `warmup_iterations`); a range spans the seeds. \"Bound avg\" is the base's average over",
-        "`ideal_iter_s` (each job alone on the network): what a perfect interleave would give, the",
-        "most any sender can gain on that seed (approximate where compute times vary: the ideal uses",
-        "the nominal ones). \"Interleaved at\" is",
-        "`converged_at_iteration` per seed: the first iteration from which no communication phase",
-        "overlaps another job's by more than 10 % for the rest of the run (\"never\": not in the run).",
-        "Drops and ECN marks are whole-run counts, one pair per seed.", "",
-        *results_table(rows), "",
-        "Regenerate (this file and the README's table): `python scripts/results_table.py`; the",
-        "scenarios and the number of seeds are the two lists at the top of that script.", ""])
+    return "\n".join(
+        [
+            "# Results: the built-in scenarios in the simulator",
+            "",
+            header(command, today),
+            "",
+            "Each row runs `mltcp simulate NAME --compare --json` with the scenario's `seed` set to each",
+            "seed: the base congestion control against its MLTCP variant with the scenario's `[mltcp]`",
+            "table. Speedups are the base's iteration time over MLTCP's (`speedup_avg`, `speedup_p99`,",
+            'after `warmup_iterations`); a range spans the seeds. "Bound avg" is the base\'s average over',
+            "`ideal_iter_s` (each job alone on the network): what a perfect interleave would give, the",
+            "most any sender can gain on that seed (approximate where compute times vary: the ideal uses",
+            'the nominal ones). "Interleaved at" is',
+            "`converged_at_iteration` per seed: the first iteration from which no communication phase",
+            'overlaps another job\'s by more than 10 % for the rest of the run ("never": not in the run).',
+            "Drops and ECN marks are whole-run counts, one pair per seed.",
+            "",
+            *results_table(rows),
+            "",
+            "Regenerate (this file and the README's table): `python scripts/results_table.py`; the",
+            "scenarios and the number of seeds are the two lists at the top of that script.",
+            "",
+        ]
+    )
 
 
 def readme_block(rows: list[Row], command: str, today: str) -> str:
-    return "\n".join([RESULTS_START, header(command, today) + " Geometric means over the seeds; "
-                      "every seed: [docs/results.md](docs/results.md).", "", *readme_table(rows), RESULTS_END])
+    return "\n".join(
+        [
+            RESULTS_START,
+            header(command, today) + " Geometric means over the seeds; every seed: [docs/results.md](docs/results.md).",
+            "",
+            *readme_table(rows),
+            RESULTS_END,
+        ]
+    )
 
 
 def replace_block(text: str, block: str) -> str:
@@ -146,7 +184,7 @@ def replace_block(text: str, block: str) -> str:
     start, end = text.find(RESULTS_START), text.find(RESULTS_END)
     if start < 0 or end < start:
         raise ValueError(f"the markers {RESULTS_START!r} ... {RESULTS_END!r} are missing or out of order")
-    return text[:start] + block + text[end + len(RESULTS_END):]
+    return text[:start] + block + text[end + len(RESULTS_END) :]
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -163,6 +201,7 @@ def write_atomic(path: Path, text: str) -> None:
 def measure(name: str, seed: int | None) -> dict:
     from mltcp.cli import _algorithms, build_report, run_simulations
     from mltcp.scenario import load
+
     sc = load(name)
     if seed is not None:
         sc = dataclasses.replace(sc, seed=seed)
@@ -176,6 +215,7 @@ def fail(msg: str) -> None:
 
 def check_inputs(names: list[str], seeds: int, write: bool) -> None:
     from mltcp.scenario import ScenarioError, load
+
     if seeds < 0:
         fail(f"--seeds: must be >= 0, got {seeds}")
     for n in names:
@@ -192,10 +232,14 @@ def check_inputs(names: list[str], seeds: int, write: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("names", nargs="*", help=f"scenarios (default: SCENARIOS at the top of this script)")
+    ap.add_argument("names", nargs="*", help="scenarios (default: SCENARIOS at the top of this script)")
     ap.add_argument("--seeds", type=int, default=SEEDS, help="run seeds 1..N (0: the scenario's own seed)")
-    ap.add_argument("--print", dest="print_only", action="store_true",
-                    help="print docs/results.md's text on stdout instead of writing the two files")
+    ap.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="print docs/results.md's text on stdout instead of writing the two files",
+    )
     a = ap.parse_args(argv)
     names = a.names or SCENARIOS
     check_inputs(names, a.seeds, not a.print_only)
@@ -207,8 +251,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"[{i}/{len(names)}] {name} seed {'own' if s is None else s}", file=sys.stderr, flush=True)
             reports.append(measure(name, s))
         rows.append(row_from_reports(name, seeds, reports))
-    command = "python scripts/results_table.py" + (f" --seeds {a.seeds}" if a.seeds != SEEDS else "") \
+    command = (
+        "python scripts/results_table.py"
+        + (f" --seeds {a.seeds}" if a.seeds != SEEDS else "")
         + "".join(f" {n}" for n in a.names)
+    )
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     doc = results_md(rows, command, today)
     if a.print_only:

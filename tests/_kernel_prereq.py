@@ -1,4 +1,5 @@
 """Why the kernel-CC tests cannot run on this machine, or None when they can."""
+
 import os
 import shutil
 

@@ -2,6 +2,7 @@
 a private unix-socket folder and a free port on 127.0.0.1, trust authentication for the loopback;
 run as ``nobody`` when the tests run as root (the server refuses root). ``stop()``/``start()``
 restart it in place (the database survives); ``close()`` removes everything, also after a failure."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,9 @@ PG_BIN = Path(os.environ.get("MLTCP_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
 def missing_reason() -> str | None:
     if not (PG_BIN / "initdb").exists() or not (PG_BIN / "pg_ctl").exists():
-        return f"PostgreSQL server binaries not found in {PG_BIN} (Debian package postgresql: scripts/install-system.sh)"
+        return (
+            f"PostgreSQL server binaries not found in {PG_BIN} (Debian package postgresql: scripts/install-system.sh)"
+        )
     try:
         import psycopg2  # noqa: F401
     except ImportError:
@@ -54,18 +57,28 @@ class PostgresServer:
         argv = [str(PG_BIN / cmd[0]), *cmd[1:]]
         if self.user:
             argv = ["runuser", "-u", self.user, "--", *argv]
-        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, cwd=self.root,
-                           stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            cwd=self.root,
+            stdin=subprocess.DEVNULL,
+        )
         if check and r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[:2])} failed ({r.returncode}): {r.stdout.decode(errors='replace')[-2000:]}"
-                               f"\n{self.log.read_text(errors='replace')[-2000:] if self.log.exists() else ''}")
+            raise RuntimeError(
+                f"{' '.join(cmd[:2])} failed ({r.returncode}): {r.stdout.decode(errors='replace')[-2000:]}"
+                f"\n{self.log.read_text(errors='replace')[-2000:] if self.log.exists() else ''}"
+            )
         return r
 
     def create(self) -> "PostgresServer":
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8",
-                  "--locale=C")
+        self._run(
+            "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"
+        )
         self.start()
         import psycopg2
+
         conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres")
         conn.autocommit = True
         with conn.cursor() as cur:
@@ -74,15 +87,26 @@ class PostgresServer:
         return self
 
     def start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o",
-                  f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50",
-                  "start")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50",
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
 
     def query(self, sql: str):
         import psycopg2
+
         conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="postgres", dbname=self.dbname)
         try:
             with conn.cursor() as cur:

@@ -1,5 +1,6 @@
 """Two network namespaces joined by a veth, for the root kernel tests: ``tx`` (st0, 10.77.0.1) and
 ``rx`` (st1, 10.77.0.2), named by their files under /run/netns; removed even when the test fails."""
+
 import subprocess
 import uuid
 

@@ -1,4 +1,5 @@
 """Congestion-control core against hand-computed windows and rates."""
+
 import math
 
 import numpy as np
@@ -26,7 +27,7 @@ def test_reno_slow_start_stops_at_ssthresh_and_spends_the_rest_in_avoidance():
     cc = Reno()
     st = cc.new_state(1, mss=1000)
     st.ssthresh[:] = 12 * MSS
-    ack(cc, st, 4 * MSS)   # 2 MSS of slow start to 12, 2 MSS left for avoidance
+    ack(cc, st, 4 * MSS)  # 2 MSS of slow start to 12, 2 MSS left for avoidance
     assert st.cwnd[0] == pytest.approx(12 * MSS + MSS * 2 * MSS / (12 * MSS))
 
 
@@ -61,7 +62,7 @@ def mltcp_at_ratio(r, **kw):
     """An MLTCP-Reno flow that has learned 100 kB iterations and is r of the way through one."""
     cc = MLTCPReno(**kw)
     st = cc.new_state(1, mss=1000)
-    ack(cc, st, 100_000, now=0.0)             # first iteration
+    ack(cc, st, 100_000, now=0.0)  # first iteration
     ack(cc, st, 100_000 * r or 1e-9, now=0.5)  # idle 0.5 s > min_idle: a new iteration
     return cc, st
 
@@ -85,7 +86,7 @@ def test_mltcp_decrease_unchanged_by_default_and_scaled_when_asked():
     cc, st = mltcp_at_ratio(1.0, scale_decrease=True)
     st.cwnd[:] = 20 * MSS
     cc.on_congestion(st, np.array([True]), "loss", 1.0)
-    assert st.cwnd[0] == pytest.approx(20 * MSS * (1 - 0.2))   # r = 1 removes 0.8 - 0.6 = 0.2
+    assert st.cwnd[0] == pytest.approx(20 * MSS * (1 - 0.2))  # r = 1 removes 0.8 - 0.6 = 0.2
 
 
 def test_custom_aggressiveness_function():
@@ -101,9 +102,9 @@ def test_cubic_k_and_window_curve():
     st = cc.new_state(1, mss=1000)
     st.cwnd[:] = 100 * MSS
     cc.on_congestion(st, np.array([True]), "loss", 0.0)
-    assert st.cwnd[0] == pytest.approx(70 * MSS)          # beta = 0.7
+    assert st.cwnd[0] == pytest.approx(70 * MSS)  # beta = 0.7
     assert st.ca.w_max[0] == pytest.approx(100.0)
-    ack(cc, st, MSS, now=1.0)                                # epoch starts at t = 1 s
+    ack(cc, st, MSS, now=1.0)  # epoch starts at t = 1 s
     K = math.cbrt((100 - 70) / 0.4)
     assert st.ca.k[0] == pytest.approx(K)
     # W(t) = C (t - K)^3 + W_max; at t = K the curve is back at W_max
@@ -116,7 +117,7 @@ def test_cubic_growth_follows_target_per_ack():
     st = cc.new_state(1, mss=1000)
     st.cwnd[:] = 100 * MSS
     cc.on_congestion(st, np.array([True]), "loss", 0.0)
-    ack(cc, st, MSS, now=0.0)         # epoch starts
+    ack(cc, st, MSS, now=0.0)  # epoch starts
     seg = st.cwnd[0] / MSS
     t = 2.0
     target = min(max(0.4 * (t + RTT[0] - st.ca.k[0]) ** 3 + 100.0, seg), 1.5 * seg)
@@ -132,15 +133,15 @@ def test_cubic_grows_at_least_5_percent_per_rtt_until_the_first_loss():
     cc = Cubic()
     st = cc.new_state(1, mss=1000)
     st.cwnd[:] = 100 * MSS
-    st.ssthresh[:] = 100 * MSS                 # avoidance, no loss yet
-    ack(cc, st, MSS, now=0.0)                  # epoch starts (W_max = cwnd: the curve is flat)
+    st.ssthresh[:] = 100 * MSS  # avoidance, no loss yet
+    ack(cc, st, MSS, now=0.0)  # epoch starts (W_max = cwnd: the curve is flat)
     before = st.cwnd[0]
     ack(cc, st, 10 * MSS, now=1e-3)
     assert st.cwnd[0] - before == pytest.approx(10 * MSS / 20, rel=1e-3)
     cc.on_congestion(st, np.array([True]), "loss", 1.0)
     ack(cc, st, MSS, now=1.0)
     before = st.cwnd[0]
-    ack(cc, st, 10 * MSS, now=1.001)           # near the start of the concave curve: far below 1/20
+    ack(cc, st, 10 * MSS, now=1.001)  # near the start of the concave curve: far below 1/20
     assert st.cwnd[0] - before < 10 * MSS / 20 / 2
     cc.on_timeout(st, np.array([True]), 2.0)
     assert st.ca.w_last_max[0] == 0.0 and st.ca.w_max[0] == 0.0 and st.cwnd[0] == MSS
@@ -150,9 +151,9 @@ def test_cubic_fast_convergence_lowers_w_max():
     cc = Cubic()
     st = cc.new_state(1, mss=1000)
     st.cwnd[:] = 100 * MSS
-    cc.on_congestion(st, np.array([True]), "loss", 0.0)      # w_last_max = 100
+    cc.on_congestion(st, np.array([True]), "loss", 0.0)  # w_last_max = 100
     st.cwnd[:] = 80 * MSS
-    cc.on_congestion(st, np.array([True]), "loss", 1.0)      # 80 < 100: W_max = 80 * 1.7 / 2
+    cc.on_congestion(st, np.array([True]), "loss", 1.0)  # 80 < 100: W_max = 80 * 1.7 / 2
     assert st.ca.w_max[0] == pytest.approx(80 * 1.7 / 2)
     # RFC 9438 / Linux keep one W_max: the next loss compares with the lowered 68, not with 80
     # (RFC 8312's W_last_max), so a loss at 75 is no reason to lower it again
@@ -160,7 +161,7 @@ def test_cubic_fast_convergence_lowers_w_max():
     cc.on_congestion(st, np.array([True]), "loss", 2.0)
     assert st.ca.w_max[0] == pytest.approx(75.0)
     st.cwnd[:] = 70 * MSS
-    cc.on_congestion(st, np.array([True]), "loss", 3.0)      # 70 < 75: lowered
+    cc.on_congestion(st, np.array([True]), "loss", 3.0)  # 70 < 75: lowered
     assert st.ca.w_max[0] == pytest.approx(70 * 1.7 / 2)
 
 
@@ -170,8 +171,8 @@ def test_dcqcn_cnp_alpha_and_rate_sequence():
     st = cc.new_state(1)
     assert st.rate[0] == line and st.ca.alpha[0] == 1.0
     cc.on_cnp(st, np.array([True]), 0.0)
-    assert st.ca.alpha[0] == pytest.approx(1.0)                   # (1-g)*1 + g
-    assert st.rate[0] == pytest.approx(line / 2)               # Rc (1 - alpha/2)
+    assert st.ca.alpha[0] == pytest.approx(1.0)  # (1-g)*1 + g
+    assert st.rate[0] == pytest.approx(line / 2)  # Rc (1 - alpha/2)
     assert st.ca.target[0] == line
     # 100 alpha intervals without a CNP: alpha = (1-g)^100
     cc.on_timer(st, 100e-6)
@@ -183,18 +184,26 @@ def test_dcqcn_cnp_alpha_and_rate_sequence():
 
 
 def test_dcqcn_fast_recovery_then_additive_then_hyper():
-    cc = Dcqcn(line_rate=100.0, rai=1.0, rhai=4.0, min_rate=1.0, timer=1.0, byte_counter=10.0,
-               fast_recovery_steps=5, alpha_interval=1e9)
+    cc = Dcqcn(
+        line_rate=100.0,
+        rai=1.0,
+        rhai=4.0,
+        min_rate=1.0,
+        timer=1.0,
+        byte_counter=10.0,
+        fast_recovery_steps=5,
+        alpha_interval=1e9,
+    )
     st = cc.new_state(1)
     st.rate[:], st.ca.target[:] = 20.0, 60.0
     rc, rt = 20.0, 60.0
-    for i in range(1, 8):                 # timer expiries only: T = 1..7, B = 0
+    for i in range(1, 8):  # timer expiries only: T = 1..7, B = 0
         cc.on_timer(st, float(i))
         if i >= 5:
-            rt += 1.0                     # additive increase once T reaches F
+            rt += 1.0  # additive increase once T reaches F
         rc = (rc + rt) / 2
         assert st.ca.target[0] == pytest.approx(rt) and st.rate[0] == pytest.approx(rc)
-    for _ in range(5):                    # byte counter catches up: B = 5 -> hyper increase
+    for _ in range(5):  # byte counter catches up: B = 5 -> hyper increase
         cc.on_sent(st, np.array([10.0]), 8.0)
     assert st.ca.b_count[0] == 5
     assert st.ca.target[0] > rt + 4.0 - 1e-9
@@ -202,10 +211,11 @@ def test_dcqcn_fast_recovery_then_additive_then_hyper():
 
 def test_mltcp_dcqcn_scales_rate_increase():
     from mltcp.cc import MLTCPDcqcn
+
     cc = MLTCPDcqcn(line_rate=1000.0, rai=10.0, rhai=10.0, timer=1.0, fast_recovery_steps=0, alpha_interval=1e9)
     st = cc.new_state(1)
     cc.on_ack(st, np.array([100.0]), RTT, 0.0)
-    cc.on_ack(st, np.array([50.0]), RTT, 1.0)           # r = 0.5 -> F = 2.25
+    cc.on_ack(st, np.array([50.0]), RTT, 1.0)  # r = 0.5 -> F = 2.25
     st.rate[:], st.ca.target[:] = 100.0, 100.0
     cc.on_timer(st, 5.0)
     assert st.ca.target[0] == pytest.approx(100.0 + 2.25 * 10.0)
@@ -230,10 +240,11 @@ def test_vectorised_flows_are_independent():
 
 def test_params_are_declared_on_the_class_with_units_and_scenario_keys():
     from mltcp.cc import Dcqcn, MLTCPCubic
+
     assert Reno.params["beta"].default == 0.5
     f = Dcqcn.scenario_fields()
     assert f["rai_mbps"].name == "rai" and f["rai_mbps"].from_scenario(40) == pytest.approx(40e6 / 8)
-    assert "line_rate" not in {p.key for p in f.values()}          # set by the caller, not a file
+    assert "line_rate" not in {p.key for p in f.values()}  # set by the caller, not a file
     assert set(Cubic.params) <= set(MLTCPCubic.params) and "slope" in MLTCPCubic.params
     with pytest.raises(TypeError, match="unknown parameter"):
         Reno(bogus=1)
@@ -251,7 +262,7 @@ def test_state_is_typed_and_owned_by_the_algorithm():
 def test_cong_avoid_is_separate_from_pkts_acked():
     cc = MLTCPReno()
     st = cc.new_state(1, mss=1000)
-    cc.pkts_acked(st, np.array([5000.0]), RTT, 0.0)     # tracker counts it, the window does not grow
+    cc.pkts_acked(st, np.array([5000.0]), RTT, 0.0)  # tracker counts it, the window does not grow
     assert st.cwnd[0] == 10 * MSS and st.tracker.bytes_cur[0] == 5000
     cc.cong_avoid(st, np.array([5000.0]), 0.0)
     assert st.cwnd[0] == 15 * MSS
@@ -259,22 +270,24 @@ def test_cong_avoid_is_separate_from_pkts_acked():
 
 def test_tx_start_restart_after_idle_and_cubic_epoch_shift():
     from mltcp.cc import TX_START
+
     cc = Cubic()
     st = cc.new_state(1, mss=1000)
     st.cwnd[:], st.ssthresh[:] = 80 * MSS, 10 * MSS
     st.ca.epoch[:] = 1.0
-    done = cc.cwnd_event(st, TX_START, 3.0, idle=0.5, rto=0.2)    # 2.5 RTOs idle: halved twice
+    done = cc.cwnd_event(st, TX_START, 3.0, idle=0.5, rto=0.2)  # 2.5 RTOs idle: halved twice
     assert done[0] and st.cwnd[0] == 20 * MSS and st.ssthresh[0] == 60 * MSS
-    assert st.ca.epoch[0] == 1.5                                   # the idle time does not count
+    assert st.ca.epoch[0] == 1.5  # the idle time does not count
     st.cwnd[:] = 80 * MSS
     assert not cc.cwnd_event(st, TX_START, 3.0, idle=0.1, rto=0.2)[0] and st.cwnd[0] == 80 * MSS
     assert not cc.cwnd_event(st, TX_START, 3.0, idle=1.0, rto=0.2, restart=False)[0]
     st.cwnd[:] = 12 * MSS
-    cc.cwnd_event(st, TX_START, 9.0, idle=5.0, rto=0.2)            # never below the initial window
+    cc.cwnd_event(st, TX_START, 9.0, idle=5.0, rto=0.2)  # never below the initial window
     assert st.cwnd[0] == 10 * MSS
 
 
 # ---- CUBIC slow-start exit: HyStart (Linux / ns-3) and HyStart++ (RFC 9406) ----------------------
+
 
 def _ss_ack(cc, st, nbytes, rtt, now):
     cc.on_ack(st, np.array([float(nbytes)]), np.array([rtt]), now)
@@ -284,17 +297,17 @@ def test_hystart_ack_train_ends_slow_start_at_train_fraction_of_min_rtt():
     for train in (0.5, 1.0):
         cc = Cubic(hystart_train=train)
         st = cc.new_state(1, mss=MSS)
-        st.cwnd[:] = 100 * MSS                        # one round = 100 ACKs = 2 ms of train
+        st.cwnd[:] = 100 * MSS  # one round = 100 ACKs = 2 ms of train
         t, dmin = 1.0, 400e-6
-        _ss_ack(cc, st, MSS, dmin, t)                 # starts the round (train start)
+        _ss_ack(cc, st, MSS, dmin, t)  # starts the round (train start)
         while st.ssthresh[0] == np.inf:
-            t += 20e-6                                # ACKs 20 us apart: one train
+            t += 20e-6  # ACKs 20 us apart: one train
             _ss_ack(cc, st, MSS, dmin, t)
             assert t < 1.01
-        assert st.ca.hs_found[0] == 1.0 and 0 <= st.cwnd[0] - st.ssthresh[0] < 0.1 * MSS   # exit: ssthresh = cwnd
+        assert st.ca.hs_found[0] == 1.0 and 0 <= st.cwnd[0] - st.ssthresh[0] < 0.1 * MSS  # exit: ssthresh = cwnd
         assert t - 1.0 == pytest.approx(train * dmin, abs=21e-6)
         before = st.cwnd[0]
-        _ss_ack(cc, st, MSS, dmin, t + 20e-6)         # avoidance now: far less than one MSS per ACK
+        _ss_ack(cc, st, MSS, dmin, t + 20e-6)  # avoidance now: far less than one MSS per ACK
         assert st.cwnd[0] - before < 0.5 * MSS
 
 
@@ -313,7 +326,7 @@ def test_hystart_sees_acks_that_do_not_grow_the_window():
         cc.pkts_acked(st, np.array([MSS]), np.array([dmin]), t)
         assert t < 1.01
     assert t - 1.0 == pytest.approx(dmin, abs=21e-6)
-    assert st.cwnd[0] == 100 * MSS and st.ssthresh[0] == 100 * MSS     # exit, and no growth without cong_avoid
+    assert st.cwnd[0] == 100 * MSS and st.ssthresh[0] == 100 * MSS  # exit, and no growth without cong_avoid
 
 
 @pytest.mark.parametrize("rounds, train", [(0, 0.5), (1, 1.0)])
@@ -326,12 +339,12 @@ def test_hystart_rounds_as_linux_and_ns3_count_them(rounds, train):
     cc = Cubic(hystart_train=train, hystart_rounds=rounds)
     st = cc.new_state(1, mss=MSS)
     rtt, spacing, t0 = 415e-6, 12e-6, 1.0
-    burst_start, sent_in_burst = t0, 10                   # the initial window's ACKs, then one burst per RTT
+    burst_start, sent_in_burst = t0, 10  # the initial window's ACKs, then one burst per RTT
     while st.ssthresh[0] == np.inf:
         nxt = 0
         for k in range(sent_in_burst):
             _ss_ack(cc, st, MSS, rtt, burst_start + k * spacing)
-            nxt += 2                                      # slow start: two segments out per ACK
+            nxt += 2  # slow start: two segments out per ACK
             if st.ssthresh[0] != np.inf:
                 break
         burst_start += rtt
@@ -349,17 +362,18 @@ def test_hystart_delay_rule_and_low_window():
         st = cc.new_state(1, mss=MSS)
         st.cwnd[:] = cwnd_seg * MSS
         _ss_ack(cc, st, 1, 1e-3, 1.0)
-        _ss_ack(cc, st, cwnd_seg * MSS, rtts[0], 1.003)      # the first round is acknowledged
+        _ss_ack(cc, st, cwnd_seg * MSS, rtts[0], 1.003)  # the first round is acknowledged
         for n, r in enumerate(rtts[1:]):
             _ss_ack(cc, st, 1, r, 1.006 + 3e-3 * n)
         return st
-    st = run([50e-3] * 12, cwnd_seg=6)                       # below 16 segments: no exit however late
+
+    st = run([50e-3] * 12, cwnd_seg=6)  # below 16 segments: no exit however late
     assert st.ssthresh[0] == np.inf
-    st = run([4.9e-3] * 12)                                  # threshold clamp(1 ms / 8) = 4 ms: 4.9 < 5
+    st = run([4.9e-3] * 12)  # threshold clamp(1 ms / 8) = 4 ms: 4.9 < 5
     assert st.ssthresh[0] == np.inf
-    st = run([5.5e-3] * 7)                                   # 7 samples: not yet
+    st = run([5.5e-3] * 7)  # 7 samples: not yet
     assert st.ssthresh[0] == np.inf
-    st = run([5.5e-3] * 9)                                   # 8 samples over 1 + 4 ms: exit
+    st = run([5.5e-3] * 9)  # 8 samples over 1 + 4 ms: exit
     assert 0 <= st.cwnd[0] - st.ssthresh[0] < 0.1 * MSS and st.ca.hs_found[0] == 1.0
 
 
@@ -377,7 +391,7 @@ def test_hystart_off_is_plain_slow_start_and_timeout_rearms():
         _ss_ack(cc, st, MSS, 400e-6, 1.0 + 20e-6 * n)
     assert st.ca.hs_found[0] == 1.0
     cc.on_timeout(st, np.array([True]), 2.0)
-    assert st.ca.hs_found[0] == 0.0 and st.ca.delay_min[0] == 0.0   # HyStart runs again after an RTO
+    assert st.ca.hs_found[0] == 0.0 and st.ca.delay_min[0] == 0.0  # HyStart runs again after an RTO
     with pytest.raises(ValueError, match="hystart"):
         Cubic(hystart=3)
 
@@ -394,7 +408,7 @@ def test_hystart_plus_plus_conservative_slow_start_then_avoidance():
         while st.ca.hs_acked[0] < end or st.ca.hs_acked[0] == 0.0:
             t += 1e-3
             _ss_ack(cc, st, MSS, rtt, t)
-        for _ in range(n - 1):                        # the rest of the round's samples
+        for _ in range(n - 1):  # the rest of the round's samples
             if st.ca.hs_acked[0] + MSS >= st.ca.hs_end[0]:
                 break
             t += 1e-3
@@ -403,7 +417,7 @@ def test_hystart_plus_plus_conservative_slow_start_then_avoidance():
     round_of(1e-3)
     round_of(1e-3)
     assert st.ca.hs_css[0] == -1.0 and st.ssthresh[0] == np.inf
-    round_of(6e-3)                                    # >= 1 ms + 4 ms over the last round: CSS
+    round_of(6e-3)  # >= 1 ms + 4 ms over the last round: CSS
     assert st.ca.hs_css[0] >= 0.0 and st.ca.hs_css_base[0] == pytest.approx(6e-3)
     before = st.cwnd[0]
     t += 1e-3
@@ -430,25 +444,28 @@ def test_hystart_plus_plus_conservative_slow_start_then_avoidance():
 
 # ---- DCTCP (RFC 8257) ---------------------------------------------------------------------------
 
+
 def test_dctcp_alpha_is_the_marked_fraction_averaged_once_per_window():
     from mltcp.cc import Dctcp
+
     cc = Dctcp()
     st = cc.new_state(1, mss=1000)
-    assert st.ca.alpha[0] == 1.0                       # Linux dctcp_alpha_on_init
+    assert st.ca.alpha[0] == 1.0  # Linux dctcp_alpha_on_init
     rtt = np.array([1e-3])
-    cc.in_ack_event(st, np.array([10 * MSS]), np.array([0.0]), rtt, 0.0)     # opens the first window
+    cc.in_ack_event(st, np.array([10 * MSS]), np.array([0.0]), rtt, 0.0)  # opens the first window
     cc.in_ack_event(st, np.array([10 * MSS]), np.array([5 * MSS]), rtt, 0.5e-3)
-    assert st.ca.alpha[0] == 1.0                       # the window has not ended: no update yet
+    assert st.ca.alpha[0] == 1.0  # the window has not ended: no update yet
     cc.in_ack_event(st, np.array([20 * MSS]), np.array([0.0]), rtt, 1.0e-3)
     # 5 of 40 segments marked over the window: alpha = 15/16 + 1/16 x 1/8
     assert st.ca.alpha[0] == pytest.approx(15 / 16 + 1 / 16 * 5 / 40)
-    for k in range(200):                               # no marks for many windows: alpha decays to 0
+    for k in range(200):  # no marks for many windows: alpha decays to 0
         cc.in_ack_event(st, np.array([10 * MSS]), np.array([0.0]), rtt, 2e-3 + k * 1e-3)
     assert st.ca.alpha[0] < 1e-4
 
 
 def test_dctcp_cuts_by_alpha_over_two_on_ecn_and_halves_on_loss_and_timeout():
     from mltcp.cc import Dctcp
+
     cc = Dctcp()
     st = cc.new_state(3, mss=1000)
     st.cwnd[:] = 40 * MSS
@@ -461,18 +478,19 @@ def test_dctcp_cuts_by_alpha_over_two_on_ecn_and_halves_on_loss_and_timeout():
     assert st.cwnd[2] == MSS and st.ssthresh[2] == 20 * MSS
     st.cwnd[:] = 10 * MSS
     st.ssthresh[:] = 5 * MSS
-    cc.on_ack(st, np.array([10 * MSS] * 3), np.array([1e-3] * 3), 0.0)   # Reno's additive increase
+    cc.on_ack(st, np.array([10 * MSS] * 3), np.array([1e-3] * 3), 0.0)  # Reno's additive increase
     assert st.cwnd[0] == pytest.approx(11 * MSS)
 
 
 def test_mltcp_dctcp_is_dctcp_plus_the_hook():
     from mltcp.cc import MLTCPDctcp
+
     cc = MLTCPDctcp(scale_decrease=True)
     st = cc.new_state(1, mss=1000)
-    ack(cc, st, 100_000, now=0.0)                      # first iteration learns 100 kB
-    ack(cc, st, 50_000, now=0.5)                       # idle gap: the next one, half sent
+    ack(cc, st, 100_000, now=0.0)  # first iteration learns 100 kB
+    ack(cc, st, 50_000, now=0.5)  # idle gap: the next one, half sent
     st.cwnd[:], st.ssthresh[:] = 20 * MSS, 10 * MSS
-    ack(cc, st, 20 * MSS, now=0.6)                     # r = 0.7: F = 4 x 0.7 + 0.25
+    ack(cc, st, 20 * MSS, now=0.6)  # r = 0.7: F = 4 x 0.7 + 0.25
     assert st.cwnd[0] == pytest.approx(20 * MSS + (4 * 0.7 + 0.25) * MSS)
     st.ca.alpha[:] = 0.5
     w = st.cwnd[0]

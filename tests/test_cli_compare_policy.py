@@ -1,5 +1,6 @@
 """`mltcp simulate S --compare-policy`: the scenario's algorithm through a plain switch and through
 its `switch_policy`, reported in `--compare`'s JSON shape; and the summary's "never"."""
+
 import json
 import os
 import subprocess
@@ -10,8 +11,18 @@ from rich.console import Console
 from mltcp.cli import summary_table
 
 MLTCP = [sys.executable, "-m", "mltcp.cli"]
-REPORT_KEYS = {"scenario", "source", "jobs", "warmup_iterations", "baseline", "mltcp", "speedup_avg",
-               "speedup_p99", "converged_at_iteration", "ideal_iter_s"}
+REPORT_KEYS = {
+    "scenario",
+    "source",
+    "jobs",
+    "warmup_iterations",
+    "baseline",
+    "mltcp",
+    "speedup_avg",
+    "speedup_p99",
+    "converged_at_iteration",
+    "ideal_iter_s",
+}
 
 POLICY = """name = "policy"
 iterations = 14
@@ -45,7 +56,7 @@ path = ["l"]
 def _simulate(tmp_path, toml: str, *args):
     f = tmp_path / "s.toml"
     f.write_text(toml)
-    env = dict(os.environ, COLUMNS="200")        # the tables unwrapped
+    env = dict(os.environ, COLUMNS="200")  # the tables unwrapped
     return subprocess.run(MLTCP + ["simulate", str(f), *args], capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -83,17 +94,30 @@ def test_compare_policy_is_not_compare(tmp_path):
 
 
 def _side(cc, interleaved):
-    return {"cc": cc, "avg_iter_s": 0.05, "p99_iter_s": 0.06, "drops": 3.0, "ecn_marks": 0.0,
-            "converged_at_iteration": interleaved}
+    return {
+        "cc": cc,
+        "avg_iter_s": 0.05,
+        "p99_iter_s": 0.06,
+        "drops": 3.0,
+        "ecn_marks": 0.0,
+        "converged_at_iteration": interleaved,
+    }
 
 
 def test_summary_says_never_when_the_jobs_never_interleave():
-    rep = {"baseline": _side("reno", None), "mltcp": _side("mltcp-reno", 3), "ideal_iter_s": 0.04,
-           "speedup_avg": 1.2, "speedup_p99": 1.3}
+    rep = {
+        "baseline": _side("reno", None),
+        "mltcp": _side("mltcp-reno", 3),
+        "ideal_iter_s": 0.04,
+        "speedup_avg": 1.2,
+        "speedup_p99": 1.3,
+    }
     console = Console(width=200, record=True)
     console.print(summary_table(rep))
     text = console.export_text()
-    rows = {cells[0]: cells[-1] for cells in ([c.strip() for c in l.strip("│").split("│")]
-                                              for l in text.splitlines() if l.startswith("│"))}
+    rows = {
+        cells[0]: cells[-1]
+        for cells in ([c.strip() for c in l.strip("│").split("│")] for l in text.splitlines() if l.startswith("│"))
+    }
     assert rows["reno"] == "never" and rows["mltcp-reno"] == "3"
     assert "None" not in text

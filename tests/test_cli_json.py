@@ -3,6 +3,7 @@ one JSON document on stdout (json.loads of the whole of stdout), the simulator's
 emulator's reports share their top-level keys (``baseline``, ``mltcp`` = null without --compare),
 bad input exits 2 with nothing on stdout, Ctrl-C exits 130. Each command runs as a user runs it,
 in its own process; the emulation needs root and Mininet and skips with the reason otherwise."""
+
 import json
 import signal
 import socket
@@ -17,8 +18,18 @@ from mltcp.emulation.netns import have_mininet_prereqs, leftovers, run_prefix
 
 ROOT = Path(__file__).resolve().parents[1]
 MLTCP = [sys.executable, "-m", "mltcp.cli"]
-REPORT_KEYS = {"scenario", "source", "jobs", "warmup_iterations", "baseline", "mltcp", "speedup_avg",
-               "speedup_p99", "converged_at_iteration", "ideal_iter_s"}
+REPORT_KEYS = {
+    "scenario",
+    "source",
+    "jobs",
+    "warmup_iterations",
+    "baseline",
+    "mltcp",
+    "speedup_avg",
+    "speedup_p99",
+    "converged_at_iteration",
+    "ideal_iter_s",
+}
 
 SMALL = """name = "small"
 iterations = 12
@@ -76,7 +87,7 @@ def test_simulate_tables_without_json_and_bad_input_exit_2(small, tmp_path):
     rc, out, err = run(["simulate", small])
     assert rc == 0, err
     with pytest.raises(json.JSONDecodeError):
-        json.loads(out)                                   # tables, not JSON
+        json.loads(out)  # tables, not JSON
     rc, out, err = run(["simulate", str(tmp_path / "none.toml"), "--json"])
     assert rc == 2 and out == "" and "none.toml" in err
     rc, out, err = run(["simulate", small, "--cc", "warp", "--json"])
@@ -100,11 +111,16 @@ def test_simulate_interrupted_exits_130_with_nothing_on_stdout(tmp_path):
     # Ctrl-C as a terminal delivers it: the child takes SIGINT's default even when this test runs from
     # a background job of a non-interactive shell, which starts with SIGINT ignored (and Python then
     # keeps it ignored, so the simulation would never see the signal)
-    p = subprocess.Popen([*MLTCP, "simulate", str(f), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    p = subprocess.Popen(
+        [*MLTCP, "simulate", str(f), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
-        while not _children(p.pid) and time.monotonic() < deadline:   # the simulation's workers run
+        while not _children(p.pid) and time.monotonic() < deadline:  # the simulation's workers run
             time.sleep(0.2)
         assert _children(p.pid), "the simulation did not start"
         time.sleep(1)
@@ -126,12 +142,30 @@ def _free_port() -> int:
 
 def test_traffic_send_and_recv_json_are_one_document_each():
     port = _free_port()
-    rx = subprocess.Popen([*MLTCP, "traffic", "recv", "--bind", f"127.0.0.1:{port}", "--duration", "60s",
-                           "--idle-exit", "5s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rx = subprocess.Popen(
+        [*MLTCP, "traffic", "recv", "--bind", f"127.0.0.1:{port}", "--duration", "60s", "--idle-exit", "5s", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert rx.stderr.readline().startswith("listening on")
-        rc, out, err = run(["traffic", "send", "--to", f"127.0.0.1:{port}", "--bytes", "50KB", "--compute", "1ms",
-                            "--iterations", "3", "--json"], timeout=120)
+        rc, out, err = run(
+            [
+                "traffic",
+                "send",
+                "--to",
+                f"127.0.0.1:{port}",
+                "--bytes",
+                "50KB",
+                "--compute",
+                "1ms",
+                "--iterations",
+                "3",
+                "--json",
+            ],
+            timeout=120,
+        )
         assert rc == 0, err
         sent = one_document(out)
         assert [r["iteration"] for r in sent["records"]] == [0, 1, 2] and len(sent["summary"]) == 1
@@ -153,8 +187,11 @@ def test_traffic_trace_and_pcap_json(tmp_path):
     assert rc == 0, err
     assert one_document(out)["iterations"] > 0
     from mltcp.records import IterationRecord, write_csv
-    write_csv([IterationRecord("job5", i, 0.1 * i, 0.1 * i + 0.06, 0.1 * i + 0.1, 100_000) for i in range(3)],
-              tmp_path / "r.csv")
+
+    write_csv(
+        [IterationRecord("job5", i, 0.1 * i, 0.1 * i + 0.06, 0.1 * i + 0.1, 100_000) for i in range(3)],
+        tmp_path / "r.csv",
+    )
     assert run(["traffic", "pcap-write", str(tmp_path / "r.csv"), str(tmp_path / "r.pcap")])[0] == 0
     rc, out, err = run(["traffic", "pcap-records", str(tmp_path / "r.pcap"), "--json"])
     assert rc == 0, err
@@ -170,7 +207,7 @@ def test_switch_install_dry_run_json():
 
 def test_kernel_status_json():
     rc, out, err = run(["kernel", "status", "--json"], timeout=120)
-    if rc != 0:   # no BPF struct_ops here: an error naming why, nothing on stdout
+    if rc != 0:  # no BPF struct_ops here: an error naming why, nothing on stdout
         assert rc == 2 and out == "" and err.strip(), err
         pytest.skip(f"kernel status: {err.strip()}")
     doc = one_document(out)
@@ -181,9 +218,24 @@ def test_kernel_status_json():
 @pytest.mark.root
 @pytest.mark.skipif(have_mininet_prereqs() is not None, reason=f"emulation: {have_mininet_prereqs()}")
 def test_emulate_json_has_the_simulators_keys():
-    p = subprocess.Popen([*MLTCP, "emulate", "two-jobs", "--rate-mbps", "50", "--dilate", "--iterations", "2",
-                          "--no-sim", "--no-rtt-calibration", "--json"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            *MLTCP,
+            "emulate",
+            "two-jobs",
+            "--rate-mbps",
+            "50",
+            "--dilate",
+            "--iterations",
+            "2",
+            "--no-sim",
+            "--no-rtt-calibration",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = p.communicate(timeout=300)
     finally:

@@ -1,5 +1,6 @@
 """The package's functions stay short enough to read in one screen or two: none over 150 lines
 (the simulator's loop is split into one function per phase, mltcp.sim.loop)."""
+
 import ast
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def test_the_measure_finds_a_long_function(tmp_path):
 
 def test_the_fast_simulator_is_in_short_functions():
     from mltcp.cc import LOOP_MODULES
+
     for module in LOOP_MODULES:
         assert long_functions(PACKAGE / "sim", pattern=f"{module}.py") == []
 

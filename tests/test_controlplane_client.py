@@ -19,7 +19,6 @@ from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from typer.testing import CliRunner
 
-from mltcp.controlplane import entries as E
 from mltcp.p4src import names as N
 from mltcp.controlplane.cli import app
 from mltcp.controlplane.client import ControlPlaneError, connect
@@ -222,14 +221,20 @@ def conn(server):
 
 # ------------------------------------------------------------------------------------------
 
+
 def test_push_sends_p4info_and_config(server, conn, tmp_path):
     cfg = tmp_path / "bmv2.json"
     cfg.write_bytes(b'{"fake": "bmv2 json"}')
     conn.push_pipeline(P4INFO_PATH, cfg)
     t = server.target
     assert t.pushes == 1 and t.device_config == b'{"fake": "bmv2 json"}'
-    assert {x.preamble.name for x in t.p4info.tables} == {N.T_IPV4_LPM, N.T_ECN_THRESHOLD, N.T_PROGRESS_ECN,
-                                                         N.T_PROGRESS_PRIORITY, N.T_PROGRESS_CONTEST}
+    assert {x.preamble.name for x in t.p4info.tables} == {
+        N.T_IPV4_LPM,
+        N.T_ECN_THRESHOLD,
+        N.T_PROGRESS_ECN,
+        N.T_PROGRESS_PRIORITY,
+        N.T_PROGRESS_CONTEST,
+    }
 
 
 def test_push_without_config_sends_empty(server, conn):
@@ -244,8 +249,7 @@ def test_push_missing_file_is_clear_error(conn, tmp_path):
 
 def test_install_routes_is_idempotent(server, conn):
     conn.push_pipeline()
-    routes = [Route("10.0.0.1/32", 1, "00:00:00:00:00:01"),
-              Route("10.0.1.0/24", 2, "00:00:00:00:00:02")]
+    routes = [Route("10.0.0.1/32", 1, "00:00:00:00:00:01"), Route("10.0.1.0/24", 2, "00:00:00:00:00:02")]
     assert conn.install_routes(routes) == 2
     # second time: ALREADY_EXISTS -> modify, new next hop
     assert conn.install_routes([Route("10.0.1.0/24", 5, "00:00:00:00:00:05")]) == 1
@@ -288,8 +292,7 @@ def test_read_counters(server, conn):
     assert snap.parse_errors == 6
     assert [j.job_id for j in snap.active_jobs()] == [1, 7]
     j1 = snap.jobs[1]
-    assert (j1.tx_packets, j1.tx_bytes, j1.ecn_marks, j1.bytes_ratio_q16) == (100, 150_000, 25,
-                                                                              0xFFFF)
+    assert (j1.tx_packets, j1.tx_bytes, j1.ecn_marks, j1.bytes_ratio_q16) == (100, 150_000, 25, 0xFFFF)
     assert snap.jobs[7].bytes_ratio == pytest.approx(0.5, abs=1e-4)
 
 
@@ -306,11 +309,11 @@ def test_reconnects_and_repushes_after_restart(server, conn):
     timer = threading.Timer(0.5, server.start)
     timer.start()
     try:
-        conn.set_ecn_threshold(2, 30)        # blocks, reconnects, re-pushes, repeats
+        conn.set_ecn_threshold(2, 30)  # blocks, reconnects, re-pushes, repeats
     finally:
         timer.join()
     assert conn.reconnects >= 1
-    assert server.target.pushes == 1         # the new server got our pipeline again
+    assert server.target.pushes == 1  # the new server got our pipeline again
     (e,) = server.target.entries(N.T_ECN_THRESHOLD)
     assert int.from_bytes(e.action.action.params[0].value, "big") == 30
 
@@ -340,7 +343,7 @@ def test_second_writer_is_not_primary(server, conn):
     other = connect(server.addr, election_id=(0, 5), timeout=5)
     try:
         other.attach()
-        assert other.read_counters().parse_errors == 0     # reads are fine
+        assert other.read_counters().parse_errors == 0  # reads are fine
         with pytest.raises(ControlPlaneError, match="primary"):
             other.set_ecn_threshold(1, 1)
     finally:
@@ -348,14 +351,21 @@ def test_second_writer_is_not_primary(server, conn):
 
 
 def test_install_topology(server):
-    topo = parse_topology({"switches": [{
-        "name": "s9", "grpc": server.addr,
-        "routes": [{"prefix": "10.0.0.2/32", "port": 2, "mac": "00:00:00:00:00:02"}],
-        "ecn": [{"port": 2, "threshold": 15}],
-    }]}, "inline.toml")
+    topo = parse_topology(
+        {
+            "switches": [
+                {
+                    "name": "s9",
+                    "grpc": server.addr,
+                    "routes": [{"prefix": "10.0.0.2/32", "port": 2, "mac": "00:00:00:00:00:02"}],
+                    "ecn": [{"port": 2, "threshold": 15}],
+                }
+            ]
+        },
+        "inline.toml",
+    )
     (summary,) = install_topology(topo, push=True)
-    assert summary == {"switch": "s9", "grpc": server.addr, "pushed": True, "routes": 1,
-                       "ecn_thresholds": 1}
+    assert summary == {"switch": "s9", "grpc": server.addr, "pushed": True, "routes": 1, "ecn_thresholds": 1}
     assert len(server.target.entries(N.T_IPV4_LPM)) == 1
     assert len(server.target.entries(N.T_ECN_THRESHOLD)) == 1
 
@@ -381,8 +391,7 @@ grpc = "{server.addr}"
     res = runner.invoke(app, ["install", str(topo), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["switches"][0]["routes"] == 1
-    res = runner.invoke(app, ["set-ecn", "--topology", str(topo), "--port", "2",
-                              "--threshold", "12"])
+    res = runner.invoke(app, ["set-ecn", "--topology", str(topo), "--port", "2", "--threshold", "12"])
     assert res.exit_code == 0, res.output
     t = server.target
     t.counters[t.obj_id(N.C_JOB_TX)] = {4: (10, 1000)}
@@ -391,15 +400,13 @@ grpc = "{server.addr}"
     doc = json.loads(res.output)
     assert doc["switches"][0]["jobs"][0]["job_id"] == 4
     assert doc["switches"][0]["jobs"][0]["tx_bytes"] == 1000
-    res = runner.invoke(app, ["watch", "--grpc", server.addr, "--json", "--count", "2",
-                              "--interval", "0.05"])
+    res = runner.invoke(app, ["watch", "--grpc", server.addr, "--json", "--count", "2", "--interval", "0.05"])
     assert res.exit_code == 0, res.output
     lines = [json.loads(x) for x in res.output.strip().splitlines()]
     assert len(lines) == 2 and lines[1]["switches"][0]["jobs"][0]["tx_packets"] == 10
     res = runner.invoke(app, ["counters", "--grpc", server.addr])
     assert res.exit_code == 0 and "1,000" in res.output
-    res = runner.invoke(app, ["watch", "--grpc", server.addr, "--count", "2",
-                              "--interval", "0.05"])
+    res = runner.invoke(app, ["watch", "--grpc", server.addr, "--count", "2", "--interval", "0.05"])
     assert res.exit_code == 0 and "1,000" in res.output, res.output
 
 
@@ -461,6 +468,7 @@ def test_reader_gives_up_when_nobody_pushes(server):
 def test_attach_wait_polls_until_pushed(server):
     reader = connect(server.addr, election_id=(0, 9), timeout=5, retry_timeout=20)
     try:
+
         def push():
             with connect(server.addr, timeout=5) as w:
                 w.push_pipeline()
@@ -478,6 +486,7 @@ def test_attach_wait_polls_until_pushed(server):
 
 # --- restarts: the journal is replayed -----------------------------------------------------
 
+
 def test_held_connection_restores_its_entries_after_a_restart(server, conn):
     """The old client re-pushed the pipeline, reported success and left the tables empty."""
     conn.push_pipeline()
@@ -487,8 +496,8 @@ def test_held_connection_restores_its_entries_after_a_restart(server, conn):
     conn.set_ecn_threshold(3, 20)
     conn.clear_ecn_threshold(3)
     server.stop()
-    server.start()                            # a new, empty target on the same port
-    snap = conn.read_counters()               # any operation: reconnect, re-push, replay
+    server.start()  # a new, empty target on the same port
+    snap = conn.read_counters()  # any operation: reconnect, re-push, replay
     assert snap.parse_errors == 0 and conn.reconnects >= 1
     assert server.target.pushes == 1
     assert len(server.target.entries(N.T_IPV4_LPM)) == 40
@@ -504,9 +513,10 @@ def test_reconnect_without_restart_does_not_wipe_the_switch(server, conn):
     conn.install_routes([Route("10.2.0.0/24", 1, "00:00:00:00:00:01")])
     with connect(server.addr, election_id=(0, 3), timeout=5) as other:  # a reader
         other.attach()
-    server.target.tables[(server.target.obj_id(N.T_IPV4_LPM), b"someone else's")] = \
-        p4runtime_pb2.TableEntry(table_id=server.target.obj_id(N.T_IPV4_LPM))
-    conn.client.stream_out_q.put(None)        # end our stream; the server keeps its state
+    server.target.tables[(server.target.obj_id(N.T_IPV4_LPM), b"someone else's")] = p4runtime_pb2.TableEntry(
+        table_id=server.target.obj_id(N.T_IPV4_LPM)
+    )
+    conn.client.stream_out_q.put(None)  # end our stream; the server keeps its state
     conn.client.stream_recv_thread.join(5)
     assert conn.read_table(N.T_IPV4_LPM)
     assert conn.reconnects == 1 and server.target.pushes == 1
@@ -517,15 +527,17 @@ class RefusingTarget(FakeTarget):
     """A restarted target that accepts the pipeline but refuses route entries."""
 
     def Write(self, request, context):
-        if any(u.entity.table_entry.match and u.entity.table_entry.match[0].HasField("lpm")
-               for u in request.updates):
+        if any(u.entity.table_entry.match and u.entity.table_entry.match[0].HasField("lpm") for u in request.updates):
             st = status_pb2.Status(code=code_pb2.UNKNOWN, message="refused")
             for u in request.updates:
                 a = any_pb2.Any()
                 lpm = u.entity.table_entry.match[0].HasField("lpm")
-                a.Pack(p4runtime_pb2.Error(
-                    canonical_code=code_pb2.RESOURCE_EXHAUSTED if lpm else code_pb2.OK,
-                    message="table full" if lpm else ""))
+                a.Pack(
+                    p4runtime_pb2.Error(
+                        canonical_code=code_pb2.RESOURCE_EXHAUSTED if lpm else code_pb2.OK,
+                        message="table full" if lpm else "",
+                    )
+                )
                 st.details.append(a)
             context.set_trailing_metadata((("grpc-status-details-bin", st.SerializeToString()),))
             context.abort(grpc.StatusCode.UNKNOWN, "refused")
@@ -534,8 +546,7 @@ class RefusingTarget(FakeTarget):
 
 def test_restart_whose_entries_cannot_be_restored_raises(server, conn):
     conn.push_pipeline()
-    conn.install_routes([Route("10.3.0.0/24", 1, "00:00:00:00:00:01"),
-                         Route("10.3.1.0/24", 2, "00:00:00:00:00:02")])
+    conn.install_routes([Route("10.3.0.0/24", 1, "00:00:00:00:00:01"), Route("10.3.1.0/24", 2, "00:00:00:00:00:02")])
     conn.set_ecn_threshold(1, 5)
     server.stop()
     server.target = RefusingTarget()
@@ -586,9 +597,11 @@ def test_refused_routes_are_named_and_the_rest_installed(server, conn):
     assert srv.add_insecure_port(server.addr)
     srv.start()
     server.server = srv
-    routes = [Route("10.4.0.0/24", 1, "00:00:00:00:00:01"),
-              Route("10.5.0.0/16", 1, "00:00:00:00:00:01"),
-              Route("10.6.0.0/24", 2, "00:00:00:00:00:02")]
+    routes = [
+        Route("10.4.0.0/24", 1, "00:00:00:00:00:01"),
+        Route("10.5.0.0/16", 1, "00:00:00:00:00:01"),
+        Route("10.6.0.0/24", 2, "00:00:00:00:00:02"),
+    ]
     with pytest.raises(ControlPlaneError) as e:
         conn.install_routes(routes)
     assert "1 of 3 refused" in str(e.value) and "route 10.5.0.0/16" in str(e.value)
@@ -603,14 +616,28 @@ def test_multi_switch_install_says_which_switch_failed_and_what_was_left(tmp_pat
     dead_addr = dead.addr
     dead.stop()
     try:
-        topo = parse_topology({"switches": [
-            {"name": "s1", "grpc": a.addr,
-             "routes": [{"prefix": "10.0.1.0/24", "port": 1, "mac": "00:00:00:00:00:01"}]},
-            {"name": "s2", "grpc": dead_addr,
-             "routes": [{"prefix": "10.0.2.0/24", "port": 2, "mac": "00:00:00:00:00:02"}]},
-            {"name": "s3", "grpc": c.addr,
-             "routes": [{"prefix": "10.0.3.0/24", "port": 3, "mac": "00:00:00:00:00:03"}]},
-        ]}, "inline.toml")
+        topo = parse_topology(
+            {
+                "switches": [
+                    {
+                        "name": "s1",
+                        "grpc": a.addr,
+                        "routes": [{"prefix": "10.0.1.0/24", "port": 1, "mac": "00:00:00:00:00:01"}],
+                    },
+                    {
+                        "name": "s2",
+                        "grpc": dead_addr,
+                        "routes": [{"prefix": "10.0.2.0/24", "port": 2, "mac": "00:00:00:00:00:02"}],
+                    },
+                    {
+                        "name": "s3",
+                        "grpc": c.addr,
+                        "routes": [{"prefix": "10.0.3.0/24", "port": 3, "mac": "00:00:00:00:00:03"}],
+                    },
+                ]
+            },
+            "inline.toml",
+        )
         from mltcp.controlplane.client import InstallError
 
         with pytest.raises(InstallError) as e:
@@ -624,9 +651,12 @@ def test_multi_switch_install_says_which_switch_failed_and_what_was_left(tmp_pat
         assert len(a.target.entries(N.T_IPV4_LPM)) == 1 and c.target.p4info is None
         # the CLI says the same, on one line, exit 1; --json names the parts too
         f = tmp_path / "t.toml"
-        f.write_text("\n".join(
-            f'[[switches]]\nname = "{n}"\ngrpc = "{g}"\n' for n, g in
-            (("s1", a.addr), ("s2", dead_addr), ("s3", c.addr))))
+        f.write_text(
+            "\n".join(
+                f'[[switches]]\nname = "{n}"\ngrpc = "{g}"\n'
+                for n, g in (("s1", a.addr), ("s2", dead_addr), ("s3", c.addr))
+            )
+        )
         res = runner.invoke(app, ["install", str(f), "--push", "--timeout", "0.5"])
         assert res.exit_code == 1
         assert "s1: 0 routes" in res.output and "switch s2 failed" in res.output
@@ -652,14 +682,13 @@ def test_reinstalling_hundreds_of_routes_on_the_software_target():
 
     target = P4RuntimeTarget(pl.Pipeline())
     srv = serve(target, "127.0.0.1:0")
-    routes = [Route(f"10.{i // 256}.{i % 256}.0/24", 1 + i % 4, "00:00:00:00:00:01")
-              for i in range(600)]
+    routes = [Route(f"10.{i // 256}.{i % 256}.0/24", 1 + i % 4, "00:00:00:00:00:01") for i in range(600)]
     try:
         with connect(f"127.0.0.1:{target.port}", timeout=5) as sw:
             sw.push_pipeline()
             assert sw.install_routes(routes) == 600
             moved = [Route(r.prefix, 5, r.mac) for r in routes]
-            assert sw.install_routes(moved) == 600          # all modified
+            assert sw.install_routes(moved) == 600  # all modified
             assert sw.verify() == []
         assert len(target.pipeline.lpm) == 600
         assert target.pipeline.lpm.lookup(0x0A010203).port == 5

@@ -37,7 +37,7 @@ def _ids(p4info):
 
 def test_route_entry(p4info, idx, capsys):
     te = E.route_entry(idx, Route("10.1.2.0/24", 300, "02:00:00:00:0a:0b"))
-    assert capsys.readouterr().out == ""           # nothing printed while building
+    assert capsys.readouterr().out == ""  # nothing printed while building
     ids = _ids(p4info)
     assert te.table_id == ids[N.T_IPV4_LPM]
     (mf,) = te.match
@@ -103,6 +103,7 @@ def test_entries_match_what_p4runtime_shell_builds(p4info, idx):
     import io
 
     import p4runtime_sh.shell as sh
+
     sh.context.set_p4info(p4info)
     with contextlib.redirect_stdout(io.StringIO()):
         ref = sh.TableEntry(N.T_IPV4_LPM)(action="MyIngress.ipv4_forward")
@@ -117,16 +118,14 @@ def test_entries_match_what_p4runtime_shell_builds(p4info, idx):
 
 
 def test_describe(idx):
-    assert E.describe(idx, E.route_entry(idx, Route("10.5.0.0/16", 1, "00:00:00:00:00:01"))) \
-        == "route 10.5.0.0/16"
+    assert E.describe(idx, E.route_entry(idx, Route("10.5.0.0/16", 1, "00:00:00:00:00:01"))) == "route 10.5.0.0/16"
     assert E.describe(idx, E.ecn_entry(idx, 4, 9)) == "ECN threshold on port 4"
 
 
 def _snap():
     s = CounterSnapshot("s1", "127.0.0.1:9559", 1000.0, parse_errors=4)
-    s.jobs[1] = JobStats(1, tx_packets=200, tx_bytes=300_000, ecn_marks=50,
-                         bytes_ratio_q16=0xFFFF)
-    s.jobs[2] = JobStats(2)                          # all zero: hidden unless asked for
+    s.jobs[1] = JobStats(1, tx_packets=200, tx_bytes=300_000, ecn_marks=50, bytes_ratio_q16=0xFFFF)
+    s.jobs[2] = JobStats(2)  # all zero: hidden unless asked for
     s.jobs[9] = JobStats(9, tx_packets=1, tx_bytes=100, bytes_ratio_q16=32768)
     return s
 

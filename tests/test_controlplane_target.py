@@ -51,10 +51,12 @@ def testbed(tmp_path):
             _run("ip", "-n", ns[p], "link", "set", host_if[p], "address", f"02:00:00:00:77:0{p}")
             _run("ip", "-n", ns[p], "addr", "add", f"10.77.0.{p}/24", "dev", host_if[p])
             _run("ip", "-n", ns[p], "link", "set", host_if[p], "up")
-        proc, port = spawn_switch({1: sw_if[1], 2: sw_if[2]}, grpc_host="127.0.0.1",
-                                  log_level="warning", stderr=subprocess.DEVNULL)
+        proc, port = spawn_switch(
+            {1: sw_if[1], 2: sw_if[2]}, grpc_host="127.0.0.1", log_level="warning", stderr=subprocess.DEVNULL
+        )
         topo = tmp_path / "topo.toml"
-        topo.write_text(textwrap.dedent(f"""
+        topo.write_text(
+            textwrap.dedent(f"""
             [[switches]]
             name = "sw"
             grpc = "127.0.0.1:{port}"
@@ -69,19 +71,29 @@ def testbed(tmp_path):
               [[switches.ecn]]
               port = 2
               threshold = 0
-        """))
+        """)
+        )
         state["proc"] = proc
 
         def crash_and_restart() -> None:
             """kill -9 the switch, start a fresh one on the same port and interfaces."""
             state["proc"].kill()
             state["proc"].wait()
-            state["proc"], _ = spawn_switch({1: sw_if[1], 2: sw_if[2]}, grpc_port=port,
-                                            grpc_host="127.0.0.1", log_level="warning",
-                                            stderr=subprocess.DEVNULL)
+            state["proc"], _ = spawn_switch(
+                {1: sw_if[1], 2: sw_if[2]},
+                grpc_port=port,
+                grpc_host="127.0.0.1",
+                log_level="warning",
+                stderr=subprocess.DEVNULL,
+            )
 
-        yield {"ns": ns, "host_if": host_if, "addr": f"127.0.0.1:{port}", "topo": topo,
-               "crash_and_restart": crash_and_restart}
+        yield {
+            "ns": ns,
+            "host_if": host_if,
+            "addr": f"127.0.0.1:{port}",
+            "topo": topo,
+            "crash_and_restart": crash_and_restart,
+        }
     finally:
         if state.get("proc") is not None:
             stop_switch(state["proc"], 5)
@@ -112,16 +124,18 @@ sendp(Ether(trunc), iface=iface, verbose=0)
 
 def test_cli_against_software_switch(testbed):
     runner = CliRunner()
-    res = runner.invoke(app, ["install", str(testbed["topo"]), "--push", "--json",
-                              "--timeout", "20"])
+    res = runner.invoke(app, ["install", str(testbed["topo"]), "--push", "--json", "--timeout", "20"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["switches"][0]["routes"] == 2
-    res = runner.invoke(app, ["set-ecn", "--grpc", testbed["addr"], "--port", "1",
-                              "--threshold", "5"])
+    res = runner.invoke(app, ["set-ecn", "--grpc", testbed["addr"], "--port", "1", "--threshold", "5"])
     assert res.exit_code == 0, res.output
 
-    subprocess.run(["ip", "netns", "exec", testbed["ns"][1], PY, "-c", SENDER,
-                    testbed["host_if"][1]], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["ip", "netns", "exec", testbed["ns"][1], PY, "-c", SENDER, testbed["host_if"][1]],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
     want = {5: (20, 20 * (14 + 20 + 8 + 12 + 100), 20, 49151), 6: (1, 14 + 20 + 8 + 12, 1, 16384)}
     deadline = time.monotonic() + 20  # the switch forwards asynchronously
@@ -129,14 +143,13 @@ def test_cli_against_software_switch(testbed):
         res = runner.invoke(app, ["counters", "--grpc", testbed["addr"], "--json"])
         assert res.exit_code == 0, res.output
         sw = json.loads(res.output)["switches"][0]
-        got = {j["job_id"]: (j["tx_packets"], j["tx_bytes"], j["ecn_marks"],
-                             j["bytes_ratio_q16"]) for j in sw["jobs"]}
+        got = {j["job_id"]: (j["tx_packets"], j["tx_bytes"], j["ecn_marks"], j["bytes_ratio_q16"]) for j in sw["jobs"]}
         if (got == want and sw["parse_errors"] == 2) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     # ECN threshold 0 on port 2: every ECT(1) packet towards h2 is marked
     assert got == want
-    assert sw["parse_errors"] == 2   # bad version + truncated shim, both dropped
+    assert sw["parse_errors"] == 2  # bad version + truncated shim, both dropped
 
 
 def test_held_connection_restores_routes_after_kill_9(testbed):
@@ -148,16 +161,21 @@ def test_held_connection_restores_routes_after_kill_9(testbed):
 
     with connect(testbed["addr"], timeout=20, retry_timeout=30) as sw:
         sw.push_pipeline()
-        sw.install_routes([Route("10.77.0.1/32", 1, "02:00:00:00:77:01"),
-                           Route("10.77.0.2/32", 2, "02:00:00:00:77:02")])
+        sw.install_routes(
+            [Route("10.77.0.1/32", 1, "02:00:00:00:77:01"), Route("10.77.0.2/32", 2, "02:00:00:00:77:02")]
+        )
         sw.set_ecn_threshold(2, 0)
         testbed["crash_and_restart"]()
-        before = sw.read_counters()           # reconnects, re-pushes, replays
+        before = sw.read_counters()  # reconnects, re-pushes, replays
         assert sw.reconnects >= 1 and before.jobs[5].tx_packets == 0
         assert sw.verify() == []
         assert len(sw.read_table("MyIngress.ipv4_lpm")) == 2
-        subprocess.run(["ip", "netns", "exec", testbed["ns"][1], PY, "-c", SENDER,
-                        testbed["host_if"][1]], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            ["ip", "netns", "exec", testbed["ns"][1], PY, "-c", SENDER, testbed["host_if"][1]],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         deadline = time.monotonic() + 20
         while True:
             snap = sw.read_counters()

@@ -68,38 +68,40 @@ def test_example_file_loads():
 def test_good_file_values_and_defaults(tmp_path):
     topo = load_topology(write(tmp_path, GOOD))
     s1, s2 = topo.switches
-    assert (s1.device_id, s1.election_id) == (3, (2, 7))       # inherited from [defaults]
-    assert s2.device_id == 1                                   # overridden
+    assert (s1.device_id, s1.election_id) == (3, (2, 7))  # inherited from [defaults]
+    assert s2.device_id == 1  # overridden
     assert s1.routes[0] == Route("10.0.0.0/24", 1, "aa:bb:cc:dd:ee:01")  # MAC lower-cased
-    assert s1.routes[1].prefix == "10.0.1.5/32"                # bare address = host route
-    assert s2.p4info == (tmp_path / "sub" / "x.txtpb")         # relative to the file
+    assert s1.routes[1].prefix == "10.0.1.5/32"  # bare address = host route
+    assert s2.p4info == (tmp_path / "sub" / "x.txtpb")  # relative to the file
     assert s2.routes == () and s2.ecn == ()
 
 
-@pytest.mark.parametrize("old,new,field", [
-    ('port = 511', 'port = 512', "switches[0].routes[1].port"),
-    ('port = 511', 'port = -1', "switches[0].routes[1].port"),
-    ('port = 511', 'port = "1"', "switches[0].routes[1].port"),
-    ('port = 511', 'port = true', "switches[0].routes[1].port"),
-    ('prefix = "10.0.0.0/24"', 'prefix = "10.0.0.1/24"', "switches[0].routes[0].prefix"),
-    ('prefix = "10.0.0.0/24"', 'prefix = "10.0.0.0/33"', "switches[0].routes[0].prefix"),
-    ('prefix = "10.0.0.0/24"', 'prefix = "fe80::/64"', "switches[0].routes[0].prefix"),
-    ('prefix = "10.0.0.0/24"', 'prefix = "10.0.1.5/32"', "switches[0].routes[1].prefix"),
-    ('mac = "AA:bb:cc:dd:ee:01"', 'mac = "aa:bb:cc:dd:ee"', "switches[0].routes[0].mac"),
-    ('threshold = 10', 'threshold = 524288', "switches[0].ecn[0].threshold"),
-    ('threshold = 10', 'threshold = 1.5', "switches[0].ecn[0].threshold"),
-    ('grpc = "127.0.0.1:9560"', 'grpc = "127.0.0.1"', "switches[1].grpc"),
-    ('grpc = "127.0.0.1:9560"', 'grpc = "127.0.0.1:70000"', "switches[1].grpc"),
-    ('grpc = "127.0.0.1:9560"\ndevice_id = 1', 'grpc = "127.0.0.1:9559"',
-     "switches[1].grpc"),
-    ('name = "s2"', 'name = "s1"', "switches[1].name"),
-    ('name = "s2"', 'name = "s 2"', "switches[1].name"),
-    ('election_id = [2, 7]', 'election_id = [0, 0]', "defaults.election_id"),
-    ('election_id = [2, 7]', 'election_id = [1]', "defaults.election_id"),
-    ('device_id = 3', 'device_id = -3', "defaults.device_id"),
-    ('  threshold = 10', '  threshold = 10\n  colour = "red"', "switches[0].ecn[0].colour"),
-    ('device_id = 1', 'devce_id = 1', "switches[1].devce_id"),
-])
+@pytest.mark.parametrize(
+    "old,new,field",
+    [
+        ("port = 511", "port = 512", "switches[0].routes[1].port"),
+        ("port = 511", "port = -1", "switches[0].routes[1].port"),
+        ("port = 511", 'port = "1"', "switches[0].routes[1].port"),
+        ("port = 511", "port = true", "switches[0].routes[1].port"),
+        ('prefix = "10.0.0.0/24"', 'prefix = "10.0.0.1/24"', "switches[0].routes[0].prefix"),
+        ('prefix = "10.0.0.0/24"', 'prefix = "10.0.0.0/33"', "switches[0].routes[0].prefix"),
+        ('prefix = "10.0.0.0/24"', 'prefix = "fe80::/64"', "switches[0].routes[0].prefix"),
+        ('prefix = "10.0.0.0/24"', 'prefix = "10.0.1.5/32"', "switches[0].routes[1].prefix"),
+        ('mac = "AA:bb:cc:dd:ee:01"', 'mac = "aa:bb:cc:dd:ee"', "switches[0].routes[0].mac"),
+        ("threshold = 10", "threshold = 524288", "switches[0].ecn[0].threshold"),
+        ("threshold = 10", "threshold = 1.5", "switches[0].ecn[0].threshold"),
+        ('grpc = "127.0.0.1:9560"', 'grpc = "127.0.0.1"', "switches[1].grpc"),
+        ('grpc = "127.0.0.1:9560"', 'grpc = "127.0.0.1:70000"', "switches[1].grpc"),
+        ('grpc = "127.0.0.1:9560"\ndevice_id = 1', 'grpc = "127.0.0.1:9559"', "switches[1].grpc"),
+        ('name = "s2"', 'name = "s1"', "switches[1].name"),
+        ('name = "s2"', 'name = "s 2"', "switches[1].name"),
+        ("election_id = [2, 7]", "election_id = [0, 0]", "defaults.election_id"),
+        ("election_id = [2, 7]", "election_id = [1]", "defaults.election_id"),
+        ("device_id = 3", "device_id = -3", "defaults.device_id"),
+        ("  threshold = 10", '  threshold = 10\n  colour = "red"', "switches[0].ecn[0].colour"),
+        ("device_id = 1", "devce_id = 1", "switches[1].devce_id"),
+    ],
+)
 def test_bad_values_name_file_and_field(tmp_path, old, new, field):
     assert old in GOOD
     path = write(tmp_path, GOOD.replace(old, new, 1))
@@ -110,10 +112,13 @@ def test_bad_values_name_file_and_field(tmp_path, old, new, field):
     assert str(ei.value).startswith(f"{path}: {field}: ")
 
 
-@pytest.mark.parametrize("drop,field", [
-    ('  port = 1\n  mac', "switches[0].routes[0].port"),
-    ('name = "s2"\n', "switches[1].name"),
-])
+@pytest.mark.parametrize(
+    "drop,field",
+    [
+        ("  port = 1\n  mac", "switches[0].routes[0].port"),
+        ('name = "s2"\n', "switches[1].name"),
+    ],
+)
 def test_missing_fields(tmp_path, drop, field):
     text = GOOD.replace(drop, drop.split("\n")[-1] if "\n" in drop else "", 1)
     assert text != GOOD

@@ -3,6 +3,7 @@ the CC core"): host MLTCP on DCTCP, through a plain step-ECN switch, is faster t
 more drops or marks. Simulator, seeded; the floors sit below the measured values (seeds 1-3:
 two-jobs 1.25-1.33x / 1.37-1.48x with the same drops, three-jobs 1.32-1.36x / 1.55-1.58x with
 0.17-0.22 of the drops)."""
+
 import pytest
 
 from mltcp import compare, metrics, tune_eval

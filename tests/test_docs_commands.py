@@ -6,6 +6,7 @@ checkout's), and must exit 0. A command tagged ``# [slow]`` (minutes, or a netwo
 ``# [root]`` (system packages, namespaces, BPF) is listed here as skipped, with its tag. Every
 `mltcp` command a doc writes, run or not, must name real sub-commands and options.
 """
+
 from __future__ import annotations
 
 import functools
@@ -58,8 +59,12 @@ def code_blocks(text: str) -> list[list[tuple[int, str]]]:
 
 
 def doc_commands(path: Path) -> list[DocCommand]:
-    return [DocCommand(path, n, line.strip()[2:]) for block in code_blocks(path.read_text())
-            for n, line in block if line.strip().startswith("$ ")]
+    return [
+        DocCommand(path, n, line.strip()[2:])
+        for block in code_blocks(path.read_text())
+        for n, line in block
+        if line.strip().startswith("$ ")
+    ]
 
 
 ALL_COMMANDS = [c for p in [README, *DOCS] for c in doc_commands(p)]
@@ -79,8 +84,9 @@ def test_readme_starts_with_the_two_setup_commands_and_is_short():
     assert len(lines) <= 150, f"README.md has {len(lines)} lines (at most 150)"
     first = code_blocks(README.read_text())[0]
     assert [line.split("#")[0].strip() for _, line in first] == ["$ make demo", "$ make test"]
-    assert all(not line.strip() or line.startswith("#") for line in lines[:first[0][0] - 2]), \
+    assert all(not line.strip() or line.startswith("#") for line in lines[: first[0][0] - 2]), (
         "nothing but the title comes before the two set-up commands"
+    )
 
 
 def _without_generated_header(path: Path) -> str:
@@ -104,8 +110,7 @@ LINK = re.compile(r"\]\(([^)#\s]+)(#[^)]*)?\)")
 
 @pytest.mark.parametrize("path", [README, *DOCS], ids=lambda p: p.name)
 def test_relative_links_point_at_files_that_exist(path):
-    missing = [t for t, _ in LINK.findall(path.read_text())
-               if "://" not in t and not (path.parent / t).exists()]
+    missing = [t for t, _ in LINK.findall(path.read_text()) if "://" not in t and not (path.parent / t).exists()]
     assert not missing, f"{path.name} links to missing files: {missing}"
 
 
@@ -124,13 +129,14 @@ def _env() -> dict:
 def test_doc_command_runs(cmd: DocCommand):
     if cmd.tag in SKIP_TAGS:
         pytest.skip(f"tagged [{cmd.tag}] in {cmd.path.name}:{cmd.line}")
-    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd.text], cwd=ROOT, env=_env(), capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", cmd.text], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, f"{cmd}\nexit {r.returncode}\nstdout:\n{r.stdout[-2000:]}\nstderr:\n{r.stderr[-2000:]}"
 
 
 JSON_ROW = re.compile(r"^\| `([A-Za-z_0-9.]+)` \|(.*)\|\s*$", re.MULTILINE)
-CONDITIONAL = "only when"       # a key documented as present only in some runs
+CONDITIONAL = "only when"  # a key documented as present only in some runs
 
 
 def test_json_keys_documented_in_cli_md_exist():
@@ -140,8 +146,14 @@ def test_json_keys_documented_in_cli_md_exist():
     rows = JSON_ROW.findall((ROOT / "docs" / "cli.md").read_text())
     assert rows, "docs/cli.md has no JSON key table"
     keys = {k for k, _ in rows}
-    r = subprocess.run(["mltcp", "simulate", "docs/examples/two-jobs-short.toml", "--compare", "--json"],
-                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        ["mltcp", "simulate", "docs/examples/two-jobs-short.toml", "--compare", "--json"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
 
@@ -149,8 +161,7 @@ def test_json_keys_documented_in_cli_md_exist():
         head, _, rest = dotted.partition(".")
         return head in doc and (not rest or (isinstance(doc[head], dict) and has(doc[head], rest)))
 
-    assert [k for k, text in rows
-            if CONDITIONAL not in text and not has(rep, k.replace("ARM.", "baseline.", 1))] == []
+    assert [k for k, text in rows if CONDITIONAL not in text and not has(rep, k.replace("ARM.", "baseline.", 1))] == []
     found = [k for k in rep] + [f"ARM.{k}" for k in rep["baseline"]]
     assert [k for k in found if k not in keys] == [], "keys of the JSON missing from docs/cli.md"
     assert set(rep["mltcp"]) == set(rep["baseline"]), "both arms have the same keys"
@@ -159,8 +170,14 @@ def test_json_keys_documented_in_cli_md_exist():
 def test_cli_reference_in_cli_md_matches_the_commands():
     """docs/cli.md's command section is what scripts/cli_reference.py generates from the commands
     now (an option added without regenerating fails here)."""
-    r = subprocess.run([sys.executable, "scripts/cli_reference.py", "--check"], cwd=ROOT, env=_env(),
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "scripts/cli_reference.py", "--check"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -172,25 +189,30 @@ def test_repository_paths_named_in_docs_exist(path):
     """A file or folder of this repository named in backquotes (`bench/x.py`, `tests/test_y.py`,
     `scenarios/holdout-*.toml`) exists, so a doc does not point at a moved or deleted file."""
     names = {m.rstrip(".") for m in REPO_PATH.findall(path.read_text())}
-    missing = sorted(n for n in names if "__pycache__" not in n and not list(ROOT.glob(n)))   # caches: made at run time
+    missing = sorted(n for n in names if "__pycache__" not in n and not list(ROOT.glob(n)))  # caches: made at run time
     assert not missing, f"{path.name} names paths that do not exist: {missing}"
 
 
 def _results_table():
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("results_table", ROOT / "scripts" / "results_table.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("results_table", mod)      # dataclasses look their module up there
+    sys.modules.setdefault("results_table", mod)  # dataclasses look their module up there
     spec.loader.exec_module(sys.modules["results_table"])
     return sys.modules["results_table"]
 
 
 def test_results_table_rows_and_block_replacement():
     rt = _results_table()
-    rep = lambda a, p, c, d: {"speedup_avg": a, "speedup_p99": p, "converged_at_iteration": c,   # noqa: E731
-                              "ideal_iter_s": 0.04,
-                              "baseline": {"cc": "reno", "drops": d, "ecn_marks": 0.0, "avg_iter_s": 0.05},
-                              "mltcp": {"cc": "mltcp-reno", "drops": d / 10, "ecn_marks": 0.0}}
+    rep = lambda a, p, c, d: {
+        "speedup_avg": a,
+        "speedup_p99": p,
+        "converged_at_iteration": c,  # noqa: E731
+        "ideal_iter_s": 0.04,
+        "baseline": {"cc": "reno", "drops": d, "ecn_marks": 0.0, "avg_iter_s": 0.05},
+        "mltcp": {"cc": "mltcp-reno", "drops": d / 10, "ecn_marks": 0.0},
+    }
     row = rt.row_from_reports("x", [1, 2], [rep(1.2, 1.5, 3, 100.0), rep(1.3, 1.5, None, 300.0)])
     line = rt.readme_table([row])[2]
     assert line.startswith("| `x` | reno | 1.25x | 1.50x | 3, never | drops 200 → 20 |"), line
@@ -205,14 +227,20 @@ def test_results_table_rows_and_block_replacement():
 def test_readme_holds_the_generated_results_table():
     rt = _results_table()
     text = README.read_text()
-    block = text[text.index(rt.RESULTS_START):text.index(rt.RESULTS_END)]
+    block = text[text.index(rt.RESULTS_START) : text.index(rt.RESULTS_END)]
     assert "Generated by `python scripts/results_table.py" in block
     assert block.count("\n| `") >= 3, "the table has rows"
 
 
 def test_results_table_refuses_an_unknown_scenario_before_running(tmp_path):
-    r = subprocess.run([sys.executable, "scripts/results_table.py", "no-such-scenario"], cwd=ROOT, env=_env(),
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "scripts/results_table.py", "no-such-scenario"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "no-such-scenario" in r.stderr
     assert "seed" not in r.stderr, "refused before any run"
 
@@ -235,6 +263,7 @@ def _root_commands() -> dict:
     import typer
     from mltcp import cli
     from mltcp.emulation import switch_cli
+
     cli._mount_optional()
     return {"mltcp": typer.main.get_command(cli.app), "mltcp-switch": typer.main.get_command(switch_cli.app)}
 
@@ -264,6 +293,9 @@ def test_every_mltcp_command_written_in_docs_exists_with_its_options(path):
             wrong.append(f"{text}: no such command")
             continue
         _, used, names = found
-        wrong += [f"{text}: {w}" for w in (w.split("=")[0].rstrip(",.;:") for w in words[used:])
-                  if (w.startswith("--") or re.fullmatch(r"-[a-zA-Z]", w)) and w not in names]
+        wrong += [
+            f"{text}: {w}"
+            for w in (w.split("=")[0].rstrip(",.;:") for w in words[used:])
+            if (w.startswith("--") or re.fullmatch(r"-[a-zA-Z]", w)) and w not in names
+        ]
     assert not wrong, f"{path.name}: unknown commands or options: {wrong}"

@@ -1,4 +1,5 @@
 """Pure logic of the emulation part: names, tc command lines, scenario mapping, metrics helpers."""
+
 import pytest
 
 from mltcp import scenario as scn
@@ -6,8 +7,15 @@ from mltcp.emulation import netns
 from mltcp.emulation.baseline import jain_index
 from mltcp.emulation.arm import ArmResult
 from mltcp.emulation.peers import kernel_cc_name, peer_commands, sender_doc
-from mltcp.emulation.plan import (EmulationError, choose_topology, job_plan, link_params_of, needs_ecn,
-                                  plan_from_scenario, rescale)
+from mltcp.emulation.plan import (
+    EmulationError,
+    choose_topology,
+    job_plan,
+    link_params_of,
+    needs_ecn,
+    plan_from_scenario,
+    rescale,
+)
 from mltcp.emulation.report import arm_summary
 from mltcp.metrics import per_job_avg
 from mltcp.emulation.topologies import LinkParams, TopologyError, tc_commands
@@ -15,10 +23,16 @@ from mltcp.records import IterationRecord
 
 
 def _sc(paths, links=("L",), **job):
-    d = {"name": "t", "iterations": 6, "warmup_iterations": 1,
-         "links": [{"name": n, "rate_mbps": 200, "delay_us": 100, "buffer_kb": 100} for n in links],
-         "jobs": [dict({"name": f"j{i}", "compute_ms": 10, "bytes": 1_000_000, "path": list(p)}, **job)
-                  for i, p in enumerate(paths)]}
+    d = {
+        "name": "t",
+        "iterations": 6,
+        "warmup_iterations": 1,
+        "links": [{"name": n, "rate_mbps": 200, "delay_us": 100, "buffer_kb": 100} for n in links],
+        "jobs": [
+            dict({"name": f"j{i}", "compute_ms": 10, "bytes": 1_000_000, "path": list(p)}, **job)
+            for i, p in enumerate(paths)
+        ],
+    }
     return scn.from_dict(d, "test.toml")
 
 
@@ -32,6 +46,7 @@ def test_run_tag_unique_letters_and_short():
 @pytest.mark.parametrize("kind,jobs", [("dumbbell", 50), ("ring", 3), ("leafspine", 20)])
 def test_interface_names_fit_ifnamsiz(kind, jobs):
     from mltcp.emulation.topologies import make_topology
+
     topo = make_topology(kind, netns.run_prefix(4194303), LinkParams(rate_mbps=10), n_jobs=jobs)
     degree = {}
     for a, b in topo.links():
@@ -52,8 +67,12 @@ def test_tc_commands_htb_buffer():
 
 
 def test_tc_commands_linux_tc_delay_and_ecn():
-    flat = [" ".join(c) for c in tc_commands("d", LinkParams(rate_mbps=50, delay_ms=1, buffer_bytes=90000,
-                                                            ecn_threshold_pkts=20), "linux-tc")]
+    flat = [
+        " ".join(c)
+        for c in tc_commands(
+            "d", LinkParams(rate_mbps=50, delay_ms=1, buffer_bytes=90000, ecn_threshold_pkts=20), "linux-tc"
+        )
+    ]
     red = [c for c in flat if " red " in c]
     assert red and "ecn" in red[0] and "min 30000" in red[0]
     assert any("netem delay 1ms" in c and "parent 6:" in c for c in flat)
@@ -101,7 +120,7 @@ def test_link_params_of_scenario_link():
 def test_rescale_keeps_comm_compute_ratio():
     sc = _sc([["L"], ["L"]])
     small = rescale(sc, rate_mbps=50, delay_ms=2, iterations=4)
-    assert sc.links["L"].rate_bps == pytest.approx(200e6)          # original untouched
+    assert sc.links["L"].rate_bps == pytest.approx(200e6)  # original untouched
     assert small.links["L"].rate_bps == pytest.approx(50e6)
     assert small.jobs[0].bytes_per_iter == pytest.approx(250_000)
     assert small.links["L"].buffer_bytes == pytest.approx(25_000)
@@ -114,7 +133,7 @@ def test_rescale_keeps_comm_compute_ratio():
 
 def test_rescale_dilate_stretches_time_keeps_bytes():
     sc = _sc([["L"], ["L"]], start_offset_ms=2)
-    slow = rescale(sc, rate_mbps=20, dilate=True)           # 200 -> 20 Mb/s: 10x slower
+    slow = rescale(sc, rate_mbps=20, dilate=True)  # 200 -> 20 Mb/s: 10x slower
     assert slow.jobs[0].bytes_per_iter == pytest.approx(1_000_000)
     assert slow.links["L"].buffer_bytes == pytest.approx(100_000)
     assert slow.jobs[0].compute_s == pytest.approx(0.1)
@@ -138,7 +157,7 @@ def test_peer_commands_kernel_and_tag():
     job = _placed()
     recv, send = peer_commands(job, "kernel", "mabcde")
     assert "mltcp.emulation.kernel_peer" in recv and "recv" in recv
-    assert send[send.index("--spec") + 1] == "-"                  # the job comes as JSON on stdin
+    assert send[send.index("--spec") + 1] == "-"  # the job comes as JSON on stdin
     assert "mabcde" in send and "mabcde" in recv
     doc = sender_doc(job, "kernel", "cubic")
     assert (doc["cc"], doc["host"], doc["port"], doc["t0"]) == ("cubic", "10.0.0.2", 5001, -1.0)
@@ -147,7 +166,7 @@ def test_peer_commands_kernel_and_tag():
 
 def test_kernel_cc_name():
     assert kernel_cc_name("reno", False) == "reno"
-    assert kernel_cc_name("dctcp", False) == "bpf_dctcp"     # registered by the arm (base_cc)
+    assert kernel_cc_name("dctcp", False) == "bpf_dctcp"  # registered by the arm (base_cc)
     with pytest.raises(Exception, match="reno, cubic or dctcp"):
         kernel_cc_name("dcqcn", False)
 
@@ -158,14 +177,17 @@ def _rec(job, it, cs, end):
 
 def test_arm_summary_has_simulator_keys_and_honest_marks():
     sc = _sc([["L"], ["L"]])
-    recs = [_rec(j, i, 1.0 * i + (0.5 if j == "j1" else 0.0), 1.0 * i + (0.9 if j == "j1" else 0.4))
-            for j in ("j0", "j1") for i in range(6)]
+    recs = [
+        _rec(j, i, 1.0 * i + (0.5 if j == "j1" else 0.0), 1.0 * i + (0.9 if j == "j1" else 0.4))
+        for j in ("j0", "j1")
+        for i in range(6)
+    ]
     arm = ArmResult("reno", recs, drops=7, ecn_marks=None, retrans={"j0": 3, "j1": 4}, link_mode="htb", wall_s=1.0)
     d = arm_summary(arm, sc)
     for k in ("cc", "avg_iter_s", "p99_iter_s", "drops", "ecn_marks", "converged_at_iteration"):
         assert k in d
     assert d["ecn_marks"] is None and d["drops"] == 7 and d["retransmissions"] == 7
-    assert d["converged_at_iteration"] == 0          # the two jobs never overlap
+    assert d["converged_at_iteration"] == 0  # the two jobs never overlap
     assert d["interleaved_at_iteration"] == 0
     assert d["per_job_avg_iter_s"]["j0"] == pytest.approx(0.5)
     assert per_job_avg(recs, 1)["j1"] == pytest.approx(0.5)
@@ -193,13 +215,15 @@ def test_interleaved_at_tolerates_one_late_hiccup_not_many():
             shift = 0.0 if i < 3 or i in bad else 0.5
             recs += [_rec("j0", i, i * 1.0, i * 1.0 + 0.4), _rec("j1", i, i * 1.0 + shift, i * 1.0 + shift + 0.4)]
         return recs
+
     assert interleaved_at(run(set())) == 3
-    assert interleaved_at(run({19})) == 3           # 1 of 17 later iterations overlaps
+    assert interleaved_at(run({19})) == 3  # 1 of 17 later iterations overlaps
     assert interleaved_at(run({10, 12, 14, 16, 18})) is None or interleaved_at(run({10, 12, 14, 16, 18})) > 3
 
 
 def test_peer_commands_udp():
     from mltcp.emulation.peers import udp_available
+
     if not udp_available():
         pytest.skip("userspace transport not importable")
     job = _placed(line_rate_mbps=100)
@@ -217,6 +241,7 @@ def test_sender_doc_is_what_the_peers_read(tmp_path):
 
     from mltcp.emulation import kernel_peer, udp_peer
     from mltcp.emulation.peer_io import read_send_doc
+
     sc = _sc([["L"], ["L"]], jitter=0.05, straggler_prob=0.2, straggler_delay_ms=30)
     plan = plan_from_scenario(sc)
     job = plan.jobs[1]
@@ -225,7 +250,11 @@ def test_sender_doc_is_what_the_peers_read(tmp_path):
         f = tmp_path / f"{transport}.json"
         f.write_text(json.dumps(sender_doc(job, transport, "reno")))
         spec, opts = read_send_doc(str(f), "peer", extra)
-        assert spec.to_dict() == job.spec.to_dict() and (opts["host"], opts["port"], opts["t0"]) == ("10.0.0.4", 5002, -1.0)
+        assert spec.to_dict() == job.spec.to_dict() and (opts["host"], opts["port"], opts["t0"]) == (
+            "10.0.0.4",
+            5002,
+            -1.0,
+        )
         assert (spec.compute_times(30) == job.spec.compute_times(30)).all()
     f.write_text(json.dumps(dict(sender_doc(job, "kernel", "reno"), nbytes=5)))
     with pytest.raises(SystemExit, match="unknown field.*nbytes"):
@@ -252,10 +281,11 @@ def test_jain_index():
 
 # -- the emulated experiment is the simulator's: RTO, idle restart, NIC rate, payload rate, topology
 
+
 def test_plan_carries_scenario_rto_and_idle_restart_stretched_by_dilation():
     sc = _sc([["L"], ["L"]])
     assert plan_from_scenario(sc).jobs[0].min_rto_s == pytest.approx(sc.min_rto_s)
-    slow = rescale(sc, rate_mbps=20, dilate=True)          # 200 -> 20 Mb/s: every duration x10
+    slow = rescale(sc, rate_mbps=20, dilate=True)  # 200 -> 20 Mb/s: every duration x10
     plan = plan_from_scenario(slow)
     assert plan.jobs[0].min_rto_s == pytest.approx(10 * sc.min_rto_s)
     assert all(j.idle_restart == sc.slow_start_after_idle for j in plan.jobs)
@@ -263,12 +293,13 @@ def test_plan_carries_scenario_rto_and_idle_restart_stretched_by_dilation():
 
 def test_udp_sender_doc_passes_rto_idle_restart_and_nic_rate():
     from mltcp.emulation.plan import nic_rate_mbps
+
     job = _placed(line_rate_mbps=100.0, min_rto_s=2.0, idle_restart=False)
     doc = sender_doc(job, "udp", "mltcp-reno")
     assert doc["min_rto_s"] == 2.0 and doc["idle_restart"] is False
     nic = doc["nic_rate_mbps"]
     assert nic == pytest.approx(nic_rate_mbps(100.0))
-    assert nic < 100.0 and nic * 1514 / 1500 == pytest.approx(100.0)   # datagrams fill the link's frames
+    assert nic < 100.0 and nic * 1514 / 1500 == pytest.approx(100.0)  # datagrams fill the link's frames
     job.idle_restart, job.line_rate_mbps = True, 0.0
     doc = sender_doc(job, "udp", "reno")
     assert doc["idle_restart"] is True and "nic_rate_mbps" not in doc
@@ -277,7 +308,8 @@ def test_udp_sender_doc_passes_rto_idle_restart_and_nic_rate():
 def test_payload_rate_scales_links_by_header_overhead():
     from mltcp.emulation.plan import payload_rate_plan, wire_factor
     from mltcp.traffic.transport import wire
-    assert wire_factor("udp") == pytest.approx(1498 / 1400)     # full-sized datagram with its MAC
+
+    assert wire_factor("udp") == pytest.approx(1498 / 1400)  # full-sized datagram with its MAC
     assert wire.DEFAULT_PAYLOAD == 1400
     assert wire_factor("kernel") == pytest.approx(1514 / 1448)
     plan = plan_from_scenario(_sc([["L"], ["L"]]))
@@ -285,7 +317,7 @@ def test_payload_rate_scales_links_by_header_overhead():
     assert plan.bottleneck.rate_mbps == pytest.approx(200 * wire_factor("udp"), rel=1e-4)
     assert any("payload" in n for n in plan.notes)
     plan = plan_from_scenario(_sc([["L"], ["L"]]))
-    plan.bottleneck = LinkParams()            # unshaped: nothing to scale
+    plan.bottleneck = LinkParams()  # unshaped: nothing to scale
     payload_rate_plan(plan, "udp")
     assert plan.bottleneck.rate_mbps is None
 
@@ -297,40 +329,48 @@ def test_switch_dumbbell_has_one_userspace_switch_and_return_delay():
 
     class FakeP4(Switch):
         pass
+
     bn = LinkParams(rate_mbps=100, delay_ms=1.0, buffer_bytes=50_000)
     t = make_topology("dumbbell", "mtest", bn, n_jobs=2, switch_cls=FakeP4)
     classes = {s: t.nodeInfo(s).get("cls") for s in t.switches()}
     assert classes == {"mtests1": FakeP4, "mtests2": _FloodBridge}
-    for a, _ in t.job_pairs:                   # sender ports: the return direction's delay only
+    for a, _ in t.job_pairs:  # sender ports: the return direction's delay only
         assert t.link_params[frozenset((a, "mtests1"))] == LinkParams(delay_ms=1.0)
     assert t.link_params[frozenset(("mtests1", "mtests2"))] == bn
-    plain = make_topology("dumbbell", "mtest", bn, n_jobs=2)   # bridges/htb: both sides alike
+    plain = make_topology("dumbbell", "mtest", bn, n_jobs=2)  # bridges/htb: both sides alike
     assert not any(frozenset((a, "mtests1")) in plain.link_params for a, _ in plain.job_pairs)
     assert all(plain.nodeInfo(s).get("cls") is not _FloodBridge for s in plain.switches())
 
 
 def test_route_rto_commands_for_kernel_tcp():
     from mltcp.emulation.peers import route_rto_commands
-    shown = ("10.0.0.0/24 dev ma1-eth0 proto kernel scope link src 10.0.0.1 linkdown\n"
-             "default via 10.1.1.254 dev h-eth0 rto_min 300ms\n"
-             "broadcast 10.0.0.255 dev x table local\n")
+
+    shown = (
+        "10.0.0.0/24 dev ma1-eth0 proto kernel scope link src 10.0.0.1 linkdown\n"
+        "default via 10.1.1.254 dev h-eth0 rto_min 300ms\n"
+        "broadcast 10.0.0.255 dev x table local\n"
+    )
     cmds = route_rto_commands(shown, 2.0)
-    assert cmds == ["ip route change 10.0.0.0/24 dev ma1-eth0 proto kernel scope link src 10.0.0.1 rto_min 2000ms",
-                    "ip route change default via 10.1.1.254 dev h-eth0 rto_min 2000ms"]
+    assert cmds == [
+        "ip route change 10.0.0.0/24 dev ma1-eth0 proto kernel scope link src 10.0.0.1 rto_min 2000ms",
+        "ip route change default via 10.1.1.254 dev h-eth0 rto_min 2000ms",
+    ]
     assert route_rto_commands("", 0.2) == []
 
 
 def test_calibrated_delay_takes_the_hosts_rtt_off_every_link_traversal():
     from mltcp.emulation.calibrate import calibrated_delay_ms
-    assert calibrated_delay_ms(1.0, 1.8, hops=1) == pytest.approx(0.1)    # 2 x 0.1 + 1.8 = 2.0 ms
-    assert calibrated_delay_ms(1.0, 1.8, hops=2) == pytest.approx(0.55)   # 4 x 0.55 + 1.8 = 4.0 ms
-    assert calibrated_delay_ms(0.5, 3.0, hops=1) == 0.0                   # hosts alone exceed it
+
+    assert calibrated_delay_ms(1.0, 1.8, hops=1) == pytest.approx(0.1)  # 2 x 0.1 + 1.8 = 2.0 ms
+    assert calibrated_delay_ms(1.0, 1.8, hops=2) == pytest.approx(0.55)  # 4 x 0.55 + 1.8 = 4.0 ms
+    assert calibrated_delay_ms(0.5, 3.0, hops=1) == 0.0  # hosts alone exceed it
     with pytest.raises(ValueError):
         calibrated_delay_ms(1.0, 1.0, hops=0)
 
 
 def test_calibrate_rtt_lowers_the_plans_delay_and_says_so(monkeypatch):
     import mltcp.emulation.calibrate as calibrate
+
     plan = plan_from_scenario(_sc([["L"], ["L"]]))
     plan.bottleneck = LinkParams(rate_mbps=100, delay_ms=1.0, buffer_bytes=50_000)
     monkeypatch.setattr(calibrate, "measure_host_rtt", lambda p, t, m: {"host_rtt_ms": 1.6, "wall_s": 1.0})
@@ -350,7 +390,7 @@ def test_plan_and_sender_doc_carry_jitter_and_stragglers_to_both_peers():
     plan = plan_from_scenario(sc)
     assert [(j.job.jitter, j.job.straggler_prob) for j in plan.jobs] == [(0.05, 0.2), (0.05, 0.2)]
     assert plan.jobs[0].job.straggler_delay_s == pytest.approx(0.03)
-    assert plan.jobs[0].spec.seed != plan.jobs[1].spec.seed              # jobs draw independently
+    assert plan.jobs[0].spec.seed != plan.jobs[1].spec.seed  # jobs draw independently
     for transport in ("udp", "kernel"):
         job = sender_doc(plan.jobs[0], transport, "reno")["spec"]["job"]
         assert job["jitter"] == 0.05 and job["straggler_delay_s"] == pytest.approx(0.03)
@@ -369,12 +409,13 @@ def test_peers_run_iterations_through_the_driver_with_stragglers(capsys):
 
     import time
     from mltcp.traffic.driver import JobSpec
+
     spec = JobSpec.of(0, 0.01, 1000, seed=1, name="j", iterations=3, straggler_prob=1.0, straggler_delay_s=0.02)
     run_iterations(Fake(), spec, time.time())
     recs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["iteration"] for r in recs] == [0, 1, 2] and all(r["type"] == "iter" for r in recs)
-    assert all(r["comm_start"] - r["start"] >= 0.029 for r in recs)   # 10 ms compute + 20 ms straggling
-    assert all(r["drops"] == 2 for r in recs)                         # per-iteration retransmissions
+    assert all(r["comm_start"] - r["start"] >= 0.029 for r in recs)  # 10 ms compute + 20 ms straggling
+    assert all(r["drops"] == 2 for r in recs)  # per-iteration retransmissions
 
 
 def _walk(topo, src_host, dst_host):
@@ -392,39 +433,42 @@ def _walk(topo, src_host, dst_host):
 
 def test_ring_data_goes_round_one_way_and_acks_come_back_along_it():
     from mltcp.emulation.topologies import make_topology
+
     t = make_topology("ring", "mtest", LinkParams(rate_mbps=10), n_jobs=3)
     r = t.routers
-    data_on: dict[tuple, set] = {}      # directed link -> jobs whose data crosses it
+    data_on: dict[tuple, set] = {}  # directed link -> jobs whose data crosses it
     ack_links = set()
     for k, (s, rx) in enumerate(t.job_pairs):
         fwd, back = _walk(t, s, rx), _walk(t, rx, s)
-        assert fwd == [r[k], r[(k + 1) % 3], r[(k + 2) % 3]]   # job k: links k and k+1
-        assert back == fwd[::-1]                               # its ACKs: the same links backwards
+        assert fwd == [r[k], r[(k + 1) % 3], r[(k + 2) % 3]]  # job k: links k and k+1
+        assert back == fwd[::-1]  # its ACKs: the same links backwards
         for a, b in zip(fwd, fwd[1:]):
             data_on.setdefault((a, b), set()).add(k)
         ack_links |= set(zip(back, back[1:]))
     # every directed ring link r_i -> r_i+1 carries the data of two jobs: the circular dependency
     assert sorted(map(len, data_on.values())) == [2, 2, 2] and len(data_on) == 3
-    assert not ack_links & set(data_on)                        # ACKs never queue behind data
+    assert not ack_links & set(data_on)  # ACKs never queue behind data
 
 
 def test_leafspine_next_hops_are_both_spines_and_the_switch_picks_one_per_host():
     from mltcp.emulation.softswitch import ecmp_pick
     from mltcp.emulation.topologies import make_topology
+
     t = make_topology("leafspine", "mtest", LinkParams(rate_mbps=10), n_jobs=8)
     spines = sorted(s for s in t.switches() if s.startswith("mtestp"))
     picks = set()
     for s, rx in t.job_pairs:
         hops = t.next_hops_to_host(t.switch_of(s), rx)
-        assert sorted(hops) == spines                       # ECMP: both spines
+        assert sorted(hops) == spines  # ECMP: both spines
         assert ecmp_pick(hops, t.ip_of(rx)) == ecmp_pick(list(reversed(hops)), t.ip_of(rx))
         picks.add(ecmp_pick(hops, t.ip_of(rx)))
-        assert len(_walk(t, s, rx)) == 3                     # leaf, spine, leaf
-    assert picks == set(spines)                             # 8 destinations use both spines
+        assert len(_walk(t, s, rx)) == 3  # leaf, spine, leaf
+    assert picks == set(spines)  # 8 destinations use both spines
 
 
 def test_dumbbell_hosts_know_their_switch():
     from mltcp.emulation.topologies import make_topology
+
     t = make_topology("dumbbell", "mtest", LinkParams(rate_mbps=10), n_jobs=2)
     a, b = t.job_pairs[0]
     assert t.switch_of(a) == "mtests1" and t.switch_of(b) == "mtests2"
@@ -436,10 +480,11 @@ def test_dumbbell_hosts_know_their_switch():
 def test_auto_link_mode_uses_the_switch_where_it_helps():
     from mltcp.emulation.plan import needs_ecn
     from mltcp.emulation.network import _controlplane_available, resolve_link_mode, software_switch_class
+
     if software_switch_class() is None or not _controlplane_available():
         pytest.skip("software switch or control plane not importable")
     assert resolve_link_mode("auto", "dumbbell") == "switch"
-    assert resolve_link_mode("auto", "ring") == "htb"              # kernel routers: less RTT added
+    assert resolve_link_mode("auto", "ring") == "htb"  # kernel routers: less RTT added
     assert resolve_link_mode("auto", "ring", ecn=True) == "switch"  # htb cannot mark
     assert resolve_link_mode("switch", "leafspine") == "switch"
     with pytest.raises(TopologyError, match="unknown link mode"):
@@ -448,26 +493,33 @@ def test_auto_link_mode_uses_the_switch_where_it_helps():
     assert needs_ecn(scn.load("circular"), "dcqcn") and needs_ecn(scn.load("dcqcn-two-jobs"))
 
 
-@pytest.mark.parametrize("name, field", [("ring-allreduce", "flows = "), ("resnet50-pair", "flows = "),
-                                         ("fat-tree-10k", "")])
+@pytest.mark.parametrize(
+    "name, field", [("ring-allreduce", "flows = "), ("resnet50-pair", "flows = "), ("fat-tree-10k", "")]
+)
 def test_emulation_refuses_what_it_would_run_wrongly(name, field):
     """Multi-flow jobs, collectives, trace compute times and fabrics run in the simulator only:
     the emulation (one flow per job) refuses them instead of emulating something else."""
     from mltcp.emulation.plan import check_emulatable, plan_from_scenario
+
     sc = scn.load(name)
     with pytest.raises(TopologyError, match=f"{field}.*simulate` only") as e:
         check_emulatable(sc)
     assert str(sc.source) in str(e.value)
     with pytest.raises(TopologyError):
         plan_from_scenario(sc)
-    check_emulatable(scn.load("two-jobs"))          # one flow per job: fine
+    check_emulatable(scn.load("two-jobs"))  # one flow per job: fine
 
 
 def test_emulate_cli_refuses_a_multi_flow_scenario_with_exit_2():
     import subprocess
     import sys
-    p = subprocess.run([sys.executable, "-m", "mltcp.cli", "emulate", "run", "ring-allreduce", "--json"],
-                       capture_output=True, text=True, timeout=120)
+
+    p = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "emulate", "run", "ring-allreduce", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2, p.stderr
     assert "ring-allreduce.toml" in p.stderr and "jobs[0]" in p.stderr and "flows = " in p.stderr
     assert p.stdout == ""
@@ -475,13 +527,16 @@ def test_emulate_cli_refuses_a_multi_flow_scenario_with_exit_2():
 
 def test_regime_notes_name_the_threshold_buffer_and_bdp_mismatches():
     from mltcp.emulation.report import regime_notes
+
     # innet-ecn-reno-two-jobs at --rate-mbps 100 without --dilate: buffer 5 kB (3 packets), K = 2,
     # scenario RTT 0.1 ms; hosts adding 3.4 ms make the BDP 29 packets > K
     small = LinkParams(rate_mbps=100.0, buffer_bytes=5000, ecn_threshold_pkts=2)
     notes = regime_notes(small, 1448, 0.1, 3.4)
     assert len(notes) == 1 and "bandwidth-delay product is 29 packets" in notes[0]
-    assert "drops before it marks" in regime_notes(LinkParams(rate_mbps=100.0, buffer_bytes=4500,
-                                                              ecn_threshold_pkts=3), 1448, 0.1, None)[0]
+    assert (
+        "drops before it marks"
+        in regime_notes(LinkParams(rate_mbps=100.0, buffer_bytes=4500, ecn_threshold_pkts=3), 1448, 0.1, None)[0]
+    )
     # --rate-mbps 25 --dilate: buffer 50 kB (33 packets), K = 20, scenario RTT 4 ms, hosts' 6.2 ms: BDP 13
     assert regime_notes(LinkParams(rate_mbps=25.0, buffer_bytes=50000, ecn_threshold_pkts=20), 1448, 4.0, 6.2) == []
     # no ECN, or a scenario whose own BDP is already above K: nothing to say
@@ -495,6 +550,7 @@ def test_host_rtt_calibration_paces_its_sender_below_the_link_rate(monkeypatch):
     import mltcp.emulation.calibrate as calibrate
     from mltcp.emulation.plan import assign_endpoints
     from mltcp.emulation.topologies import make_topology
+
     plan = plan_from_scenario(_sc([["L"], ["L"]]))
     plan.bottleneck = LinkParams(rate_mbps=100, delay_ms=1.0, buffer_bytes=50_000)
     seen = {}
@@ -502,8 +558,16 @@ def test_host_rtt_calibration_paces_its_sender_below_the_link_rate(monkeypatch):
     def fake_arm(p, cc, transport, mltcp, link_mode):
         assign_endpoints(p, make_topology("dumbbell", "t", p.bottleneck, n_jobs=1))
         seen["rates"] = [j.line_rate_mbps for j in p.jobs]
-        return ArmResult(cc, [], 0, None, {}, link_mode, 1.0,
-                         peer_stats={p.jobs[0].name: [{"rtt_ms": {"p10": 1.0, "p50": 1.2, "p90": 2.0}}]})
+        return ArmResult(
+            cc,
+            [],
+            0,
+            None,
+            {},
+            link_mode,
+            1.0,
+            peer_stats={p.jobs[0].name: [{"rtt_ms": {"p10": 1.0, "p50": 1.2, "p90": 2.0}}]},
+        )
 
     monkeypatch.setattr(calibrate, "run_arm", fake_arm)
     got = calibrate.measure_host_rtt(plan, "udp", "switch")
@@ -511,7 +575,7 @@ def test_host_rtt_calibration_paces_its_sender_below_the_link_rate(monkeypatch):
     assert 0 < calibrate.CALIBRATION_PACE < 1
     assert seen["rates"] == [pytest.approx(100 * calibrate.CALIBRATION_PACE)]
     assign_endpoints(plan, make_topology("dumbbell", "t", plan.bottleneck, n_jobs=2))
-    assert [j.line_rate_mbps for j in plan.jobs] == [100, 100]    # the measured arms: the link's rate
+    assert [j.line_rate_mbps for j in plan.jobs] == [100, 100]  # the measured arms: the link's rate
 
 
 def test_udp_sender_gets_the_scenario_s_mltcp_table_and_builds_that_hook(tmp_path):
@@ -523,25 +587,41 @@ def test_udp_sender_gets_the_scenario_s_mltcp_table_and_builds_that_hook(tmp_pat
     from mltcp.emulation import udp_peer
     from mltcp.emulation.peer_io import read_send_doc
     from mltcp.traffic.transport.sender import build_cc
+
     sc = scn.load("dcqcn-two-jobs")
     sc.mltcp_params["min_idle"] = 0.5
     job = plan_from_scenario(sc).jobs[0]
     job.dst_ip, job.port, job.line_rate_mbps = "10.0.0.4", 5002, 100.0
     doc = sender_doc(job, "udp", "mltcp-dcqcn")
-    want = {"slope": 25.4, "intercept": 0.91, "dcqcn_f_rai": False, "dcqcn_f_rhai": True,
-            "dcqcn_f_steps": True, "dcqcn_f_timer": True}
+    want = {
+        "slope": 25.4,
+        "intercept": 0.91,
+        "dcqcn_f_rai": False,
+        "dcqcn_f_rhai": True,
+        "dcqcn_f_steps": True,
+        "dcqcn_f_timer": True,
+    }
     assert {k: v for k, v in doc["cc_params"].items() if k in want or k in ("min_idle",)} == want
     f = tmp_path / "d.json"
     f.write_text(json.dumps(doc))
     _, opts = read_send_doc(str(f), "udp_peer", udp_peer.UDP_FIELDS)
     cc = build_cc("mltcp-dcqcn", line_rate=100e6 / 8, **opts["cc_params"])
     assert (cc.slope, cc.dcqcn_f_rai, cc.dcqcn_f_timer, cc.boundary) == (25.4, False, True, "mark")
-    assert cc.idle_rule_min() == float("inf")           # the sender marks iterations: the idle rule is off
-    base = sender_doc(job, "udp", "dcqcn")["cc_params"]                  # the base gets DCQCN's table only
-    assert base == {"g": 1 / 256, "rai": 50e6 / 8, "rhai": 100e6 / 8, "min_rate": 100e6 / 8, "timer": 900e-6,
-                    "byte_counter": 10e6, "alpha_interval": 1e-6}
+    assert cc.idle_rule_min() == float("inf")  # the sender marks iterations: the idle rule is off
+    base = sender_doc(job, "udp", "dcqcn")["cc_params"]  # the base gets DCQCN's table only
+    assert base == {
+        "g": 1 / 256,
+        "rai": 50e6 / 8,
+        "rhai": 100e6 / 8,
+        "min_rate": 100e6 / 8,
+        "timer": 900e-6,
+        "byte_counter": 10e6,
+        "alpha_interval": 1e-6,
+    }
     assert all(doc["cc_params"][k] == v for k, v in base.items())
-    assert "cc_params" not in sender_doc(plan_from_scenario(scn.load("holdout-two-jobs-100m")).jobs[0], "udp", "mltcp-cubic")
+    assert "cc_params" not in sender_doc(
+        plan_from_scenario(scn.load("holdout-two-jobs-100m")).jobs[0], "udp", "mltcp-cubic"
+    )
 
 
 def test_dilation_slows_dcqcn_s_rates_and_stretches_its_timers():
@@ -550,20 +630,30 @@ def test_dilation_slows_dcqcn_s_rates_and_stretches_its_timers():
     sc = scn.load("dcqcn-two-jobs")
     sc.mltcp_params["min_idle"] = 1e-3
     slow = rescale(sc, rate_mbps=100, dilate=True)
-    assert slow.cc_params["dcqcn"] == pytest.approx({"g": 1 / 256, "rai_mbps": 0.5, "rhai_mbps": 1.0, "min_rate_mbps": 1.0,
-                                                     "timer_us": 90_000, "byte_counter_kb": 10_000, "alpha_interval_us": 100})
+    assert slow.cc_params["dcqcn"] == pytest.approx(
+        {
+            "g": 1 / 256,
+            "rai_mbps": 0.5,
+            "rhai_mbps": 1.0,
+            "min_rate_mbps": 1.0,
+            "timer_us": 90_000,
+            "byte_counter_kb": 10_000,
+            "alpha_interval_us": 100,
+        }
+    )
     assert slow.mltcp_params["min_idle"] == pytest.approx(0.1)
-    assert sc.cc_params["dcqcn"]["rai_mbps"] == 50 and sc.mltcp_params["min_idle"] == 1e-3     # the original is untouched
+    assert sc.cc_params["dcqcn"]["rai_mbps"] == 50 and sc.mltcp_params["min_idle"] == 1e-3  # the original is untouched
     assert plan_from_scenario(slow).jobs[0].dcqcn["timer"] == pytest.approx(0.09)
     plain = scn.load("dcqcn-two-jobs")
-    plain.cc_params.pop("dcqcn")                     # defaults are dilated too
+    plain.cc_params.pop("dcqcn")  # defaults are dilated too
     assert rescale(plain, rate_mbps=100, dilate=True).cc_params["dcqcn"]["rai_mbps"] == pytest.approx(0.5)
-    cub = rescale(scn.load("cubic-two-jobs"), rate_mbps=100, dilate=True)    # x10: ready for --cc dcqcn
+    cub = rescale(scn.load("cubic-two-jobs"), rate_mbps=100, dilate=True)  # x10: ready for --cc dcqcn
     assert cub.cc_params["dcqcn"]["timer_us"] == pytest.approx(9000) and cub.cc_params["cubic"] == {}
 
 
 def _planned_jobs(receivers):
     from mltcp.emulation.plan import PORT_BASE
+
     jobs = plan_from_scenario(scn.load("innet-ecn-reno-two-jobs")).jobs
     for i, (j, r) in enumerate(zip(jobs, receivers)):
         j.receiver, j.port = r, PORT_BASE + i
@@ -576,6 +666,7 @@ def test_p4_link_modes_send_jobs_to_the_shim_port(mode):
     switch_policy would see no band (mltcp-switch ran its policy on nothing before this)."""
     from mltcp.emulation.arm import shim_ports
     from mltcp.traffic.transport.wire import MLTCP_UDP_PORT
+
     sc = scn.load("innet-ecn-reno-two-jobs")
     jobs = _planned_jobs(["r1", "r2"])
     shim_ports(jobs, mode, "udp", sc.switch)
@@ -585,6 +676,7 @@ def test_p4_link_modes_send_jobs_to_the_shim_port(mode):
 def test_shim_port_left_alone_off_p4_and_refused_for_a_policy_it_cannot_serve():
     from mltcp.emulation.arm import shim_ports
     from mltcp.emulation.plan import PORT_BASE, EmulationError
+
     sc = scn.load("innet-ecn-reno-two-jobs")
     jobs = _planned_jobs(["r1", "r2"])
     shim_ports(jobs, "htb", "udp", sc.switch)
@@ -593,7 +685,7 @@ def test_shim_port_left_alone_off_p4_and_refused_for_a_policy_it_cannot_serve():
     with pytest.raises(EmulationError, match="9199"):
         shim_ports(shared, "switch", "udp", sc.switch)
     off = _planned_jobs(["r1", "r1"])
-    shim_ports(off, "switch", "udp", None)     # no policy: the ports stay (nothing to act on)
+    shim_ports(off, "switch", "udp", None)  # no policy: the ports stay (nothing to act on)
     assert [j.port for j in off] == [PORT_BASE, PORT_BASE + 1]
 
 
@@ -604,10 +696,14 @@ def test_the_switch_policy_reaches_the_switch_with_all_its_fields():
     from mltcp.emulation.softswitch import policy_spec
     from mltcp.progress_policy import from_table
 
-    for name, table in (("ecn-by-progress", {"bands": 4, "ecn_scale_lo": 0.5}),
-                        ("priority-by-progress", {"bands": 8, "priority_ecn": "link"}),
-                        ("priority-by-progress", {"bands": 4, "priority_ecn": "off", "priority_buffer": "shared",
-                                                  "priority_pin": False})):
+    for name, table in (
+        ("ecn-by-progress", {"bands": 4, "ecn_scale_lo": 0.5}),
+        ("priority-by-progress", {"bands": 8, "priority_ecn": "link"}),
+        (
+            "priority-by-progress",
+            {"bands": 4, "priority_ecn": "off", "priority_buffer": "shared", "priority_pin": False},
+        ),
+    ):
         pol = from_table(name, table)
         spec = dict(policy_spec(pol))
         assert from_table(spec.pop("name"), spec) == pol
@@ -625,8 +721,9 @@ def test_priority_by_progress_is_refused_on_bmv2_before_any_network():
 def test_dctcp_has_no_kernel_mltcp_variant_but_runs_on_both_transports():
     from mltcp.emulation.plan import BASE_CCS
     from mltcp.emulation.runner import run_experiment
+
     sc = _sc([["L"], ["L"]])
-    assert "dctcp" in BASE_CCS                  # udp: the core's Dctcp and MLTCPDctcp; kernel: bpf_dctcp
+    assert "dctcp" in BASE_CCS  # udp: the core's Dctcp and MLTCPDctcp; kernel: bpf_dctcp
     with pytest.raises(EmulationError, match="no MLTCP variant of dctcp.*--transport udp"):
         run_experiment(sc, "dctcp", compare_mltcp=True, transport="kernel", link_mode="switch", with_sim=False)
     with pytest.raises(EmulationError, match="MLTCP variants of reno and cubic only, not of dctcp"):
@@ -636,11 +733,12 @@ def test_dctcp_has_no_kernel_mltcp_variant_but_runs_on_both_transports():
 
 def test_udp_sender_doc_carries_dctcp_params_and_the_peer_builds_dctcp():
     from mltcp.cc import Dctcp, MLTCPDctcp, make_cc
+
     job = _placed(line_rate_mbps=100.0)
     job.dctcp = {"g": 0.125}
     job.hook = {"slope": 2.0, "min_idle": 0.5}
     doc = sender_doc(job, "udp", "mltcp-dctcp")
-    assert doc["cc_params"] == {"g": 0.125, "slope": 2.0}        # the tracker's knobs stay the sender's
+    assert doc["cc_params"] == {"g": 0.125, "slope": 2.0}  # the tracker's knobs stay the sender's
     cc = make_cc(doc["cc"], **doc["cc_params"])
     assert isinstance(cc, MLTCPDctcp) and isinstance(cc, Dctcp) and cc.g == 0.125 and cc.slope == 2.0
     assert "cc_params" not in sender_doc(job, "udp", "reno")
@@ -672,11 +770,15 @@ def test_switch_ports_get_the_lossless_and_unpinned_settings(monkeypatch):
     from mltcp.emulation.topologies import LinkParams
     from mltcp.progress_policy import from_table
 
-    ports = [(SimpleNamespace(link_params=LinkParams(rate_mbps=25, buffer_bytes=4_000_000)), 1),
-             (SimpleNamespace(link_params=LinkParams(rate_mbps=25, buffer_bytes=45_000)), 2)]
+    ports = [
+        (SimpleNamespace(link_params=LinkParams(rate_mbps=25, buffer_bytes=4_000_000)), 1),
+        (SimpleNamespace(link_params=LinkParams(rate_mbps=25, buffer_bytes=45_000)), 2),
+    ]
     monkeypatch.setattr(softswitch, "_linked_ports", lambda sw: ports)
-    topo = SimpleNamespace(pfc_headroom=64, switch_policy=from_table(
-        "priority-by-progress", {"bands": 8, "priority_ecn": "off", "priority_pin": False}))
+    topo = SimpleNamespace(
+        pfc_headroom=64,
+        switch_policy=from_table("priority-by-progress", {"bands": 8, "priority_ecn": "off", "priority_pin": False}),
+    )
     cfg = softswitch.port_config(None, topo)
-    assert cfg[1].endswith(",pfc=64,pin=0") and cfg[2].endswith("buffer=30,pin=0")   # 30 packets: no room for 64
+    assert cfg[1].endswith(",pfc=64,pin=0") and cfg[2].endswith("buffer=30,pin=0")  # 30 packets: no room for 64
     assert "pfc" not in softswitch.port_config(None)[1]

@@ -2,6 +2,7 @@
 
 Needs root, mnexec, tc, brctl; skips with the reason otherwise. Every test checks that nothing of
 its run (links named with the run prefix, node shells, peers) is left, also after a failure."""
+
 import os
 import signal
 import subprocess
@@ -25,11 +26,13 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(why is not None, reason=f"emu
 @pytest.fixture(autouse=True)
 def quiet_mininet():
     from mininet.log import setLogLevel
+
     setLogLevel("error")
 
 
 def assert_clean(prefix, pids=()):
     import glob
+
     assert not glob.glob(f"/tmp/mltcp-switch-{prefix}*.log")
     left = netns.leftovers(prefix, list(pids))
     if left:  # remove before failing so one failure does not poison the next test
@@ -51,7 +54,7 @@ def test_dumbbell_pings_runs_two_kernel_jobs_and_cleans_up():
         topo = make_topology("dumbbell", prefix, LinkParams(rate_mbps=50, buffer_bytes=60_000), n_jobs=2)
         net = build_network(topo, "htb", cl)
         pids = cl.all_pids()
-        assert prefix + "s1" in netns.root_links()        # the bridge exists while the net runs
+        assert prefix + "s1" in netns.root_links()  # the bridge exists while the net runs
         for s, r in topo.job_pairs:
             out = net[s].cmd(f"ping -c 1 -W 2 {topo.ip_of(r)}")
             assert " 0% packet loss" in out, out
@@ -65,7 +68,7 @@ def test_dumbbell_pings_runs_two_kernel_jobs_and_cleans_up():
     assert sorted(r.iteration for r in arm.records if r.job == "j0") == list(range(5))
     for r in arm.records:
         assert r.start <= r.comm_start <= r.end
-        assert r.comm_start - r.start >= 0.05 * 0.9      # the compute phase was slept
+        assert r.comm_start - r.start >= 0.05 * 0.9  # the compute phase was slept
         assert r.bytes == 300_000
     assert arm.cc == "reno" and arm.drops >= 0
     assert set(arm.retrans) == {"j0", "j1"}
@@ -81,6 +84,7 @@ def test_failure_midway_cleans_up():
 
 def test_exception_during_build_cleans_up(monkeypatch):
     from mltcp.emulation import network
+
     seen = []
 
     def boom(net, topo):
@@ -99,6 +103,7 @@ def test_exception_during_build_cleans_up(monkeypatch):
 
 def _switch_ready():
     from mltcp.emulation.network import _controlplane_available, software_switch_class
+
     return software_switch_class() is not None and _controlplane_available()
 
 
@@ -112,14 +117,21 @@ def test_routed_topologies_route(kind, mode):
     if mode == "switch" and not _switch_ready():
         pytest.skip("software switch or control plane not importable")
     from mltcp.emulation.network import software_switch_class
+
     prefix = netns.run_prefix()
     bn = LinkParams(rate_mbps=50, buffer_bytes=30_000, delay_ms=5.0 if mode == "switch" else 0.0)
     pids = []
     with netns.Cleanup(prefix) as cl:
-        topo = make_topology(kind, prefix, bn, n_jobs=3 if kind == "ring" else 2,
-                             switch_cls=software_switch_class() if mode == "switch" else None)
+        topo = make_topology(
+            kind,
+            prefix,
+            bn,
+            n_jobs=3 if kind == "ring" else 2,
+            switch_cls=software_switch_class() if mode == "switch" else None,
+        )
         net = build_network(topo, mode, cl)
         from mltcp.emulation.cli import ping_pair
+
         rows = [ping_pair(net, topo, s, r) for s, r in topo.job_pairs]
         rtts = []
         if mode == "switch":
@@ -160,15 +172,21 @@ SCENARIO = textwrap.dedent("""
 def test_sigint_cleans_up(tmp_path):
     sc = tmp_path / "s.toml"
     sc.write_text(SCENARIO)
-    proc = subprocess.Popen([sys.executable, "-m", "mltcp.emulation.cli", str(sc), "--json",
-                             "--no-sim", "--link-mode", "htb"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mltcp.emulation.cli", str(sc), "--json", "--no-sim", "--link-mode", "htb"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     prefix = netns.run_prefix(proc.pid)
     try:
         deadline = time.monotonic() + 30
         # wait until the network exists and the peers run
         while time.monotonic() < deadline and proc.poll() is None:
-            if any("kernel_peer" in open(f"/proc/{p}/cmdline").read() for p in netns.tagged_pids(prefix)
-                   if os.path.exists(f"/proc/{p}/cmdline")):
+            if any(
+                "kernel_peer" in open(f"/proc/{p}/cmdline").read()
+                for p in netns.tagged_pids(prefix)
+                if os.path.exists(f"/proc/{p}/cmdline")
+            ):
                 break
             time.sleep(0.1)
         assert proc.poll() is None, proc.stderr.read().decode()
@@ -189,36 +207,43 @@ def test_sigint_cleans_up(tmp_path):
 def test_switch_mode_delay_ecn_and_cleanup():
     from mltcp.emulation.calibrate import calibrate_rtt
     from mltcp.emulation.peers import udp_available
+
     prefix = netns.run_prefix()
     bn = LinkParams(rate_mbps=50, delay_ms=2, buffer_bytes=45_000, ecn_threshold_pkts=5)
     with netns.Cleanup(prefix) as cl:
-        topo = make_topology("dumbbell", prefix, bn, n_jobs=2,
-                             switch_cls=__import__("mltcp.emulation.network", fromlist=["x"]).software_switch_class())
+        topo = make_topology(
+            "dumbbell",
+            prefix,
+            bn,
+            n_jobs=2,
+            switch_cls=__import__("mltcp.emulation.network", fromlist=["x"]).software_switch_class(),
+        )
         net = build_network(topo, "switch", cl)
         a, b = topo.job_pairs[0]
         out = net[a].cmd(f"ping -c 3 -i 0.2 -W 2 {topo.ip_of(b)}")
         procs = [sw.proc for sw in net.switches if getattr(sw, "proc", None) is not None]
-        assert len(procs) == 1      # one userspace switch; the receiver side is a kernel bridge
+        assert len(procs) == 1  # one userspace switch; the receiver side is a kernel bridge
         pids = cl.all_pids() + [p.pid for p in procs]
     assert " 0% packet loss" in out, out
     rtt_min = float(out.split("rtt min/avg/max/mdev = ")[1].split("/")[0])
-    assert rtt_min >= 4.0          # 2 ms each way on the bottleneck
+    assert rtt_min >= 4.0  # 2 ms each way on the bottleneck
     assert_clean(prefix, pids)
-    plan = Plan("t", "dumbbell", bn, [job_plan("j0", 400_000, 0.05, 0.0, 4),
-                                      job_plan("j1", 400_000, 0.05, 0.01, 4)], warmup=1)
-    arm = run_arm(plan, "reno", "kernel", link_mode="switch")   # hosts get tcp_ecn=1 here
+    plan = Plan(
+        "t", "dumbbell", bn, [job_plan("j0", 400_000, 0.05, 0.0, 4), job_plan("j1", 400_000, 0.05, 0.01, 4)], warmup=1
+    )
+    arm = run_arm(plan, "reno", "kernel", link_mode="switch")  # hosts get tcp_ecn=1 here
     assert len(arm.records) == 8 and arm.ecn_marks > 0
     assert_clean(prefix)
     if not udp_available():
         pytest.skip("userspace transport not importable")
     arm = run_arm(plan, "reno", "udp", link_mode="switch")
     assert len(arm.records) == 8
-    assert set(arm.peer_stats) == {"j0", "j1"}                 # senders report their counters
+    assert set(arm.peer_stats) == {"j0", "j1"}  # senders report their counters
     assert all(f["rto"] >= 0.2 and f["bytes"] == 4 * 400_000 for fl in arm.peer_stats.values() for f in fl)
-    assert arm.ecn_marks is not None and arm.ecn_marks > 0     # ECT traffic over a 5-packet threshold
-    assert all(f["rtt_ms"]["p10"] >= 4.0 for fl in arm.peer_stats.values() for f in fl)   # 2 ms each way
+    assert arm.ecn_marks is not None and arm.ecn_marks > 0  # ECT traffic over a 5-packet threshold
+    assert all(f["rtt_ms"]["p10"] >= 4.0 for fl in arm.peer_stats.values() for f in fl)  # 2 ms each way
     assert_clean(prefix)
-    cal = calibrate_rtt(plan, "udp", "switch")       # one more run, alone, with zero link delay
+    cal = calibrate_rtt(plan, "udp", "switch")  # one more run, alone, with zero link delay
     assert 0 < cal["host_rtt_ms"] < 4.0 and plan.bottleneck.delay_ms == cal["link_delay_ms"] < 2.0
     assert_clean(prefix)
 
@@ -229,6 +254,7 @@ def test_ring_of_software_switches_runs_three_udp_jobs_with_ecn():
     """The circular dependency on three mltcp-switch routers: every job's records arrive, the
     bottleneck ports' ECN marks and drops are read from the three switches' logs."""
     from mltcp.emulation.peers import udp_available
+
     if not udp_available():
         pytest.skip("userspace transport not importable")
     prefix = netns.run_prefix()
@@ -238,13 +264,14 @@ def test_ring_of_software_switches_runs_three_udp_jobs_with_ecn():
     assert sorted((r.job, r.iteration) for r in arm.records) == [(j, i) for j in "XYZ" for i in range(3)]
     assert all(r.bytes == 300_000 for r in arm.records)
     assert arm.link_mode == "switch" and arm.ecn_marks is not None and arm.ecn_marks > 0
-    assert all(f["rtt_ms"]["p10"] >= 4.0 for fl in arm.peer_stats.values() for f in fl)   # 4 x 1 ms
+    assert all(f["rtt_ms"]["p10"] >= 4.0 for fl in arm.peer_stats.values() for f in fl)  # 4 x 1 ms
     assert_clean(prefix)
 
 
 def test_linux_tc_mode_needs_netem_and_red():
     from mltcp.emulation.network import resolve_link_mode
     from mltcp.emulation.topologies import TopologyError, qdisc_available
+
     have = qdisc_available("netem") and qdisc_available("red")
     if have:
         assert resolve_link_mode("linux-tc") == "linux-tc"

@@ -27,8 +27,14 @@ def test_port_constant():
 
 
 def test_length_and_byte_layout():
-    h = MLTCP(flags=FLAG_ACK | FLAG_ECE, reserved=0xAB, job_id=0x1234, iteration=0xDEADBEEF,
-              bytes_ratio=0xBEEF, reserved2=0x0102)
+    h = MLTCP(
+        flags=FLAG_ACK | FLAG_ECE,
+        reserved=0xAB,
+        job_id=0x1234,
+        iteration=0xDEADBEEF,
+        bytes_ratio=0xBEEF,
+        reserved2=0x0102,
+    )
     raw = bytes(h)
     assert len(raw) == MLTCP_HEADER_LEN == 12
     # version in the high nibble, flags in the low nibble of byte 0
@@ -42,10 +48,17 @@ def test_default_version_is_one():
     assert bytes(MLTCP())[0] >> 4 == 1
 
 
-@pytest.mark.parametrize("flags,names", [
-    (FLAG_ACK, {"ACK"}), (FLAG_CNP, {"CNP"}), (FLAG_ITER_START, {"ITER_START"}),
-    (FLAG_ECE, {"ECE"}), (0xF, {"ACK", "CNP", "ITER_START", "ECE"}), (0, set()),
-])
+@pytest.mark.parametrize(
+    "flags,names",
+    [
+        (FLAG_ACK, {"ACK"}),
+        (FLAG_CNP, {"CNP"}),
+        (FLAG_ITER_START, {"ITER_START"}),
+        (FLAG_ECE, {"ECE"}),
+        (0xF, {"ACK", "CNP", "ITER_START", "ECE"}),
+        (0, set()),
+    ],
+)
 def test_flag_bits(flags, names):
     h = MLTCP(bytes(MLTCP(flags=flags)))
     assert int(h.flags) == flags
@@ -59,9 +72,13 @@ def test_flags_by_name():
 
 
 def test_roundtrip_through_ethernet():
-    pkt = (Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(sport=40000, dport=MLTCP_UDP_PORT)
-           / MLTCP(flags="ITER_START", job_id=42, iteration=7, bytes_ratio=ratio_to_q16(0.25))
-           / b"payload")
+    pkt = (
+        Ether()
+        / IP(src="10.0.0.1", dst="10.0.0.2")
+        / UDP(sport=40000, dport=MLTCP_UDP_PORT)
+        / MLTCP(flags="ITER_START", job_id=42, iteration=7, bytes_ratio=ratio_to_q16(0.25))
+        / b"payload"
+    )
     back = Ether(bytes(pkt))
     assert back.haslayer(MLTCP)
     m = back[MLTCP]
@@ -86,7 +103,7 @@ def test_building_sets_destination_port():
 
 
 def test_truncated_inside_udp_is_not_dissected_as_mltcp():
-    raw = bytes(UDP(dport=MLTCP_UDP_PORT) / MLTCP(job_id=9))[:8 + 5]
+    raw = bytes(UDP(dport=MLTCP_UDP_PORT) / MLTCP(job_id=9))[: 8 + 5]
     pkt = UDP(raw)
     assert not pkt.haslayer(MLTCP)
     assert pkt.haslayer(Raw)
@@ -143,6 +160,7 @@ def test_q16_roundtrip_error_within_half_step():
 
 # --- the Wireshark dissector (p4src/mltcp.lua), run through tshark where installed ---------
 
+
 def test_wireshark_dissector(tmp_path):
     import shutil
     import subprocess
@@ -156,19 +174,48 @@ def test_wireshark_dissector(tmp_path):
         pytest.skip("tshark not installed (scripts/install-system.sh installs it)")
     ip = IP(src="10.0.0.1", dst="10.0.0.2")
     pkts = [
-        Ether() / ip / UDP(sport=4000, dport=MLTCP_UDP_PORT)
-        / MLTCP(flags="ACK+ECE", job_id=7, iteration=3, bytes_ratio=32768) / b"hello",
+        Ether()
+        / ip
+        / UDP(sport=4000, dport=MLTCP_UDP_PORT)
+        / MLTCP(flags="ACK+ECE", job_id=7, iteration=3, bytes_ratio=32768)
+        / b"hello",
         Ether() / ip / UDP(sport=MLTCP_UDP_PORT, dport=4000) / MLTCP(version=2, job_id=8),
         Ether() / ip / UDP(sport=4000, dport=MLTCP_UDP_PORT) / Raw(b"\x10\x00\x00"),
     ]
     pcap = tmp_path / "mltcp.pcap"
     wrpcap(str(pcap), pkts)
     res = subprocess.run(
-        [tshark, "-X", f"lua_script:{DISSECTOR_PATH}", "-r", str(pcap), "-T", "fields",
-         "-E", "separator=|", "-e", "mltcp.version", "-e", "mltcp.job_id",
-         "-e", "mltcp.iteration", "-e", "mltcp.bytes_ratio", "-e", "mltcp.flags.ack",
-         "-e", "mltcp.flags.cnp", "-e", "mltcp.flags.ece", "-e", "_ws.expert.message"],
-        capture_output=True, text=True, timeout=60)
+        [
+            tshark,
+            "-X",
+            f"lua_script:{DISSECTOR_PATH}",
+            "-r",
+            str(pcap),
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-e",
+            "mltcp.version",
+            "-e",
+            "mltcp.job_id",
+            "-e",
+            "mltcp.iteration",
+            "-e",
+            "mltcp.bytes_ratio",
+            "-e",
+            "mltcp.flags.ack",
+            "-e",
+            "mltcp.flags.cnp",
+            "-e",
+            "mltcp.flags.ece",
+            "-e",
+            "_ws.expert.message",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     rows = [line.split("|") for line in res.stdout.strip().splitlines()]
     assert len(rows) == 3

@@ -1,5 +1,6 @@
 """No import cycle in the package: module A imports B (at the top or inside a function) and B
 imports A, directly or through others. Found by reading the sources (ast), not by importing."""
+
 from __future__ import annotations
 
 import ast
@@ -22,9 +23,11 @@ def _modules() -> dict[str, Path]:
                 parts = parts[:-1]
             name = ".".join(parts)
             # a folder inside a package dir that is itself another package's dir belongs to that one
-            if not any(name.startswith(other + ".") or name == other
-                       for other, f in PACKAGE_DIRS.items() if other != pkg and (ROOT / f).is_relative_to(base)
-                       and p.is_relative_to(ROOT / f)):
+            if not any(
+                name.startswith(other + ".") or name == other
+                for other, f in PACKAGE_DIRS.items()
+                if other != pkg and (ROOT / f).is_relative_to(base) and p.is_relative_to(ROOT / f)
+            ):
                 mods[name] = p
     return mods
 
@@ -40,7 +43,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = here.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
@@ -89,8 +92,14 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read_from_every_package():
     mods = _modules()
-    for must in ("mltcp.cli", "mltcp.emulation.topologies", "mltcp.emulation.softswitch",
-                 "mltcp.controlplane.client", "mltcp.traffic.transport", "mltcp.p4src.names"):
+    for must in (
+        "mltcp.cli",
+        "mltcp.emulation.topologies",
+        "mltcp.emulation.softswitch",
+        "mltcp.controlplane.client",
+        "mltcp.traffic.transport",
+        "mltcp.p4src.names",
+    ):
         assert must in mods, must
     graph = {m: _imports(m, p, set(mods)) for m, p in mods.items()}
     assert "mltcp.emulation.topologies" in graph["mltcp.emulation.runner"]

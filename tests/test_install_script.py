@@ -3,6 +3,7 @@
 apt-get, curl and gpg are replaced by stubs on PATH that record their arguments, so no test
 installs anything or touches the network; dpkg-query is stubbed where a test needs "nothing
 installed"."""
+
 import os
 import shutil
 import subprocess
@@ -64,7 +65,7 @@ def test_ubuntu_2204_package_list(tmp_path):
     assert "bpftool" not in pkgs and "linux-tools-common" in pkgs
     assert f"linux-tools-{os.uname().release}" in pkgs
     assert "mininet" in pkgs and "libbpf-dev" in pkgs
-    assert "python3.11-venv" in pkgs          # jammy's python3 is 3.10
+    assert "python3.11-venv" in pkgs  # jammy's python3 is 3.10
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("dpkg") is None, reason="needs root and dpkg")
@@ -131,6 +132,7 @@ P4_README = """# p4tools
 
 def _fake_tarball(tmp_path: Path, readme: str = P4_README, tag: str = "1") -> Path:
     import tarfile
+
     src = tmp_path / f"src{tag}" / "p4tools"
     (src / "bin").mkdir(parents=True)
     (src / "README.md").write_text(readme)
@@ -215,6 +217,7 @@ def test_the_checkout_ignores_the_tools_folder():
 def test_resolver_order(tmp_path, monkeypatch):
     """mltcp.tools: MLTCP_P4TOOLS, then the checkout's .tools/p4tools, then PATH."""
     from mltcp import tools
+
     d = tmp_path / "p4t"
     for sub in ("bin", "fast/bin"):
         (d / sub).mkdir(parents=True)
@@ -224,7 +227,7 @@ def test_resolver_order(tmp_path, monkeypatch):
     monkeypatch.setenv("MLTCP_P4TOOLS", str(d))
     assert tools.find("simple_switch_grpc") == str(d / "bin" / "simple_switch_grpc")
     assert tools.find("simple_switch_grpc", fast=True) == str(d / "fast" / "bin" / "simple_switch_grpc")
-    assert tools.find("p4c") is None            # an explicit folder without it: no fallback
+    assert tools.find("p4c") is None  # an explicit folder without it: no fallback
     assert "MLTCP_P4TOOLS" in tools.why_missing("p4c")
     monkeypatch.delenv("MLTCP_P4TOOLS")
     monkeypatch.setattr(tools, "DEFAULT_DIR", tmp_path / "nothing")
@@ -238,11 +241,12 @@ def test_resolver_order(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ the demo's minimum and the Makefile
 
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("dpkg") is None, reason="needs root and dpkg")
 def test_demo_installs_only_python_and_venv(tmp_path):
     tgz = _fake_tarball(tmp_path)
     env, log = _p4tools_env(tmp_path, tgz)
-    env["MLTCP_WITH_P4"] = "1"                   # ignored by --demo, as is the p4tools tarball
+    env["MLTCP_WITH_P4"] = "1"  # ignored by --demo, as is the p4tools tarball
     r = subprocess.run(["bash", str(SCRIPT), "--demo"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     install = [l for l in log.read_text().splitlines() if " install " in l]
@@ -261,8 +265,9 @@ def test_unknown_option_is_refused(tmp_path):
 
 def _make_dry_run(target: str, venv: Path) -> str:
     root = SCRIPT.parents[1]
-    r = subprocess.run(["make", "-n", "-C", str(root), target, f"VENV={venv}"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["make", "-n", "-C", str(root), target, f"VENV={venv}"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -280,7 +285,7 @@ def test_make_demo_installs_the_base_package_only(tmp_path):
 def test_make_test_after_demo_upgrades_the_venv(tmp_path):
     venv = tmp_path / "venv"
     venv.mkdir()
-    (venv / ".installed-demo").touch()           # a venv that `make demo` built
+    (venv / ".installed-demo").touch()  # a venv that `make demo` built
     out = _make_dry_run("test", venv)
     pip = [l for l in out.splitlines() if "pip install" in l and "--upgrade pip" not in l]
     assert len(pip) == 1 and "'.[switch,emulate,kernel,ns3,test" in pip[0], pip

@@ -1,6 +1,7 @@
 """Kernel MLTCP for real: build, register, select per socket, move data, compare the BPF program's
 growth steps with the Python models, unload without a trace. Needs root, BTF, clang and bpftool;
 skips with the reason otherwise."""
+
 import dataclasses
 import socket
 import struct
@@ -36,7 +37,7 @@ def loaded():
         yield loader.load(config=TEST_CFG)
     finally:
         loader.unload()
-        if before:   # put back what was registered before the tests (default configuration)
+        if before:  # put back what was registered before the tests (default configuration)
             loader.load(before)
 
 
@@ -110,7 +111,7 @@ def test_20mib_over_loopback_intact_and_iterations_learned(loaded, variant):
         tr = KernelTransport("127.0.0.1", rx.port, cc=variant, verify=True)
         assert congestion(tr.sock) == variant
         for i in range(4):
-            tr.send_iteration(per_iter, i)     # raises on a digest mismatch
+            tr.send_iteration(per_iter, i)  # raises on a digest mismatch
             time.sleep(0.3)
         state = vm.socket_state(tr.sock)
     finally:
@@ -141,21 +142,21 @@ def test_explicit_mark_starts_an_iteration(loaded):
             vm.write_config(TEST_CFG)
             tr.send_iteration(300_000, 0)
             time.sleep(0.02)
-            assert vm.socket_state(tr.sock).completed == 0   # idle gap alone is no boundary
+            assert vm.socket_state(tr.sock).completed == 0  # idle gap alone is no boundary
             for i, n in enumerate((300_000, 600_000), start=1):
                 assert maps.mark_iteration_start(tr.local_port) == len(maps.VARIANTS)
                 tr.send_iteration(n, i)
                 time.sleep(0.02)
             state = vm.socket_state(tr.sock)
             assert state.completed == 2 and state.learned == 300_016
-            assert state.last_gap_ns == 0     # no idle boundary was taken
-            assert state.bytes_ratio == 1.0   # 600 kB into an iteration of 300 kB
+            assert state.last_gap_ns == 0  # no idle boundary was taken
+            assert state.bytes_ratio == 1.0  # 600 kB into an iteration of 300 kB
             gen = state.mark_gen
             vm.mark(tr.local_port)
             tr.send_iteration(1000, 3)
             state = vm.socket_state(tr.sock)
             assert state.mark_gen == gen + 1 and state.completed == 3
-            assert state.learned == 300_016   # median of (300_016, 300_016, 600_016)
+            assert state.learned == 300_016  # median of (300_016, 300_016, 600_016)
     finally:
         if tr:
             tr.close()
@@ -168,7 +169,7 @@ def _run_traced(d, variant, traced, cfg, iterations=5, nbytes=1_500_000):
     tr = None
     try:
         vm = traced(variant)
-        vm.write_config(cfg)                  # read by the socket when it connects
+        vm.write_config(cfg)  # read by the socket when it connects
         tr = KernelTransport(d.ip(b), rx.port, cc=variant, ns=d.ns(d.senders[0]))
         vm.write_config(dataclasses.replace(cfg, trace_port=tr.local_port))
         for i in range(iterations):
@@ -214,7 +215,7 @@ def test_reno_growth_matches_models(loaded, dumbbell, traced):
         # mltcp.cc (float, bytes) on the same inputs: the increment in segments agrees.
         st = cc.new_state(1, mss=mss, now=0.0)
         st.cwnd[:] = e.cwnd_in * mss
-        st.ssthresh[:] = e.cwnd_in * mss           # in congestion avoidance
+        st.ssthresh[:] = e.cwnd_in * mss  # in congestion avoidance
         if e.learned:
             st.tracker.bytes_per_iter[:] = e.learned
             st.tracker.bytes_cur[:] = e.iter_acked - e.acked * mss
@@ -237,8 +238,7 @@ def _paced_grow_cwnds(d, traced, cfg, pace_mbit, iterations=3, nbytes=1_500_000)
     try:
         vm = traced("mltcp_reno")
         vm.write_config(cfg)
-        tr = KernelTransport(d.ip(b), rx.port, cc="mltcp_reno", ns=d.ns(d.senders[0]),
-                             pacing_mbit=pace_mbit)
+        tr = KernelTransport(d.ip(b), rx.port, cc="mltcp_reno", ns=d.ns(d.senders[0]), pacing_mbit=pace_mbit)
         vm.write_config(dataclasses.replace(cfg, trace_port=tr.local_port))
         for i in range(iterations):
             tr.send_iteration(nbytes, i)
@@ -277,11 +277,11 @@ def test_cubic_growth_matches_model(loaded, dumbbell, traced):
     cuts = [e for e in events if e.kind == maps.EV_SSTHRESH]
     assert len(grow) + len(friendly) > 200 and cuts
     _check_tracker_fields(events, cfg)
-    for e in grow:   # cwnd += F (target - cwnd) / cwnd per acked segment
+    for e in grow:  # cwnd += F (target - cwnd) / cwnd per acked segment
         assert e.cwnd_in < e.aux <= e.cwnd_in + e.cwnd_in // 2
         assert e.w == model.cubic_w(e.cwnd_in, e.aux)
         assert (e.cwnd_out, e.cnt_out) == model.grow(e.cwnd_in, e.cnt_in, e.w, e.acked, e.f_q10, e.clamp)
-    for e in friendly:   # Reno-friendly region: cwnd = W_est
+    for e in friendly:  # Reno-friendly region: cwnd = W_est
         assert e.cwnd_out == min(max(e.cwnd_in, e.aux), e.clamp)
     for e in cuts:
         assert e.w == model.CUBIC_KEEP_Q16 and e.aux == model.ssthresh(e.cwnd_in, model.CUBIC_KEEP_Q16)
@@ -314,8 +314,8 @@ def test_restart_window_restarts_the_window_at_each_iteration_start(loaded, dumb
     for e in rs:
         assert e.iter_acked == 0 and e.cwnd_in > restart
         assert (e.cwnd_out, e.aux) == model.restart(e.cwnd_in, e.w, restart)
-    for e in rs:     # the kernel's window at the next ACK: the restart stuck
-        nxt = next(x for x in events[events.index(e) + 1:] if x.kind == maps.EV_ACK)
+    for e in rs:  # the kernel's window at the next ACK: the restart stuck
+        nxt = next(x for x in events[events.index(e) + 1 :] if x.kind == maps.EV_ACK)
         assert nxt.cwnd_in == restart
     assert set(_iteration_starts(events)) == {restart}
 
@@ -323,9 +323,11 @@ def test_restart_window_restarts_the_window_at_each_iteration_start(loaded, dumb
     assert counted == 0 and not [e for e in events if e.kind == maps.EV_RESTART]
     starts = _iteration_starts(events)
     assert len(starts) >= 3 and max(starts) > restart, starts
-    print(f"{variant}: restarts (iteration, cwnd before -> after, ssthresh before -> after): "
-          f"{[(e.completed, e.cwnd_in, e.cwnd_out, e.w, e.aux) for e in rs]}; "
-          f"without restart_window, cwnd at each iteration's first ACK: {starts}")
+    print(
+        f"{variant}: restarts (iteration, cwnd before -> after, ssthresh before -> after): "
+        f"{[(e.completed, e.cwnd_in, e.cwnd_out, e.w, e.aux) for e in rs]}; "
+        f"without restart_window, cwnd at each iteration's first ACK: {starts}"
+    )
 
 
 def test_failed_load_leaves_nothing(loaded, monkeypatch):
@@ -346,7 +348,7 @@ def test_failed_load_leaves_nothing(loaded, monkeypatch):
         assert not set(maps.VARIANTS) & set(loader.available())
         assert loader.registered() == {}
     finally:
-        loader.load(config=TEST_CFG)   # the module fixture expects them loaded
+        loader.load(config=TEST_CFG)  # the module fixture expects them loaded
 
 
 def test_unload_leaves_no_trace(loaded):

@@ -1,4 +1,5 @@
 """Pure checks of the kernel MLTCP's integer model and configuration (no root needed)."""
+
 import numpy as np
 import pytest
 
@@ -29,7 +30,7 @@ def test_mltcp_reno_step_is_f_times_reno():
     for r, f in ((0.0, 0.25), (0.5, 2.25), (1.0, 4.25)):
         fq = model.f_q10(model.q10(4.0), model.q10(0.25), round(r * model.R_ONE))
         cwnd, cnt = 40, 0
-        for _ in range(400):   # 10 windows of single-segment acks at the start cwnd
+        for _ in range(400):  # 10 windows of single-segment acks at the start cwnd
             cwnd, cnt = model.grow(cwnd, cnt, model.reno_w(40), 1, fq, 1 << 30)
         assert cwnd - 40 == pytest.approx(10 * f, abs=1)
 
@@ -75,8 +76,8 @@ def test_restart_keeps_three_quarters_of_the_window_in_ssthresh():
     assert model.restart(40, 20, 8) == (8, 30)
     assert model.restart(40, 35, 8) == (8, 35)
     assert model.restart(41, 0x7FFFFFFF, 8) == (8, 0x7FFFFFFF)
-    assert model.restart(8, 4, 8) == (8, 4)         # not above the restart window: untouched
-    assert model.restart(40, 20, 0) == (40, 20)     # off
+    assert model.restart(8, 4, 8) == (8, 4)  # not above the restart window: untouched
+    assert model.restart(40, 20, 0) == (40, 20)  # off
 
 
 def test_layout_sizes_match_the_c_structs():

@@ -1,6 +1,7 @@
 """bpf_dctcp (traffic/kernel/dctcp.bpf.c), the DCTCP this kernel lacks: registered and removed
 by base_cc, it negotiates ECN by itself (TCP_CONG_NEEDS_ECN) and carries a transfer between two
 namespaces. Root only."""
+
 import socket
 import subprocess
 import threading
@@ -36,7 +37,7 @@ def dctcp():
 def test_dctcp_negotiates_ecn_itself_and_transfers(dctcp, veth_pair):
     tx, rx = veth_pair
     assert dctcp in loader.available()
-    for ns in (tx, rx):       # ECN off on both hosts: the algorithm must ask for it
+    for ns in (tx, rx):  # ECN off on both hosts: the algorithm must ask for it
         subprocess.run(["nsenter", f"--net={ns}", "sysctl", "-qw", "net.ipv4.tcp_ecn=0"], check=True)
     with in_netns(rx):
         srv = socket.socket()

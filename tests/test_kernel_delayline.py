@@ -2,6 +2,7 @@
 dumbbell (the emulation's, in Mininet): the base RTT it gives, data through it intact, the
 counters, CE marks instead of drops, and nothing left behind (process, links, node shells). Needs
 root, gcc, clang, bpftool, ip/tc, brctl; skips with the reason otherwise."""
+
 import os
 import re
 import shutil
@@ -16,8 +17,18 @@ from mltcp.traffic.kernel.transport import KernelTransport, Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
-REASON = ("needs root" if os.geteuid() != 0 else
-          next((f"{t} not installed" for t in ("gcc", "clang", "bpftool", "ip", "tc", "ping", "brctl", "mnexec") if shutil.which(t) is None), None))
+REASON = (
+    "needs root"
+    if os.geteuid() != 0
+    else next(
+        (
+            f"{t} not installed"
+            for t in ("gcc", "clang", "bpftool", "ip", "tc", "ping", "brctl", "mnexec")
+            if shutil.which(t) is None
+        ),
+        None,
+    )
+)
 if REASON:
     pytestmark.append(pytest.mark.skip(reason=REASON))
 
@@ -46,7 +57,7 @@ def wired():
 
 def test_rtt_is_twice_the_delay(wired):
     mn, avg, mx = _rtts(wired)
-    assert 6.0 <= mn < 9.0, (mn, avg, mx)       # 2 x 3 ms plus the stack; a loaded machine adds, never removes
+    assert 6.0 <= mn < 9.0, (mn, avg, mx)  # 2 x 3 ms plus the stack; a loaded machine adds, never removes
 
 
 def test_without_delay_no_wire():
@@ -55,10 +66,12 @@ def test_without_delay_no_wire():
         d.build()
         assert d.wire is None and d.topo.name("w") not in d.topo.switches()
         assert _rtts(d)[0] < 3.0
-        a, b = d.senders[0], d.receivers[0]     # the senders' settings, not the receivers'
-        assert re.search(r"rto_min (lock )?5ms", a.cmd("ip -4 route show")) and "rto_min" not in b.cmd("ip -4 route show")
+        a, b = d.senders[0], d.receivers[0]  # the senders' settings, not the receivers'
+        assert re.search(r"rto_min (lock )?5ms", a.cmd("ip -4 route show")) and "rto_min" not in b.cmd(
+            "ip -4 route show"
+        )
         assert [h.cmd("sysctl -n net.ipv4.tcp_slow_start_after_idle").strip() for h in (a, b)] == ["0", "1"]
-        port = d.bottleneck                      # s1's port: htb at tc's own burst (one MTU), bfifo
+        port = d.bottleneck  # s1's port: htb at tc's own burst (one MTU), bfifo
         cls, qd = port.node.cmd(f"tc class show dev {port.name}"), port.node.cmd(f"tc qdisc show dev {port.name}")
         assert "rate 50Mbit" in cls and re.search(r"burst 1[56]\d\db ", cls), cls
         assert "bfifo" in qd and "limit 60000b" in qd, qd
@@ -80,8 +93,8 @@ def test_bytes_cross_intact_and_counted(wired):
     wired.wire.stop()
     st = wired.wire.stats
     assert st["overflow"] == 0 and st["errors"] == 0
-    assert st["forwarded_ab"] > 3 * 400_000 / 1514           # router -> receiver: at least the data frames
-    assert st["forwarded_ba"] > 0                            # the ACKs back
+    assert st["forwarded_ab"] > 3 * 400_000 / 1514  # router -> receiver: at least the data frames
+    assert st["forwarded_ba"] > 0  # the ACKs back
 
 
 def test_bad_delay_refused():
@@ -93,6 +106,7 @@ def test_bad_delay_refused():
 
 def test_ecn_marker_marks_instead_of_dropping():
     from mltcp.traffic.kernel.transport import tcp_info
+
     d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=1000, ecn_k_pkts=10, prefix=run_prefix() + "e")
     try:
         d.build()
@@ -110,7 +124,7 @@ def test_ecn_marker_marks_instead_of_dropping():
             rx.close()
         st = d.ecn_stats()
         assert st["seen"] > 3 * 1_000_000 / 1514 and st["marked"] > 0
-        assert retrans <= 2            # the window shrinks on CE long before the 60 kB buffer fills
+        assert retrans <= 2  # the window shrinks on CE long before the 60 kB buffer fills
     finally:
         d.destroy()
     assert not leftovers(d.prefix)
@@ -128,7 +142,7 @@ def test_a_failed_build_leaves_nothing(monkeypatch):
     d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, delay_us=1000, ecn_k_pkts=10, prefix=run_prefix() + "f")
     with pytest.raises(knet.NetnsError, match="injected"):
         d.build()
-    assert d.wire is not None and d.wire.proc is None and d.wire.stats is not None   # it ran, and was stopped
+    assert d.wire is not None and d.wire.proc is None and d.wire.stats is not None  # it ran, and was stopped
     assert not leftovers(d.prefix)
     port = d.prefix + "w-eth1"
     for pid in filter(str.isdigit, os.listdir("/proc")):

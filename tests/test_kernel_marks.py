@@ -1,5 +1,6 @@
 """Iteration marks from applications, map lookup without bpftool, and NIC-rate pacing of kernel
 TCP sockets. The root parts register the BPF congestion controls (helper 'kernel' only)."""
+
 import json
 import socket
 import subprocess
@@ -9,8 +10,13 @@ import time
 import pytest
 
 from mltcp.traffic.kernel import bpfsys, loader, maps
-from mltcp.traffic.kernel.transport import (SO_MAX_PACING_RATE, KernelTransport, Receiver,
-                                            pacing_rate_for_link, set_pacing)
+from mltcp.traffic.kernel.transport import (
+    SO_MAX_PACING_RATE,
+    KernelTransport,
+    Receiver,
+    pacing_rate_for_link,
+    set_pacing,
+)
 from _kernel_prereq import missing
 
 REASON = missing()
@@ -38,13 +44,19 @@ def test_set_pacing_sets_the_socket_limit_and_rejects_nonsense():
 
 def _doc(port: int, cc: str, iterations: int, nbytes: int, compute_s: float = 0.0, mark: bool = True) -> str:
     from mltcp.traffic.driver import JobSpec
+
     spec = JobSpec.of(0, compute_s, nbytes, iterations=iterations)
     return json.dumps({"spec": spec.to_dict(), "host": "127.0.0.1", "port": port, "cc": cc, "mark": mark}) + "\n"
 
 
 def test_kernel_peer_rejects_mark_with_a_base_cc():
-    r = subprocess.run([sys.executable, "-m", "mltcp.emulation.kernel_peer", "send"], input=_doc(9, "reno", 1, 10),
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.emulation.kernel_peer", "send"],
+        input=_doc(9, "reno", 1, 10),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode != 0 and "mark needs an MLTCP congestion control" in r.stderr
 
 
@@ -108,8 +120,13 @@ def test_kernel_peer_marks_every_iteration():
         assert '"listening"' in recv.stdout.readline()
         with maps.VariantMaps("mltcp_reno") as vm:
             old = vm.marks()
-            send = subprocess.run([*peer, "send"], input=_doc(port, "mltcp_reno", 4, 200_000, 0.01),
-                                  capture_output=True, text=True, timeout=60)
+            send = subprocess.run(
+                [*peer, "send"],
+                input=_doc(port, "mltcp_reno", 4, 200_000, 0.01),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert send.returncode == 0, send.stderr
             new = {p: g for p, g in vm.marks().items() if old.get(p) != g}
         assert list(new.values()) == [4]

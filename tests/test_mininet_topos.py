@@ -1,6 +1,7 @@
 """emulation/topologies.py as `mn --custom` loads it: a `topos` dict whose dumbbell carries its
 link options on the links, built and pinged through Mininet's API (never the `mn` command: its
 failure path runs `mn -c`, which kills processes by name)."""
+
 from __future__ import annotations
 
 import os
@@ -36,6 +37,7 @@ def test_the_file_offers_a_dumbbell_whose_links_carry_their_options():
 
 def test_link_options_round_trip():
     from mltcp.emulation.topologies import LinkParams, TopologyError
+
     p = LinkParams(rate_mbps=100.0, delay_ms=0.5, buffer_bytes=150_000, ecn_threshold_pkts=20)
     assert LinkParams.from_link_opts(**p.link_opts()) == p
     assert LinkParams.from_link_opts(delay="500us").delay_ms == pytest.approx(0.5)
@@ -45,16 +47,19 @@ def test_link_options_round_trip():
 
 def test_exact_buffer_and_burst_travel_on_the_link():
     from mltcp.emulation.topologies import LinkParams, tc_commands
+
     p = LinkParams(rate_mbps=100.0, buffer_bytes=50_000, burst_bytes=0)
     opts = p.link_opts()
     assert opts["max_queue_size"] == 33 and opts["buffer_bytes"] == 50_000 and opts["burst"] == 0
     assert LinkParams.from_link_opts(**opts) == p
-    assert "buffer_bytes" not in LinkParams(buffer_bytes=30_000).link_opts()      # whole packets
+    assert "buffer_bytes" not in LinkParams(buffer_bytes=30_000).link_opts()  # whole packets
     flat = [" ".join(c) for c in tc_commands("d", p, "htb")]
-    assert not any("burst" in c for c in flat), flat            # 0: tc's own burst (one MTU)
+    assert not any("burst" in c for c in flat), flat  # 0: tc's own burst (one MTU)
     assert any("limit 50000" in c for c in flat), flat
-    assert any("burst 52500 cburst 52500" in c for c in
-               (" ".join(c) for c in tc_commands("d", LinkParams(rate_mbps=105.0), "htb")))
+    assert any(
+        "burst 52500 cburst 52500" in c
+        for c in (" ".join(c) for c in tc_commands("d", LinkParams(rate_mbps=105.0), "htb"))
+    )
 
 
 def test_a_delay_node_stands_in_the_bottleneck():
@@ -80,8 +85,9 @@ def test_a_delay_node_stands_in_the_bottleneck():
         Dumbbell(prefix="k", bottleneck=LinkParams(50.0, 1.0), delay_node=Wire, rx_bridge=True)
 
 
-needs_mininet = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("brctl") is None,
-                                   reason="needs root and bridge-utils (Mininet's LinuxBridge)")
+needs_mininet = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("brctl") is None, reason="needs root and bridge-utils (Mininet's LinuxBridge)"
+)
 
 
 @pytest.mark.integration
@@ -92,17 +98,21 @@ def test_the_dumbbell_builds_shapes_and_pings_through_mininets_api():
     ns = _load_as_mn_custom()
     prefix = netns.run_prefix()
     topo = ns["topos"]["dumbbell"](2, 50, 0, 30_000, prefix=prefix)
-    with netns.Cleanup(prefix) as cl:      # stops the net and removes its links, also on failure
-        net = Mininet(topo=topo, link=ns["links"]["shaped"], controller=None, build=False,
-                      autoSetMacs=False, waitConnected=False)
+    with netns.Cleanup(prefix) as cl:  # stops the net and removes its links, also on failure
+        net = Mininet(
+            topo=topo, link=ns["links"]["shaped"], controller=None, build=False, autoSetMacs=False, waitConnected=False
+        )
         cl.net = net
         net.build()
         net.start()
         a1, b2 = net[prefix + "a1"], net[prefix + "b2"]
         assert net.ping([a1, b2], timeout="2") == 0.0
         s1 = net[prefix + "s1"]
-        bott = next(i for i in s1.intfList() if i.link and {i.link.intf1.node.name, i.link.intf2.node.name}
-                    == {prefix + "s1", prefix + "s2"})
+        bott = next(
+            i
+            for i in s1.intfList()
+            if i.link and {i.link.intf1.node.name, i.link.intf2.node.name} == {prefix + "s1", prefix + "s2"}
+        )
         qd = s1.cmd(f"tc qdisc show dev {bott.name}")
         assert "htb" in qd and "bfifo" in qd and "limit 30000b" in qd, qd
         cls = s1.cmd(f"tc class show dev {bott.name}")

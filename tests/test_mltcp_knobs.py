@@ -1,6 +1,6 @@
 """The MLTCP hook's named configurations (issue 10): F's shape, the decrease's ends, DCQCN's
 application points, the tracker's boundary and history, set from a scenario's [mltcp] table."""
-import math
+
 import re
 from pathlib import Path
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mltcp import scenario
-from mltcp.cc import MLTCPDcqcn, MLTCPReno, make_cc
+from mltcp.cc import MLTCPDcqcn, MLTCPReno
 from mltcp.cc import mltcp as hook
 from mltcp.scenario import ScenarioError
 from mltcp.sim.engine import build_cc, simulate
@@ -21,24 +21,27 @@ def _at_ratio(cc, r, n=1):
     """A fresh state whose tracker sits at bytes_ratio r (100 bytes per iteration learned)."""
     st = cc.new_state(n)
     cc.on_ack(st, np.full(n, 100.0), RTT, 0.0)
-    cc.on_ack(st, np.full(n, 100.0 * r), RTT, 1.0)     # the 1 s idle gap started a new iteration
+    cc.on_ack(st, np.full(n, 100.0 * r), RTT, 1.0)  # the 1 s idle gap started a new iteration
     assert st.tracker.bytes_ratio == pytest.approx(r)
     return st
 
 
-@pytest.mark.parametrize("shape,kw,r,want", [
-    ("linear", {}, 0.5, 4.0 * 0.5 + 0.25),
-    ("capped", {"cap": 1.5}, 0.5, 1.5),
-    ("capped", {"cap": 5.0}, 0.5, 2.25),
-    ("convex", {"exponent": 2.0}, 0.5, 4.0 * 0.25 + 0.25),
-    ("convex", {"exponent": 3.0, "slope": 8.0, "intercept": 0.5}, 0.5, 8.0 * 0.125 + 0.5),
-])
+@pytest.mark.parametrize(
+    "shape,kw,r,want",
+    [
+        ("linear", {}, 0.5, 4.0 * 0.5 + 0.25),
+        ("capped", {"cap": 1.5}, 0.5, 1.5),
+        ("capped", {"cap": 5.0}, 0.5, 2.25),
+        ("convex", {"exponent": 2.0}, 0.5, 4.0 * 0.25 + 0.25),
+        ("convex", {"exponent": 3.0, "slope": 8.0, "intercept": 0.5}, 0.5, 8.0 * 0.125 + 0.5),
+    ],
+)
 def test_F_shapes(shape, kw, r, want):
     cc = MLTCPReno(shape=shape, **kw)
     st = _at_ratio(cc, r)
     assert cc.increase_gain(st)[0] == pytest.approx(want)
     mp = cc.hook_vector()
-    assert hook.gain(mp, r) == pytest.approx(want)          # the kernel the simulator runs
+    assert hook.gain(mp, r) == pytest.approx(want)  # the kernel the simulator runs
 
 
 def test_reno_window_growth_follows_the_shape():
@@ -55,7 +58,7 @@ def test_decrease_ends_are_knobs():
     st = _at_ratio(cc, 0.5)
     st.cwnd[:] = 100 * 1448.0
     cc.on_congestion(st, np.array([True]), "loss", 1.0)
-    assert st.cwnd[0] == pytest.approx(100 * 1448 * (1 - 0.45))      # removed: 0.6 + (0.3 - 0.6) * 0.5
+    assert st.cwnd[0] == pytest.approx(100 * 1448 * (1 - 0.45))  # removed: 0.6 + (0.3 - 0.6) * 0.5
     default = MLTCPReno(scale_decrease=True)
     assert default.decrease_scale(_at_ratio(default, 0.25))[0] == pytest.approx(hook.scaled_decrease(0.25))
 
@@ -78,16 +81,16 @@ def test_dcqcn_application_points():
     st = _at_ratio(cc, 0.5)
     st.rate[:], st.ca.target[:] = 100.0, 100.0
     cc.on_timer(st, 5.0)
-    assert st.ca.target[0] == pytest.approx(100.0)         # T = 1 < 2
+    assert st.ca.target[0] == pytest.approx(100.0)  # T = 1 < 2
     cc.on_timer(st, 7.0)
-    assert st.ca.target[0] == pytest.approx(100.0 + 2.25 * 10.0)   # T = 2: additive increase
+    assert st.ca.target[0] == pytest.approx(100.0 + 2.25 * 10.0)  # T = 2: additive increase
 
 
 def test_mark_boundary_turns_the_idle_rule_off():
     cc = MLTCPReno(boundary="mark", history=1)
     st = cc.new_state(1)
     cc.on_ack(st, np.array([100.0]), RTT, 0.0)
-    cc.on_ack(st, np.array([50.0]), RTT, 10.0)            # a long gap: no boundary
+    cc.on_ack(st, np.array([50.0]), RTT, 10.0)  # a long gap: no boundary
     assert st.tracker.iteration[0] == 0 and st.tracker.bytes_cur[0] == 150.0
     cc.iteration_start(st, np.array([True]))
     cc.on_ack(st, np.array([30.0]), RTT, 11.0)
@@ -97,7 +100,7 @@ def test_mark_boundary_turns_the_idle_rule_off():
 
 def _write(tmp_path, extra, seed=None):
     src = (Path(scenario.builtin_dir()) / "two-jobs.toml").read_text()
-    src = re.sub(r"(?ms)^\[mltcp\].*?(?=^\[|\Z)", "", src)   # the scenario's own tuned table: the tests set theirs
+    src = re.sub(r"(?ms)^\[mltcp\].*?(?=^\[|\Z)", "", src)  # the scenario's own tuned table: the tests set theirs
     if seed is not None:
         src = re.sub(r"(?m)^seed = \d+", f"seed = {seed}", src)
     assert "[mltcp]" not in src
@@ -107,27 +110,40 @@ def _write(tmp_path, extra, seed=None):
 
 
 def test_scenario_table_sets_every_knob_and_names_bad_fields(tmp_path):
-    sc = scenario.load(str(_write(tmp_path, 'shape = "capped"\ncap = 2.0\nboundary = "mark"\nhistory = 5\n'
-                                            'decrease_at_start = 0.7\ndcqcn_f_timer = true\n')))
-    cc = build_cc(sc, "mltcp-reno")                       # the DCQCN-only key does not apply to Reno
+    sc = scenario.load(
+        str(
+            _write(
+                tmp_path,
+                'shape = "capped"\ncap = 2.0\nboundary = "mark"\nhistory = 5\n'
+                "decrease_at_start = 0.7\ndcqcn_f_timer = true\n",
+            )
+        )
+    )
+    cc = build_cc(sc, "mltcp-reno")  # the DCQCN-only key does not apply to Reno
     assert (cc.shape, cc.cap, cc.boundary, cc.history, cc.decrease_at_start) == ("capped", 2.0, "mark", 5, 0.7)
     assert build_cc(sc, "mltcp-dcqcn").dcqcn_f_timer is True
-    for bad, field in (('shape = "round"', "mltcp.shape"), ("history = 0", "mltcp.history"),
-                       ("decrease_at_end = 1.5", "mltcp.decrease_at_end"), ('cap = "x"', "mltcp.cap"),
-                       ("colour = 1", "mltcp.colour")):
+    for bad, field in (
+        ('shape = "round"', "mltcp.shape"),
+        ("history = 0", "mltcp.history"),
+        ("decrease_at_end = 1.5", "mltcp.decrease_at_end"),
+        ('cap = "x"', "mltcp.cap"),
+        ("colour = 1", "mltcp.colour"),
+    ):
         with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
             scenario.load(str(_write(tmp_path, bad + "\n")))
 
 
 def test_simulator_runs_the_named_configurations(tmp_path):
     """Defaults are the old hook; each knob changes the run (the compiled loop reads them)."""
+
     def sim(extra, seed, cc="mltcp-reno"):
         return simulate(scenario.load(str(_write(tmp_path, extra, seed))), cc)
 
     def run(extra, seed=8):
         r = sim(extra, seed)
         return [x.duration for x in r.records], r.drops
-    r8 = sim("", 8)                          # seed 8: no timer (RTO or probe), so every idle gap is a compute gap
+
+    r8 = sim("", 8)  # seed 8: no timer (RTO or probe), so every idle gap is a compute gap
     assert r8.timeouts == 0 and r8.probes == 0
     ref = run("")
     assert run('shape = "linear"\nboundary = "idle"\n') == ref
@@ -146,15 +162,20 @@ def test_simulator_runs_the_named_configurations(tmp_path):
     assert idle.timeouts + idle.probes >= 1 and [x.duration for x in idle.records] != [x.duration for x in mark.records]
 
 
-@pytest.mark.parametrize("kw, msg", [({"slope": -1.0}, "slope must be in [0, 1000]"),
-                                     ({"intercept": 0.0}, "intercept must be in (0, 1000]"),
-                                     ({"min_idle": 0.0}, "min_idle must be in (0, inf]"),
-                                     ({"history": 0}, "history must be in [1, 64]"),
-                                     ({"decrease_at_end": 1.0}, "decrease_at_end must be in (0, 1)")])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"slope": -1.0}, "slope must be in [0, 1000]"),
+        ({"intercept": 0.0}, "intercept must be in (0, 1000]"),
+        ({"min_idle": 0.0}, "min_idle must be in (0, inf]"),
+        ({"history": 0}, "history must be in [1, 64]"),
+        ({"decrease_at_end": 1.0}, "decrease_at_end must be in (0, 1)"),
+    ],
+)
 def test_constructor_refuses_values_outside_the_declared_bounds(kw, msg):
     with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         MLTCPReno(**kw)
-    MLTCPReno(**{k: (0.5 if isinstance(v, float) else 3) for k, v in kw.items()})   # in bounds: accepted
+    MLTCPReno(**{k: (0.5 if isinstance(v, float) else 3) for k, v in kw.items()})  # in bounds: accepted
 
 
 def test_restart_window_restarts_the_window_at_an_iteration_s_first_send_only():
@@ -165,29 +186,29 @@ def test_restart_window_restarts_the_window_at_an_iteration_s_first_send_only():
     cc = MLTCPReno(restart_window=10, history=1)
     st = cc.new_state(1)
     cc.on_ack(st, np.array([100.0]), RTT, 0.0)
-    cc.on_ack(st, np.array([100.0]), RTT, 0.020)          # a 20 ms gap: the tracker's last gap
+    cc.on_ack(st, np.array([100.0]), RTT, 0.020)  # a 20 ms gap: the tracker's last gap
     assert st.tracker.last_gap[0] == pytest.approx(0.020)
 
     def restart(c, s, cwnd, ssthresh, idle):
         s.cwnd[:], s.ssthresh[:] = cwnd * mss, ssthresh * mss
-        done = c.cwnd_event(s, "tx_start", 1.0, idle=idle, rto=0.2)     # idle < rto: Linux's restart does not apply
+        done = c.cwnd_event(s, "tx_start", 1.0, idle=idle, rto=0.2)  # idle < rto: Linux's restart does not apply
         return bool(done[0]), s.cwnd[0] / mss, s.ssthresh[0] / mss
 
-    assert restart(cc, st, 30, 8, 0.019) == (True, 10.0, 22.5)        # 19 ms > 0.9 x 20 ms
-    assert restart(cc, st, 30, 25, 0.019) == (True, 10.0, 25.0)       # ssthresh only rises
-    assert restart(cc, st, 30, 8, 0.017) == (False, 30.0, 8.0)        # 17 ms < 18 ms: not a boundary
-    assert restart(cc, st, 8, 4, 0.019) == (False, 8.0, 4.0)          # already below the window
+    assert restart(cc, st, 30, 8, 0.019) == (True, 10.0, 22.5)  # 19 ms > 0.9 x 20 ms
+    assert restart(cc, st, 30, 25, 0.019) == (True, 10.0, 25.0)  # ssthresh only rises
+    assert restart(cc, st, 30, 8, 0.017) == (False, 30.0, 8.0)  # 17 ms < 18 ms: not a boundary
+    assert restart(cc, st, 8, 4, 0.019) == (False, 8.0, 4.0)  # already below the window
     off = MLTCPReno(history=1)
     st_off = off.new_state(1)
-    assert restart(off, st_off, 30, 8, 0.1) == (False, 30.0, 8.0)     # the default: off
+    assert restart(off, st_off, 30, 8, 0.1) == (False, 30.0, 8.0)  # the default: off
     # explicit marks: the first send of an iteration a mark started (nothing acked in it yet)
     mk = MLTCPReno(restart_window=10, boundary="mark")
     sm = mk.new_state(1)
     mk.on_ack(sm, np.array([100.0]), RTT, 0.0)
-    assert restart(mk, sm, 30, 8, 0.1) == (False, 30.0, 8.0)          # a long gap, but no mark
+    assert restart(mk, sm, 30, 8, 0.1) == (False, 30.0, 8.0)  # a long gap, but no mark
     mk.iteration_start(sm, np.array([True]))
     assert restart(mk, sm, 30, 8, 1e-6) == (True, 10.0, 22.5)
-    with pytest.raises(TypeError, match="restart_window"):           # DCQCN has no window to restart
+    with pytest.raises(TypeError, match="restart_window"):  # DCQCN has no window to restart
         MLTCPDcqcn(restart_window=10, line_rate=1.25e8)
 
 
@@ -195,8 +216,10 @@ def test_restart_window_removes_the_tail_timers_of_a_colliding_start(tmp_path):
     """two-jobs seed 7 (docs/tuning.md "Tail RTOs"): the starting job's carried-over window lands on
     the finishing job's last segment, which waits ~200 ms for a timer. Restarting the starting
     job's window keeps that tail: fewer timers, and the iterations they stretch are gone."""
+
     def sim(extra):
         return simulate(scenario.load(str(_write(tmp_path, "scale_decrease = true\n" + extra, 7))), "mltcp-reno")
+
     plain, rs = sim(""), sim("restart_window = 10\n")
     assert plain.timeouts + plain.probes >= 2
     assert rs.timeouts + rs.probes < plain.timeouts + plain.probes

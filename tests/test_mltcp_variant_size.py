@@ -1,6 +1,7 @@
 """The source work adds 30-60 lines to each base algorithm. Keep ours that small: the MLTCP code a
 variant adds (the tracker settings and feed, the shared hook, the aggressiveness function and the variant's
 own class) must stay within 60 lines of code, docstrings and comments not counted."""
+
 import ast
 import inspect
 import io
@@ -20,8 +21,14 @@ def code_lines(node: ast.AST, source: str) -> int:
             doc_lines.update(range(d.lineno, d.end_lineno + 1))
     lines = set()
     for tok in tokenize.generate_tokens(io.StringIO(seg).readline):
-        if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-                            tokenize.DEDENT, tokenize.ENDMARKER):
+        if tok.type not in (
+            tokenize.COMMENT,
+            tokenize.NL,
+            tokenize.NEWLINE,
+            tokenize.INDENT,
+            tokenize.DEDENT,
+            tokenize.ENDMARKER,
+        ):
             line = tok.start[0] + node.lineno - 1
             if line not in doc_lines:
                 lines.add(line)
@@ -33,7 +40,7 @@ def test_each_mltcp_variant_adds_at_most_60_lines():
     tree = ast.parse(source)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     shared = sum(code_lines(classes[c], source) for c in ("IterationTracking", "MLTCPHook", "Linear"))
-    restart = code_lines(classes["IterationRestart"], source)      # window-based variants only
+    restart = code_lines(classes["IterationRestart"], source)  # window-based variants only
     for variant in ("MLTCPReno", "MLTCPCubic", "MLTCPDctcp", "MLTCPDcqcn"):
         total = shared + code_lines(classes[variant], source) + (restart if variant != "MLTCPDcqcn" else 0)
         assert 5 < total <= LIMIT, f"{variant}: {total} lines of MLTCP code (limit {LIMIT})"
@@ -56,11 +63,12 @@ def test_a_derived_variant_is_its_base_plus_the_hook():
     class Plain(CongestionOps):
         beta = Param(0.5)
         ops = Ops(cong_avoid=cong_avoid, ssthresh=ssthresh, on_congestion=on_congestion, on_timeout=on_timeout)
-    Plain.name = "plain-for-variant-test"      # unregistered: no name in the class body
+
+    Plain.name = "plain-for-variant-test"  # unregistered: no name in the class body
     try:
         v = mod.variant_of(Plain)
         assert v.base_algorithm() is Plain
-    finally:                                    # leave the process's registry as it was
+    finally:  # leave the process's registry as it was
         KINDS[:] = kinds
         REGISTRY.clear()
         REGISTRY.update(registry)

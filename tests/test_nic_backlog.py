@@ -2,9 +2,9 @@
 sender's NIC and still count as the limit (congestion avoidance grows only then). 0, the default,
 asks for a full window; the ns-3 fidelity cases use 2, the rule the ns-3 engine applies to its
 hosts' device queues (docs/ns3.md). Both engines read the same scenario field."""
+
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from mltcp.scenario import ScenarioError, from_dict, load
@@ -23,9 +23,13 @@ def _shared_1g(backlog):
 
 
 def test_field_is_read_and_checked():
-    base = {"name": "t", "iterations": 2, "warmup_iterations": 1,
-            "links": [{"name": "l", "rate_gbps": 1, "delay_us": 10, "buffer_pkts": 50}],
-            "jobs": [{"name": "A", "compute_ms": 1, "bytes": 100_000, "path": ["l"]}]}
+    base = {
+        "name": "t",
+        "iterations": 2,
+        "warmup_iterations": 1,
+        "links": [{"name": "l", "rate_gbps": 1, "delay_us": 10, "buffer_pkts": 50}],
+        "jobs": [{"name": "A", "compute_ms": 1, "bytes": 100_000, "path": ["l"]}],
+    }
     assert from_dict(dict(base)).nic_backlog_segments == 0
     assert from_dict(dict(base, network={"nic_backlog_segments": 2})).nic_backlog_segments == 2
     assert load("ns3-dumbbell-100m").nic_backlog_segments == 2
@@ -42,7 +46,7 @@ def test_a_backlog_allowance_lets_a_shared_ramp_grow_on_every_ack():
     for backlog in (0, 2):
         r = engine.simulate(_shared_1g(backlog), "cubic", cwnd_sample_s=100e-6)
         F = (r.cwnd_trace.shape[1] - 1) // 3
-        top[backlog] = r.cwnd_trace[:, 1:1 + F].max(axis=0) / 1448
+        top[backlog] = r.cwnd_trace[:, 1 : 1 + F].max(axis=0) / 1448
     assert (top[2] > 1.1 * top[0]).all(), top
 
 

@@ -4,6 +4,7 @@ MLTCP hold up with fewer drops than its base; with Linux's tables and no RACK-TL
 (docs/tuning.md: two-jobs 0.90x on seed 1, three-jobs 0.99x on seed 2). Simulator, seeded; the
 thresholds sit below the measured values (two-jobs 1.21-1.27x, three-jobs 1.01-1.11x, CUBIC
 1.06-1.24x)."""
+
 import pytest
 
 from mltcp import compare, metrics, tune_eval

@@ -3,6 +3,7 @@ runs (PyPI ns3; skipped, with the reason printed, only where ns-3 cannot be impo
 
 Importing ns-3 and compiling the engine's C++ takes tens of seconds, so the ns-3 tests share one
 process-wide import and use small scenarios."""
+
 from __future__ import annotations
 
 import json
@@ -21,17 +22,35 @@ OK, WHY = ns3_engine.available()
 needs_ns3 = pytest.mark.skipif(not OK, reason=WHY)
 
 
-def _dumbbell(rate_mbps=100, delay_us=500, buffer_pkts=100, jobs=2, iterations=3, nbytes=500_000,
-              compute_ms=40, extra_jobs=None, **top):
-    d = {"name": "t", "iterations": iterations, "warmup_iterations": 1, "network": {"min_rto_ms": 200},
-         "links": [{"name": "bn", "rate_mbps": rate_mbps, "delay_us": delay_us, "buffer_pkts": buffer_pkts}],
-         "jobs": [{"name": f"J{i}", "compute_ms": compute_ms, "bytes": nbytes, "path": ["bn"],
-                   "start_offset_ms": i} for i in range(jobs)] + (extra_jobs or [])}
+def _dumbbell(
+    rate_mbps=100,
+    delay_us=500,
+    buffer_pkts=100,
+    jobs=2,
+    iterations=3,
+    nbytes=500_000,
+    compute_ms=40,
+    extra_jobs=None,
+    **top,
+):
+    d = {
+        "name": "t",
+        "iterations": iterations,
+        "warmup_iterations": 1,
+        "network": {"min_rto_ms": 200},
+        "links": [{"name": "bn", "rate_mbps": rate_mbps, "delay_us": delay_us, "buffer_pkts": buffer_pkts}],
+        "jobs": [
+            {"name": f"J{i}", "compute_ms": compute_ms, "bytes": nbytes, "path": ["bn"], "start_offset_ms": i}
+            for i in range(jobs)
+        ]
+        + (extra_jobs or []),
+    }
     d.update(top)
     return from_dict(d)
 
 
 # ---- without ns-3 ------------------------------------------------------------------------------
+
 
 def test_consecutive_links_share_a_router_and_the_ring_has_three():
     sc = load("circular")
@@ -42,10 +61,18 @@ def test_consecutive_links_share_a_router_and_the_ring_has_three():
 
 
 def test_a_path_that_loops_through_a_link_is_refused():
-    sc = from_dict({"name": "x", "iterations": 2, "warmup_iterations": 1,
-                    "links": [{"name": "a", "rate_mbps": 10, "delay_us": 10, "buffer_pkts": 10},
-                              {"name": "b", "rate_mbps": 10, "delay_us": 10, "buffer_pkts": 10}],
-                    "jobs": [{"name": "J", "compute_ms": 1, "bytes": 1000, "path": ["a", "a"]}]})
+    sc = from_dict(
+        {
+            "name": "x",
+            "iterations": 2,
+            "warmup_iterations": 1,
+            "links": [
+                {"name": "a", "rate_mbps": 10, "delay_us": 10, "buffer_pkts": 10},
+                {"name": "b", "rate_mbps": 10, "delay_us": 10, "buffer_pkts": 10},
+            ],
+            "jobs": [{"name": "J", "compute_ms": 1, "bytes": 1000, "path": ["a", "a"]}],
+        }
+    )
     with pytest.raises(ScenarioError, match="join a router to itself"):
         ns3_engine._routers(sc, ns3_engine._flows(sc))
 
@@ -64,22 +91,37 @@ def test_unsupported_algorithms_and_parameters_are_named():
     sc.cc_params["cubic"] = {"hystart_train": 0.5}
     with pytest.raises(ScenarioError, match=r"cc_params\.cubic\.hystart_train"):
         ns3_engine.check(sc, "mltcp-cubic")
-    ns3_engine.check(sc, "reno")                       # CUBIC settings do not concern Reno
+    ns3_engine.check(sc, "reno")  # CUBIC settings do not concern Reno
     sc.cc_params["cubic"] = {"hystart": 0, "hystart_train": 1.0}
     ns3_engine.check(sc, "cubic")
 
 
 def test_the_hook_table_reaches_the_ns3_ops_as_the_fast_engine_reads_it():
-    sc = _dumbbell(mltcp={"slope": 8.4, "intercept": 0.11, "shape": "convex", "exponent": 1.3, "boundary": "mark",
-                          "scale_decrease": True, "decrease_at_start": 0.55, "decrease_at_end": 0.14,
-                          "history": 5, "idle_gap": "min2", "idle_fraction": 0.34, "min_idle_ms": 0.27,
-                          "restart_window": 12})
+    sc = _dumbbell(
+        mltcp={
+            "slope": 8.4,
+            "intercept": 0.11,
+            "shape": "convex",
+            "exponent": 1.3,
+            "boundary": "mark",
+            "scale_decrease": True,
+            "decrease_at_start": 0.55,
+            "decrease_at_end": 0.14,
+            "history": 5,
+            "idle_gap": "min2",
+            "idle_fraction": 0.34,
+            "min_idle_ms": 0.27,
+            "restart_window": 12,
+        }
+    )
     hook, marks = ns3_engine.hook_numbers(sc, "mltcp-cubic")
-    assert hook == [8.4, 0.11, 2.0, float("inf"), 1.3, 0.55, 0.14, 0.34, float("inf"), 5.0, 1.0, 1.0, 12.0, 0.0] and marks
-    hook, marks = ns3_engine.hook_numbers(_dumbbell(), "mltcp-reno")      # the hook's declared defaults
+    assert (
+        hook == [8.4, 0.11, 2.0, float("inf"), 1.3, 0.55, 0.14, 0.34, float("inf"), 5.0, 1.0, 1.0, 12.0, 0.0] and marks
+    )
+    hook, marks = ns3_engine.hook_numbers(_dumbbell(), "mltcp-reno")  # the hook's declared defaults
     assert hook == [4.0, 0.25, 0.0, float("inf"), 2.0, 0.8, 0.2, 0.9, 1e-3, 3.0, 0.0, 0.0, 0.0, 0.0] and not marks
     assert ns3_engine.hook_numbers(sc, "reno") == ([], False)
-    for cc in ("mltcp-reno", "mltcp-cubic"):      # every knob of the Reno/CUBIC variants is modelled
+    for cc in ("mltcp-reno", "mltcp-cubic"):  # every knob of the Reno/CUBIC variants is modelled
         ns3_engine.check(sc, cc)
         assert ns3_engine._unmodelled_knobs(cc) == []
 
@@ -89,14 +131,15 @@ def test_a_hook_knob_the_ns3_ops_do_not_model_is_refused_by_name(monkeypatch):
     sc = _dumbbell(mltcp={"min_idle_ms": 0.5})
     with pytest.raises(ScenarioError, match=r"mltcp\.min_idle_ms.*does not model"):
         ns3_engine.check(sc, "mltcp-reno")
-    ns3_engine.check(sc, "reno")                       # the baseline ignores [mltcp]
-    ns3_engine.check(_dumbbell(), "mltcp-reno")        # a knob left at its default is not refused
+    ns3_engine.check(sc, "reno")  # the baseline ignores [mltcp]
+    ns3_engine.check(_dumbbell(), "mltcp-reno")  # a knob left at its default is not refused
 
 
 def test_cli_exits_2_naming_the_file_and_the_unmodelled_knob(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
     from mltcp.cli import app
+
     monkeypatch.setattr(ns3_engine, "HOOK_KNOBS", tuple(k for k in ns3_engine.HOOK_KNOBS if k != "history"))
     toml = tmp_path / "h.toml"
     toml.write_text((ROOT / "scenarios" / "ns3-dumbbell-100m.toml").read_text() + "\n[mltcp]\nhistory = 5\n")
@@ -114,12 +157,13 @@ def test_ratios_are_fast_over_ns3_per_iteration():
     class R:
         def __init__(self, records, drops):
             self.records, self.drops, self.wall_time = records, drops, 1.0
+
     fast = {"reno": R(recs([1.0, 2.0, 3.0], [2, 0, 0]), 2)}
     ns3 = {"reno": R(recs([2.0, 2.0, 2.0], [1, 0, 0]), 1)}
     rat = ns3_compare.ratios(sc, fast, ns3)["reno"]
     j = rat["jobs"]["J0"]
     assert j["iteration_ratio"] == [0.5, 1.0, 1.5]
-    assert j["avg_ratio"] == pytest.approx(2.5 / 2.0)      # after the 1 warm-up iteration
+    assert j["avg_ratio"] == pytest.approx(2.5 / 2.0)  # after the 1 warm-up iteration
     assert j["drops_ratio"] == 2.0 and rat["drops_ratio"] == 2.0
     assert "J1" in rat["jobs"] and rat["jobs"]["J1"]["iteration_ratio"] == []
 
@@ -130,8 +174,11 @@ def test_cli_names_the_missing_extra(monkeypatch):
     from typer.testing import CliRunner
 
     from mltcp.cli import app
+
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("ns", "cppyy") else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in ("ns", "cppyy") else real(name, *a)
+    )
     r = CliRunner().invoke(app, ["simulate", "two-jobs", "--engine", "ns3", "--json"])
     assert r.exit_code == 2
     assert "mltcp[ns3]" in r.output
@@ -141,6 +188,7 @@ def test_cli_refuses_an_unknown_engine():
     from typer.testing import CliRunner
 
     from mltcp.cli import app
+
     r = CliRunner().invoke(app, ["simulate", "two-jobs", "--engine", "omnet"])
     assert r.exit_code == 2 and "--engine" in r.output
 
@@ -149,8 +197,12 @@ def test_cli_refuses_host_jitter_out_of_range_or_without_ns3():
     from typer.testing import CliRunner
 
     from mltcp.cli import app
-    for argv in (["--engine", "ns3", "--ns3-host-jitter", "1.5"], ["--engine", "ns3", "--ns3-host-jitter", "-0.1"],
-                 ["--ns3-host-jitter", "0.5"]):
+
+    for argv in (
+        ["--engine", "ns3", "--ns3-host-jitter", "1.5"],
+        ["--engine", "ns3", "--ns3-host-jitter", "-0.1"],
+        ["--ns3-host-jitter", "0.5"],
+    ):
         r = CliRunner().invoke(app, ["simulate", "two-jobs", *argv])
         assert r.exit_code == 2 and "--ns3-host-jitter" in r.output, (argv, r.output)
     for argv in (["--engine", "ns3", "--ns3-recovery", "newreno"], ["--ns3-recovery", "prr"]):
@@ -160,15 +212,16 @@ def test_cli_refuses_host_jitter_out_of_range_or_without_ns3():
 
 # ---- with ns-3 ---------------------------------------------------------------------------------
 
+
 @needs_ns3
 def test_one_job_alone_takes_its_transfer_time_and_every_iteration_is_recorded():
-    sc = _dumbbell(jobs=1, iterations=4, nbytes=1_250_000, buffer_pkts=1000)   # 100 ms at 100 Mb/s
+    sc = _dumbbell(jobs=1, iterations=4, nbytes=1_250_000, buffer_pkts=1000)  # 100 ms at 100 Mb/s
     r = ns3_engine.run(sc, "reno")
     assert [x.iteration for x in r.records] == [0, 1, 2, 3]
-    wire = 1_250_000 * 8 / 100e6          # the scenario's rate carries payload (headers on top, as the fast engine)
+    wire = 1_250_000 * 8 / 100e6  # the scenario's rate carries payload (headers on top, as the fast engine)
     for x in r.records:
-        assert x.comm_start - x.start == pytest.approx(0.040, abs=1e-6)       # the compute phase
-        assert wire < x.comm_duration < wire + 0.030                         # slow start costs a few RTTs
+        assert x.comm_start - x.start == pytest.approx(0.040, abs=1e-6)  # the compute phase
+        assert wire < x.comm_duration < wire + 0.030  # slow start costs a few RTTs
     assert r.drops == 0 and r.bytes_acked == pytest.approx(4 * 1_250_000)
     assert r.ns3_stats["retransmissions"] == [0]
 
@@ -196,7 +249,7 @@ def test_each_algorithm_completes_and_mltcp_learns_its_bytes_per_iteration(cc):
     assert len(r.records) == 8
     learned = r.ns3_stats["bytes_per_iter_learned"]
     if cc.startswith("mltcp"):
-        assert learned == [pytest.approx(400_000, abs=1448)] * 2             # the tracker found the boundaries
+        assert learned == [pytest.approx(400_000, abs=1448)] * 2  # the tracker found the boundaries
     else:
         assert learned == [-1.0, -1.0]
 
@@ -209,9 +262,9 @@ def test_mltcp_makes_the_jobs_take_turns_where_reno_keeps_sharing():
     decided by timeouts and MLTCP no longer separates the jobs (overlap 0.76 vs Reno's 0.71; the fast
     engine under loss_recovery = "ns3" likewise, 0.78 vs 0.85), docs/ns3.md."""
     from mltcp import metrics
+
     stock = ns3_engine.Ns3Options(nic_limited_growth=False)
-    sc = _dumbbell(jobs=2, iterations=12, nbytes=1_000_000, compute_ms=80, buffer_pkts=60,
-                   extra_jobs=None)
+    sc = _dumbbell(jobs=2, iterations=12, nbytes=1_000_000, compute_ms=80, buffer_pkts=60, extra_jobs=None)
     sc.jobs[1].start_offset_s = 0.002
     over = {}
     for cc in ("reno", "mltcp-reno"):
@@ -223,11 +276,18 @@ def test_mltcp_makes_the_jobs_take_turns_where_reno_keeps_sharing():
 
 @needs_ns3
 def test_ecn_step_marking_marks_instead_of_dropping():
-    d = {"name": "e", "iterations": 3, "warmup_iterations": 1,
-         "links": [{"name": "bn", "rate_mbps": 100, "delay_us": 500, "buffer_pkts": 200, "ecn": "step",
-                    "ecn_k_pkts": 10}],
-         "jobs": [{"name": f"J{i}", "compute_ms": 20, "bytes": 500_000, "path": ["bn"], "start_offset_ms": i}
-                  for i in range(2)]}
+    d = {
+        "name": "e",
+        "iterations": 3,
+        "warmup_iterations": 1,
+        "links": [
+            {"name": "bn", "rate_mbps": 100, "delay_us": 500, "buffer_pkts": 200, "ecn": "step", "ecn_k_pkts": 10}
+        ],
+        "jobs": [
+            {"name": f"J{i}", "compute_ms": 20, "bytes": 500_000, "path": ["bn"], "start_offset_ms": i}
+            for i in range(2)
+        ],
+    }
     r = ns3_engine.run(from_dict(d), "reno")
     assert r.ecn_marks > 0 and r.drops == 0
     assert sum(x.marks for x in r.records) == r.ecn_marks
@@ -261,10 +321,15 @@ compute_ms = 20
 bytes = 300000
 path = ["bn"]
 """)
-    r = subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(toml), "--engine", "both", "--json"],
-                       capture_output=True, text=True, timeout=900, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "simulate", str(toml), "--engine", "both", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
-    rep = json.loads(r.stdout)                   # one (indented) JSON document
+    rep = json.loads(r.stdout)  # one (indented) JSON document
     assert set(rep) == {"fast", "ns3", "ratios"}
     assert set(rep["fast"]) == set(rep["ns3"])
     assert set(rep["fast"]["baseline"]) == set(rep["ns3"]["baseline"])
@@ -283,8 +348,15 @@ def test_ns3_mltcp_with_unit_gain_is_reno_and_the_cap_and_decrease_ends_apply():
     reno = key(ns3_engine.run(_dumbbell(**kw), "reno"))
     unit = {"slope": 0.0, "intercept": 1.0}
     assert key(ns3_engine.run(_dumbbell(mltcp=unit, **kw), "mltcp-reno")) == reno
-    capped = {"slope": 4.0, "intercept": 1.0, "shape": "capped", "cap": 1.0,
-              "scale_decrease": True, "decrease_at_start": 0.5, "decrease_at_end": 0.5}
+    capped = {
+        "slope": 4.0,
+        "intercept": 1.0,
+        "shape": "capped",
+        "cap": 1.0,
+        "scale_decrease": True,
+        "decrease_at_start": 0.5,
+        "decrease_at_end": 0.5,
+    }
     assert key(ns3_engine.run(_dumbbell(mltcp=capped, **kw), "mltcp-reno")) == reno
     gentle = dict(unit, scale_decrease=True, decrease_at_start=0.1, decrease_at_end=0.1)
     assert key(ns3_engine.run(_dumbbell(mltcp=gentle, **kw), "mltcp-reno")) != reno
@@ -293,7 +365,7 @@ def test_ns3_mltcp_with_unit_gain_is_reno_and_the_cap_and_decrease_ends_apply():
 @needs_ns3
 def test_ns3_explicit_marks_find_the_iterations_the_idle_rule_is_told_to_miss():
     sc = _dumbbell(iterations=4, nbytes=400_000, buffer_pkts=2000, mltcp={"min_idle_ms": 1e6})
-    assert ns3_engine.run(sc, "mltcp-reno").ns3_stats["bytes_per_iter_learned"] == [0.0, 0.0]   # no gap long enough
+    assert ns3_engine.run(sc, "mltcp-reno").ns3_stats["bytes_per_iter_learned"] == [0.0, 0.0]  # no gap long enough
     sc.mltcp_params["boundary"] = "mark"
     learned = ns3_engine.run(sc, "mltcp-reno").ns3_stats["bytes_per_iter_learned"]
     assert learned == [pytest.approx(400_000, abs=1448)] * 2
@@ -311,6 +383,7 @@ def test_ns3_restart_window_restarts_each_iteration_s_window_as_the_fast_engine_
     def stats(**mltcp):
         r = ns3_engine.run(_dumbbell(**kw, mltcp=mltcp), "mltcp-reno").ns3_stats
         return r["iteration_restarts"], r["bytes_per_iter_learned"], r["timeouts"]
+
     assert stats()[0] == [0, 0]
     restarts, learned, timeouts = stats(restart_window=4)
     assert timeouts[1] >= 1 and restarts[0] == 3 and restarts[1] < 3 and learned[1] != 1_000_000
@@ -324,7 +397,7 @@ def test_a_nic_limited_flow_keeps_its_window_as_linux_does_and_stock_ns3_grows_i
     """One flow alone, its NIC as fast as the bottleneck: stock ns-3 (no TSQ) queues its window in
     the NIC and keeps growing it; with the host's NIC limit (the default, as the fast engine and
     Linux) the window stops near twice the path's BDP (slow start's cwnd < 2 x out)."""
-    sc = _dumbbell(jobs=1, iterations=2, nbytes=1_250_000, buffer_pkts=1000)   # BDP ~ 9 segments
+    sc = _dumbbell(jobs=1, iterations=2, nbytes=1_250_000, buffer_pkts=1000)  # BDP ~ 9 segments
     top = {}
     for nic in (True, False):
         r = ns3_engine.run(sc, "reno", options=ns3_engine.Ns3Options(nic_limited_growth=nic, trace_cwnd=True))
@@ -339,6 +412,7 @@ def test_host_jitter_breaks_the_phase_lock_of_drop_tail_drops():
     phase: stock ns-3 puts the whole slow-start overshoot on one job (Floyd & Jacobson's phase
     effect). ``host_jitter`` (a random host delay below one segment's NIC time) spreads the drops
     over both jobs, differently per seed, and never reorders a host's packets."""
+
     def first_iteration_drops(jitter, seed):
         sc = load("ns3-dumbbell-1g-deep")
         sc.seed = seed
@@ -346,19 +420,20 @@ def test_host_jitter_breaks_the_phase_lock_of_drop_tail_drops():
             j.iterations = 1
         r = ns3_engine.run(sc, "reno", options=ns3_engine.Ns3Options(host_jitter=jitter))
         return {x.job: x.drops for x in r.records}
+
     locked = first_iteration_drops(0.0, 1)
     assert min(locked.values()) <= 0.05 * sum(locked.values()), locked
     split = [first_iteration_drops(1.0, s) for s in (1, 2)]
     for d in split:
         assert 0.3 <= d["A"] / (d["A"] + d["B"]) <= 0.7, split
-    assert split[0] != split[1]                      # the seed drives the draws
+    assert split[0] != split[1]  # the seed drives the draws
 
     with pytest.raises(ValueError, match="host_jitter"):
         ns3_engine.run(load("ns3-dumbbell-1g-deep"), "reno", options=ns3_engine.Ns3Options(host_jitter=1.5))
 
     alone = _dumbbell(jobs=1, iterations=2, nbytes=2_000_000, buffer_pkts=5000)
     r = ns3_engine.run(alone, "reno", options=ns3_engine.Ns3Options(host_jitter=1.0))
-    assert r.drops == 0 and r.ns3_stats["retransmissions"] == [0]    # no reordering, no spurious recovery
+    assert r.drops == 0 and r.ns3_stats["retransmissions"] == [0]  # no reordering, no spurious recovery
 
 
 @needs_ns3
@@ -370,14 +445,20 @@ def test_cli_host_jitter_reaches_ns3_and_changes_the_drop_split(tmp_path):
     from typer.testing import CliRunner
 
     from mltcp.cli import app
+
     toml = tmp_path / "deep.toml"
-    toml.write_text((ROOT / "scenarios" / "ns3-dumbbell-1g-deep.toml").read_text().replace(
-        "iterations = 30", "iterations = 1").replace("warmup_iterations = 5", "warmup_iterations = 0"))
+    toml.write_text(
+        (ROOT / "scenarios" / "ns3-dumbbell-1g-deep.toml")
+        .read_text()
+        .replace("iterations = 30", "iterations = 1")
+        .replace("warmup_iterations = 5", "warmup_iterations = 0")
+    )
     split = {}
     for jitter in ("0", "1"):
         out = tmp_path / f"j{jitter}"
-        r = CliRunner().invoke(app, ["simulate", str(toml), "--engine", "ns3", "--ns3-host-jitter", jitter,
-                                     "--json", "--out", str(out)])
+        r = CliRunner().invoke(
+            app, ["simulate", str(toml), "--engine", "ns3", "--ns3-host-jitter", jitter, "--json", "--out", str(out)]
+        )
         assert r.exit_code == 0, r.output[-2000:]
         with open(out / "records-reno.csv") as fh:
             split[jitter] = sorted(float(row["drops"]) for row in csv.DictReader(fh))
@@ -390,6 +471,7 @@ def test_no_rack_mltcp_reno_beats_reno_in_jittered_ns3():
     RACK-TLP, which is what that table is tuned for): MLTCP-Reno is faster than Reno with fewer
     drops (measured 62.6 -> 46.4 ms, 1.35x; drops 432 -> 172; docs/tuning.md "MLTCP without RACK-TLP")."""
     from mltcp import metrics
+
     sc = load("two-jobs-no-rack")
     opt = ns3_engine.Ns3Options(host_jitter=1.0)
     base = ns3_engine.run(sc, "reno", options=opt)
@@ -411,7 +493,7 @@ def test_cubic_epoch_moves_by_the_idle_time_before_each_iteration_as_linux_does(
         if cc == "reno":
             assert shifts == [0, 0]
         else:
-            assert all(1 <= s <= 3 for s in shifts), (cc, shifts)   # at most once per later iteration
+            assert all(1 <= s <= 3 for s in shifts), (cc, shifts)  # at most once per later iteration
 
 
 def test_recovery_option_is_validated():
@@ -427,13 +509,16 @@ def test_ns3_prr_counts_dupacks_twice_and_prr_rfc_does_not():
     round trip after the first drops a second, larger burst overflows the shared drop-tail queue
     (both jobs lose). ``recovery = "prr-rfc"`` counts delivered data once (RFC 6937, Linux) and that
     burst is gone. The drop trace records every drop's time and job."""
+
     def run(rec):
         sc = load("ns3-dumbbell-100m")
         sc.seed = 1
         for j in sc.jobs:
-            j.compute_s, j.iterations = 0.02, 8          # the jobs always share the link
-        return ns3_engine.run(sc, "cubic", options=ns3_engine.Ns3Options(host_jitter=1.0, recovery=rec,
-                                                                         trace_cwnd=True))
+            j.compute_s, j.iterations = 0.02, 8  # the jobs always share the link
+        return ns3_engine.run(
+            sc, "cubic", options=ns3_engine.Ns3Options(host_jitter=1.0, recovery=rec, trace_cwnd=True)
+        )
+
     prr, rfc = run("prr"), run("prr-rfc")
     for r in (prr, rfc):
         t, job = r.ns3_stats["drop_trace"]

@@ -2,6 +2,7 @@
 mltcp.sim.ns3_cxx.load includes, every local include names a file that exists, and the package
 data ships them all (an installed wheel has what cppyy compiles). Compiling them is
 tests/test_ns3_engine.py's part."""
+
 import fnmatch
 import re
 import tomllib

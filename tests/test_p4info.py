@@ -32,7 +32,7 @@ def _block(src: str, open_at: int) -> str:
         elif src[i] == "}":
             depth -= 1
             if depth == 0:
-                return src[open_at + 1:i]
+                return src[open_at + 1 : i]
     raise AssertionError("unbalanced braces")
 
 
@@ -49,17 +49,21 @@ def _width(typ: str, typedefs: dict[str, int]) -> int:
     return typedefs[typ]
 
 
-COUNTER_UNITS = {"packets": "PACKETS", "bytes": "BYTES", "packets_and_bytes": "BOTH",
-                 "PACKETS": "PACKETS", "BYTES": "BYTES", "PACKETS_AND_BYTES": "BOTH"}
+COUNTER_UNITS = {
+    "packets": "PACKETS",
+    "bytes": "BYTES",
+    "packets_and_bytes": "BOTH",
+    "PACKETS": "PACKETS",
+    "BYTES": "BYTES",
+    "PACKETS_AND_BYTES": "BOTH",
+}
 
 
 def read_p4(path: Path, extra_typedefs: dict[str, int] | None = None) -> dict:
     src = _strip_comments(path.read_text())
-    defines = {m.group(1): int(m.group(2), 0)
-               for m in re.finditer(r"#define\s+(\w+)\s+(\d+)", src)}
+    defines = {m.group(1): int(m.group(2), 0) for m in re.finditer(r"#define\s+(\w+)\s+(\d+)", src)}
     typedefs = dict(extra_typedefs or {})
-    typedefs.update({m.group(2): int(m.group(1))
-                     for m in re.finditer(r"typedef\s+bit<(\d+)>\s+(\w+)\s*;", src)})
+    typedefs.update({m.group(2): int(m.group(1)) for m in re.finditer(r"typedef\s+bit<(\d+)>\s+(\w+)\s*;", src)})
     out = {"tables": {}, "actions": {}, "counters": {}, "registers": {}}
     for cm in re.finditer(r"\bcontrol\s+(\w+)\s*\(", src):
         ctrl = cm.group(1)
@@ -74,28 +78,30 @@ def read_p4(path: Path, extra_typedefs: dict[str, int] | None = None) -> dict:
             tbody = _block(body, tm.end() - 1)
             keys = []
             kbody = _block(tbody, tbody.index("{", tbody.index("key")))
-            for km in re.finditer(r"([\w.]+)\s*:\s*(\w+)\s*(?:@name\(\"([^\"]+)\"\))?\s*;",
-                                  kbody):
+            for km in re.finditer(r"([\w.]+)\s*:\s*(\w+)\s*(?:@name\(\"([^\"]+)\"\))?\s*;", kbody):
                 keys.append((km.group(3) or km.group(1), km.group(2).upper()))
             abody = _block(tbody, tbody.index("{", tbody.index("actions")))
             acts = []
             for a in filter(None, (x.strip() for x in abody.split(";"))):
                 acts.append(a if a == "NoAction" else f"{ctrl}.{a}")
             size = int(re.search(r"\bsize\s*=\s*(\d+)", tbody).group(1))
-            out["tables"][f"{ctrl}.{tm.group(1)}"] = {"keys": keys, "actions": acts,
-                                                      "size": size}
+            out["tables"][f"{ctrl}.{tm.group(1)}"] = {"keys": keys, "actions": acts, "size": size}
             if "NoAction" in acts:
                 out["actions"]["NoAction"] = ()
         # v1model: counter(SIZE, CounterType.x) name;   TNA: Counter<W, I>(SIZE, CounterType_t.X) name;
-        for m in re.finditer(r"\b[Cc]ounter\s*(?:<(?:[^<>]|<[^<>]*>)*>)?\s*\(\s*(\w+)\s*,\s*CounterType(?:_t)?"
-                             r"\.(\w+)\s*\)\s*(\w+)\s*;", body):
-            out["counters"][f"{ctrl}.{m.group(3)}"] = (COUNTER_UNITS[m.group(2)],
-                                                      _int(m.group(1), defines))
+        for m in re.finditer(
+            r"\b[Cc]ounter\s*(?:<(?:[^<>]|<[^<>]*>)*>)?\s*\(\s*(\w+)\s*,\s*CounterType(?:_t)?"
+            r"\.(\w+)\s*\)\s*(\w+)\s*;",
+            body,
+        ):
+            out["counters"][f"{ctrl}.{m.group(3)}"] = (COUNTER_UNITS[m.group(2)], _int(m.group(1), defines))
         # v1model: register<bit<W>>(SIZE) name;   TNA: Register<bit<W>, I>(SIZE, init) name;
-        for m in re.finditer(r"\b[Rr]egister\s*<\s*bit<(\d+)>\s*(?:,[^>]*)?>\s*\(\s*(\w+)"
-                             r"[^)]*\)\s*(\w+)\s*;", body):
-            out["registers"][f"{ctrl}.{m.group(3)}"] = (int(m.group(1)),
-                                                       _int(m.group(2), defines))
+        for m in re.finditer(
+            r"\b[Rr]egister\s*<\s*bit<(\d+)>\s*(?:,[^>]*)?>\s*\(\s*(\w+)"
+            r"[^)]*\)\s*(\w+)\s*;",
+            body,
+        ):
+            out["registers"][f"{ctrl}.{m.group(3)}"] = (int(m.group(1)), _int(m.group(2), defines))
     return out
 
 
@@ -104,15 +110,17 @@ def p4info_objects(info: p4info_pb2.P4Info) -> dict:
     mt = p4info_pb2.MatchField.MatchType.Name
     unit = p4info_pb2.CounterSpec.Unit.Name
     return {
-        "tables": {t.preamble.name: {
-            "keys": [(f.name, mt(f.match_type)) for f in t.match_fields],
-            "actions": [aname[r.id] for r in t.action_refs],
-            "size": t.size} for t in info.tables},
-        "actions": {a.preamble.name: tuple((p.name, p.bitwidth) for p in a.params)
-                    for a in info.actions},
+        "tables": {
+            t.preamble.name: {
+                "keys": [(f.name, mt(f.match_type)) for f in t.match_fields],
+                "actions": [aname[r.id] for r in t.action_refs],
+                "size": t.size,
+            }
+            for t in info.tables
+        },
+        "actions": {a.preamble.name: tuple((p.name, p.bitwidth) for p in a.params) for a in info.actions},
         "counters": {c.preamble.name: (unit(c.spec.unit), c.size) for c in info.counters},
-        "registers": {r.preamble.name: (r.type_spec.bitstring.bit.bitwidth, r.size)
-                      for r in info.registers},
+        "registers": {r.preamble.name: (r.type_spec.bitstring.bit.bitwidth, r.size) for r in info.registers},
     }
 
 
@@ -132,13 +140,19 @@ def v1model_decls():
 def test_reader_finds_the_contract_objects(v1model_decls):
     # guards the regex reader itself: if it silently found nothing, the comparisons below
     # would compare empty sets
-    assert set(v1model_decls["tables"]) == {"MyIngress.ipv4_lpm", "MyEgress.ecn_threshold",
-                                            "MyIngress.progress_priority", "MyEgress.progress_ecn",
-                                            "MyEgress.progress_contest"}
-    assert set(v1model_decls["counters"]) == {"MyIngress.job_tx", "MyIngress.parse_errors",
-                                              "MyEgress.job_ecn_marks"}
-    assert set(v1model_decls["registers"]) == {"MyIngress.job_bytes_ratio", "MyEgress.contest_job",
-                                               "MyEgress.contest_seen"}
+    assert set(v1model_decls["tables"]) == {
+        "MyIngress.ipv4_lpm",
+        "MyEgress.ecn_threshold",
+        "MyIngress.progress_priority",
+        "MyEgress.progress_ecn",
+        "MyEgress.progress_contest",
+    }
+    assert set(v1model_decls["counters"]) == {"MyIngress.job_tx", "MyIngress.parse_errors", "MyEgress.job_ecn_marks"}
+    assert set(v1model_decls["registers"]) == {
+        "MyIngress.job_bytes_ratio",
+        "MyEgress.contest_job",
+        "MyEgress.contest_seen",
+    }
 
 
 @pytest.mark.parametrize("kind", ["tables", "actions", "counters", "registers"])
@@ -164,8 +178,7 @@ def test_tna_table_keys_and_params_match(committed):
     info = p4info_objects(committed)
     assert tna["tables"] == info["tables"]
     assert tna["actions"] == info["actions"]
-    assert {k: v[0] for k, v in tna["counters"].items()} == \
-        {k: v[0] for k, v in info["counters"].items()}
+    assert {k: v[0] for k, v in tna["counters"].items()} == {k: v[0] for k, v in info["counters"].items()}
 
 
 def test_committed_file_is_what_the_generator_writes():
@@ -182,27 +195,31 @@ def test_generator_check_mode_detects_stale_file(tmp_path):
 
 
 # Ids: p4c's scheme, checked against ids published in p4c-generated P4Info files.
-@pytest.mark.parametrize("name,published", [
-    ("NoAction", 21257015),
-    ("MyIngress.drop", 25652968),
-    ("MyIngress.ipv4_forward", 28792405),
-])
+@pytest.mark.parametrize(
+    "name,published",
+    [
+        ("NoAction", 21257015),
+        ("MyIngress.drop", 25652968),
+        ("MyIngress.ipv4_forward", 28792405),
+    ],
+)
 def test_action_ids_match_published_p4c_output(name, published):
     ids = gen_p4info.assign_ids({"action": [name]})
     assert ids[("action", name)] == published
 
 
 def test_table_id_matches_published_p4c_output():
-    assert gen_p4info.assign_ids({"table": ["MyIngress.ipv4_lpm"]})[
-        ("table", "MyIngress.ipv4_lpm")] == 37375156
+    assert gen_p4info.assign_ids({"table": ["MyIngress.ipv4_lpm"]})[("table", "MyIngress.ipv4_lpm")] == 37375156
 
 
 def test_ids_have_type_prefix_and_are_unique(committed):
     seen = set()
-    for objs, prefix in ((committed.tables, p4info_pb2.P4Ids.TABLE),
-                         (committed.actions, p4info_pb2.P4Ids.ACTION),
-                         (committed.counters, p4info_pb2.P4Ids.COUNTER),
-                         (committed.registers, p4info_pb2.P4Ids.REGISTER)):
+    for objs, prefix in (
+        (committed.tables, p4info_pb2.P4Ids.TABLE),
+        (committed.actions, p4info_pb2.P4Ids.ACTION),
+        (committed.counters, p4info_pb2.P4Ids.COUNTER),
+        (committed.registers, p4info_pb2.P4Ids.REGISTER),
+    ):
         for o in objs:
             assert o.preamble.id >> 24 == prefix, o.preamble.name
             assert o.preamble.id not in seen
@@ -236,10 +253,16 @@ def test_p4runtime_shell_context_accepts_it(committed):
 def _canonical(info: p4info_pb2.P4Info) -> dict:
     """What must agree with p4c: names, ids, shapes (ordering and annotations aside)."""
     objs = p4info_objects(info)
-    ids = {(kind, o.preamble.name): o.preamble.id
-           for kind, seq in (("table", info.tables), ("action", info.actions),
-                             ("counter", info.counters), ("register", info.registers))
-           for o in seq}
+    ids = {
+        (kind, o.preamble.name): o.preamble.id
+        for kind, seq in (
+            ("table", info.tables),
+            ("action", info.actions),
+            ("counter", info.counters),
+            ("register", info.registers),
+        )
+        for o in seq
+    }
     return {"arch": info.pkg_info.arch, "objs": objs, "ids": ids}
 
 
@@ -255,9 +278,23 @@ def test_matches_p4c_output(tmp_path, committed):
     objects and ids (checked field by field) and, with this p4c, the same bytes."""
     _p4c_or_skip("p4c")
     out = tmp_path / "mltcp.p4info.txtpb"
-    r = subprocess.run([tools.require("p4c"), "--target", "bmv2", "--arch", "v1model", "-o",
-                        str(tmp_path), "--p4runtime-files", str(out), str(P4_PATH)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            tools.require("p4c"),
+            "--target",
+            "bmv2",
+            "--arch",
+            "v1model",
+            "-o",
+            str(tmp_path),
+            "--p4runtime-files",
+            str(out),
+            str(P4_PATH),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "warning" not in (r.stdout + r.stderr).lower(), r.stderr
     assert (tmp_path / "mltcp.json").is_file()
@@ -274,17 +311,19 @@ def test_p4c_bm2_ss_writes_identical_p4info(tmp_path):
     js = tools.compile_v1model(P4_PATH, tmp_path, p4info=info)
     assert info.read_bytes() == P4INFO_PATH.read_bytes()
     import json
+
     prog = json.loads(js.read_text())
     assert {t["name"] for p in prog["pipelines"] for t in p["tables"]} >= {
-        "MyIngress.ipv4_lpm", "MyEgress.ecn_threshold"}
+        "MyIngress.ipv4_lpm",
+        "MyEgress.ecn_threshold",
+    }
 
 
 def test_p4c_rejects_a_broken_program(tmp_path):
     """The compile check can fail: a type error in a copy of mltcp.p4 is reported with its line."""
     _p4c_or_skip("p4c-bm2-ss")
     bad = tmp_path / "bad.p4"
-    bad.write_text(P4_PATH.read_text().replace("hdr.ipv4.ttl = hdr.ipv4.ttl - 1;",
-                                               "hdr.ipv4.ttl = hdr.ipv4.dstAddr;"))
+    bad.write_text(P4_PATH.read_text().replace("hdr.ipv4.ttl = hdr.ipv4.ttl - 1;", "hdr.ipv4.ttl = hdr.ipv4.dstAddr;"))
     with pytest.raises(RuntimeError, match="bad.p4"):
         tools.compile_v1model(bad, tmp_path / "o")
 
@@ -296,8 +335,13 @@ def test_tna_program_passes_p4test(tofino, tmp_path):
     inc = tools.tna_include()
     if inc is None:
         pytest.skip(f"tna.p4 not found ({tools.where()})")
-    r = subprocess.run([tools.require("p4test"), f"-D__TARGET_TOFINO__={tofino}", "-I", inc,
-                        str(TNA_PATH)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    r = subprocess.run(
+        [tools.require("p4test"), f"-D__TARGET_TOFINO__={tofino}", "-I", inc, str(TNA_PATH)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     assert "error" not in r.stderr.lower(), r.stderr
 
@@ -308,8 +352,14 @@ def test_p4test_catches_a_tna_error(tmp_path):
     if inc is None:
         pytest.skip(f"tna.p4 not found ({tools.where()})")
     bad = tmp_path / "bad_tna.p4"
-    bad.write_text(TNA_PATH.read_text().replace("hdr.ipv4.ttl = hdr.ipv4.ttl - 1;",
-                                                "hdr.ipv4.ttl = hdr.ipv4.ttl - true;"))
-    r = subprocess.run([tools.require("p4test"), "-D__TARGET_TOFINO__=1", "-I", inc, str(bad)],
-                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    bad.write_text(
+        TNA_PATH.read_text().replace("hdr.ipv4.ttl = hdr.ipv4.ttl - 1;", "hdr.ipv4.ttl = hdr.ipv4.ttl - true;")
+    )
+    r = subprocess.run(
+        [tools.require("p4test"), "-D__TARGET_TOFINO__=1", "-I", inc, str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert r.returncode != 0 and "bad_tna.p4" in r.stderr

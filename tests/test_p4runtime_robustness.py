@@ -29,8 +29,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 MAX_STREAMS = 24
 DEADLINE = 10.0  # seconds per RPC: generous for a loaded 2-core machine; a freeze is forever
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 CASES = {"n": 0}
 Cfg = pb.SetForwardingPipelineConfigRequest
 
@@ -42,8 +43,7 @@ def load_p4info() -> p4info_pb2.P4Info:
 @pytest.fixture(scope="module")
 def server():
     # silent streams are never closed to make room here (see the eviction test below)
-    target = P4RuntimeTarget(pl.Pipeline(), device_id=0, max_streams=MAX_STREAMS,
-                             arbitration_grace_s=1e9)
+    target = P4RuntimeTarget(pl.Pipeline(), device_id=0, max_streams=MAX_STREAMS, arbitration_grace_s=1e9)
     srv = serve(target, "127.0.0.1:0")
     ch = grpc.insecure_channel(f"127.0.0.1:{target.port}")
     stub = p4runtime_pb2_grpc.P4RuntimeStub(ch)
@@ -71,8 +71,7 @@ def server():
 def alive(stub) -> None:
     """The server still answers a unary call and a read."""
     stub.Capabilities(pb.CapabilitiesRequest(), timeout=DEADLINE)
-    list(stub.Read(pb.ReadRequest(device_id=0, entities=[pb.Entity(table_entry=pb.TableEntry())]),
-                   timeout=DEADLINE))
+    list(stub.Read(pb.ReadRequest(device_id=0, entities=[pb.Entity(table_entry=pb.TableEntry())]), timeout=DEADLINE))
 
 
 class IdleStream:
@@ -157,8 +156,7 @@ def test_idle_streams_never_starve_unary_calls_and_extra_streams_are_refused(ser
     s = IdleStream(addr, election=0)  # a backup (below the primary's 1) is served again
     try:
         got = s.first()
-        assert not isinstance(got, grpc.RpcError) and got.arbitration.status.code == \
-            code_pb2.ALREADY_EXISTS
+        assert not isinstance(got, grpc.RpcError) and got.arbitration.status.code == code_pb2.ALREADY_EXISTS
     finally:
         s.close()
 
@@ -195,8 +193,7 @@ def test_silent_streams_make_room_for_a_controller():
         srv.stop(0)
 
 
-METHODS = ["Write", "Read", "SetForwardingPipelineConfig", "GetForwardingPipelineConfig",
-           "Capabilities"]
+METHODS = ["Write", "Read", "SetForwardingPipelineConfig", "GetForwardingPipelineConfig", "Capabilities"]
 
 
 @FUZZ
@@ -264,8 +261,7 @@ CODES = {c.value[0] for c in grpc.StatusCode}
 
 
 @FUZZ
-@given(updates=st.lists(st.tuples(st.sampled_from([0, 1, 2, 3, 9]), table_entries()),
-                        min_size=1, max_size=6))
+@given(updates=st.lists(st.tuples(st.sampled_from([0, 1, 2, 3, 9]), table_entries()), min_size=1, max_size=6))
 def test_fuzzed_writes_get_per_update_answers(server, updates):
     target, stub, _ = server
     CASES["n"] += 1
@@ -290,24 +286,30 @@ def test_fuzzed_writes_get_per_update_answers(server, updates):
             assert d.Unpack(err)
             assert err.canonical_code in CODES
     # the model and what Read reports agree after every batch
-    rep = list(stub.Read(pb.ReadRequest(device_id=0, entities=[
-        pb.Entity(table_entry=pb.TableEntry())]), timeout=DEADLINE))
+    rep = list(
+        stub.Read(pb.ReadRequest(device_id=0, entities=[pb.Entity(table_entry=pb.TableEntry())]), timeout=DEADLINE)
+    )
     n = sum(1 for r in rep for e in r.entities if not e.table_entry.is_default_action)
     assert n == len(target.pipeline.lpm) + len(target.pipeline.ecn_thresholds)
 
 
 @FUZZ
-@given(drop=st.sets(st.integers(0, 40), max_size=6), shift=st.integers(0, 3),
-       action=st.sampled_from([Cfg.VERIFY, Cfg.VERIFY_AND_SAVE, Cfg.RECONCILE_AND_COMMIT,
-                               Cfg.COMMIT, Cfg.UNSPECIFIED, 17]))
+@given(
+    drop=st.sets(st.integers(0, 40), max_size=6),
+    shift=st.integers(0, 3),
+    action=st.sampled_from(
+        [Cfg.VERIFY, Cfg.VERIFY_AND_SAVE, Cfg.RECONCILE_AND_COMMIT, Cfg.COMMIT, Cfg.UNSPECIFIED, 17]
+    ),
+)
 def test_fuzzed_pipeline_configs_validate_or_refuse(server, drop, shift, action):
     """P4Infos with random objects removed and ids moved: each is accepted or refused with a
     proper code; the server keeps a usable pipeline (no VERIFY_AND_COMMIT: that would reset)."""
     target, stub, _ = server
     CASES["n"] += 1
     info = load_p4info()
-    objs = [(kind, i) for kind in ("tables", "actions", "counters", "registers")
-            for i in range(len(getattr(info, kind)))]
+    objs = [
+        (kind, i) for kind in ("tables", "actions", "counters", "registers") for i in range(len(getattr(info, kind)))
+    ]
     for kind, i in sorted({objs[d % len(objs)] for d in drop}, key=lambda x: -x[1]):
         del getattr(info, kind)[i]
     for kind in ("tables", "actions", "counters", "registers"):
@@ -322,8 +324,11 @@ def test_fuzzed_pipeline_configs_validate_or_refuse(server, drop, shift, action)
     try:
         stub.SetForwardingPipelineConfig(req, timeout=DEADLINE)
     except grpc.RpcError as e:
-        assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
-                            grpc.StatusCode.NOT_FOUND), (e.code(), e.details())
+        assert e.code() in (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.NOT_FOUND,
+        ), (e.code(), e.details())
     if target.saved is not None:  # leave no half-done save behind for the next example
         commit = Cfg(device_id=0, action=Cfg.COMMIT)
         commit.election_id.low = 1
@@ -331,13 +336,25 @@ def test_fuzzed_pipeline_configs_validate_or_refuse(server, drop, shift, action)
     alive(stub)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(msgs=st.lists(st.one_of(
-    st.builds(lambda d, h, lo, r: ("arb", d, h, lo, r), st.sampled_from([0, 0, 1, 2**64 - 1]),
-              st.integers(0, 2), st.integers(0, 2**64 - 1), st.sampled_from(["", "x"])),
-    st.builds(lambda p: ("pkt", p), st.binary(max_size=64)),
-    st.just(("digest",)), st.just(("other",))), min_size=1, max_size=5))
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    msgs=st.lists(
+        st.one_of(
+            st.builds(
+                lambda d, h, lo, r: ("arb", d, h, lo, r),
+                st.sampled_from([0, 0, 1, 2**64 - 1]),
+                st.integers(0, 2),
+                st.integers(0, 2**64 - 1),
+                st.sampled_from(["", "x"]),
+            ),
+            st.builds(lambda p: ("pkt", p), st.binary(max_size=64)),
+            st.just(("digest",)),
+            st.just(("other",)),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_fuzzed_stream_messages_end_in_answers_or_a_status(msgs):
     """Random arbitration / packet / digest / unknown messages on a fresh server each time (a
     fuzzed id may become primary); the stream answers or ends with a status, the server lives."""
@@ -377,10 +394,14 @@ def _stream_case(target, stub, msgs):
         for rep in call:
             assert rep.WhichOneof("update") in ("arbitration", "error")
     except grpc.RpcError as e:
-        codes = [grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
-                 grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.CANCELLED]
+        codes = [
+            grpc.StatusCode.NOT_FOUND,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.UNIMPLEMENTED,
+            grpc.StatusCode.CANCELLED,
+        ]
         arbs = [m for m in msgs if m[0] == "arb"]
-        if any(a[1] == 0 and b[1] != 0 for k, a in enumerate(arbs) for b in arbs[k + 1:]):
+        if any(a[1] == 0 and b[1] != 0 for k, a in enumerate(arbs) for b in arbs[k + 1 :]):
             # P4Runtime 1.4.1, 5.3: an arbitrated stream that names another device
             codes.append(grpc.StatusCode.FAILED_PRECONDITION)
         assert e.code() in codes, (e.code(), e.details())
@@ -403,9 +424,10 @@ def test_oversized_and_wrong_device_requests(server):
     with pytest.raises(grpc.RpcError) as e:
         stub.Write(req, timeout=DEADLINE)
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    for rpc, r in ((stub.Write, pb.WriteRequest(device_id=7)),
-                   (stub.GetForwardingPipelineConfig,
-                    pb.GetForwardingPipelineConfigRequest(device_id=7))):
+    for rpc, r in (
+        (stub.Write, pb.WriteRequest(device_id=7)),
+        (stub.GetForwardingPipelineConfig, pb.GetForwardingPipelineConfigRequest(device_id=7)),
+    ):
         with pytest.raises(grpc.RpcError) as e:
             rpc(r, timeout=DEADLINE)
         assert e.value.code() == grpc.StatusCode.NOT_FOUND

@@ -4,6 +4,7 @@ BMv2's ``simple_switch_grpc`` (skipped with the reason when p4c/BMv2 are not ins
 ``SPEC`` is what P4Runtime 1.4.1 specifies and what mltcp-switch answers; ``BMV2`` lists where
 BMv2 1.15 answers otherwise (docs/p4-bmv2.md, conformance). A change on either side fails here.
 """
+
 from __future__ import annotations
 
 import queue
@@ -28,15 +29,22 @@ SPEC = {
     "commit_nothing_saved": "NOT_FOUND",
     "unknown_action_id": "INVALID_ARGUMENT",
     "counter_read_negative_index": "INVALID_ARGUMENT",
-    "counter_modify_without_index": "OK",            # every cell
-    "entries_after_save": 2,                          # the state at the save (re-keyed)
+    "counter_modify_without_index": "OK",  # every cell
+    "entries_after_save": 2,  # the state at the save (re-keyed)
     "commit_with_config": "INVALID_ARGUMENT",
     "commit": "OK",
-    "entries_after_commit": 3,                        # the state at the save + the write since
+    "entries_after_commit": 3,  # the state at the save + the write since
     "rearbitrate_other_device": "FAILED_PRECONDITION",
 }
-BMV2 = dict(SPEC, commit_nothing_saved="UNKNOWN", counter_modify_without_index="UNIMPLEMENTED",
-            entries_after_save=0, commit_with_config="OK", commit="UNKNOWN", entries_after_commit=1)
+BMV2 = dict(
+    SPEC,
+    commit_nothing_saved="UNKNOWN",
+    counter_modify_without_index="UNIMPLEMENTED",
+    entries_after_save=0,
+    commit_with_config="OK",
+    commit="UNKNOWN",
+    entries_after_commit=1,
+)
 
 
 def _p4info() -> p4info_pb2.P4Info:
@@ -47,8 +55,7 @@ def ask(addr: str, devcfg: bytes) -> dict:
     """Each case of SPEC as the target at ``addr`` answers it, in this order (later cases build
     on earlier ones, as an operator's session would)."""
     info = _p4info()
-    ids = {o.preamble.name: o.preamble.id for k in ("tables", "actions", "counters")
-           for o in getattr(info, k)}
+    ids = {o.preamble.name: o.preamble.id for k in ("tables", "actions", "counters") for o in getattr(info, k)}
     ch = grpc.insecure_channel(addr)
     stub = p4runtime_pb2_grpc.P4RuntimeStub(ch)
     q: queue.Queue = queue.Queue()
@@ -154,6 +161,7 @@ def test_bmv2_answers_as_the_conformance_docs_say(tmp_path):
         print(f"BMv2 status-code conformance skipped: {why}")
         pytest.skip(why)
     from mltcp.emulation import bmv2 as B
+
     js = tools.compile_v1model(Path(P4INFO_PATH).with_suffix("").with_suffix(".p4"), tmp_path / "build")
     proc, grpc_port, _ = B.start_in_netns(None, {}, log_path=tmp_path / "bmv2.log")
     try:

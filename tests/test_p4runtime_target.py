@@ -33,8 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 P4INFO = ROOT / "p4src" / "mltcp.p4info.txtpb"
 
 _why = have_root_netns()
-pytestmark = [pytest.mark.integration, pytest.mark.root,
-              pytest.mark.skipif(_why is not None, reason=_why or "")]
+pytestmark = [pytest.mark.integration, pytest.mark.root, pytest.mark.skipif(_why is not None, reason=_why or "")]
 
 if _why:
     print(f"test_p4runtime_target skipped: {_why}")
@@ -66,8 +65,13 @@ def shell(target, tmp_path_factory):
 
     devcfg = tmp_path_factory.mktemp("cfg") / "device_config.bin"
     devcfg.write_bytes(b"")  # the software target treats the device config as opaque
-    sh.setup(device_id=0, grpc_addr=target[0], election_id=(0, 1),
-             config=sh.FwdPipeConfig(str(P4INFO), str(devcfg)), verbose=False)
+    sh.setup(
+        device_id=0,
+        grpc_addr=target[0],
+        election_id=(0, 1),
+        config=sh.FwdPipeConfig(str(P4INFO), str(devcfg)),
+        verbose=False,
+    )
     try:
         yield sh
     finally:
@@ -115,9 +119,13 @@ def test_shell_programs_tables_and_reads_counters(shell, target):
     _, h1, h2 = target
     tx, rx = _raw(h1), _raw(h2)
     try:
-        pkt = bytes(Ether(dst="00:00:00:00:00:01", src="00:00:00:00:01:01")
-                    / IP(src="10.0.1.1", dst="10.0.2.2") / UDP(sport=1234, dport=9199)
-                    / MLTCP(job_id=7, bytes_ratio=4321) / (b"z" * 200))
+        pkt = bytes(
+            Ether(dst="00:00:00:00:00:01", src="00:00:00:00:01:01")
+            / IP(src="10.0.1.1", dst="10.0.2.2")
+            / UDP(sport=1234, dport=9199)
+            / MLTCP(job_id=7, bytes_ratio=4321)
+            / (b"z" * 200)
+        )
         for _ in range(25):
             tx.send(pkt)
         got = [g for g in _recv_all(rx, 25) if Ether(g).haslayer(MLTCP)]
@@ -231,6 +239,7 @@ def test_unsupported_and_invalid_requests_get_grpc_codes(shell, stub):
         stub.Write(w)
     assert e.value.code() == grpc.StatusCode.UNKNOWN
     from p4runtime_sh.p4runtime import P4RuntimeWriteException
+
     codes = [err.canonical_code for _, err in P4RuntimeWriteException(e.value).errors]
     assert codes == [grpc.StatusCode.INVALID_ARGUMENT.value[0], grpc.StatusCode.UNIMPLEMENTED.value[0]]
     # counter index out of range
@@ -253,7 +262,8 @@ def test_set_pipeline_rejects_p4info_without_mltcp_objects(shell, stub):
     p4info.tables.extend(keep)
     del p4info.registers[:]
     req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
-        device_id=0, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY)
+        device_id=0, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY
+    )
     req.election_id.low = 1
     req.config.p4info.CopyFrom(p4info)
     with pytest.raises(grpc.RpcError) as e:
@@ -264,10 +274,12 @@ def test_set_pipeline_rejects_p4info_without_mltcp_objects(shell, stub):
     # the good P4Info verifies; the running config is still served
     req.config.p4info.CopyFrom(_load_p4info())
     stub.SetForwardingPipelineConfig(req)
-    got = stub.GetForwardingPipelineConfig(p4runtime_pb2.GetForwardingPipelineConfigRequest(
-        device_id=0, response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE))
-    assert {t.preamble.name for t in got.config.p4info.tables} >= {
-        "MyIngress.ipv4_lpm", "MyEgress.ecn_threshold"}
+    got = stub.GetForwardingPipelineConfig(
+        p4runtime_pb2.GetForwardingPipelineConfigRequest(
+            device_id=0, response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE
+        )
+    )
+    assert {t.preamble.name for t in got.config.p4info.tables} >= {"MyIngress.ipv4_lpm", "MyEgress.ecn_threshold"}
 
 
 def test_second_client_is_backup_and_cannot_write(shell, target):
@@ -370,8 +382,9 @@ def bmv2_target(tmp_path_factory):
 
 
 def _mltcp(*args, timeout=120):
-    r = subprocess.run([sys.executable, "-m", "mltcp.cli", "switch", *args], capture_output=True,
-                       text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "switch", *args], capture_output=True, text=True, timeout=timeout
+    )
     return r.returncode, r.stdout, r.stderr
 
 
@@ -396,16 +409,25 @@ config = "{js}"
 """)
     rc, out, err = _mltcp("install", str(topo), "--push", "--json")
     assert rc == 0, err
-    assert json.loads(out)["switches"][0] == {"switch": "bm", "grpc": grpc_addr, "pushed": True,
-                                               "routes": 2, "ecn_thresholds": 1}
+    assert json.loads(out)["switches"][0] == {
+        "switch": "bm",
+        "grpc": grpc_addr,
+        "pushed": True,
+        "routes": 2,
+        "ecn_thresholds": 1,
+    }
     rc, out, err = _mltcp("set-ecn", "--grpc", grpc_addr, "--port", "1", "--threshold", "7")
     assert rc == 0 and "ECN threshold 7" in out, err
 
     tx, rx = _raw(h1), _raw(h2)
     try:
-        pkt = bytes(Ether(dst="00:00:00:00:00:01", src="00:00:00:00:01:01")
-                    / IP(src="10.0.1.1", dst="10.0.2.2") / UDP(sport=1234, dport=9199)
-                    / MLTCP(job_id=7, bytes_ratio=4321) / (b"z" * 200))
+        pkt = bytes(
+            Ether(dst="00:00:00:00:00:01", src="00:00:00:00:01:01")
+            / IP(src="10.0.1.1", dst="10.0.2.2")
+            / UDP(sport=1234, dport=9199)
+            / MLTCP(job_id=7, bytes_ratio=4321)
+            / (b"z" * 200)
+        )
         for _ in range(25):
             tx.send(pkt)
         got = [g for g in _recv_all(rx, 25) if Ether(g).haslayer(MLTCP)]
@@ -456,5 +478,4 @@ with connect({grpc_addr!r}, device_id=0) as sw:
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got == {"routes": 2, "ecn": 1, "ports": [1, 2], "widths": [1, 1], "k": 20,
-                   "parse_errors": 0, "jobs": 0}
+    assert got == {"routes": 2, "ecn": 1, "ports": [1, 2], "widths": [1, 1], "k": 20, "parse_errors": 0, "jobs": 0}

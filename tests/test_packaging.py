@@ -3,6 +3,7 @@
 The base install (`pip install .`) must be enough for `mltcp demo` / `mltcp simulate`; every other
 third-party module the package imports must come from an extra (or, for Mininet, the system).
 """
+
 from __future__ import annotations
 
 import ast
@@ -28,8 +29,8 @@ OPTIONAL_IN_BASE = {"mltcp/tune": "tune", "mltcp/ddp": "torch", "mltcp/torch": "
 OPTIONAL_MODULES = {"ns": "ns3", "cppyy": "ns3", "distributed": "distributed"}
 # Third-party modules that are not on PyPI in a usable form and come from the system packages.
 SYSTEM_MODULES = {"mininet": "python3-mininet"}
-# Declared for the tests but never imported by name (pytest plugins).
-PLUGINS = {"pytest-timeout"}
+# Declared for the tests but never imported by name (pytest plugins; ruff, which `make test` runs).
+PLUGINS = {"pytest-timeout", "ruff"}
 
 
 def _dist_name(req: str) -> str:
@@ -38,8 +39,10 @@ def _dist_name(req: str) -> str:
 
 def _declared() -> tuple[set[str], dict[str, set[str]]]:
     base = {_dist_name(r) for r in PYPROJECT["project"]["dependencies"]}
-    extras = {k: {_dist_name(r) for r in v if _dist_name(r) != "mltcp"}
-              for k, v in PYPROJECT["project"].get("optional-dependencies", {}).items()}
+    extras = {
+        k: {_dist_name(r) for r in v if _dist_name(r) != "mltcp"}
+        for k, v in PYPROJECT["project"].get("optional-dependencies", {}).items()
+    }
     return base, extras
 
 
@@ -57,6 +60,7 @@ def _imports(path: Path) -> list[tuple[str, int, bool]]:
             elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
                 found.append((child.module.split(".")[0], child.lineno, guarded))
             visit(child, g)
+
     visit(tree, False)
     return found
 
@@ -66,7 +70,7 @@ def _third_party(dirs) -> dict[str, list[tuple[str, bool]]]:
     mods: dict[str, list[tuple[str, bool]]] = {}
     for d in dirs:
         for p in sorted((ROOT / d).rglob("*.py")):
-            if "__pycache__" in p.parts:     # generated at run time (numba's cache, the cc dispatch), not source
+            if "__pycache__" in p.parts:  # generated at run time (numba's cache, the cc dispatch), not source
                 continue
             for mod, line, guarded in _imports(p):
                 if mod in sys.stdlib_module_names or mod in local or mod == "__future__":
@@ -80,8 +84,7 @@ def _dists_of(mod: str) -> set[str]:
 
 
 def test_version_option_prints_the_installed_version():
-    r = subprocess.run([sys.executable, "-m", "mltcp.cli", "--version"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run([sys.executable, "-m", "mltcp.cli", "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"mltcp {PYPROJECT['project']['version']}"
 
@@ -105,8 +108,10 @@ def test_every_third_party_import_is_declared():
             continue
         if not dists & runtime:
             hint = " (it is declared for the tests only)" if dists & extras.get("test", set()) else ""
-            problems.append(f"{mod} ({'/'.join(sorted(dists))}) imported at {where[0][0]} but not declared "
-                            f"in dependencies or a runtime extra{hint}")
+            problems.append(
+                f"{mod} ({'/'.join(sorted(dists))}) imported at {where[0][0]} but not declared "
+                f"in dependencies or a runtime extra{hint}"
+            )
     if unchecked:
         print("not installed here, imported only where optional:", ", ".join(unchecked))
     assert not problems, "\n".join(problems)
@@ -119,8 +124,13 @@ def test_base_code_imports_only_base_dependencies():
         dists = _dists_of(mod)
         if mod in OPTIONAL_MODULES and all(guarded for _, guarded in where):
             continue
-        where = [(w, g) for w, g in where if not any(w.startswith(pre) and dists & extras.get(extra, set())
-                                                     for pre, extra in OPTIONAL_IN_BASE.items())]
+        where = [
+            (w, g)
+            for w, g in where
+            if not any(
+                w.startswith(pre) and dists & extras.get(extra, set()) for pre, extra in OPTIONAL_IN_BASE.items()
+            )
+        ]
         if where and not dists & base:
             problems.append(f"{mod} imported at {where[0][0]}: not a base dependency ({', '.join(sorted(base))})")
     assert not problems, "\n".join(problems)
@@ -176,14 +186,22 @@ def _optional_modules() -> list[str]:
     """Import names of every distribution that only an extra brings (and Mininet)."""
     base, extras = _declared()
     only_extra = set().union(*extras.values()) - base
-    mods = {m for m, ds in packages_distributions().items()
-            if {d.lower().replace("_", "-") for d in ds} & only_extra and not m.startswith("_")}
+    mods = {
+        m
+        for m, ds in packages_distributions().items()
+        if {d.lower().replace("_", "-") for d in ds} & only_extra and not m.startswith("_")
+    }
     return sorted(mods | set(SYSTEM_MODULES))
 
 
 def _run_without_extras(*args):
-    return subprocess.run([sys.executable, "-c", _BLOCKER, ",".join(_optional_modules()), *args],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCKER, ",".join(_optional_modules()), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 def test_base_install_runs_the_cli_and_the_simulator(tmp_path):
@@ -250,7 +268,9 @@ def test_readme_commands_and_options_exist():
             for w in words[1:]:
                 if not hasattr(cmd, "commands") or w.startswith("-") or w == "&&":
                     break
-                sub = cmd.commands.get(w) or (cmd.commands.get("run") if not re.fullmatch(r"[a-z][a-z0-9-]*", w) else None)
+                sub = cmd.commands.get(w) or (
+                    cmd.commands.get("run") if not re.fullmatch(r"[a-z][a-z0-9-]*", w) else None
+                )
                 if sub is None:
                     problems.append(f"{alt!r}: no command {w!r} under {' '.join(path)}")
                     break

@@ -1,6 +1,7 @@
 """partial-compat ships a retuned [mltcp] table (docs/tuning.md, "partial-compat retuned"); issue 10
 asks that MLTCP be no worse than 0.98x there and drop no more than the baseline. Seeded runs of the
 scenario as shipped, simulator."""
+
 import pytest
 
 from mltcp import compare, metrics, tune_eval

@@ -1,5 +1,6 @@
 """PAUSE / PFC frames (traffic/pause.py): building and parsing them, a host's listener on a real
 veth, and the userspace sender holding its data while its link is paused."""
+
 from __future__ import annotations
 
 import socket
@@ -7,7 +8,7 @@ import time
 
 import pytest
 
-from mltcp.traffic.pause import (MAX_QUANTA, PauseListener, parse_pause, pause_frame, quanta_seconds)
+from mltcp.traffic.pause import MAX_QUANTA, PauseListener, parse_pause, pause_frame, quanta_seconds
 
 MAC = bytes.fromhex("024d4c5443fd")
 
@@ -18,14 +19,15 @@ def test_frames_round_trip():
     assert p[12:16] == b"\x88\x08\x00\x01" and parse_pause(p) == 1000
     pfc = pause_frame(MAC, MAX_QUANTA, classes=1 << 5)
     assert pfc[14:18] == b"\x01\x01\x00\x20" and parse_pause(pfc) == MAX_QUANTA
-    assert parse_pause(pause_frame(MAC, 0, classes=0b11)) == 0          # resume
-    assert parse_pause(b"\x00" * 12 + b"\x08\x00" + b"\x00" * 46) is None   # IPv4: not a pause
-    assert parse_pause(b"\x00" * 12 + b"\x88\x08\x00\x02" + b"\x00" * 42) is None   # another opcode
+    assert parse_pause(pause_frame(MAC, 0, classes=0b11)) == 0  # resume
+    assert parse_pause(b"\x00" * 12 + b"\x08\x00" + b"\x00" * 46) is None  # IPv4: not a pause
+    assert parse_pause(b"\x00" * 12 + b"\x88\x08\x00\x02" + b"\x00" * 42) is None  # another opcode
     assert quanta_seconds(MAX_QUANTA, 25e6) == pytest.approx(65535 * 512 / 25e6)
 
 
-@pytest.mark.parametrize("kw", [dict(quanta=-1), dict(quanta=1 << 16), dict(quanta=1, classes=0),
-                                dict(quanta=1, classes=256)])
+@pytest.mark.parametrize(
+    "kw", [dict(quanta=-1), dict(quanta=1 << 16), dict(quanta=1, classes=0), dict(quanta=1, classes=256)]
+)
 def test_bad_frames_are_refused(kw):
     with pytest.raises(ValueError):
         pause_frame(MAC, **kw)
@@ -56,7 +58,7 @@ def test_a_paused_sender_sends_nothing_until_resumed():
         assert f.stats["sent"] == 0 and 100.0 < wake <= 100.5
         with pytest.raises(BlockingIOError):
             rx.recv(2048)
-        now[0] = 100.6                 # the pause has run out
+        now[0] = 100.6  # the pause has run out
         f.service(now[0])
         assert f.stats["sent"] > 0
         assert rx.recv(2048)
@@ -67,6 +69,7 @@ def test_a_paused_sender_sends_nothing_until_resumed():
 
 def _have_root_veth() -> str | None:
     from mltcp.emulation.switch.testbed import have_root_netns
+
     return have_root_netns()
 
 
@@ -87,7 +90,7 @@ def test_listener_on_a_veth_pauses_and_resumes():
             time.sleep(0.05)
             t = time.monotonic()
             assert lis.paused(t) and lis.until == pytest.approx(t + quanta_seconds(MAX_QUANTA, 25e6), abs=0.06)
-            tx.send(pause_frame(MAC, 0, classes=1 << 3))                  # resume
+            tx.send(pause_frame(MAC, 0, classes=1 << 3))  # resume
             time.sleep(0.05)
             assert not lis.paused(time.monotonic())
             assert lis.frames == 2 and 0.0 < lis.paused_s < 0.5

@@ -1,4 +1,5 @@
 """pcap: records -> synthetic capture -> records, plain-flow grouping, and replay in a namespace."""
+
 import os
 import shutil
 import subprocess
@@ -16,11 +17,17 @@ from mltcp.traffic.header import MLTCP
 
 def _records():
     recs = []
-    for job, compute, comm, nbytes, off in (("job1", 0.050, 0.020, 2_000_000, 0.0), ("job7", 0.030, 0.035, 59_900_000, 0.013)):
+    for job, compute, comm, nbytes, off in (
+        ("job1", 0.050, 0.020, 2_000_000, 0.0),
+        ("job7", 0.030, 0.035, 59_900_000, 0.013),
+    ):
         t = off
         for i in range(6):
-            recs.append(IterationRecord(job, i, t, t + compute, t + compute + comm, nbytes,
-                                        drops=float(i % 3), marks=float(2 * (i % 2))))
+            recs.append(
+                IterationRecord(
+                    job, i, t, t + compute, t + compute + comm, nbytes, drops=float(i % 3), marks=float(2 * (i % 2))
+                )
+            )
             t += compute + comm
     return recs
 
@@ -42,7 +49,7 @@ def test_records_pcap_records_roundtrip(tmp_path):
     assert len(back) == len(recs)
     for a, b in zip(sorted(recs, key=lambda r: (r.job, r.iteration)), back):
         _close(a, b)
-        if a.iteration > 0:                          # start = end of the previous iteration
+        if a.iteration > 0:  # start = end of the previous iteration
             assert b.start == pytest.approx(a.start, abs=2e-6)
     first = [b for b in back if b.iteration == 0]
     assert all(b.start < b.comm_start for b in first)
@@ -54,13 +61,13 @@ def test_pcap_packets_are_valid_mltcp(tmp_path):
     pkts = rdpcap(str(path))
     shims = [p[MLTCP] for p in pkts]
     assert [s.job_id for s in shims] == [3] * 4 and {s.iteration for s in shims} == {4}
-    assert [int(s.flags) & 0x4 for s in shims] == [4, 0, 0, 0]      # ITER_START on the first
+    assert [int(s.flags) & 0x4 for s in shims] == [4, 0, 0, 0]  # ITER_START on the first
     assert shims[-1].bytes_ratio == 0xFFFF
     assert sum((p[IP].tos & 3) == 3 for p in pkts) == 1
-    assert all(p.wirelen <= 1514 for p in pkts)                     # full-size segments, sampled
+    assert all(p.wirelen <= 1514 for p in pkts)  # full-size segments, sampled
     heads = [pcap.wire.HDR.unpack_from(bytes(p[MLTCP].payload)) for p in pkts]
-    assert all(p.wirelen - len(p) == h[5] for p, h in zip(pkts, heads))   # length field = missing bytes
-    assert heads[0][1] == 0 and heads[-1][1] + heads[-1][5] == 10_000     # seq range = iteration bytes
+    assert all(p.wirelen - len(p) == h[5] for p, h in zip(pkts, heads))  # length field = missing bytes
+    assert heads[0][1] == 0 and heads[-1][1] + heads[-1][5] == 10_000  # seq range = iteration bytes
 
 
 def test_plain_flows_grouped_by_idle_gap(tmp_path):
@@ -76,7 +83,7 @@ def test_plain_flows_grouped_by_idle_gap(tmp_path):
             w.write(p)
             t += 0.0001
         expected.append((start, t - 0.0001))
-        t += 0.2                                   # compute gap
+        t += 0.2  # compute gap
     w.close()
     back = pcap.read_records(path, epoch=1000.0)
     assert [r.iteration for r in back] == [0, 1, 2, 3]
@@ -110,7 +117,9 @@ def veth_pair():
     try:
         for ns in (ns_a, ns_b):
             subprocess.run(["ip", "netns", "add", ns], check=True)
-        subprocess.run(["ip", "link", "add", "rpa", "netns", ns_a, "type", "veth", "peer", "rpb", "netns", ns_b], check=True)
+        subprocess.run(
+            ["ip", "link", "add", "rpa", "netns", ns_a, "type", "veth", "peer", "rpb", "netns", ns_b], check=True
+        )
         for ns, dev in ((ns_a, "rpa"), (ns_b, "rpb")):
             subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
         yield ns_a, ns_b
@@ -120,8 +129,11 @@ def veth_pair():
 
 
 def _rx_packets(ns, dev):
-    out = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", dev], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "-n", ns, "-s", "-j", "link", "show", dev], capture_output=True, text=True, check=True
+    ).stdout
     import json
+
     return json.loads(out)[0]["stats64"]["rx"]["packets"]
 
 
@@ -140,16 +152,22 @@ def test_real_capture_of_a_transport_run(tmp_path):
     """tcpdump on loopback while `mltcp traffic send` runs; the capture gives back the run."""
     import signal
     import time
+
     if os.geteuid() != 0 or shutil.which("tcpdump") is None:
         pytest.skip("needs root and tcpdump")
     from mltcp.traffic.transport import Receiver, UdpTransport
     from mltcp.traffic.driver import JobSpec, run_job
+
     cap = tmp_path / "cap.pcap"
     with Receiver(("127.0.0.1", 0)) as rx:
         rx.start()
         port = rx.addr[1]
-        dump = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-s", "128", "-w", str(cap), "udp", "port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        dump = subprocess.Popen(
+            ["tcpdump", "-i", "lo", "-U", "-s", "128", "-w", str(cap), "udp", "port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             line = dump.stderr.readline()
             if "listening" not in line:
@@ -168,7 +186,7 @@ def test_real_capture_of_a_transport_run(tmp_path):
             dump.send_signal(signal.SIGINT)
             dump.wait(10)
         rx.stop()
-    assert not [r for r in pcap.read_records(cap) if r.job == "job3"]   # not port 9199: plain flows
+    assert not [r for r in pcap.read_records(cap) if r.job == "job3"]  # not port 9199: plain flows
     back = [r for r in pcap.read_records(cap, ports=[port]) if r.job == "job3"]
     assert [r.iteration for r in back] == [0, 1, 2, 3]
     assert all(r.bytes == 300_000 for r in back)

@@ -1,5 +1,6 @@
 """Lossless links (``pfc = true``): a queue at its XOFF limit pauses its senders instead of dropping,
 per band queue under priority-by-progress (docs/in-network.md, "DCQCN on a lossless fabric")."""
+
 import dataclasses
 
 import pytest
@@ -13,9 +14,19 @@ def _sc(pfc=True, iterations=4, **link):
     lk = {"name": "bn", "rate_gbps": 1.0, "delay_us": 50, "pfc": pfc, **link}
     if not any(k.startswith("buffer_") for k in lk):
         lk["buffer_bdp"] = 1.0
-    return from_dict({"name": "t", "iterations": iterations, "warmup_iterations": 1, "links": [lk],
-                      "jobs": [{"name": f"J{i}", "compute_ms": 20, "bytes": 2_500_000, "path": ["bn"],
-                                "start_offset_ms": i} for i in range(2)]}, "t.toml")
+    return from_dict(
+        {
+            "name": "t",
+            "iterations": iterations,
+            "warmup_iterations": 1,
+            "links": [lk],
+            "jobs": [
+                {"name": f"J{i}", "compute_ms": 20, "bytes": 2_500_000, "path": ["bn"], "start_offset_ms": i}
+                for i in range(2)
+            ],
+        },
+        "t.toml",
+    )
 
 
 def test_the_field_is_a_boolean_named_in_the_error_and_off_by_default():
@@ -38,7 +49,7 @@ def test_a_lossless_link_pauses_where_the_lossy_one_drops_and_every_byte_arrives
     lossy, lossless = simulate(_sc(pfc=False, **ecn), cc), simulate(_sc(pfc=True, **ecn), cc)
     assert lossy.drops > 0 and lossy.pfc_pause_s == 0.0
     assert lossless.drops == 0 and lossless.pfc_pause_s > 0.0
-    assert lossless.bytes_sent == pytest.approx(lossless.bytes_acked, rel=1e-9)   # nothing sent twice
+    assert lossless.bytes_sent == pytest.approx(lossless.bytes_acked, rel=1e-9)  # nothing sent twice
     assert len(lossless.records) == 8 and all(r.drops == 0 for r in lossless.records)
 
 
@@ -73,7 +84,7 @@ def test_dcqcn_through_lossless_priority_bands_interleaves_with_no_drops_in_eith
     assert off["drops"] == 0 and on["drops"] == 0
     assert off["avg_iter_s"] / on["avg_iter_s"] >= 1.3 and off["p99_iter_s"] / on["p99_iter_s"] >= 1.4
     assert on["interleaved_at_iteration"] is not None and on["interleaved_at_iteration"] <= 10
-    assert on["pfc_pause_s"] > off["pfc_pause_s"]     # the cost moves into pauses of the band behind
+    assert on["pfc_pause_s"] > off["pfc_pause_s"]  # the cost moves into pauses of the band behind
 
 
 def test_ns3_refuses_and_the_emulation_notes_a_lossless_link():
@@ -93,16 +104,26 @@ def test_a_band_below_waits_while_the_band_above_holds_the_link(cc):
     transfer, gets nothing until A is done, so the link never carries more than its rate (a
     departure fixed at enqueue let B finish as if it had the link to itself)."""
     lk = {"name": "bn", "rate_gbps": 1.0, "delay_us": 50, "buffer_kb": 4000, "pfc": True}
-    sc = from_dict({"name": "t", "iterations": 1, "warmup_iterations": 0, "links": [lk],
-                    "switch_policy": "priority-by-progress", "switch": {"bands": 8, "priority_ecn": "off"},
-                    "jobs": [{"name": "A", "compute_ms": 1, "bytes": 2_500_000, "path": ["bn"]},
-                             {"name": "B", "compute_ms": 1, "bytes": 2_500_000, "path": ["bn"],
-                              "start_offset_ms": 10}]}, "t.toml")
+    sc = from_dict(
+        {
+            "name": "t",
+            "iterations": 1,
+            "warmup_iterations": 0,
+            "links": [lk],
+            "switch_policy": "priority-by-progress",
+            "switch": {"bands": 8, "priority_ecn": "off"},
+            "jobs": [
+                {"name": "A", "compute_ms": 1, "bytes": 2_500_000, "path": ["bn"]},
+                {"name": "B", "compute_ms": 1, "bytes": 2_500_000, "path": ["bn"], "start_offset_ms": 10},
+            ],
+        },
+        "t.toml",
+    )
     r = simulate(sc, cc)
     a, b = sorted(r.records, key=lambda x: x.job)
-    alone = 2_500_000 * 8 / 1e9                       # 20 ms of link time per job
-    assert a.end - a.comm_start < 1.1 * alone           # A, ahead, keeps the link
-    assert b.end - a.comm_start >= 2 * alone            # both jobs' bytes crossed one 1 Gb/s link
+    alone = 2_500_000 * 8 / 1e9  # 20 ms of link time per job
+    assert a.end - a.comm_start < 1.1 * alone  # A, ahead, keeps the link
+    assert b.end - a.comm_start >= 2 * alone  # both jobs' bytes crossed one 1 Gb/s link
     assert r.drops == 0
 
 
@@ -114,7 +135,7 @@ def test_the_cli_summary_shows_the_pause_column_only_for_a_lossless_scenario():
         t = summary_table(build_report(sc, {"reno": simulate(sc, "reno")}))
         headers = [c.header for c in t.columns]
         assert ("PFC pause (flow-ms)" in headers) is pfc
-        assert all(len(c._cells) == len(t.columns[0]._cells) for c in t.columns)   # every row full width
+        assert all(len(c._cells) == len(t.columns[0]._cells) for c in t.columns)  # every row full width
 
 
 def test_strict_priority_reorders_a_flow_unless_it_is_pinned_to_its_queue():

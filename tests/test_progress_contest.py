@@ -2,6 +2,7 @@
 only while another job passed the port within the window, so a job alone keeps the port's own
 threshold. Validation, the software switch's registers, the control-plane entries, time dilation
 and the simulator's link."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,15 +22,23 @@ def _sc(extra: dict, jobs: int = 2, nic_gbps: float | None = None) -> dict:
     if nic_gbps:
         links.insert(0, {"name": "nic", "rate_gbps": nic_gbps, "delay_us": 1, "buffer_bdp": 40.0})
         path = ["nic", "b"]
-    js = [{"name": n, "compute_ms": 20, "bytes": 2_500_000, "path": path, "start_offset_ms": i}
-          for i, n in enumerate("AB"[:jobs])]
+    js = [
+        {"name": n, "compute_ms": 20, "bytes": 2_500_000, "path": path, "start_offset_ms": i}
+        for i, n in enumerate("AB"[:jobs])
+    ]
     return {"name": "t", "iterations": 24, "warmup_iterations": 4, "links": links, "jobs": js, **extra}
 
 
-@pytest.mark.parametrize("value, text", [
-    (-1, "[0, 60000000]"), (True, "[0, 60000000]"), ("500", "[0, 60000000]"), (float("inf"), "[0, 60000000]"),
-    (7e7, "[0, 60000000]"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (-1, "[0, 60000000]"),
+        (True, "[0, 60000000]"),
+        ("500", "[0, 60000000]"),
+        (float("inf"), "[0, 60000000]"),
+        (7e7, "[0, 60000000]"),
+    ],
+)
 def test_bad_window_names_file_and_field(value, text):
     d = _sc({"switch_policy": "ecn-by-progress", "switch": {"contest_window_us": value}})
     with pytest.raises(ScenarioError) as e:
@@ -50,6 +59,7 @@ def _mltcp_frame(job: int, ratio: int) -> bytes:
     from scapy.layers.l2 import Ether
 
     from mltcp.traffic.header import MLTCP
+
     return bytes(Ether() / IP(dst="10.0.2.2", tos=1) / UDP(dport=9199) / MLTCP(job_id=job, bytes_ratio=ratio))
 
 
@@ -59,22 +69,22 @@ def test_software_switch_scales_only_while_contested():
     pipe = pl.Pipeline()
     pipe.lpm.set(0x0A000200, 24, pl.Forward(b"\x02" * 6, 2))
     pipe.ecn_thresholds[2] = 10
-    pipe.tables[pl.T_PROGRESS_ECN].put((2, 0), 3)          # band 0 marked from 3 packets
+    pipe.tables[pl.T_PROGRESS_ECN].put((2, 0), 3)  # band 0 marked from 3 packets
     t = pipe.tables[pl.T_PROGRESS_CONTEST]
-    t.put((2,), t.value("MyEgress.set_contest_window", {"window": 1000}))    # 1 ms
+    t.put((2,), t.value("MyEgress.set_contest_window", {"window": 1000}))  # 1 ms
 
     def marked(job, depth, now):
         return pipe.egress(pipe.ingress(_mltcp_frame(job, 0x0100), 1), depth, now)
 
-    assert not marked(7, 5, 1.0)               # job 7 alone: the port's 10
+    assert not marked(7, 5, 1.0)  # job 7 alone: the port's 10
     assert not marked(7, 9, 1.0005) and marked(7, 10, 1.0006)
-    assert marked(9, 5, 1.0010)                # job 9 after job 7: contested, band 0's 3
-    assert marked(7, 5, 1.0015)                # and job 7 too, within 1 ms of the change
-    assert marked(7, 5, 1.00249)               # the last change (9 -> 7) was at 1.0015
-    assert not marked(7, 5, 1.0025)            # 1 ms after it: alone again
+    assert marked(9, 5, 1.0010)  # job 9 after job 7: contested, band 0's 3
+    assert marked(7, 5, 1.0015)  # and job 7 too, within 1 ms of the change
+    assert marked(7, 5, 1.00249)  # the last change (9 -> 7) was at 1.0015
+    assert not marked(7, 5, 1.0025)  # 1 ms after it: alone again
     assert pipe.registers[pl.R_CONTEST_JOB][2] == 8
     assert pipe.registers[pl.R_CONTEST_SEEN][2] == 1_001_500
-    t.delete((2,))                             # no entry: always the band's threshold
+    t.delete((2,))  # no entry: always the band's threshold
     assert marked(7, 5, 5.0)
     with pytest.raises(pl.UnsupportedAction):
         t.set_default(1000)
@@ -114,11 +124,20 @@ def test_sim_a_job_alone_keeps_the_links_threshold():
     contested, so it runs exactly as through the plain switch."""
     from mltcp.sim.engine import simulate
 
-    sc = scenario.from_dict(_sc({"switch_policy": "ecn-by-progress",
-                                     "switch": {"ecn_scale_lo": 0.05, "links": ["b"]}},
-                                jobs=1, nic_gbps=10.0), "s.toml")
+    sc = scenario.from_dict(
+        _sc(
+            {"switch_policy": "ecn-by-progress", "switch": {"ecn_scale_lo": 0.05, "links": ["b"]}},
+            jobs=1,
+            nic_gbps=10.0,
+        ),
+        "s.toml",
+    )
     runs = {}
-    for key, name, win in (("off", "off", 0.0), ("scaled", "ecn-by-progress", 0.0), ("window", "ecn-by-progress", 500.0)):
+    for key, name, win in (
+        ("off", "off", 0.0),
+        ("scaled", "ecn-by-progress", 0.0),
+        ("window", "ecn-by-progress", 500.0),
+    ):
         s = dataclasses.replace(sc, switch=dataclasses.replace(sc.switch, name=name, contest_window_us=win))
         runs[key] = simulate(s, "reno")
     off, scaled, window = (runs[k] for k in ("off", "scaled", "window"))

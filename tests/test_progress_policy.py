@@ -1,5 +1,6 @@
 """In-network MLTCP (switch_policy): scenario validation, the band rule shared by the simulator,
 the software switch and the control plane, and the simulator's progress-aware link."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,22 +16,36 @@ def _sc(extra: dict, ecn: str = "step") -> dict:
     link = {"name": "b", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0, "ecn": ecn}
     if ecn == "step":
         link["ecn_k_pkts"] = 20
-    return {"name": "t", "iterations": 30, "warmup_iterations": 10, "links": [link],
-            "jobs": [{"name": "A", "compute_ms": 20, "bytes": 2_500_000, "path": ["b"]},
-                     {"name": "B", "compute_ms": 20, "bytes": 2_500_000, "path": ["b"], "start_offset_ms": 1}],
-            **extra}
+    return {
+        "name": "t",
+        "iterations": 30,
+        "warmup_iterations": 10,
+        "links": [link],
+        "jobs": [
+            {"name": "A", "compute_ms": 20, "bytes": 2_500_000, "path": ["b"]},
+            {"name": "B", "compute_ms": 20, "bytes": 2_500_000, "path": ["b"], "start_offset_ms": 1},
+        ],
+        **extra,
+    }
 
 
-@pytest.mark.parametrize("extra, field, text", [
-    ({"switch_policy": "fast"}, "switch_policy", "must be one of"),
-    ({"switch_policy": 3}, "switch_policy", "must be str"),
-    ({"switch_policy": "ecn-by-progress", "switch": {"bands": 3}}, "switch.bands", "must be one of"),
-    ({"switch_policy": "priority-by-progress", "switch": {"bands": 16}}, "switch.bands", "(2, 4, 8)"),
-    ({"switch_policy": "ecn-by-progress", "switch": {"ecn_scale_lo": 0}}, "switch.ecn_scale_lo", "(0, 100]"),
-    ({"switch_policy": "ecn-by-progress", "switch": {"ecn_scale_lo": 2.0}}, "switch.ecn_scale_lo", "must not exceed"),
-    ({"switch_policy": "ecn-by-progress", "switch": {"speed": 1}}, "switch.speed", "unknown field"),
-    ({"switch_policy": "ecn-by-progress", "switch": {"links": ["x"]}}, "switch.links", "unknown link"),
-])
+@pytest.mark.parametrize(
+    "extra, field, text",
+    [
+        ({"switch_policy": "fast"}, "switch_policy", "must be one of"),
+        ({"switch_policy": 3}, "switch_policy", "must be str"),
+        ({"switch_policy": "ecn-by-progress", "switch": {"bands": 3}}, "switch.bands", "must be one of"),
+        ({"switch_policy": "priority-by-progress", "switch": {"bands": 16}}, "switch.bands", "(2, 4, 8)"),
+        ({"switch_policy": "ecn-by-progress", "switch": {"ecn_scale_lo": 0}}, "switch.ecn_scale_lo", "(0, 100]"),
+        (
+            {"switch_policy": "ecn-by-progress", "switch": {"ecn_scale_lo": 2.0}},
+            "switch.ecn_scale_lo",
+            "must not exceed",
+        ),
+        ({"switch_policy": "ecn-by-progress", "switch": {"speed": 1}}, "switch.speed", "unknown field"),
+        ({"switch_policy": "ecn-by-progress", "switch": {"links": ["x"]}}, "switch.links", "unknown link"),
+    ],
+)
 def test_bad_policy_names_file_and_field(extra, field, text):
     with pytest.raises(ScenarioError) as e:
         scenario.from_dict(_sc(extra), "s.toml")
@@ -74,8 +89,8 @@ def test_software_switch_uses_the_band_threshold():
         f = bytes(Ether() / IP(dst="10.0.2.2", tos=1) / UDP(dport=9199) / MLTCP(job_id=1, bytes_ratio=ratio))
         return pipe.egress(pipe.ingress(f, 1), depth)
 
-    assert not marked(0x0100, 2) and marked(0x0100, 3)           # band 0: its own threshold 3
-    assert not marked(0x1000, 9) and marked(0x1000, 10)          # band 1: the port's 10
+    assert not marked(0x0100, 2) and marked(0x0100, 3)  # band 0: its own threshold 3
+    assert not marked(0x1000, 9) and marked(0x1000, 10)  # band 1: the port's 10
 
 
 def test_software_switch_gives_an_mltcp_packet_its_band_priority():
@@ -94,8 +109,8 @@ def test_software_switch_gives_an_mltcp_packet_its_band_priority():
         pkt = Ether() / IP(dst="10.0.2.2") / UDP(dport=9199 if shim else 5001)
         return pipe.ingress(bytes(pkt / MLTCP(job_id=1, bytes_ratio=ratio) if shim else pkt), 1).priority
 
-    assert prio(0xF000) == 7 and prio(0x1FFF) == 3 and prio(0x0100) == 0   # band 15, 1; 0 has no entry
-    assert prio(0xF000, shim=False) == 0                                    # not MLTCP: priority 0
+    assert prio(0xF000) == 7 and prio(0x1FFF) == 3 and prio(0x0100) == 0  # band 15, 1; 0 has no entry
+    assert prio(0xF000, shim=False) == 0  # not MLTCP: priority 0
     t.delete((2, 15))
     assert prio(0xF000) == 0
     with pytest.raises(pl.UnsupportedAction):

@@ -2,6 +2,7 @@
 shared): validation, the simulator's band queues (mltcp.sim.engine._priority_queues), and the
 seeded DCQCN regression (docs/in-network.md): plain DCQCN hosts interleave through strict priority
 queues that do not mark, and not through the plain ECN switch."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,9 +18,15 @@ from mltcp.sim import engine as E
 
 def _sc(switch: dict, policy: str = "priority-by-progress") -> dict:
     link = {"name": "b", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0, "ecn": "step", "ecn_k_pkts": 20}
-    return {"name": "t", "iterations": 30, "warmup_iterations": 10, "links": [link],
-            "jobs": [{"name": "A", "compute_ms": 20, "bytes": 2_500_000, "path": ["b"]}],
-            "switch_policy": policy, "switch": switch}
+    return {
+        "name": "t",
+        "iterations": 30,
+        "warmup_iterations": 10,
+        "links": [link],
+        "jobs": [{"name": "A", "compute_ms": 20, "bytes": 2_500_000, "path": ["b"]}],
+        "switch_policy": policy,
+        "switch": switch,
+    }
 
 
 def test_defaults_keep_the_old_band_queues():
@@ -28,15 +35,18 @@ def test_defaults_keep_the_old_band_queues():
     assert ProgressPolicy().priority_ecn_code == 1
 
 
-@pytest.mark.parametrize("switch, policy, field, text", [
-    ({"priority_ecn": "total"}, "priority-by-progress", "switch.priority_ecn", "link, by-band, off"),
-    ({"priority_ecn": 1}, "priority-by-progress", "switch.priority_ecn", "must be one of"),
-    ({"priority_buffer": "pooled"}, "priority-by-progress", "switch.priority_buffer", "per-band, shared"),
-    ({"priority_ecn": "off"}, "ecn-by-progress", "switch.priority_ecn", "not ecn-by-progress"),
-    ({"priority_buffer": "shared"}, "ecn-by-progress", "switch.priority_buffer", "not ecn-by-progress"),
-    ({"priority_pin": "yes"}, "priority-by-progress", "switch.priority_pin", "true or false"),
-    ({"priority_pin": False}, "ecn-by-progress", "switch.priority_pin", "not ecn-by-progress"),
-])
+@pytest.mark.parametrize(
+    "switch, policy, field, text",
+    [
+        ({"priority_ecn": "total"}, "priority-by-progress", "switch.priority_ecn", "link, by-band, off"),
+        ({"priority_ecn": 1}, "priority-by-progress", "switch.priority_ecn", "must be one of"),
+        ({"priority_buffer": "pooled"}, "priority-by-progress", "switch.priority_buffer", "per-band, shared"),
+        ({"priority_ecn": "off"}, "ecn-by-progress", "switch.priority_ecn", "not ecn-by-progress"),
+        ({"priority_buffer": "shared"}, "ecn-by-progress", "switch.priority_buffer", "not ecn-by-progress"),
+        ({"priority_pin": "yes"}, "priority-by-progress", "switch.priority_pin", "true or false"),
+        ({"priority_pin": False}, "ecn-by-progress", "switch.priority_pin", "not ecn-by-progress"),
+    ],
+)
 def test_bad_priority_fields_name_file_and_field(switch, policy, field, text):
     with pytest.raises(ScenarioError) as e:
         scenario.from_dict(_sc(switch, policy), "s.toml")
@@ -51,14 +61,16 @@ def test_off_keeps_the_fields_for_switching_arms():
 def _queues(mode: str, buffer: str, q_low: float, arr_low: float, arr_high: float, buf: float = 100e3):
     """One slot of a 2-band link (1 Gb/s, step ECN at K = 20 kB): band 0 holds ``q_low`` bytes;
     returns the band array after the slot."""
-    pol = from_table("priority-by-progress", {"bands": 2, "ecn_scale_lo": 1.0, "ecn_scale_hi": 1.0,
-                                              "priority_ecn": mode, "priority_buffer": buffer})
+    pol = from_table(
+        "priority-by-progress",
+        {"bands": 2, "ecn_scale_lo": 1.0, "ecn_scale_hi": 1.0, "priority_ecn": mode, "priority_buffer": buffer},
+    )
     lp = np.zeros((1, 8))
     lp[0, E.L_RATE], lp[0, E.L_BUF], lp[0, E.L_MODE], lp[0, E.L_K] = 125e6, buf, 1.0, 20e3
     pp = np.array([2.0, 15.0, 1.0, 1.0, float(pol.priority_ecn_code), 1.0 if buffer == "shared" else 0.0])
     pq = np.zeros((1, 2, 4))
     pq[0, 0, E.PQ_Q], pq[0, 0, E.PQ_ARR], pq[0, 1, E.PQ_ARR] = q_low, arr_low, arr_high
-    q_end, total = E._priority_queues(lp, pp, pq, 0, 20e-6)   # 2500 B served per 20 us slot
+    q_end, total = E._priority_queues(lp, pp, pq, 0, 20e-6)  # 2500 B served per 20 us slot
     pq[0, :, E.PQ_Q] = q_end
     return pq[0], total
 
@@ -82,7 +94,7 @@ def test_shared_buffer_drops_the_low_band_first():
     assert total == pytest.approx(100e3)
     assert pq[1, E.PQ_Q] == pytest.approx(5000.0) and pq[1, E.PQ_DROP] == 0.0
     assert pq[0, E.PQ_DROP] == pytest.approx(1.0) and pq[0, E.PQ_Q] == pytest.approx(95e3)
-    pq, total = _queues("off", "shared", 99e3, 5000.0, 7500.0)   # 9 kB over: band 0's 5 kB, then 4 kB of band 1's
+    pq, total = _queues("off", "shared", 99e3, 5000.0, 7500.0)  # 9 kB over: band 0's 5 kB, then 4 kB of band 1's
     assert total == pytest.approx(100e3)
     assert pq[0, E.PQ_DROP] == pytest.approx(1.0) and pq[1, E.PQ_DROP] == pytest.approx(4000.0 / 7500.0)
 
@@ -102,8 +114,11 @@ def test_dcqcn_interleaves_through_unmarked_priority_queues_and_not_through_the_
     the two jobs; strict priority by progress without marks does, within 10 iterations; the same
     priority queues that mark by the band's own queue do not."""
     sc = scenario.load("innet-dcqcn-two-jobs")
-    assert (sc.switch.name, sc.switch.priority_ecn, sc.switch.priority_buffer) == ("priority-by-progress", "off",
-                                                                                   "per-band")
+    assert (sc.switch.name, sc.switch.priority_ecn, sc.switch.priority_buffer) == (
+        "priority-by-progress",
+        "off",
+        "per-band",
+    )
     ideal = compare.ideal_iter_s(sc)
     off = _dcqcn("off")
     on = _dcqcn("priority-by-progress")
@@ -149,7 +164,7 @@ def test_software_switch_never_marks_a_no_progress_ecn_band():
         f = bytes(Ether() / IP(dst="10.0.2.2", tos=1) / UDP(dport=9199) / MLTCP(job_id=1, bytes_ratio=ratio))
         return pipe.egress(pipe.ingress(f, 1), depth)
 
-    assert not marked(0x0100, 10) and not marked(0x0100, 100000)    # band 0: never
-    assert marked(0x1000, 10)                                        # band 1: the port's threshold
+    assert not marked(0x0100, 10) and not marked(0x0100, 100000)  # band 0: never
+    assert marked(0x1000, 10)  # band 1: the port's threshold
     t.delete((2, 0))
     assert marked(0x0100, 10)

@@ -13,6 +13,7 @@ refused with exit 2 and nothing changed.
 Bounded and reproducible: fixed example counts, derandomized, no database. The module prints
 ``property cases run: ...`` with the accepted/refused split, for the record.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -43,9 +44,13 @@ def _count(what: str) -> None:
 
 
 def prop(n: int):
-    return settings(max_examples=n, deadline=timedelta(seconds=20), derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                           HealthCheck.data_too_large])
+    return settings(
+        max_examples=n,
+        deadline=timedelta(seconds=20),
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,11 +61,14 @@ def _report(request):
     if tr is not None and cap is not None:
         with cap.global_and_fixture_disabled():
             tr.write_line("")
-            tr.write_line(f"property cases run: {sum(COUNTS.values())} "
-                          f"({', '.join(f'{k} {v}' for k, v in sorted(COUNTS.items()))})")
+            tr.write_line(
+                f"property cases run: {sum(COUNTS.values())} "
+                f"({', '.join(f'{k} {v}' for k, v in sorted(COUNTS.items()))})"
+            )
 
 
 # --- switch install ------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def switch():
@@ -82,9 +90,11 @@ def files(tmp_path_factory):
 
 
 def _state(target) -> tuple:
-    return (target.config.SerializeToString(), target.saved is None,
-            {t: sorted(e.SerializeToString() for e in d.values())
-             for t, d in target.dev.entries.items()})
+    return (
+        target.config.SerializeToString(),
+        target.saved is None,
+        {t: sorted(e.SerializeToString() for e in d.values()) for t, d in target.dev.entries.items()},
+    )
 
 
 def _reset(addr: str) -> None:
@@ -101,18 +111,20 @@ def _held(target) -> tuple[set, dict]:
     for te in target.dev.entries[N.T_IPV4_LPM].values():
         plen = te.match[0].lpm.prefix_len if te.match else 0
         addr = int.from_bytes(te.match[0].lpm.value, "big") if te.match else 0
-        params = {idx.actions[te.action.action.action_id].params[p.param_id - 1].name:
-                  int.from_bytes(p.value, "big") for p in te.action.action.params}
+        params = {
+            idx.actions[te.action.action.action_id].params[p.param_id - 1].name: int.from_bytes(p.value, "big")
+            for p in te.action.action.params
+        }
         mac = params[N.P_DST_ADDR].to_bytes(6, "big").hex(":")
         routes.add((f"{ipaddress.IPv4Address(addr)}/{plen}", params[N.P_PORT], mac))
     for te in target.dev.entries[N.T_ECN_THRESHOLD].values():
-        ecn[int.from_bytes(te.match[0].exact.value, "big")] = \
-            int.from_bytes(te.action.action.params[0].value, "big")
+        ecn[int.from_bytes(te.match[0].exact.value, "big")] = int.from_bytes(te.action.action.params[0].value, "big")
     return routes, ecn
 
 
-valid_prefixes = st.builds(lambda a, n: str(ipaddress.IPv4Network((a, n), strict=False)),
-                           st.integers(0, 2**32 - 1), st.integers(0, 32))
+valid_prefixes = st.builds(
+    lambda a, n: str(ipaddress.IPv4Network((a, n), strict=False)), st.integers(0, 2**32 - 1), st.integers(0, 32)
+)
 valid_macs = st.builds(lambda b: b.hex(":"), st.binary(min_size=6, max_size=6))
 # one corruption of an otherwise valid topology: (what, value)
 CORRUPTIONS = st.one_of(
@@ -136,14 +148,20 @@ def _toml(v) -> str:
 
 @st.composite
 def topologies(draw):
-    routes = draw(st.lists(st.tuples(valid_prefixes, st.integers(0, 511), valid_macs), max_size=5,
-                           unique_by=lambda r: str(ipaddress.IPv4Network(r[0]))))
-    ecn = draw(st.lists(st.tuples(st.integers(0, 511), st.integers(0, 2**19 - 1)), max_size=3,
-                        unique_by=lambda e: e[0]))
+    routes = draw(
+        st.lists(
+            st.tuples(valid_prefixes, st.integers(0, 511), valid_macs),
+            max_size=5,
+            unique_by=lambda r: str(ipaddress.IPv4Network(r[0])),
+        )
+    )
+    ecn = draw(
+        st.lists(st.tuples(st.integers(0, 511), st.integers(0, 2**19 - 1)), max_size=3, unique_by=lambda e: e[0])
+    )
     p4info = draw(st.sampled_from([None, "P4INFO"]))
     config = draw(st.sampled_from([None, "good.json"]))
     extra, corrupted = "", False
-    if draw(st.integers(0, 9)) < 6:                    # 60 %: one thing wrong
+    if draw(st.integers(0, 9)) < 6:  # 60 %: one thing wrong
         what, bad = draw(CORRUPTIONS)
         corrupted = True
         if what in ("prefix", "port", "mac") and routes:
@@ -157,7 +175,7 @@ def topologies(draw):
             e[0 if what == "port" else 1] = bad
             ecn[k] = tuple(e)
         elif what in ("prefix", "port", "mac", "threshold"):
-            corrupted = False                          # no entry to corrupt
+            corrupted = False  # no entry to corrupt
         elif what == "p4info":
             p4info = bad
         elif what == "config":
@@ -175,7 +193,7 @@ def topologies(draw):
 def _topology_text(addr, routes, ecn, p4info, config, extra, files: Path) -> str:
     lines = ["[[switches]]", 'name = "s1"', f'grpc = "{addr}"']
     if p4info:
-        lines.append(f'p4info = {_toml(str(P4INFO_PATH) if p4info == "P4INFO" else str(files / p4info))}')
+        lines.append(f"p4info = {_toml(str(P4INFO_PATH) if p4info == 'P4INFO' else str(files / p4info))}")
     if config:
         lines.append(f"config = {_toml(str(files / config))}")
     if extra == "colour = 1":
@@ -183,8 +201,7 @@ def _topology_text(addr, routes, ecn, p4info, config, extra, files: Path) -> str
     elif extra == "DUP":
         lines.append('name = "s2"')
     for prefix, port, mac in routes:
-        lines += ["[[switches.routes]]", f"prefix = {_toml(prefix)}", f"port = {_toml(port)}",
-                  f"mac = {_toml(mac)}"]
+        lines += ["[[switches.routes]]", f"prefix = {_toml(prefix)}", f"port = {_toml(port)}", f"mac = {_toml(mac)}"]
     for port, k in ecn:
         lines += ["[[switches.ecn]]", f"port = {_toml(port)}", f"threshold = {_toml(k)}"]
     text = "\n".join(lines) + "\n"
@@ -192,29 +209,28 @@ def _topology_text(addr, routes, ecn, p4info, config, extra, files: Path) -> str
 
 
 def _described(routes, ecn) -> tuple[set, dict]:
-    want_routes = {(str(ipaddress.IPv4Network(p if "/" in p else p + "/32")), port, mac.lower())
-                   for p, port, mac in routes}
+    want_routes = {
+        (str(ipaddress.IPv4Network(p if "/" in p else p + "/32")), port, mac.lower()) for p, port, mac in routes
+    }
     return want_routes, {port: k for port, k in ecn}
 
 
 @prop(80)
 @given(case=topologies(), push=st.booleans())
-def test_switch_install_does_what_the_file_says_or_exits_2_changing_nothing(switch, files, tmp_path,
-                                                                         case, push):
+def test_switch_install_does_what_the_file_says_or_exits_2_changing_nothing(switch, files, tmp_path, case, push):
     topo, corrupted = case
     target, addr = switch
     _reset(addr)
     before = _state(target)
     path = tmp_path / "topo.toml"
     path.write_text(_topology_text(addr, *topo, files))
-    res = RUN.invoke(switch_app, ["install", str(path), "--timeout", "10",
-                                  *(["--push"] if push else [])])
+    res = RUN.invoke(switch_app, ["install", str(path), "--timeout", "10", *(["--push"] if push else [])])
     assert res.exit_code in (0, 2), res.output
     if res.exit_code == 2:
         _count("install:refused")
-        assert corrupted, res.output                          # only a bad input is refused
-        assert str(path) in res.output.replace("\n", "")      # the file is named
-        assert _state(target) == before                       # and nothing was written
+        assert corrupted, res.output  # only a bad input is refused
+        assert str(path) in res.output.replace("\n", "")  # the file is named
+        assert _state(target) == before  # and nothing was written
         return
     _count("install:installed")
     assert not corrupted, _topology_text(addr, *topo, files)  # every bad input is refused
@@ -226,22 +242,26 @@ def test_switch_install_does_what_the_file_says_or_exits_2_changing_nothing(swit
 
 # --- scenarios -----------------------------------------------------------------------------------
 
-BASE = {"name": "p", "iterations": 3, "warmup_iterations": 1, "cc": "reno",
-        "links": [{"name": "l", "rate_gbps": 1.0, "delay_us": 50, "buffer_pkts": 100}],
-        "jobs": [{"name": "A", "compute_ms": 2, "bytes": 100_000, "path": ["l"]}]}
+BASE = {
+    "name": "p",
+    "iterations": 3,
+    "warmup_iterations": 1,
+    "cc": "reno",
+    "links": [{"name": "l", "rate_gbps": 1.0, "delay_us": 50, "buffer_pkts": 100}],
+    "jobs": [{"name": "A", "compute_ms": 2, "bytes": 100_000, "path": ["l"]}],
+}
 values = st.one_of(st.integers(-3, 10**7), st.sampled_from([0.5, -1.0, 1e30, "x", True, "reno", "l"]))
 
 
 def _scenario_text(doc: dict, dup: bool) -> str:
     out = [f"{k} = {_toml(v)}" for k, v in doc.items() if not isinstance(v, list)]
     if dup:
-        out.append('name = "again"')           # a duplicate key ("name" is never removed)
+        out.append('name = "again"')  # a duplicate key ("name" is never removed)
     for table in ("links", "jobs"):
         for t in doc[table] if isinstance(doc.get(table), list) else []:
             out.append(f"[[{table}]]")
             for k, v in t.items():
-                out.append(f"{k} = [{', '.join(_toml(x) for x in v)}]" if isinstance(v, list)
-                           else f"{k} = {_toml(v)}")
+                out.append(f"{k} = [{', '.join(_toml(x) for x in v)}]" if isinstance(v, list) else f"{k} = {_toml(v)}")
     return "\n".join(out) + "\n"
 
 
@@ -251,7 +271,7 @@ def scenarios(draw):
     for _ in range(draw(st.sampled_from([0, 0, 1, 2, 3]))):
         where = draw(st.sampled_from(["top", "links", "jobs"]))
         if where != "top" and not isinstance(doc.get(where), list):
-            where = "top"                             # the table itself was removed or replaced
+            where = "top"  # the table itself was removed or replaced
         table = doc if where == "top" else doc[where][0]
         key = draw(st.sampled_from(sorted(table) + ["nope"]))
         if draw(st.booleans()) and key in table and key != "name":
@@ -265,6 +285,7 @@ def scenarios(draw):
 @given(case=scenarios())
 def test_scenario_loads_or_simulate_exits_2_creating_nothing(tmp_path, case):
     from mltcp.cli import app
+
     doc, dup = case
     path = tmp_path / "s.toml"
     path.write_text(_scenario_text(doc, dup))
@@ -274,10 +295,10 @@ def test_scenario_loads_or_simulate_exits_2_creating_nothing(tmp_path, case):
         _count("scenario:refused")
         assert str(e).startswith(str(path))
         if dup:
-            assert "duplicate key name" in str(e)      # the key is named (mltcp.tomlfile)
+            assert "duplicate key name" in str(e)  # the key is named (mltcp.tomlfile)
         out = tmp_path / "out"
         res = RUN.invoke(app, ["simulate", str(path), "--out", str(out)])
         assert res.exit_code == 2 and not out.exists(), res.output
         return
     _count("scenario:accepted")
-    assert not dup                                   # a duplicate key is never accepted
+    assert not dup  # a duplicate key is never accepted

@@ -31,14 +31,21 @@ P4INFO = ROOT / "p4src" / "mltcp.p4info.txtpb"
 PTF = Path(sys.executable).with_name("ptf")
 SLOW_PORT_CONFIG = "rate=100kbit,buffer=400"  # 200-byte frames: 16 ms each, a burst queues up
 TARGETS = ("mltcp-switch", "bmv2")
-PTF_TESTS = ("Forwarding", "TtlExpiry", "EcnOnset", "ProgressEcn", "ProgressContest", "JobCounters",
-             "IpOptionProgress", "MalformedHeaders")
+PTF_TESTS = (
+    "Forwarding",
+    "TtlExpiry",
+    "EcnOnset",
+    "ProgressEcn",
+    "ProgressContest",
+    "JobCounters",
+    "IpOptionProgress",
+    "MalformedHeaders",
+)
 
 _why = have_root_netns()
 if _why is None and not PTF.exists() and shutil.which("ptf") is None:
     _why = "ptf is not installed"
-pytestmark = [pytest.mark.integration, pytest.mark.root,
-              pytest.mark.skipif(_why is not None, reason=_why or "")]
+pytestmark = [pytest.mark.integration, pytest.mark.root, pytest.mark.skipif(_why is not None, reason=_why or "")]
 if _why:
     print(f"test_ptf_conformance skipped: {_why}")
 
@@ -49,8 +56,9 @@ def _ptf_bin() -> str:
 
 def _software(ns: str, tmp: Path):
     log = open(tmp / "switch.log", "w+")
-    proc, port = spawn_switch({1: "sv1", 2: "sv2", 3: "sv3"}, netns=ns, grpc_host="127.0.0.1",
-                              port_config={3: SLOW_PORT_CONFIG}, stderr=log)
+    proc, port = spawn_switch(
+        {1: "sv1", 2: "sv2", 3: "sv3"}, netns=ns, grpc_host="127.0.0.1", port_config={3: SLOW_PORT_CONFIG}, stderr=log
+    )
     return proc, dict(grpcaddr=f"127.0.0.1:{port}", devcfg="", target="mltcp-switch")
 
 
@@ -58,10 +66,16 @@ def _bmv2(ns: str, tmp: Path):
     from mltcp.emulation.bmv2 import start_in_netns
 
     js = tools.compile_v1model(ROOT / "p4src" / "mltcp.p4", tmp / "build")
-    proc, grpc_port, thrift_port = start_in_netns(ns, {1: "sv1", 2: "sv2", 3: "sv3"},
-                                                  log_path=tmp / "simple_switch_grpc.log")
-    return proc, dict(grpcaddr=f"127.0.0.1:{grpc_port}", devcfg=str(js), target="bmv2",
-                      thrift_port=thrift_port, cli=tools.switch_cli())
+    proc, grpc_port, thrift_port = start_in_netns(
+        ns, {1: "sv1", 2: "sv2", 3: "sv3"}, log_path=tmp / "simple_switch_grpc.log"
+    )
+    return proc, dict(
+        grpcaddr=f"127.0.0.1:{grpc_port}",
+        devcfg=str(js),
+        target="bmv2",
+        thrift_port=thrift_port,
+        cli=tools.switch_cli(),
+    )
 
 
 @pytest.fixture(scope="module", params=TARGETS)
@@ -92,19 +106,40 @@ def target(request, tmp_path_factory):
 
 def run_ptf(ns: str, test: str, params: dict, tmp: Path, timeout: float = 240) -> str:
     tp = ";".join(f"{k}={v!r}" for k, v in params.items())
-    cmd = ["ip", "netns", "exec", ns, _ptf_bin(), "--test-dir", str(PTF_DIR),
-           "--interface", "1@pv1", "--interface", "2@pv2", "--interface", "3@pv3",
-           "--log-file", str(tmp / f"ptf-{test}.log"), "--test-params", tp, f"mltcp_conformance.{test}"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        _ptf_bin(),
+        "--test-dir",
+        str(PTF_DIR),
+        "--interface",
+        "1@pv1",
+        "--interface",
+        "2@pv2",
+        "--interface",
+        "3@pv3",
+        "--log-file",
+        str(tmp / f"ptf-{test}.log"),
+        "--test-params",
+        tp,
+        f"mltcp_conformance.{test}",
+    ]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp, env=dict(os.environ, PYTHONPATH=str(ROOT))
+    )
     out = r.stdout + r.stderr
     print(out[-4000:])
     assert r.returncode == 0, f"ptf {test} on {params['target']} failed (rc {r.returncode}):\n{out[-3000:]}"
     return out
 
 
-EXTRA = {"EcnOnset": dict(ecn_thresholds="5,10,20"), "JobCounters": dict(counter_packets=1000),
-         "MalformedHeaders": dict(fuzz_count=400)}
+EXTRA = {
+    "EcnOnset": dict(ecn_thresholds="5,10,20"),
+    "JobCounters": dict(counter_packets=1000),
+    "MalformedHeaders": dict(fuzz_count=400),
+}
 
 
 @pytest.mark.parametrize("test", PTF_TESTS)

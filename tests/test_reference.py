@@ -1,4 +1,5 @@
 """Centralized references: the serializers' schedules, CASSINI's shifts, and ref-best's guarantee."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,11 +10,24 @@ from mltcp.sim.engine import simulate
 
 
 def _two_jobs(compute_ms=20.0, offset_ms=1.0, iterations=12, bytes_=2_500_000, second_bytes=None):
-    return from_dict({"name": "t", "iterations": iterations, "warmup_iterations": 2,
-                      "links": [{"name": "b", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0}],
-                      "jobs": [{"name": "A", "compute_ms": compute_ms, "bytes": bytes_, "path": ["b"]},
-                               {"name": "B", "compute_ms": compute_ms, "bytes": second_bytes or bytes_,
-                                "start_offset_ms": offset_ms, "path": ["b"]}]})
+    return from_dict(
+        {
+            "name": "t",
+            "iterations": iterations,
+            "warmup_iterations": 2,
+            "links": [{"name": "b", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0}],
+            "jobs": [
+                {"name": "A", "compute_ms": compute_ms, "bytes": bytes_, "path": ["b"]},
+                {
+                    "name": "B",
+                    "compute_ms": compute_ms,
+                    "bytes": second_bytes or bytes_,
+                    "start_offset_ms": offset_ms,
+                    "path": ["b"],
+                },
+            ],
+        }
+    )
 
 
 def _phases(records, job):
@@ -26,7 +40,7 @@ def test_fifo_serializes_phases_on_a_shared_link_at_line_rate():
     assert len(recs) == 24
     a, b = _phases(recs, "A"), _phases(recs, "B")
     hold = reference.link_hold_s(sc)[0]
-    for s0, _ in a:                        # never two phases' bytes on the link at once
+    for s0, _ in a:  # never two phases' bytes on the link at once
         for s1, _ in b:
             assert min(s0, s1) + hold - max(s0, s1) <= 1e-12
     alone = reference.comm_alone_s(sc)[0]
@@ -34,13 +48,13 @@ def test_fifo_serializes_phases_on_a_shared_link_at_line_rate():
 
 
 def test_fifo_reaches_the_perfect_interleave_of_compatible_jobs():
-    sc = _two_jobs()   # 20 ms compute, 20 ms alone: a perfect interleave exists
+    sc = _two_jobs()  # 20 ms compute, 20 ms alone: a perfect interleave exists
     side = compare.side(sc, "ref-fifo", reference.serialize(sc, "fifo"), 0, 0)
     assert side["avg_iter_s"] == pytest.approx(compare.ideal_iter_s(sc), rel=1e-9)
 
 
 def test_srf_grants_the_shorter_phase_first():
-    sc = _two_jobs(offset_ms=0.0, second_bytes=1_000_000)   # both ready at 20 ms
+    sc = _two_jobs(offset_ms=0.0, second_bytes=1_000_000)  # both ready at 20 ms
     first_b = _phases(reference.serialize(sc, "srf"), "B")[0]
     first_a = _phases(reference.serialize(sc, "srf"), "A")[0]
     assert first_b[0] < first_a[0]
@@ -95,14 +109,25 @@ def test_simulate_reference_prints_each_reference_with_the_arms_keys(tmp_path):
     import subprocess
     import sys
     import tomli_w
-    sc = {"name": "t", "iterations": 12, "warmup_iterations": 2,
-          "links": [{"name": "b", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0}],
-          "jobs": [{"name": "A", "compute_ms": 20, "bytes": 2_500_000, "path": ["b"]},
-                   {"name": "B", "compute_ms": 20, "bytes": 2_500_000, "start_offset_ms": 1, "path": ["b"]}]}
+
+    sc = {
+        "name": "t",
+        "iterations": 12,
+        "warmup_iterations": 2,
+        "links": [{"name": "b", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4.0}],
+        "jobs": [
+            {"name": "A", "compute_ms": 20, "bytes": 2_500_000, "path": ["b"]},
+            {"name": "B", "compute_ms": 20, "bytes": 2_500_000, "start_offset_ms": 1, "path": ["b"]},
+        ],
+    }
     f = tmp_path / "t.toml"
     f.write_text(tomli_w.dumps(sc))
-    run = lambda *a: subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(f), *a],  # noqa: E731
-                                    capture_output=True, text=True, timeout=300)
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "simulate", str(f), *a],  # noqa: E731
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     r = run("--compare", "--reference", "fifo,cassini,best", "--json")
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
@@ -117,7 +142,7 @@ def test_simulate_reference_prints_each_reference_with_the_arms_keys(tmp_path):
 def test_max_min_rates_share_a_link_and_respect_each_jobs_rate_alone():
     need = [frozenset({"a"}), frozenset({"a", "b"}), frozenset({"b"})]
     rates = reference.max_min_rates([0, 1, 2], need, [10.0, 10.0, 2.0], {"a": 8.0, "b": 8.0})
-    assert rates == pytest.approx({0: 4.0, 1: 4.0, 2: 2.0})   # a full at 4 each; job 2 capped at 2
+    assert rates == pytest.approx({0: 4.0, 1: 4.0, 2: 2.0})  # a full at 4 each; job 2 capped at 2
 
 
 def test_fair_share_of_two_colliding_jobs_takes_twice_as_long_then_runs_alone():
@@ -128,4 +153,4 @@ def test_fair_share_of_two_colliding_jobs_takes_twice_as_long_then_runs_alone():
     assert [r.comm_duration for r in first] == pytest.approx([2 * hold + rtt] * 2)
     serial = compare.side(sc, "f", reference.serialize(sc, "fifo"), 0, 0)
     fair = compare.side(sc, "s", recs, 0, 0)
-    assert fair["avg_iter_s"] > serial["avg_iter_s"]     # in lock-step they never separate
+    assert fair["avg_iter_s"] > serial["avg_iter_s"]  # in lock-step they never separate

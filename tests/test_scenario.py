@@ -1,4 +1,5 @@
 """Scenario files: every built-in loads; bad input names the file and the field."""
+
 import json
 import subprocess
 import sys
@@ -7,8 +8,11 @@ import pytest
 
 from mltcp.scenario import ScenarioError, builtin_names, cc_kwargs, from_dict, load
 
-MIN = {"name": "s", "links": [{"name": "l", "rate_gbps": 1, "delay_us": 10, "buffer_pkts": 10}],
-       "jobs": [{"name": "a", "compute_ms": 1, "bytes": 1000, "path": ["l"]}]}
+MIN = {
+    "name": "s",
+    "links": [{"name": "l", "rate_gbps": 1, "delay_us": 10, "buffer_pkts": 10}],
+    "jobs": [{"name": "a", "compute_ms": 1, "bytes": 1000, "path": ["l"]}],
+}
 
 
 def variant(**changes):
@@ -24,8 +28,17 @@ def variant(**changes):
 
 def test_every_builtin_scenario_loads():
     names = builtin_names()
-    for required in ("two-jobs", "three-jobs", "straggler", "partial-compat", "circular",
-                     "dcqcn-two-jobs", "cubic-two-jobs", "paper-like", "thousand-jobs"):
+    for required in (
+        "two-jobs",
+        "three-jobs",
+        "straggler",
+        "partial-compat",
+        "circular",
+        "dcqcn-two-jobs",
+        "cubic-two-jobs",
+        "paper-like",
+        "thousand-jobs",
+    ):
         assert required in names
     for n in names:
         sc = load(n)
@@ -43,18 +56,21 @@ def test_units_and_replication():
     assert lk.buffer_bytes == pytest.approx(4 * 1e9 / 8 * 100e-6)
 
 
-@pytest.mark.parametrize("changes,field", [
-    ({"links__0__rate_gbps": -1}, "links[0].rate_gbps"),
-    ({"links__0__rate_gbps": "fast"}, "links[0].rate_gbps"),
-    ({"links__0__ecn": "maybe"}, "links[0].ecn"),
-    ({"links__0__colour": "red"}, "links[0].colour"),
-    ({"jobs__0__path": ["nowhere"]}, "jobs[0].path"),
-    ({"jobs__0__jitter": 2.0}, "jobs[0].jitter"),
-    ({"jobs__0__model": "alexnet9000"}, "jobs[0].model"),
-    ({"cc": "vegas"}, "cc"),
-    ({"network": {"mss": 10}}, "network.mss"),
-    ({"warmup_iterations": 100}, "warmup_iterations"),
-])
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        ({"links__0__rate_gbps": -1}, "links[0].rate_gbps"),
+        ({"links__0__rate_gbps": "fast"}, "links[0].rate_gbps"),
+        ({"links__0__ecn": "maybe"}, "links[0].ecn"),
+        ({"links__0__colour": "red"}, "links[0].colour"),
+        ({"jobs__0__path": ["nowhere"]}, "jobs[0].path"),
+        ({"jobs__0__jitter": 2.0}, "jobs[0].jitter"),
+        ({"jobs__0__model": "alexnet9000"}, "jobs[0].model"),
+        ({"cc": "vegas"}, "cc"),
+        ({"network": {"mss": 10}}, "network.mss"),
+        ({"warmup_iterations": 100}, "warmup_iterations"),
+    ],
+)
 def test_bad_fields_are_named(changes, field):
     with pytest.raises(ScenarioError) as e:
         from_dict(variant(**changes), "bad.toml")
@@ -89,8 +105,9 @@ def test_cli_bad_toml_exits_2_and_writes_nothing(tmp_path):
     bad = tmp_path / "broken.toml"
     bad.write_text("name = 'x'\n[[links]\n")
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(bad), "--out", str(out)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "simulate", str(bad), "--out", str(out)], capture_output=True, text=True
+    )
     assert p.returncode == 2
     assert "broken.toml" in p.stderr and "toml" in p.stderr
     assert not out.exists()
@@ -98,9 +115,13 @@ def test_cli_bad_toml_exits_2_and_writes_nothing(tmp_path):
 
 def test_cli_bad_field_exits_2(tmp_path):
     f = tmp_path / "s.toml"
-    f.write_text('name = "x"\n[[links]]\nname = "l"\nrate_gbps = 1\ndelay_us = 5\nbuffer_pkts = -3\n'
-                 '[[jobs]]\nname = "a"\ncompute_ms = 1\nbytes = 10\npath = ["l"]\n')
-    p = subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(f), "--json"], capture_output=True, text=True)
+    f.write_text(
+        'name = "x"\n[[links]]\nname = "l"\nrate_gbps = 1\ndelay_us = 5\nbuffer_pkts = -3\n'
+        '[[jobs]]\nname = "a"\ncompute_ms = 1\nbytes = 10\npath = ["l"]\n'
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "simulate", str(f), "--json"], capture_output=True, text=True
+    )
     assert p.returncode == 2
     assert "links[0].buffer_pkts" in p.stderr
     assert p.stdout == ""

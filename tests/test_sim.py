@@ -1,4 +1,5 @@
 """Simulator behaviour: conservation of bytes, determinism, queueing/ECN/loss, and MLTCP's effect."""
+
 import numpy as np
 import pytest
 
@@ -11,17 +12,30 @@ def scenario(jobs=2, iterations=8, buffer_bdp=4.0, ecn=None, rate_gbps=1.0, offs
     link = {"name": "bn", "rate_gbps": rate_gbps, "delay_us": 50, "buffer_bdp": buffer_bdp}
     if ecn:
         link.update(ecn="step", ecn_k_pkts=ecn)
-    d = {"name": "t", "iterations": iterations, "warmup_iterations": min(2, iterations - 1),
-         "links": [link],
-         "jobs": [{"name": f"J{i}", "compute_ms": 20, "bytes": 2_500_000 * rate_gbps, "path": ["bn"],
-                   "start_offset_ms": i * offset_ms} for i in range(jobs)]}
+    d = {
+        "name": "t",
+        "iterations": iterations,
+        "warmup_iterations": min(2, iterations - 1),
+        "links": [link],
+        "jobs": [
+            {
+                "name": f"J{i}",
+                "compute_ms": 20,
+                "bytes": 2_500_000 * rate_gbps,
+                "path": ["bn"],
+                "start_offset_ms": i * offset_ms,
+            }
+            for i in range(jobs)
+        ],
+    }
     d.update(extra)
     return from_dict(d, "test.toml")
 
 
 @pytest.mark.parametrize("loss_model", ["packet", "fluid"])
-@pytest.mark.parametrize("cc", ["reno", "mltcp-reno", "cubic", "mltcp-cubic", "dctcp", "mltcp-dctcp", "dcqcn",
-                                "mltcp-dcqcn"])
+@pytest.mark.parametrize(
+    "cc", ["reno", "mltcp-reno", "cubic", "mltcp-cubic", "dctcp", "mltcp-dctcp", "dcqcn", "mltcp-dcqcn"]
+)
 def test_bytes_are_conserved(cc, loss_model):
     sc = scenario(iterations=4, buffer_bdp=1.0, network={"loss_model": loss_model})
     r = simulate(sc, cc)
@@ -59,7 +73,7 @@ def test_two_jobs_collide_and_queue_drops_packets():
     r = simulate(scenario(offset_ms=0.0), "reno")
     assert r.drops > 0
     first = [rec for rec in r.records if rec.iteration == 0]
-    assert all(rec.comm_duration > 1.5 * 0.02 for rec in first)   # shared link: about twice as long
+    assert all(rec.comm_duration > 1.5 * 0.02 for rec in first)  # shared link: about twice as long
 
 
 def test_ecn_step_marking_replaces_drops():
@@ -72,16 +86,22 @@ def test_trace_has_per_job_rates():
     sc = scenario(iterations=3)
     r = simulate(sc, "reno", trace_interval=1e-3)
     assert r.trace_rate.shape[1] == 2
-    assert r.trace_rate.max() <= 1.2e9            # nobody beats the link for long
+    assert r.trace_rate.max() <= 1.2e9  # nobody beats the link for long
     delivered = (r.trace_rate * 1e-3 / 8).sum()
     assert delivered == pytest.approx(r.bytes_acked, rel=0.01)
 
 
 def test_multi_link_path_uses_the_slowest_link():
-    d = {"name": "m", "iterations": 3, "warmup_iterations": 1,
-         "links": [{"name": "a", "rate_gbps": 1.0, "delay_us": 25, "buffer_bdp": 4},
-                   {"name": "b", "rate_mbps": 500, "delay_us": 25, "buffer_bdp": 4}],
-         "jobs": [{"name": "X", "compute_ms": 10, "bytes": 1_000_000, "path": ["a", "b"]}]}
+    d = {
+        "name": "m",
+        "iterations": 3,
+        "warmup_iterations": 1,
+        "links": [
+            {"name": "a", "rate_gbps": 1.0, "delay_us": 25, "buffer_bdp": 4},
+            {"name": "b", "rate_mbps": 500, "delay_us": 25, "buffer_bdp": 4},
+        ],
+        "jobs": [{"name": "X", "compute_ms": 10, "bytes": 1_000_000, "path": ["a", "b"]}],
+    }
     r = simulate(from_dict(d), "reno")
     assert r.records[-1].comm_duration >= 1_000_000 / (500e6 / 8)
 
@@ -104,14 +124,16 @@ def test_mltcp_interleaves_two_compatible_jobs_and_reno_does_not():
 def test_packet_losses_hit_flows_unevenly_fluid_losses_do_not():
     """Two identical jobs starting together: fluid drops are shared exactly, so both flows lose the
     same and halve together; whole-packet drops land on one flow or the other."""
+
     def first_iteration_drops(model):
         r = simulate(scenario(iterations=2, offset_ms=0.0, network={"loss_model": model}), "reno")
         return sorted(rec.drops for rec in r.records if rec.iteration == 0)
+
     a, b = first_iteration_drops("fluid")
     assert a == pytest.approx(b)
     a, b = first_iteration_drops("packet")
     assert a != pytest.approx(b)
-    assert a == round(a) and b == round(b)    # whole packets
+    assert a == round(a) and b == round(b)  # whole packets
 
 
 @pytest.mark.parametrize("cc", ["reno", "cubic", "mltcp-reno", "dcqcn", "mltcp-dcqcn"])
@@ -120,17 +142,27 @@ def test_skipping_idle_slots_changes_nothing(cc):
     sc = scenario(iterations=4, buffer_bdp=2.0, rate_gbps=0.1, ecn=5 if "dcqcn" in cc else None)  # 1.7 packets
     a, b = simulate(sc, cc), simulate(sc, cc, skip=False)
     assert a.steps < b.steps
-    assert [(x.job, x.iteration, x.end, x.drops) for x in a.records] == \
-           [(x.job, x.iteration, x.end, x.drops) for x in b.records]
+    assert [(x.job, x.iteration, x.end, x.drops) for x in a.records] == [
+        (x.job, x.iteration, x.end, x.drops) for x in b.records
+    ]
     assert (a.drops, a.ecn_marks, a.bytes_sent) == (b.drops, b.ecn_marks, b.bytes_sent)
 
 
 def _multi(flows, flow_paths=None, iterations=3):
     from mltcp.workload import Job
-    sc = from_dict({"name": "mf", "iterations": iterations, "warmup_iterations": 1,
-                    "links": [{"name": "a", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4},
-                              {"name": "b", "rate_mbps": 250, "delay_us": 50, "buffer_bdp": 4}],
-                    "jobs": [{"name": "X", "compute_ms": 10, "bytes": 2_000_000, "path": ["a"]}]})
+
+    sc = from_dict(
+        {
+            "name": "mf",
+            "iterations": iterations,
+            "warmup_iterations": 1,
+            "links": [
+                {"name": "a", "rate_gbps": 1.0, "delay_us": 50, "buffer_bdp": 4},
+                {"name": "b", "rate_mbps": 250, "delay_us": 50, "buffer_bdp": 4},
+            ],
+            "jobs": [{"name": "X", "compute_ms": 10, "bytes": 2_000_000, "path": ["a"]}],
+        }
+    )
     sc.jobs = [Job("X", 0.01, 2_000_000, ["a"], iterations=iterations, flows=flows, flow_paths=flow_paths)]
     return sc
 
@@ -157,6 +189,7 @@ def test_flows_of_one_job_share_a_link_like_one_flow():
 
 def test_sampling_the_windows_does_not_change_the_run():
     from mltcp.scenario import load
+
     sc = load("ns3-dumbbell-1g-shallow")
     for j in sc.jobs:
         j.iterations = 4
@@ -176,4 +209,4 @@ def test_dctcp_keeps_a_shallow_ecn_link_busy_where_ecn_reno_halves_below_the_bdp
     reno, dctcp = simulate(sc, "reno"), simulate(sc, "dctcp")
     comm = lambda r: np.mean([rec.end - rec.comm_start for rec in r.records[4:]])
     assert reno.ecn_marks > 0 and dctcp.ecn_marks > 0 and reno.drops == dctcp.drops == 0
-    assert comm(reno) / comm(dctcp) > 1.15           # measured: 51.9 / 42.4 ms
+    assert comm(reno) / comm(dctcp) > 1.15  # measured: 51.9 / 42.4 ms

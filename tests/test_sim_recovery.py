@@ -1,11 +1,22 @@
 """Loss recovery in the fast engine: which losses fast recovery repairs and which wait for a timer
 (the RTO, or Linux's tail-loss probe), and what a timeout does to the run."""
+
 import numpy as np
 import pytest
 
 from mltcp.scenario import ScenarioError, from_dict
-from mltcp.sim.engine import (LR_HOLE, LR_LEN, LR_PROBE, LR_PROBED, LR_RTO_AT, LR_RTX, TLP_EXTRA, _arm_timer,
-                               _split_loss, simulate)
+from mltcp.sim.engine import (
+    LR_HOLE,
+    LR_LEN,
+    LR_PROBE,
+    LR_PROBED,
+    LR_RTO_AT,
+    LR_RTX,
+    TLP_EXTRA,
+    _arm_timer,
+    _split_loss,
+    simulate,
+)
 
 MSS = 1448.0
 
@@ -23,7 +34,7 @@ def test_a_loss_with_three_later_segments_is_repaired_by_fast_recovery():
 
 
 def test_a_tail_loss_waits_for_the_timer_in_ns3_mode():
-    assert split(MSS) == (0.0, MSS)                                   # nothing sent after it
+    assert split(MSS) == (0.0, MSS)  # nothing sent after it
     assert split(MSS, inflight=MSS, to_send=0.5 * MSS) == (0.0, MSS)  # two duplicate ACKs at most
     # retransmissions still queued are not new data: they send no segment above the loss
     assert split(MSS, inflight=MSS, to_send=4 * MSS, rtx=4 * MSS) == (0.0, MSS)
@@ -42,18 +53,26 @@ def test_rack_counts_segments_a_partial_last_segment_reveals_the_loss_before_it(
     # still in flight, their SACK marks it lost (Linux RACK), no timer; sent before it: nothing does
     assert split(MSS, a=752.0, rack=True) == (MSS, 0.0)
     assert split(MSS, inflight=752.0, rack=True) == (MSS, 0.0)
-    assert split(MSS, a=MSS, rack=True) == (0.0, MSS)            # one whole segment: before or after, even odds
-    assert split(752.0, a=MSS, rack=True) == (0.0, 752.0)        # the lost tail itself: nothing after it
-    assert split(MSS, a=752.0) == (0.0, MSS)                     # ns-3: a duplicate ACK, not three
+    assert split(MSS, a=MSS, rack=True) == (0.0, MSS)  # one whole segment: before or after, even odds
+    assert split(752.0, a=MSS, rack=True) == (0.0, 752.0)  # the lost tail itself: nothing after it
+    assert split(MSS, a=752.0) == (0.0, MSS)  # ns-3: a duplicate ACK, not three
 
 
 def shallow(recovery, iterations=12):
-    return from_dict({
-        "name": "shallow", "iterations": iterations, "warmup_iterations": 2,
-        "network": {"loss_recovery": recovery},
-        "links": [{"name": "bn", "rate_gbps": 1.0, "delay_us": 200, "buffer_pkts": 17}],
-        "jobs": [{"name": f"J{i}", "compute_ms": 20, "bytes": 2_500_000, "path": ["bn"], "start_offset_ms": i}
-                 for i in range(2)]}, "t.toml")
+    return from_dict(
+        {
+            "name": "shallow",
+            "iterations": iterations,
+            "warmup_iterations": 2,
+            "network": {"loss_recovery": recovery},
+            "links": [{"name": "bn", "rate_gbps": 1.0, "delay_us": 200, "buffer_pkts": 17}],
+            "jobs": [
+                {"name": f"J{i}", "compute_ms": 20, "bytes": 2_500_000, "path": ["bn"], "start_offset_ms": i}
+                for i in range(2)
+            ],
+        },
+        "t.toml",
+    )
 
 
 @pytest.mark.parametrize("cc", ["reno", "cubic"])
@@ -62,7 +81,7 @@ def test_timeouts_cost_the_rto_and_bytes_are_still_conserved(cc):
     r = simulate(sc, cc)
     assert r.timeouts >= 1
     slow = [x for x in r.records if x.comm_duration >= sc.min_rto_s]
-    assert 1 <= len(slow) <= r.timeouts          # an iteration that timed out waited at least the RTO
+    assert 1 <= len(slow) <= r.timeouts  # an iteration that timed out waited at least the RTO
     assert r.bytes_acked == pytest.approx(sum(x.bytes for x in r.records), rel=1e-9)
     assert r.bytes_sent == pytest.approx(r.bytes_acked + r.drops * sc.mss, rel=1e-9)
     assert r.bytes_in_flight == pytest.approx(0.0, abs=1e-6)
@@ -84,7 +103,7 @@ def test_in_ns3_mode_reno_takes_ssthresh_at_a_timeout_from_the_bytes_in_flight()
     for cc in ("reno", "cubic"):
         r = simulate(shallow("ns3"), cc, cwnd_sample_s=1e-4)
         assert r.timeouts >= 1
-        lows[cc] = r.cwnd_trace[:, 3:5].min() / MSS          # ssthresh columns of the two flows
+        lows[cc] = r.cwnd_trace[:, 3:5].min() / MSS  # ssthresh columns of the two flows
     assert lows["reno"] == pytest.approx(2.0) and lows["cubic"] > 4.0, lows
 
 
@@ -103,7 +122,7 @@ def test_a_lone_partial_tail_segment_gets_a_probe_at_the_rto_time():
     # one packet out (the iteration's last 752 bytes): PTO = 2 srtt + min_rto, later than the RTO, so
     # the timer fires at the RTO's time but as a loss probe (a CWR reduction, not cwnd 1)
     wait, probe = armed(752.0)
-    assert probe and wait == pytest.approx(SRTT + MIN_RTO)      # Linux's RTO: srtt + max(4 rttvar, rto_min)
+    assert probe and wait == pytest.approx(SRTT + MIN_RTO)  # Linux's RTO: srtt + max(4 rttvar, rto_min)
     # more than one packet out: 2 srtt + 2 ms
     wait, probe = armed(752.0, inflight=MSS)
     assert probe and wait == pytest.approx(2 * SRTT + TLP_EXTRA)

@@ -1,4 +1,5 @@
 """Random suites: every generated scenario loads and runs; the same seed writes the same suite."""
+
 from __future__ import annotations
 
 import subprocess
@@ -22,8 +23,8 @@ def test_every_generated_scenario_loads(tmp_path, cc, topology, compatible):
         sc = load(str(f))
         assert sc.cc == cc and 2 <= len(sc.jobs) <= 5
         assert all(lk.buffer_bytes >= suitegen.BUFFER_FLOOR_BYTES for lk in sc.links.values())
-        if compatible:   # equal periods, and the communication fits in one period
-            periods = [sc.ideal_iter_s(j) - sc.base_rtt(j) for j in sc.jobs]   # rounded to 0.1 us and 1 byte
+        if compatible:  # equal periods, and the communication fits in one period
+            periods = [sc.ideal_iter_s(j) - sc.base_rtt(j) for j in sc.jobs]  # rounded to 0.1 us and 1 byte
             assert max(periods) - min(periods) < 1e-6
             comm = sum(j.bytes_per_iter / sc.bottleneck_Bps(j) for j in sc.jobs)
             assert comm <= 0.95 * max(periods) + 1e-6
@@ -41,6 +42,7 @@ def test_the_same_seed_writes_the_same_suite(tmp_path):
 def test_generated_scenarios_simulate_to_the_end(tmp_path, topology):
     import tomllib
     from mltcp.scenario import from_dict
+
     for f in suitegen.generate(tmp_path, 3, seed=5, topology=topology):
         raw = cut_iterations(tomllib.loads(f.read_text()), 8, warmup=2)
         sc = from_dict(raw, str(f))
@@ -54,8 +56,19 @@ def _mltcp(*args):
 
 
 def test_cli_generate_writes_the_suite_and_refuses_bad_options(tmp_path):
-    r = _mltcp("scenarios", "generate", str(tmp_path / "s"), "--n", "3", "--seed", "2", "--cc", "cubic",
-               "--topology", "circular")
+    r = _mltcp(
+        "scenarios",
+        "generate",
+        str(tmp_path / "s"),
+        "--n",
+        "3",
+        "--seed",
+        "2",
+        "--cc",
+        "cubic",
+        "--topology",
+        "circular",
+    )
     assert r.returncode == 0, r.stderr
     assert len(list((tmp_path / "s").glob("*.toml"))) == 3
     bad = _mltcp("scenarios", "generate", str(tmp_path / "t"), "--cc", "vegas")

@@ -2,6 +2,7 @@
 started scheduler + 2 workers over TCP loopback) gives the serial run's records in task order; a
 SIGKILLed worker's task re-runs and the sweep finishes; an unreachable scheduler fails in seconds;
 numba's cache serves the worker processes (nothing recompiled)."""
+
 import os
 import signal
 import threading
@@ -27,7 +28,11 @@ def serial():
 
 def test_tasks_nest_scenario_seed_arm_and_records_follow_task_order(serial):
     assert [(t.scenario, t.seed, t.arm) for t in SMALL][:4] == [
-        ("two-jobs", 1, "reno"), ("two-jobs", 1, "mltcp-reno"), ("two-jobs", 2, "reno"), ("two-jobs", 2, "mltcp-reno")]
+        ("two-jobs", 1, "reno"),
+        ("two-jobs", 1, "mltcp-reno"),
+        ("two-jobs", 2, "reno"),
+        ("two-jobs", 2, "mltcp-reno"),
+    ]
     assert [(r["scenario"], r["seed"], r["arm"]) for r in serial] == [(t.scenario, t.seed, t.arm) for t in SMALL]
     assert all(r["ok"] and r["cc"] == r["arm"] and r["iterations_cut"] == 8 for r in serial)
     # the seed reaches the simulation: two seeds of one scenario and arm are not the same run
@@ -74,11 +79,12 @@ def test_a_separate_scheduler_and_two_workers_over_tcp_give_the_same_records(ser
 def _kill_the_busy_worker(address: str, pids: dict, killed: list, stop: threading.Event) -> None:
     """Wait until a worker is inside a task, then SIGKILL that worker's process."""
     from distributed import Client
+
     with Client(address, timeout=10) as c:
         while not stop.is_set():
             busy = [w for w, keys in c.processing().items() if keys]
             if busy:
-                time.sleep(0.3)                      # well inside the run (each takes ~1 s)
+                time.sleep(0.3)  # well inside the run (each takes ~1 s)
                 os.kill(pids[busy[0]], signal.SIGKILL)
                 killed.append(pids[busy[0]])
                 return
@@ -123,7 +129,8 @@ def test_a_sigkilled_worker_s_task_reruns_and_the_sweep_finishes():
 
 def test_an_unreachable_scheduler_fails_within_seconds():
     import socket
-    with socket.socket() as s:                        # a port nobody listens on
+
+    with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.monotonic()
@@ -134,14 +141,15 @@ def test_an_unreachable_scheduler_fails_within_seconds():
 
 def _cache_files() -> dict[Path, int]:
     import numba
+
     root = Path(numba.config.CACHE_DIR)
     return {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.mark.timeout(240)
 def test_worker_processes_load_numba_s_cache_instead_of_compiling():
-    sweep.run_tasks(SMALL[:2], workers=1, progress=False)     # this process: compiled (or loaded) once
+    sweep.run_tasks(SMALL[:2], workers=1, progress=False)  # this process: compiled (or loaded) once
     before = _cache_files()
     assert any(p.suffix == ".nbc" for p in before), "numba wrote no cache"
-    sweep.run_tasks(SMALL[:4], workers=2, engine="dask", progress=False)   # fresh spawned worker processes
+    sweep.run_tasks(SMALL[:4], workers=2, engine="dask", progress=False)  # fresh spawned worker processes
     assert _cache_files() == before, "a worker process compiled afresh instead of loading the cache"

@@ -76,8 +76,16 @@ def _start(veths, link: LinkConfig):
 
 
 def _frames(n: int) -> list[bytes]:
-    return [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
-                  / MLTCP(job_id=2, iteration=i) / (b"d" * 100)) for i in range(n)]
+    return [
+        bytes(
+            Ether(dst="00:00:00:00:00:fe")
+            / IP(dst="10.0.2.2")
+            / UDP(sport=40000, dport=9199)
+            / MLTCP(job_id=2, iteration=i)
+            / (b"d" * 100)
+        )
+        for i in range(n)
+    ]
 
 
 def _through(h, veths, frames, pause=lambda i: 0.005 if i % 100 == 99 else 0.0) -> list[bytes]:
@@ -137,21 +145,35 @@ def test_strict_priority_lets_the_band_ahead_overtake_a_waiting_burst(veths):
     """priority-by-progress on mltcp-switch: with a progress_priority entry for band 15, a frame
     of that band, sent after a burst of band-0 frames has filled the slow line's queue, leaves
     ahead of the burst's waiting frames (FIFO order without the entry)."""
+
     def order(with_entry: bool) -> list[int]:
-        h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=50))   # a 150-byte frame: 12 ms
+        h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=50))  # a 150-byte frame: 12 ms
         if with_entry:
             t = h.pipeline.tables[pl.T_PROGRESS_PRIORITY]
             t.put((2, 15), t.value("MyIngress.set_progress_priority", {"priority": 7}))
-        low = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
-                     / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100) / (b"d" * 100)) for i in range(10)]
-        high = bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40001, dport=9199)
-                     / MLTCP(job_id=3, iteration=99, bytes_ratio=0xF000) / (b"d" * 100))
+        low = [
+            bytes(
+                Ether(dst="00:00:00:00:00:fe")
+                / IP(dst="10.0.2.2")
+                / UDP(sport=40000, dport=9199)
+                / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100)
+                / (b"d" * 100)
+            )
+            for i in range(10)
+        ]
+        high = bytes(
+            Ether(dst="00:00:00:00:00:fe")
+            / IP(dst="10.0.2.2")
+            / UDP(sport=40001, dport=9199)
+            / MLTCP(job_id=3, iteration=99, bytes_ratio=0xF000)
+            / (b"d" * 100)
+        )
         got = _through(h, veths, low + [high], pause=lambda i: 0.0)
         return [Ether(g)[MLTCP].iteration for g in got if Ether(g).haslayer(MLTCP)]
 
     fifo, prio = order(False), order(True)
     assert fifo == list(range(10)) + [99]
-    assert sorted(prio) == sorted(fifo) and prio.index(99) <= 2     # after the one or two already on the line
+    assert sorted(prio) == sorted(fifo) and prio.index(99) <= 2  # after the one or two already on the line
 
 
 @root_only
@@ -159,27 +181,37 @@ def test_a_job_that_moves_up_a_band_does_not_overtake_its_own_waiting_frames(vet
     h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=50))
     t = h.pipeline.tables[pl.T_PROGRESS_PRIORITY]
     t.put((2, 15), t.value("MyIngress.set_progress_priority", {"priority": 7}))
-    frames = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
-                    / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100 if i < 10 else 0xF000) / (b"d" * 100))
-              for i in range(12)]
+    frames = [
+        bytes(
+            Ether(dst="00:00:00:00:00:fe")
+            / IP(dst="10.0.2.2")
+            / UDP(sport=40000, dport=9199)
+            / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100 if i < 10 else 0xF000)
+            / (b"d" * 100)
+        )
+        for i in range(12)
+    ]
     got = _through(h, veths, frames, pause=lambda i: 0.0)
     assert [Ether(g)[MLTCP].iteration for g in got if Ether(g).haslayer(MLTCP)] == list(range(12))
 
 
 def test_cli_rejects_bad_arguments():
-    for args, needle in ((["-i", "veth1"], "PORT@IFNAME"),
-                         (["-i", "1@x", "--rate", "fast"], "bad rate"),
-                         (["-i", "1@x", "--port-config", "2:rate=1mbit"], "--port-config"),
-                         (["-i", "1@x", "--port-config", "1:colour=red"], "unknown link setting"),
-                         (["-i", "1@x", "--loss", "150"], "loss_pct")):
+    for args, needle in (
+        (["-i", "veth1"], "PORT@IFNAME"),
+        (["-i", "1@x", "--rate", "fast"], "bad rate"),
+        (["-i", "1@x", "--port-config", "2:rate=1mbit"], "--port-config"),
+        (["-i", "1@x", "--port-config", "1:colour=red"], "unknown link setting"),
+        (["-i", "1@x", "--loss", "150"], "loss_pct"),
+    ):
         r = subprocess.run(CLI + args, capture_output=True, text=True, timeout=60)
         assert r.returncode != 0, args
         assert needle in r.stderr, (args, r.stderr)
 
 
 def test_cli_missing_interface_fails_cleanly():
-    r = subprocess.run(CLI + ["-i", "1@no-such-if0", "--grpc-port", str(free_tcp_port())],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        CLI + ["-i", "1@no-such-if0", "--grpc-port", str(free_tcp_port())], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 1
     assert "no-such-if0" in r.stderr
 
@@ -188,11 +220,29 @@ def test_cli_missing_interface_fails_cleanly():
 def test_cli_serves_and_exits_on_sigterm(veths, tmp_path):
     port = free_tcp_port()
     stats = tmp_path / "stats.json"
-    proc = subprocess.Popen(CLI + ["-i", f"1@{veths[0]}", "-i", f"2@{veths[2]}", "--grpc-port", str(port),
-                                   "--stats-file", str(stats),
-                                   "--grpc-host", "127.0.0.1", "--rate", "100mbit", "--delay", "1ms",
-                                   "--port-config", "2:rate=10mbit,loss=1"],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        CLI
+        + [
+            "-i",
+            f"1@{veths[0]}",
+            "-i",
+            f"2@{veths[2]}",
+            "--grpc-port",
+            str(port),
+            "--stats-file",
+            str(stats),
+            "--grpc-host",
+            "127.0.0.1",
+            "--rate",
+            "100mbit",
+            "--delay",
+            "1ms",
+            "--port-config",
+            "2:rate=10mbit,loss=1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_grpc(f"127.0.0.1:{port}", 20, proc)
         proc.send_signal(signal.SIGTERM)
@@ -221,13 +271,16 @@ def test_peers_with_tx_checksum_offload_still_work():
         sa, ha = tb.veth(f"cks{pid}a", f"ckh{pid}a", None, h1, offloads_off=False)
         sb, hb = tb.veth(f"cks{pid}b", f"ckh{pid}b", None, h2, offloads_off=False)
         macs = {}
-        for ns, dev, ip, net, peer in ((h1, ha, "10.0.1.1/24", "10.0.2.0/24", "10.0.2.2"),
-                                       (h2, hb, "10.0.2.2/24", "10.0.1.0/24", "10.0.1.1")):
+        for ns, dev, ip, net, peer in (
+            (h1, ha, "10.0.1.1/24", "10.0.2.0/24", "10.0.2.2"),
+            (h2, hb, "10.0.2.2/24", "10.0.1.0/24", "10.0.1.1"),
+        ):
             tb.run(ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off")  # tx stays on
             tb.addr(dev, ip, ns)
             subprocess.run(["ip", "-n", ns, "route", "add", net, "dev", dev], check=True)
-            subprocess.run(["ip", "-n", ns, "neigh", "add", peer, "lladdr", "02:00:00:00:00:fe", "dev", dev],
-                           check=True)
+            subprocess.run(
+                ["ip", "-n", ns, "neigh", "add", peer, "lladdr", "02:00:00:00:00:fe", "dev", dev], check=True
+            )
             out = tb.run(ns, "cat", f"/sys/class/net/{dev}/address").stdout.strip()
             macs[ns] = bytes.fromhex(out.replace(":", ""))
         assert "tx-checksumming: on" in tb.run(h1, "ethtool", "-k", ha).stdout
@@ -235,14 +288,30 @@ def test_peers_with_tx_checksum_offload_still_work():
         h.pipeline.lpm.set(0x0A000202, 32, pl.Forward(macs[h2], 2))
         h.pipeline.lpm.set(0x0A000101, 32, pl.Forward(macs[h1], 1))
         h.pipeline.active = True
-        server = subprocess.Popen(["ip", "netns", "exec", h2, sys.executable, "-c",
-                                   "import socket\ns=socket.create_server(('10.0.2.2',5001))\ns.settimeout(20)\n"
-                                   "c,_=s.accept()\nn=0\nwhile True:\n d=c.recv(65536)\n if not d: break\n n+=len(d)\n"
-                                   "print(n)"], stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                h2,
+                sys.executable,
+                "-c",
+                "import socket\ns=socket.create_server(('10.0.2.2',5001))\ns.settimeout(20)\n"
+                "c,_=s.accept()\nn=0\nwhile True:\n d=c.recv(65536)\n if not d: break\n n+=len(d)\n"
+                "print(n)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(0.5)
-        client = tb.run(h1, sys.executable, "-c",
-                        "import socket\nc=socket.create_connection(('10.0.2.2',5001),timeout=20)\n"
-                        "c.sendall(b'x'*300000)\nc.close()", timeout=60)
+        client = tb.run(
+            h1,
+            sys.executable,
+            "-c",
+            "import socket\nc=socket.create_connection(('10.0.2.2',5001),timeout=20)\n"
+            "c.sendall(b'x'*300000)\nc.close()",
+            timeout=60,
+        )
         assert client.returncode == 0, client.stderr
         out, _ = server.communicate(timeout=30)
         assert out.strip() == "300000"
@@ -257,12 +326,17 @@ def test_peers_with_tx_checksum_offload_still_work():
 @root_only
 def test_cli_port_in_use_fails_cleanly(veths):
     port = free_tcp_port()
-    first = subprocess.Popen(CLI + ["-i", f"1@{veths[0]}", "--grpc-port", str(port), "--grpc-host", "127.0.0.1"],
-                             stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        CLI + ["-i", f"1@{veths[0]}", "--grpc-port", str(port), "--grpc-host", "127.0.0.1"], stderr=subprocess.DEVNULL
+    )
     try:
         wait_grpc(f"127.0.0.1:{port}", 20, first)
-        r = subprocess.run(CLI + ["-i", f"1@{veths[2]}", "--grpc-port", str(port), "--grpc-host", "127.0.0.1"],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            CLI + ["-i", f"1@{veths[2]}", "--grpc-port", str(port), "--grpc-host", "127.0.0.1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 1
         assert "cannot listen" in r.stderr and "Traceback" not in r.stderr
     finally:
@@ -290,11 +364,11 @@ def test_read_ancillary_finds_checksum_flag_and_arrival_stamp():
 
 
 def test_arrival_time_maps_realtime_stamps_and_ignores_implausible_ones():
-    offset = 1_000.0                                   # realtime - monotonic
-    assert dp.arrival_time(1_009.99, 10.0, offset) == pytest.approx(9.99)   # 10 ms ago
+    offset = 1_000.0  # realtime - monotonic
+    assert dp.arrival_time(1_009.99, 10.0, offset) == pytest.approx(9.99)  # 10 ms ago
     assert dp.arrival_time(None, 10.0, offset) == 10.0
-    assert dp.arrival_time(1_008.0, 10.0, offset) == 10.0   # 2 s old: not this frame's arrival
-    assert dp.arrival_time(1_010.5, 10.0, offset) == 10.0   # in the future: clock stepped
+    assert dp.arrival_time(1_008.0, 10.0, offset) == 10.0  # 2 s old: not this frame's arrival
+    assert dp.arrival_time(1_010.5, 10.0, offset) == 10.0  # in the future: clock stepped
 
 
 def _stall_first_frame(pipeline, seconds: float) -> list:
@@ -320,8 +394,16 @@ def test_a_stalled_switch_serves_frames_from_their_arrival(veths):
     got to them, all 40 would arrive at once and 30 would be dropped."""
     h = _start(veths, LinkConfig(rate_bps=10e6, buffer_pkts=8))
     stalled = _stall_first_frame(h.pipeline, 0.15)
-    big = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
-                 / MLTCP(job_id=2, iteration=i) / (b"d" * 1200)) for i in range(41)]
+    big = [
+        bytes(
+            Ether(dst="00:00:00:00:00:fe")
+            / IP(dst="10.0.2.2")
+            / UDP(sport=40000, dport=9199)
+            / MLTCP(job_id=2, iteration=i)
+            / (b"d" * 1200)
+        )
+        for i in range(41)
+    ]
     # the first frame stalls the thread; then 1.0 ms frames on a 10 Mb/s line, one every 3 ms
     got = _through(h, veths, big, pause=lambda i: 0.005 if i == 0 else 0.003)
     q = h.dataplane.ports[2].queue
@@ -338,17 +420,29 @@ def test_ports_share_a_full_queue_in_arrival_order():
     tb = Testbed("dq")
     try:
         ends = [tb.veth(f"dqs{pid}{c}", f"dqh{pid}{c}") for c in "abc"]
-        h = start_switch({1: ends[0][0], 2: ends[1][0], 3: ends[2][0]}, {3: LinkConfig(rate_bps=1e6, buffer_pkts=4)},
-                         grpc_port=free_tcp_port(), grpc_host="127.0.0.1")
+        h = start_switch(
+            {1: ends[0][0], 2: ends[1][0], 3: ends[2][0]},
+            {3: LinkConfig(rate_bps=1e6, buffer_pkts=4)},
+            grpc_port=free_tcp_port(),
+            grpc_host="127.0.0.1",
+        )
         h.pipeline.lpm.set(0x0A000200, 24, pl.Forward(bytes.fromhex("000000000202"), 3))
         stalled = _stall_first_frame(h.pipeline, 0.2)
         h.pipeline.active = True
         tx = {1: _raw(ends[0][1]), 2: _raw(ends[1][1])}
         rx = _raw(ends[2][1])
-        frame = {p: bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000 + p, dport=9199)
-                          / MLTCP(job_id=p) / (b"d" * 200)) for p in (1, 2)}
+        frame = {
+            p: bytes(
+                Ether(dst="00:00:00:00:00:fe")
+                / IP(dst="10.0.2.2")
+                / UDP(sport=40000 + p, dport=9199)
+                / MLTCP(job_id=p)
+                / (b"d" * 200)
+            )
+            for p in (1, 2)
+        }
         try:
-            tx[1].send(frame[1])            # this one stalls the ingress thread for 200 ms
+            tx[1].send(frame[1])  # this one stalls the ingress thread for 200 ms
             time.sleep(0.01)
             for _ in range(30):
                 for p in (1, 2):
@@ -364,7 +458,7 @@ def test_ports_share_a_full_queue_in_arrival_order():
     sports = [Ether(g)[UDP].sport for g in got if Ether(g).haslayer(MLTCP)]
     assert stalled and h.dataplane.ports[3].queue.dropped > 0
     a, b = sports.count(40001), sports.count(40002)
-    assert min(a, b) >= 0.5 * max(a, b), sports    # port order instead: 31 from port 1, 4 from port 2
+    assert min(a, b) >= 0.5 * max(a, b), sports  # port order instead: 31 from port 1, 4 from port 2
 
 
 @root_only
@@ -410,12 +504,20 @@ def test_a_lossless_priority_queue_pauses_its_sender_and_resumes_it(veths):
     holds; once the queue drains to XON (buffer - 2 x headroom) a resume frame (quanta 0) follows."""
     from mltcp.traffic.pause import MAX_QUANTA, parse_pause
 
-    h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=20, pfc_headroom=4))   # 150-byte frame: 12 ms
+    h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=20, pfc_headroom=4))  # 150-byte frame: 12 ms
     t = h.pipeline.tables[pl.T_PROGRESS_PRIORITY]
     t.put((2, 0), t.value("MyIngress.set_progress_priority", {"priority": 3}))
-    frames = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
-                    / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100) / (b"d" * 100)) for i in range(19)]
-    back = _raw(veths[1])          # the sender's end of port 1: where the pause frames arrive
+    frames = [
+        bytes(
+            Ether(dst="00:00:00:00:00:fe")
+            / IP(dst="10.0.2.2")
+            / UDP(sport=40000, dport=9199)
+            / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100)
+            / (b"d" * 100)
+        )
+        for i in range(19)
+    ]
+    back = _raw(veths[1])  # the sender's end of port 1: where the pause frames arrive
     try:
         got = _through(h, veths, frames, pause=lambda i: 0.0)
         pauses = [(f, parse_pause(f)) for f in _drain(back, quiet=0.2, limit=2.0)]
@@ -428,7 +530,7 @@ def test_a_lossless_priority_queue_pauses_its_sender_and_resumes_it(veths):
     assert quanta[0] == MAX_QUANTA and quanta[-1] == 0, quanta
     f0 = pauses[0][0]
     assert f0[:6] == bytes.fromhex("0180c2000001") and f0[12:14] == b"\x88\x08"
-    assert int.from_bytes(f0[16:18], "big") == 1 << 3          # class 3: the queue's priority
+    assert int.from_bytes(f0[16:18], "big") == 1 << 3  # class 3: the queue's priority
     assert st.pfc_pause_sent >= 1 and st.pfc_resume_sent == 1
 
 
@@ -450,8 +552,17 @@ def test_unpinned_a_job_that_moves_up_a_band_overtakes_its_waiting_frames(veths)
     h = _start(veths, LinkConfig(rate_bps=100e3, buffer_pkts=50, priority_pin=False))
     t = h.pipeline.tables[pl.T_PROGRESS_PRIORITY]
     t.put((2, 15), t.value("MyIngress.set_progress_priority", {"priority": 7}))
-    frames = [bytes(Ether(dst="00:00:00:00:00:fe") / IP(dst="10.0.2.2") / UDP(sport=40000, dport=9199)
-                    / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100 if i < 10 else 0xF000) / (b"d" * 100))
-              for i in range(12)]
-    got = [Ether(g)[MLTCP].iteration for g in _through(h, veths, frames, pause=lambda i: 0.0) if Ether(g).haslayer(MLTCP)]
+    frames = [
+        bytes(
+            Ether(dst="00:00:00:00:00:fe")
+            / IP(dst="10.0.2.2")
+            / UDP(sport=40000, dport=9199)
+            / MLTCP(job_id=2, iteration=i, bytes_ratio=0x0100 if i < 10 else 0xF000)
+            / (b"d" * 100)
+        )
+        for i in range(12)
+    ]
+    got = [
+        Ether(g)[MLTCP].iteration for g in _through(h, veths, frames, pause=lambda i: 0.0) if Ether(g).haslayer(MLTCP)
+    ]
     assert sorted(got) == list(range(12)) and got.index(10) <= 2 and got.index(11) <= 3

@@ -5,6 +5,7 @@ Against a live P4Runtime server: the software switch's (in process, no root) and
 exits 2 naming the file and the field, and the switch's P4Info and tables are read back
 afterwards to show nothing was written.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,15 +39,20 @@ def _state(addr: str) -> tuple:
     with connect(addr, election_id=(0, 77), timeout=10) as c:
         c.attach()
         info = c.client.get_p4info().SerializeToString()
-        return (info, sorted(te.SerializeToString() for te in c.read_table(N.T_IPV4_LPM)),
-                sorted(te.SerializeToString() for te in c.read_table(N.T_ECN_THRESHOLD)))
+        return (
+            info,
+            sorted(te.SerializeToString() for te in c.read_table(N.T_IPV4_LPM)),
+            sorted(te.SerializeToString() for te in c.read_table(N.T_ECN_THRESHOLD)),
+        )
 
 
 def _sw_state(target) -> tuple:
     """The software switch's committed config and every stored entry (its server's own books)."""
-    return (target.config.SerializeToString(), target.saved is None,
-            {t: sorted(e.SerializeToString() for e in d.values())
-             for t, d in target.dev.entries.items()})
+    return (
+        target.config.SerializeToString(),
+        target.saved is None,
+        {t: sorted(e.SerializeToString() for e in d.values()) for t, d in target.dev.entries.items()},
+    )
 
 
 def _program(addr: str, config: Path | None = None) -> None:
@@ -56,8 +62,7 @@ def _program(addr: str, config: Path | None = None) -> None:
         c.install_routes([OLD_ROUTE])
 
 
-def _topology(tmp: Path, addrs: list[str], extra: str = "", route_port: int = 2,
-              threshold: int = 20) -> Path:
+def _topology(tmp: Path, addrs: list[str], extra: str = "", route_port: int = 2, threshold: int = 20) -> Path:
     body = ""
     for k, addr in enumerate(addrs):
         body += textwrap.dedent(f"""
@@ -84,6 +89,7 @@ def _install(*args: str):
 
 # --- the software switch's P4Runtime server --------------------------------------------------
 
+
 @pytest.fixture
 def switches():
     """Two software-switch P4Runtime servers with mltcp.p4 pushed and one route installed."""
@@ -101,8 +107,7 @@ def switches():
 
 
 @pytest.mark.parametrize("push", [False, True])
-def test_missing_p4info_file_exits_2_naming_file_and_field_and_writes_nothing(switches, tmp_path,
-                                                                            push):
+def test_missing_p4info_file_exits_2_naming_file_and_field_and_writes_nothing(switches, tmp_path, push):
     (target, addr), _ = switches
     before = _sw_state(target)
     topo = _topology(tmp_path, [addr], 'p4info = "nope.txtpb"')
@@ -203,12 +208,9 @@ def test_push_names_the_option_or_field_of_a_missing_file(switches, tmp_path):
     (target, addr), _ = switches
     before = _sw_state(target)
     res = RUN.invoke(app, ["push", "--grpc", addr, "--p4info", str(tmp_path / "nope.txtpb")])
-    assert res.exit_code == 2 and "command line: --p4info: nope.txtpb does not exist" in \
-        res.output.replace("\n", "")
-    res = RUN.invoke(app, ["push", "--topology", str(_topology(tmp_path, [addr],
-                                                               'p4info = "nope.txtpb"'))])
-    assert res.exit_code == 2 and "switches[0].p4info: nope.txtpb does not exist" in \
-        res.output.replace("\n", "")
+    assert res.exit_code == 2 and "command line: --p4info: nope.txtpb does not exist" in res.output.replace("\n", "")
+    res = RUN.invoke(app, ["push", "--topology", str(_topology(tmp_path, [addr], 'p4info = "nope.txtpb"'))])
+    assert res.exit_code == 2 and "switches[0].p4info: nope.txtpb does not exist" in res.output.replace("\n", "")
     assert _sw_state(target) == before
 
 
@@ -228,6 +230,7 @@ def test_set_ecn_checks_the_width_against_the_running_p4info(switches):
 
 # --- BMv2 ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def bmv2(tmp_path_factory):
     why = tools.why_missing("p4c-bm2-ss", "simple_switch_grpc")
@@ -235,6 +238,7 @@ def bmv2(tmp_path_factory):
         print(f"BMv2 preflight tests skipped: {why}")
         pytest.skip(why)
     from mltcp.emulation import bmv2 as B
+
     tmp = tmp_path_factory.mktemp("bmv2")
     js = tools.compile_v1model(Path(P4INFO_PATH).with_suffix("").with_suffix(".p4"), tmp / "build")
     proc, grpc_port, _ = B.start_in_netns(None, {}, log_path=tmp / "bmv2.log")
@@ -253,8 +257,7 @@ def test_bmv2_missing_p4info_exits_2_and_writes_nothing(bmv2, tmp_path):
         topo = _topology(tmp_path, [addr], f'p4info = "nope.txtpb"\nconfig = "{js}"')
         res = _install(str(topo), *push)
         assert res.exit_code == 2, res.output
-        assert f"{topo}: switches[0].p4info: nope.txtpb does not exist" in \
-            res.output.replace("\n", "")
+        assert f"{topo}: switches[0].p4info: nope.txtpb does not exist" in res.output.replace("\n", "")
         assert _state(addr) == before
 
 
@@ -271,6 +274,7 @@ def test_bmv2_good_topology_against_its_running_p4info(bmv2, tmp_path):
 def test_library_install_topology_checks_before_writing(switches, tmp_path):
     from mltcp.controlplane.install import install_topology
     from mltcp.controlplane.topology import TopologyError, load_topology
+
     (t1, a1), (t2, a2) = switches
     before = (_sw_state(t1), _sw_state(t2))
     topo = load_topology(_topology(tmp_path, [a1, a2], 'p4info = "nope.txtpb"'))

@@ -18,8 +18,7 @@ if _why is None:
         import mininet.net  # noqa: F401
     except ImportError:
         _why = "mininet is not importable"
-pytestmark = [pytest.mark.integration, pytest.mark.root,
-              pytest.mark.skipif(_why is not None, reason=_why or "")]
+pytestmark = [pytest.mark.integration, pytest.mark.root, pytest.mark.skipif(_why is not None, reason=_why or "")]
 if _why:
     print(f"test_switch_mininet skipped: {_why}")
 
@@ -35,8 +34,9 @@ def test_ping_through_mltcp_switch_in_mininet(tmp_path):
 
     class Line(Topo):
         def build(self):
-            s = self.addSwitch(f"{p}s1", cls=MltcpSwitch, rate="100mbit", delay="1ms",
-                               log_file=str(tmp_path / "s1.log"))
+            s = self.addSwitch(
+                f"{p}s1", cls=MltcpSwitch, rate="100mbit", delay="1ms", log_file=str(tmp_path / "s1.log")
+            )
             for i in (1, 2):
                 h = self.addHost(f"{p}h{i}", ip=f"10.0.0.{i}/24", mac=f"00:00:00:00:00:0{i}")
                 self.addLink(h, s)

@@ -114,8 +114,11 @@ def server():
 
 
 def ids(p4info) -> dict[str, int]:
-    return {o.preamble.name: o.preamble.id
-            for kind in ("tables", "actions", "counters", "registers") for o in getattr(p4info, kind)}
+    return {
+        o.preamble.name: o.preamble.id
+        for kind in ("tables", "actions", "counters", "registers")
+        for o in getattr(p4info, kind)
+    }
 
 
 def route_update(i, utype, prefix: bytes, plen: int, port: int, mac: bytes = b"\x00\x00\x00\x00\x00\x02"):
@@ -216,9 +219,10 @@ def test_backup_stays_backup_after_primary_disconnects(server):
     b.close()
     told = a.next_arbitration()  # the backups hear that the primary is gone...
     assert told.status.code == code_pb2.NOT_FOUND and told.election_id.low == 9
-    for write in (lambda: a.set_config(p4info),  # ...and still may not write
-                  lambda: a.write(route_update(ids(p4info), pb.Update.INSERT,
-                                               bytes([10, 0, 2, 0]), 24, 2))):
+    for write in (
+        lambda: a.set_config(p4info),  # ...and still may not write
+        lambda: a.write(route_update(ids(p4info), pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2)),
+    ):
         with pytest.raises(grpc.RpcError) as e:
             write()
         assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -301,8 +305,7 @@ def test_counter_register_writes_and_default_entries(server):
     te.action.Clear()
     c.write(d)
     assert target.pipeline.lpm.lookup(0x01020304) is None
-    (back,) = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=i["MyIngress.ipv4_lpm"],
-                                                         is_default_action=True)))
+    (back,) = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=i["MyIngress.ipv4_lpm"], is_default_action=True)))
     assert back.table_entry.action.action.action_id == i["MyIngress.drop"]
     # INSERT on the default entry is invalid
     d.type = pb.Update.INSERT
@@ -388,8 +391,9 @@ def test_bytestrings_with_leading_zeros_are_accepted_and_read_back_canonical(ser
     c.next_arbitration()
     c.set_config(p4info)
     # 6 bytes for bit<32>, 8 for bit<48>, 3 for bit<9>: values fit, so they are valid
-    u = route_update(i, pb.Update.INSERT, b"\x00\x00" + bytes([10, 0, 2, 0]), 24, 2,
-                     mac=b"\x00\x00" + b"\x00\x00\x00\x00\x00\x07")
+    u = route_update(
+        i, pb.Update.INSERT, b"\x00\x00" + bytes([10, 0, 2, 0]), 24, 2, mac=b"\x00\x00" + b"\x00\x00\x00\x00\x00\x07"
+    )
     u.entity.table_entry.action.action.params[1].value = b"\x00\x00\x03"
     c.write(u)
     fwd = target.pipeline.lpm.lookup(0x0A000209)
@@ -428,8 +432,10 @@ def test_table_size_is_enforced(server):
     c = client(1)
     c.next_arbitration()
     c.set_config(p4info)
-    c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 1, 0]), 24, 1),
-            route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2))
+    c.write(
+        route_update(i, pb.Update.INSERT, bytes([10, 0, 1, 0]), 24, 1),
+        route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2),
+    )
     full = route_update(i, pb.Update.INSERT, bytes([10, 0, 3, 0]), 24, 3)
     assert write_error(c, full)[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
     c.write(route_update(i, pb.Update.MODIFY, bytes([10, 0, 2, 0]), 24, 4))  # modify still fine
@@ -473,9 +479,12 @@ def test_reconcile_that_cannot_keep_state_fails_and_changes_nothing(server):
     got = c.stub.GetForwardingPipelineConfig(pb.GetForwardingPipelineConfigRequest(device_id=0))
     assert ids(got.config.p4info) == i
     assert c.read(pb.Entity(table_entry=pb.TableEntry())) == before
-    assert c.read(pb.Entity(table_entry=pb.TableEntry(table_id=i["MyEgress.ecn_threshold"],
-                                                      is_default_action=True)))[0] \
-        .table_entry.action.action.action_id == i["NoAction"]
+    assert (
+        c.read(pb.Entity(table_entry=pb.TableEntry(table_id=i["MyEgress.ecn_threshold"], is_default_action=True)))[
+            0
+        ].table_entry.action.action.action_id
+        == i["NoAction"]
+    )
     assert target.pipeline.lpm.lookup(0x0A000201).port == 2
 
 
@@ -496,8 +505,7 @@ def test_save_then_writes_then_commit_keeps_the_writes(server):
     c.write(route_update(j, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2))
     assert target.pipeline.lpm.lookup(0x0A000201) is None
     got = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=j["MyIngress.ipv4_lpm"])))
-    assert {e.table_entry.match[0].lpm.value for e in got} == {bytes([10, 0, 1, 0]),
-                                                               bytes([10, 0, 2, 0])}
+    assert {e.table_entry.match[0].lpm.value for e in got} == {bytes([10, 0, 1, 0]), bytes([10, 0, 2, 0])}
     with pytest.raises(grpc.RpcError):  # the old ids are gone for the client already
         c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 3, 0]), 24, 3))
     c.set_config(None, Cfg.COMMIT)
@@ -505,14 +513,14 @@ def test_save_then_writes_then_commit_keeps_the_writes(server):
     assert target.pipeline.lpm.lookup(0x0A000201).port == 2  # the write since the save
     assert target.pipeline.lpm.lookup(0x0A000101).port == 1  # the state at the save
     got = c.read(pb.Entity(table_entry=pb.TableEntry(table_id=j["MyIngress.ipv4_lpm"])))
-    assert {e.table_entry.match[0].lpm.value for e in got} == {bytes([10, 0, 1, 0]),
-                                                               bytes([10, 0, 2, 0])}
+    assert {e.table_entry.match[0].lpm.value for e in got} == {bytes([10, 0, 1, 0]), bytes([10, 0, 2, 0])}
     assert all(e.table_entry.table_id == j["MyIngress.ipv4_lpm"] for e in got)
     got = c.stub.GetForwardingPipelineConfig(pb.GetForwardingPipelineConfigRequest(device_id=0))
     assert ids(got.config.p4info) == j
 
 
 # --- status codes as P4Runtime 1.4.1 specifies them --------------------------------------------
+
 
 def _code(fn) -> grpc.StatusCode:
     with pytest.raises(grpc.RpcError) as e:
@@ -529,8 +537,10 @@ def test_save_insert_commit_keeps_every_entry(server):
     c = client(1)
     c.next_arbitration()
     c.set_config(p4info)
-    c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 1, 0]), 24, 1),
-            route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2))
+    c.write(
+        route_update(i, pb.Update.INSERT, bytes([10, 0, 1, 0]), 24, 1),
+        route_update(i, pb.Update.INSERT, bytes([10, 0, 2, 0]), 24, 2),
+    )
     c.set_config(p4info, Cfg.VERIFY_AND_SAVE)
     assert len(c.read(pb.Entity(table_entry=pb.TableEntry(table_id=i["MyIngress.ipv4_lpm"])))) == 2
     c.write(route_update(i, pb.Update.INSERT, bytes([10, 0, 3, 0]), 24, 3))
@@ -634,10 +644,8 @@ def test_counter_negative_index_is_invalid_argument_and_past_the_end_out_of_rang
     c = client(1)
     c.next_arbitration()
     c.set_config(p4info)
-    assert _code(lambda: c.read(_counter_entity(i, "MyIngress.job_tx", -1))) == \
-        grpc.StatusCode.INVALID_ARGUMENT
-    assert _code(lambda: c.read(_counter_entity(i, "MyIngress.job_tx", 1 << 40))) == \
-        grpc.StatusCode.OUT_OF_RANGE
+    assert _code(lambda: c.read(_counter_entity(i, "MyIngress.job_tx", -1))) == grpc.StatusCode.INVALID_ARGUMENT
+    assert _code(lambda: c.read(_counter_entity(i, "MyIngress.job_tx", 1 << 40))) == grpc.StatusCode.OUT_OF_RANGE
     u = pb.Update(type=pb.Update.MODIFY)
     u.entity.CopyFrom(_counter_entity(i, "MyIngress.job_tx", -1))
     assert write_error(c, u)[0] == grpc.StatusCode.INVALID_ARGUMENT

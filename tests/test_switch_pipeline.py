@@ -19,9 +19,13 @@ def ip(s: str) -> int:
 
 
 def mltcp_pkt(job=3, ratio=1234, dst="10.0.2.2", tos=1, payload=b"x" * 100, version=1):
-    return bytes(Ether(src=MAC_A, dst="00:00:00:00:00:fe") / IP(src="10.0.1.1", dst=dst, tos=tos, ttl=64)
-                 / UDP(sport=40000, dport=9199)
-                 / MLTCP(version=version, job_id=job, bytes_ratio=ratio, iteration=7) / payload)
+    return bytes(
+        Ether(src=MAC_A, dst="00:00:00:00:00:fe")
+        / IP(src="10.0.1.1", dst=dst, tos=tos, ttl=64)
+        / UDP(sport=40000, dport=9199)
+        / MLTCP(version=version, job_id=job, bytes_ratio=ratio, iteration=7)
+        / payload
+    )
 
 
 def forwarding_pipeline() -> pl.Pipeline:
@@ -87,7 +91,7 @@ def test_checksum_with_ipv4_options():
     ref = out[IP].copy()
     ref.chksum = None
     assert out[IP].chksum == IP(bytes(ref)).chksum
-    assert pl.ipv4_checksum(bytes(res.buf[14:14 + 24])) == out[IP].chksum
+    assert pl.ipv4_checksum(bytes(res.buf[14 : 14 + 24])) == out[IP].chksum
 
 
 def test_job_counters_and_register():
@@ -111,21 +115,23 @@ def test_job_counters_and_register():
 
 def test_shim_by_source_port_too():
     p = forwarding_pipeline()
-    raw = bytes(Ether() / IP(dst="10.0.2.5") / UDP(sport=9199, dport=5555)
-                / bytes(MLTCP(job_id=4, bytes_ratio=7)))
+    raw = bytes(Ether() / IP(dst="10.0.2.5") / UDP(sport=9199, dport=5555) / bytes(MLTCP(job_id=4, bytes_ratio=7)))
     assert p.ingress(raw, 1) is not None
     assert p.counters[pl.C_JOB_TX].packets[4] == 1
 
 
-@pytest.mark.parametrize("raw", [
-    pytest.param(mltcp_pkt(version=2), id="bad-version"),
-    pytest.param(mltcp_pkt()[:14 + 20 + 8 + 11], id="truncated-shim"),
-    pytest.param(mltcp_pkt()[:14 + 20 + 5], id="truncated-udp"),
-    pytest.param(mltcp_pkt()[:14 + 12], id="truncated-ipv4"),
-    pytest.param(bytes(Ether() / IP(dst="10.0.2.5") / TCP())[:14 + 20 + 10], id="truncated-tcp"),
-    pytest.param(bytes(Ether() / IP(dst="10.0.2.5", ihl=4) / UDP()), id="ihl-below-5"),
-    pytest.param(b"\x00" * 10, id="runt"),
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(mltcp_pkt(version=2), id="bad-version"),
+        pytest.param(mltcp_pkt()[: 14 + 20 + 8 + 11], id="truncated-shim"),
+        pytest.param(mltcp_pkt()[: 14 + 20 + 5], id="truncated-udp"),
+        pytest.param(mltcp_pkt()[: 14 + 12], id="truncated-ipv4"),
+        pytest.param(bytes(Ether() / IP(dst="10.0.2.5") / TCP())[: 14 + 20 + 10], id="truncated-tcp"),
+        pytest.param(bytes(Ether() / IP(dst="10.0.2.5", ihl=4) / UDP()), id="ihl-below-5"),
+        pytest.param(b"\x00" * 10, id="runt"),
+    ],
+)
 def test_parse_errors_are_counted_and_dropped(raw):
     p = forwarding_pipeline()
     assert p.ingress(raw, 1) is None
@@ -223,25 +229,25 @@ def test_queue_depth_rate_and_delay():
 
 
 def test_strict_priority_serves_the_highest_waiting_priority_when_the_line_frees():
-    q = EgressQueue(LinkConfig(rate_bps=8e6, delay_s=0.5, buffer_pkts=2))   # 1000 B = 1 ms
+    q = EgressQueue(LinkConfig(rate_bps=8e6, delay_s=0.5, buffer_pkts=2))  # 1000 B = 1 ms
     assert q.admit_priority(0.0, 0) == 0
     q.push(0, 1000, "a0", 0.0)
-    done, times, item = q.next_frame(0.0)                  # the line was free: a0 goes at once
+    done, times, item = q.next_frame(0.0)  # the line was free: a0 goes at once
     assert (done, times, item) == (pytest.approx(0.001), [pytest.approx(0.501)], "a0")
     for name in ("a1", "a2"):
         assert q.admit_priority(0.0002, 0) is not None
         q.push(0, 1000, name, 0.0002)
-    assert q.admit_priority(0.0003, 0) is None and q.dropped == 1   # priority 0's queue holds 2
-    assert q.admit_priority(0.0005, 7) == 2                 # depth: every priority's waiting frames
+    assert q.admit_priority(0.0003, 0) is None and q.dropped == 1  # priority 0's queue holds 2
+    assert q.admit_priority(0.0005, 7) == 2  # depth: every priority's waiting frames
     q.push(7, 1000, "b7", 0.0005)
-    assert q.next_frame(0.0009) is None                     # a0 still on the line
+    assert q.next_frame(0.0009) is None  # a0 still on the line
     order = []
     t = 0.001
     while (nxt := q.next_frame(t)) is not None:
         t, _, item = nxt
         order.append((item, round(t * 1e3, 6)))
-    assert order == [("b7", 2.0), ("a1", 3.0), ("a2", 4.0)]   # b7 overtakes the frames that waited longer
-    q.push(0, 1000, "late", 0.010)                          # an idle line: starts on arrival, not before
+    assert order == [("b7", 2.0), ("a1", 3.0), ("a2", 4.0)]  # b7 overtakes the frames that waited longer
+    q.push(0, 1000, "late", 0.010)  # an idle line: starts on arrival, not before
     assert q.next_frame(0.010)[0] == pytest.approx(0.011)
 
 
@@ -254,8 +260,7 @@ def test_unshaped_queue_has_no_depth():
 
 def test_impairments_are_seeded_and_near_their_rates():
     def run(seed):
-        q = EgressQueue(LinkConfig(loss_pct=10, duplicate_pct=5, reorder_pct=20, reorder_gap_s=1.0,
-                                   seed=seed))
+        q = EgressQueue(LinkConfig(loss_pct=10, duplicate_pct=5, reorder_pct=20, reorder_gap_s=1.0, seed=seed))
         return [q.schedule(float(i), 100) for i in range(20000)], q
 
     a, qa = run(7)
@@ -285,11 +290,11 @@ def test_complete_l4_checksum_of_offloaded_frames(l4):
     l4bytes = bytes(ipl.payload)
     zeroed = bytearray(l4bytes)
     off = 6 if l4.startswith("udp") else 16
-    zeroed[off:off + 2] = b"\0\0"
+    zeroed[off : off + 2] = b"\0\0"
     pseudo_only = ~in4_chksum(ipl.proto, ipl, b"") & 0xFFFF
     partial = bytearray(bytes(good))
     start = 14 + 20
-    partial[start + off:start + off + 2] = pseudo_only.to_bytes(2, "big")
+    partial[start + off : start + off + 2] = pseudo_only.to_bytes(2, "big")
     fixed = complete_l4_checksum(bytes(partial))
     assert fixed == bytes(good)
     # non-IPv4 and other protocols are left alone

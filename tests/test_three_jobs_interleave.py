@@ -1,5 +1,6 @@
 """three-jobs ships a retuned [mltcp] table (docs/tuning.md); issue 10 asks that the three jobs
 interleave within 10 iterations. Seeded runs of the scenario as shipped, simulator."""
+
 import pytest
 
 from mltcp import compare, metrics, tune_eval
@@ -16,5 +17,5 @@ def test_three_jobs_interleaves_within_10_iterations(seed):
     base = simulate(sc, sc.cc)
     sb = metrics.summary(base.records, sc.warmup_iterations)
     sm = metrics.summary(ml.records, sc.warmup_iterations)
-    assert sb["avg_iter_s"] / sm["avg_iter_s"] > 1.1       # and it is faster than Reno
+    assert sb["avg_iter_s"] / sm["avg_iter_s"] > 1.1  # and it is faster than Reno
     assert ml.drops < base.drops

@@ -1,4 +1,5 @@
 """Trace import/export in the public per-iteration CSV shape."""
+
 import json
 
 import numpy as np
@@ -22,15 +23,18 @@ def test_parse_with_and_without_header(tmp_path):
     assert a == b == [TraceRow(0, 0.7, 60_000_000), TraceRow(1, 0.72, 60_000_008)]
 
 
-@pytest.mark.parametrize("text,line,what", [
-    ("0,0.7,100\n1,0.7\n", 2, "expected 3 fields"),
-    ("0,0.7,100\n\n# c\nx,0.7,100\n", 4, "iteration_number"),
-    ("0,0.7,100\n1,-0.1,100\n", 2, "iteration_duration_seconds must be > 0"),
-    ("0,abc,100\n", 1, "iteration_duration_seconds"),
-    ("0,0.7,1.5\n", 1, "whole number"),
-    ("0,0.7,-3\n", 1, "whole number"),
-    ("iter,dur,bytes\n0,0.7,1\n", 1, "header"),
-])
+@pytest.mark.parametrize(
+    "text,line,what",
+    [
+        ("0,0.7,100\n1,0.7\n", 2, "expected 3 fields"),
+        ("0,0.7,100\n\n# c\nx,0.7,100\n", 4, "iteration_number"),
+        ("0,0.7,100\n1,-0.1,100\n", 2, "iteration_duration_seconds must be > 0"),
+        ("0,abc,100\n", 1, "iteration_duration_seconds"),
+        ("0,0.7,1.5\n", 1, "whole number"),
+        ("0,0.7,-3\n", 1, "whole number"),
+        ("iter,dur,bytes\n0,0.7,1\n", 1, "header"),
+    ],
+)
 def test_bad_rows_name_file_and_line(tmp_path, text, line, what):
     p = _write(tmp_path, text)
     with pytest.raises(TraceError) as ei:
@@ -48,7 +52,7 @@ def test_empty_and_missing(tmp_path):
 
 def test_profile_subtracts_comm_time():
     rows = [TraceRow(i, 0.5 + 0.01 * (i % 3), 10_000_000) for i in range(9)]
-    p = traces.profile(rows, line_rate_bps=1e9, name="x")   # 80 ms of communication
+    p = traces.profile(rows, line_rate_bps=1e9, name="x")  # 80 ms of communication
     assert p.compute_s == pytest.approx(0.43)
     assert p.bytes_per_iter == 10_000_000 and p.clamped == 0 and 0 < p.jitter < 0.05
     assert p.flows == 1 and p.iterations == 9 and p.bytes_per_flow == 10_000_000
@@ -87,6 +91,7 @@ def test_bundled_example_is_densenet_like():
 
 # ---- one row per flow: iterations grouped, flows counted ---------------------------------------
 
+
 def _public(n_iter=5, flows=8, dur=0.7, nbytes=59_861_576, first=1):
     lines = [",".join(traces.COLUMNS)]
     for i in range(first, first + n_iter):
@@ -106,7 +111,7 @@ def test_rows_of_an_iteration_are_grouped_and_flows_counted(tmp_path):
     assert prof.bytes_per_iter == 8 * 59_861_576 + 32 and prof.bytes_per_flow == 59_861_580
     # flows in parallel, each at 10 Gb/s: the largest flow's 47.9 ms is the transfer time
     assert prof.compute_s == pytest.approx(0.703 - 59_861_584 * 8 / 10e9)
-    shared = traces.load_profile(p, 10e9, shared_link=True)     # all 8 over one 10 Gb/s link: 383 ms
+    shared = traces.load_profile(p, 10e9, shared_link=True)  # all 8 over one 10 Gb/s link: 383 ms
     assert shared.compute_s == pytest.approx(0.703 - (8 * 59_861_576 + 32) * 8 / 10e9)
 
 
@@ -124,11 +129,12 @@ def test_an_iteration_split_apart_is_an_error(tmp_path):
 
 # ---- issue 12 probes ------------------------------------------------------------------------------
 
+
 def test_utf8_bom_is_accepted(tmp_path):
     p = tmp_path / "bom.csv"
     p.write_bytes(b"\xef\xbb\xbf" + _public(2, 2).encode())
     assert traces.read_iterations(p).rows == 4
-    p.write_bytes(b"\xef\xbb\xbf" + b"0,0.7,100\n")        # no header: the BOM is not part of the number
+    p.write_bytes(b"\xef\xbb\xbf" + b"0,0.7,100\n")  # no header: the BOM is not part of the number
     assert traces.read_trace(p) == [TraceRow(0, 0.7, 100)]
 
 
@@ -140,7 +146,7 @@ def test_bad_encoding_names_the_file(tmp_path):
 
 
 def test_every_row_clamped_is_an_error_naming_a_rate_that_fits(tmp_path):
-    p = _write(tmp_path, "0,0.1,10000000\n1,0.1,10000000\n")      # 10 MB in 0.1 s needs > 800 Mb/s
+    p = _write(tmp_path, "0,0.1,10000000\n1,0.1,10000000\n")  # 10 MB in 0.1 s needs > 800 Mb/s
     with pytest.raises(TraceError) as e:
         traces.load_profile(p, 100e6)
     msg = str(e.value)
@@ -148,7 +154,7 @@ def test_every_row_clamped_is_an_error_naming_a_rate_that_fits(tmp_path):
     ok = traces.load_profile(p, 1e9)
     assert ok.clamped == 0 and ok.compute_s == pytest.approx(0.02)
     some = traces.load_profile(_write(tmp_path, "0,0.1,10000000\n1,1.0,10000000\n", "some.csv"), 100e6)
-    assert some.clamped == 1 and some.compute_s == pytest.approx(0.1)     # median of 0 and 0.2
+    assert some.clamped == 1 and some.compute_s == pytest.approx(0.1)  # median of 0 and 0.2
 
 
 def test_export_refuses_records_that_would_give_negative_durations(tmp_path):
@@ -156,7 +162,7 @@ def test_export_refuses_records_that_would_give_negative_durations(tmp_path):
     with pytest.raises(ValueError, match="iteration 1: end 1.8 is not after start 2.0"):
         traces.rows_from_records(recs)
     with pytest.raises(ValueError, match="iteration 0"):
-        traces.rows_from_records([IterationRecord("j", 0, 1.0, 1.0, 1.0, 100)])    # zero duration
+        traces.rows_from_records([IterationRecord("j", 0, 1.0, 1.0, 1.0, 100)])  # zero duration
     with pytest.raises(ValueError, match="not a valid trace row"):
         traces.write_trace([TraceRow(0, -0.5, 10)], tmp_path / "neg.csv")
     assert not (tmp_path / "neg.csv").exists()
@@ -187,10 +193,12 @@ def test_large_trace_is_kept_as_per_iteration_arrays(tmp_path):
 
 # ---- the trace commands (issue 12 probes through the CLI) ----------------------------------------
 
+
 def _cli(*args):
     from typer.testing import CliRunner
 
     from mltcp.traffic.cli import app
+
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
@@ -225,8 +233,10 @@ def test_cli_every_row_clamped_exits_2(tmp_path):
 
 def test_cli_export_negative_duration_exits_2_and_writes_nothing(tmp_path):
     from mltcp.records import write_csv
-    write_csv([IterationRecord("j", 0, 1.0, 1.2, 1.5, 100), IterationRecord("j", 1, 2.0, 1.9, 1.8, 100)],
-              tmp_path / "r.csv")
+
+    write_csv(
+        [IterationRecord("j", 0, 1.0, 1.2, 1.5, 100), IterationRecord("j", 1, 2.0, 1.9, 1.8, 100)], tmp_path / "r.csv"
+    )
     r = _cli("trace-export", tmp_path / "r.csv", tmp_path / "t.csv")
     assert r.exit_code == 2 and "r.csv" in r.output and "iteration 1" in r.output, r.output
     assert not (tmp_path / "t.csv").exists()
@@ -239,8 +249,11 @@ def test_cli_export_negative_duration_exits_2_and_writes_nothing(tmp_path):
 
 def test_cli_export_then_import_roundtrip_with_flows(tmp_path):
     from mltcp.records import write_csv
-    write_csv([IterationRecord("j", i, 0.4 * i, 0.4 * i + 0.3, 0.4 * i + 0.4, 4_000_000) for i in range(6)],
-              tmp_path / "r.csv")
+
+    write_csv(
+        [IterationRecord("j", i, 0.4 * i, 0.4 * i + 0.3, 0.4 * i + 0.4, 4_000_000) for i in range(6)],
+        tmp_path / "r.csv",
+    )
     r = _cli("trace-export", tmp_path / "r.csv", tmp_path / "t.csv", "--flows", "4")
     assert r.exit_code == 0 and "6 iterations (24 rows)" in r.output, r.output
     d = json.loads(_cli("trace-import", tmp_path / "t.csv", "--line-rate", "1gbit", "--json").stdout)

@@ -1,4 +1,5 @@
 """`mltcp traffic` commands (typer app in mltcp.traffic.cli) and the unit parsers."""
+
 import json
 import subprocess
 import sys
@@ -25,11 +26,28 @@ def test_units():
 def test_send_json_against_receiver():
     with Receiver(("127.0.0.1", 0)) as rx:
         rx.start()
-        res = runner.invoke(app, ["send", "--to", f"127.0.0.1:{rx.addr[1]}", "--cc", "mltcp-cubic", "--job", "4",
-                                  "--bytes", "100KB", "--compute", "1ms", "--iterations", "3", "--json"])
+        res = runner.invoke(
+            app,
+            [
+                "send",
+                "--to",
+                f"127.0.0.1:{rx.addr[1]}",
+                "--cc",
+                "mltcp-cubic",
+                "--job",
+                "4",
+                "--bytes",
+                "100KB",
+                "--compute",
+                "1ms",
+                "--iterations",
+                "3",
+                "--json",
+            ],
+        )
         rx.stop()
         assert res.exit_code == 0, res.output
-        doc = json.loads(res.stdout)                       # one JSON document
+        doc = json.loads(res.stdout)  # one JSON document
         recs, summary = doc["records"], doc["summary"]
         assert [r["iteration"] for r in recs] == [0, 1, 2]
         assert all(r["bytes"] == 100_000 and r["end"] >= r["comm_start"] >= r["start"] for r in recs)
@@ -37,14 +55,17 @@ def test_send_json_against_receiver():
         assert f.delivered == 300_000 and f.job_id == 4 and summary[0]["crc32"] == f.crc
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["send", "--to", "127.0.0.1:x"], "--to"),
-    (["send", "--to", "127.0.0.1:9", "--cc", "vegas"], "unknown congestion control"),
-    (["send", "--to", "127.0.0.1:9", "--bytes", "lots"], "--bytes"),
-    (["send", "--to", "127.0.0.1:9", "--cc", "reno", "--slope", "2"], "mltcp"),
-    (["send", "--to", "127.0.0.1:9", "--job", "70000"], "job_id"),
-    (["send", "--to", "127.0.0.1:9", "--detect-iterations", "magic"], "explicit or idle"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["send", "--to", "127.0.0.1:x"], "--to"),
+        (["send", "--to", "127.0.0.1:9", "--cc", "vegas"], "unknown congestion control"),
+        (["send", "--to", "127.0.0.1:9", "--bytes", "lots"], "--bytes"),
+        (["send", "--to", "127.0.0.1:9", "--cc", "reno", "--slope", "2"], "mltcp"),
+        (["send", "--to", "127.0.0.1:9", "--job", "70000"], "job_id"),
+        (["send", "--to", "127.0.0.1:9", "--detect-iterations", "magic"], "explicit or idle"),
+    ],
+)
 def test_send_bad_input_exits_2(args, needle):
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and needle in res.output
@@ -56,6 +77,7 @@ def test_trace_import_errors_and_profile(tmp_path):
     res = runner.invoke(app, ["trace-import", str(bad)])
     assert res.exit_code == 2 and f"{bad}:2:" in res.output.replace("\n", "")
     from mltcp.traffic.traces import example_trace
+
     res = runner.invoke(app, ["trace-import", str(example_trace()), "--line-rate", "10gbit", "--json"])
     assert res.exit_code == 0
     d = json.loads(res.stdout)
@@ -64,6 +86,7 @@ def test_trace_import_errors_and_profile(tmp_path):
 
 def test_records_trace_and_pcap_commands(tmp_path):
     from mltcp.records import IterationRecord, write_csv
+
     recs = [IterationRecord("job5", i, 0.1 * i, 0.1 * i + 0.06, 0.1 * i + 0.1, 1_000_000) for i in range(4)]
     write_csv(recs, tmp_path / "r.csv")
     assert runner.invoke(app, ["trace-export", str(tmp_path / "r.csv"), str(tmp_path / "t.csv")]).exit_code == 0
@@ -79,15 +102,45 @@ def test_records_trace_and_pcap_commands(tmp_path):
 
 
 def test_recv_command_process():
-    proc = subprocess.Popen([sys.executable, "-m", "mltcp.traffic.cli", "recv", "--bind", "127.0.0.1:0",
-                             "--duration", "20s", "--idle-exit", "0.5s", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mltcp.traffic.cli",
+            "recv",
+            "--bind",
+            "127.0.0.1:0",
+            "--duration",
+            "20s",
+            "--idle-exit",
+            "0.5s",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        line = proc.stderr.readline()           # "listening on 127.0.0.1:PORT"
+        line = proc.stderr.readline()  # "listening on 127.0.0.1:PORT"
         assert line.startswith("listening on"), line
         port = int(line.strip().rsplit(":", 1)[1])
-        res = runner.invoke(app, ["send", "--to", f"127.0.0.1:{port}", "--cc", "dcqcn", "--bytes", "50KB",
-                                  "--compute", "0", "--iterations", "2", "--json"])
+        res = runner.invoke(
+            app,
+            [
+                "send",
+                "--to",
+                f"127.0.0.1:{port}",
+                "--cc",
+                "dcqcn",
+                "--bytes",
+                "50KB",
+                "--compute",
+                "0",
+                "--iterations",
+                "2",
+                "--json",
+            ],
+        )
         assert res.exit_code == 0, res.output
         out, _ = proc.communicate(timeout=30)
         doc = json.loads(out)
@@ -103,14 +156,29 @@ def test_recv_command_process():
 
 def test_send_without_receiver_times_out_with_exit_1():
     import socket
+
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
-    s.close()                                   # nothing listens there now
-    res = runner.invoke(app, ["send", "--to", f"127.0.0.1:{port}", "--bytes", "10KB", "--compute", "0",
-                              "--iterations", "1", "--timeout", "0.5s"])
+    s.close()  # nothing listens there now
+    res = runner.invoke(
+        app,
+        [
+            "send",
+            "--to",
+            f"127.0.0.1:{port}",
+            "--bytes",
+            "10KB",
+            "--compute",
+            "0",
+            "--iterations",
+            "1",
+            "--timeout",
+            "0.5s",
+        ],
+    )
     assert res.exit_code == 1 and "not delivered" in res.output
-    assert "flow 0: acked 0 of 10000" in " ".join(res.output.split())   # what was stuck, and how far
+    assert "flow 0: acked 0 of 10000" in " ".join(res.output.split())  # what was stuck, and how far
 
 
 def test_send_with_a_psk_file_against_a_receiver_with_the_same_key(tmp_path):
@@ -118,8 +186,23 @@ def test_send_with_a_psk_file_against_a_receiver_with_the_same_key(tmp_path):
     key.write_text("k" * 32 + "\n")
     with Receiver(("127.0.0.1", 0), psk=b"k" * 32) as rx:
         rx.start()
-        res = runner.invoke(app, ["send", "--to", f"127.0.0.1:{rx.addr[1]}", "--psk", str(key),
-                                  "--bytes", "50KB", "--compute", "1ms", "--iterations", "2", "--json"])
+        res = runner.invoke(
+            app,
+            [
+                "send",
+                "--to",
+                f"127.0.0.1:{rx.addr[1]}",
+                "--psk",
+                str(key),
+                "--bytes",
+                "50KB",
+                "--compute",
+                "1ms",
+                "--iterations",
+                "2",
+                "--json",
+            ],
+        )
         rx.stop()
         assert res.exit_code == 0, res.output
         (f,) = rx.flows.values()

@@ -4,6 +4,7 @@ out-of-order floods, guessed and known connection ids, forged data and forged AC
 Each test is one of the probes that broke the old code: a datagram with seq >= rcv_nxt + 2^32
 crashed the receiver (32-bit SACK encoding), out-of-order data was buffered without bound, data
 spoofed with the live flow's address, port and conn_id was delivered as the flow's."""
+
 import os
 import socket
 import struct
@@ -11,21 +12,31 @@ import time
 
 import pytest
 
-from mltcp.traffic.transport import (FlowSender, Receiver, TransportError, TransportFault, UdpTransport,
-                                     auth, build_cc, pattern, wire)
+from mltcp.traffic.transport import (
+    FlowSender,
+    Receiver,
+    TransportError,
+    TransportFault,
+    UdpTransport,
+    auth,
+    build_cc,
+    pattern,
+    wire,
+)
 from mltcp.traffic.transport.reassembly import SEG_OVERHEAD, Reassembly
 
 PEER = ("127.0.0.1", 40000)
 
 
-KEY = bytes(range(16))   # the connection key of the datagrams made here (sent, as a handshake does)
+KEY = bytes(range(16))  # the connection key of the datagrams made here (sent, as a handshake does)
 
 
 def data(seq, n, conn=7, job=1, iteration=0, payload=None, key=KEY):
     """A data datagram as a sender makes it: authenticated, carrying its key (handshake)."""
     body = pattern.chunk(seq, n) if payload is None else payload
-    return auth.seal(wire.encode(0, job, iteration, 0, conn, seq, 0, 0, 0, len(body), wire.T_DATA) + body,
-                     key, send_key=True)
+    return auth.seal(
+        wire.encode(0, job, iteration, 0, conn, seq, 0, 0, 0, len(body), wire.T_DATA) + body, key, send_key=True
+    )
 
 
 def feed(rx, dgram, peer=PEER, now=0.0):
@@ -41,14 +52,15 @@ def rx():
 
 # -- sequence space ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seq", [1 << 32, (1 << 32) + 1424, 5 << 40, wire.U64 - 100])
 def test_data_far_past_the_window_is_refused_not_a_crash(rx, seq):
     feed(rx, data(0, 1000))
-    feed(rx, data(seq, 100))                       # old code: struct.error in the SACK encoding
+    feed(rx, data(seq, 100))  # old code: struct.error in the SACK encoding
     (f,) = rx.flows.values()
     assert f.refused == 1 and f.delivered == 1000 and f.ra.held_bytes == 0
     assert f.ra.sack_blocks() == []
-    feed(rx, data(1000, 1000))                     # the flow goes on
+    feed(rx, data(1000, 1000))  # the flow goes on
     assert f.delivered == 2000
 
 
@@ -64,7 +76,7 @@ def test_far_past_window_over_a_real_socket(rx):
             if got >= 2:
                 break
             time.sleep(0.005)
-        a = wire.decode(s.recv(4096))                 # answered at once (out of order), nothing held
+        a = wire.decode(s.recv(4096))  # answered at once (out of order), nothing held
         assert a.flags & wire.FLAG_ACK and a.ack == 500 and not a.sacks
     finally:
         s.close()
@@ -86,6 +98,7 @@ def test_decode_rejects_reversed_sack_blocks():
 
 # -- bounded buffering ------------------------------------------------------------------------------
 
+
 def test_out_of_order_flood_is_bounded_by_the_window():
     """48 MB far ahead of a hole at 0 (the old receiver held all of it: 27.7 MB in the probe)."""
     r = Receiver(("127.0.0.1", 0), window=4 << 20)
@@ -95,8 +108,8 @@ def test_out_of_order_flood_is_bounded_by_the_window():
             feed(r, data(seq, mss))
         (f,) = r.flows.values()
         assert f.ra.held_bytes <= 4 << 20 and r.held == f.ra.held_bytes
-        assert f.refused > 25_000                                    # the rest was refused
-        for seq in range(0, 4 << 20, mss):                           # fill the hole: all delivered
+        assert f.refused > 25_000  # the rest was refused
+        for seq in range(0, 4 << 20, mss):  # fill the hole: all delivered
             feed(r, data(seq, mss))
         assert f.delivered >= (4 << 20) and f.mismatched == 0 and r.held == f.ra.held_bytes
     finally:
@@ -113,10 +126,10 @@ def test_default_window_bounds_buffering(rx):
 
 def test_overlapping_and_tiny_segments_cannot_multiply_memory():
     ra = Reassembly(window=100_000)
-    for s in range(1, 100_000, 7):                 # 1400-byte segments every 7 bytes: 200x overlap
+    for s in range(1, 100_000, 7):  # 1400-byte segments every 7 bytes: 200x overlap
         ra.add(s, pattern.chunk(s, 1400))
     assert ra.held_bytes <= 100_000
-    ra2 = Reassembly(window=1 << 20)               # 1-byte segments: the segment count is capped
+    ra2 = Reassembly(window=1 << 20)  # 1-byte segments: the segment count is capped
     for s in range(1, 1 << 20, 2):
         ra2.add(s, pattern.chunk(s, 1))
     assert len(ra2._segs) <= ra2.max_segments == (1 << 20) // 256
@@ -143,7 +156,7 @@ def test_sender_stays_inside_the_receive_window():
     try:
         f.enqueue(100_000, 0)
         f.service(0.0)
-        assert f.sb.snd_nxt == 5000                 # not the 10-segment initial window
+        assert f.sb.snd_nxt == 5000  # not the 10-segment initial window
     finally:
         f.close()
         peer.close()
@@ -151,10 +164,11 @@ def test_sender_stays_inside_the_receive_window():
 
 # -- connection ids --------------------------------------------------------------------------------
 
+
 def test_conn_ids_are_48_random_bits_per_connection():
     ids = [wire.new_conn_id() for _ in range(20_000)]
     assert len(set(ids)) == len(ids) and all(0 < c < 1 << 48 for c in ids)
-    assert sum(c >> 32 != 0 for c in ids) > 19_000              # the high 16 bits are used
+    assert sum(c >> 32 != 0 for c in ids) > 19_000  # the high 16 bits are used
     peer = ("127.0.0.1", 9)
     flows = [FlowSender(peer, build_cc("reno")) for _ in range(8)]
     try:
@@ -174,7 +188,7 @@ def test_conn_id_roundtrip_on_the_wire():
 
 def test_guessed_conn_ids_open_separate_flows_and_touch_nothing(rx):
     feed(rx, data(0, 1000, conn=0xABCDEF123456))
-    for guess in range(1, 50):                     # same address, wrong conn_id: other flows
+    for guess in range(1, 50):  # same address, wrong conn_id: other flows
         feed(rx, data(1000, 1000, conn=guess, payload=b"\x00" * 1000))
         feed(rx, data(0, 1000, conn=guess))
     f = rx.flows[(PEER, 0xABCDEF123456)]
@@ -184,7 +198,7 @@ def test_guessed_conn_ids_open_separate_flows_and_touch_nothing(rx):
 def test_garbage_at_the_right_offset_is_never_taken(rx):
     conn = 0x1234_56789ABC
     feed(rx, data(0, 1000, conn=conn))
-    feed(rx, data(1000, 1000, conn=conn, payload=b"\xAA" * 1000))   # spoofed, in order
+    feed(rx, data(1000, 1000, conn=conn, payload=b"\xaa" * 1000))  # spoofed, in order
     (f,) = rx.flows.values()
     assert f.delivered == 1000 and f.mismatched == 1000
     feed(rx, data(1000, 1000, conn=conn))
@@ -193,12 +207,24 @@ def test_garbage_at_the_right_offset_is_never_taken(rx):
 
 # -- end to end: forged source address, port and conn_id (raw IP socket) ----------------------------
 
+
 def _forge_udp(src: tuple[str, int], dst: tuple[str, int], payload: bytes) -> None:
     """Send one UDP datagram with a forged source address and port (IP_HDRINCL, needs root)."""
-    udp = struct.pack("!HHHH", src[1], dst[1], 8 + len(payload), 0) + payload   # checksum 0: none
+    udp = struct.pack("!HHHH", src[1], dst[1], 8 + len(payload), 0) + payload  # checksum 0: none
     total = 20 + len(udp)
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, total, 0, 0, 64, socket.IPPROTO_UDP, 0,
-                     socket.inet_aton(src[0]), socket.inet_aton(dst[0]))
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        total,
+        0,
+        0,
+        64,
+        socket.IPPROTO_UDP,
+        0,
+        socket.inet_aton(src[0]),
+        socket.inet_aton(dst[0]),
+    )
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     try:
         s.sendto(ip + udp, (dst[0], 0))
@@ -221,6 +247,7 @@ def _inject_during(tx, nbytes, inject):
     """Send ``nbytes`` on ``tx`` while ``inject()`` runs in another thread (the attack happens
     during the transfer, as it would on a wire)."""
     import threading
+
     t = threading.Thread(target=inject)
     t.start()
     try:
@@ -245,11 +272,13 @@ def test_spoofed_in_window_data_without_the_key_is_never_delivered(mode):
             flow = rx.flows[(src, f.conn_id)]
 
             def inject():
-                for k in range(20):   # the attacker's own key: all it can put in a handshake
+                for k in range(20):  # the attacker's own key: all it can put in a handshake
                     seq = flow.delivered + 1424 * (k + 1)
-                    _forge_udp(src, rx.addr, data(seq, 1424, conn=f.conn_id, payload=os.urandom(1424),
-                                                  key=os.urandom(16)))
+                    _forge_udp(
+                        src, rx.addr, data(seq, 1424, conn=f.conn_id, payload=os.urandom(1424), key=os.urandom(16))
+                    )
                     time.sleep(0.002)
+
             _inject_during(tx, 2_900_000, inject)
             _wait(lambda: flow.forged == 20, "the spoofed datagrams")
             assert flow.delivered == 3_000_000
@@ -269,10 +298,11 @@ def test_on_path_attacker_who_saw_the_handshake_can_inject_and_the_sender_fails_
             src = f.sock.getsockname()
             tx.send_iteration(50_000, 0)
             flow = rx.flows[(src, f.conn_id)]
-            seen_key = f.key     # what a sniffer reads from the flow's first datagrams
+            seen_key = f.key  # what a sniffer reads from the flow's first datagrams
             for k in range(20):
-                _forge_udp(src, rx.addr, data(50_000 + k * 1424, 1424, conn=f.conn_id,
-                                              payload=os.urandom(1424), key=seen_key))
+                _forge_udp(
+                    src, rx.addr, data(50_000 + k * 1424, 1424, conn=f.conn_id, payload=os.urandom(1424), key=seen_key)
+                )
             _wait(lambda: flow.delivered == 50_000 + 20 * 1424, "the spoofed datagrams")
             assert flow.forged == 0 and flow.crc != pattern.expected_crc(0, flow.delivered)
             with pytest.raises(TransportFault, match="spoofed"):
@@ -286,14 +316,14 @@ def test_a_flipped_bit_or_a_missing_mac_is_dropped_before_anything_else():
         (f,) = r.flows.values()
         assert f.delivered == 1000 and f.key == KEY
         bad = bytearray(data(1000, 1000))
-        bad[100] ^= 1                                           # a payload bit
+        bad[100] ^= 1  # a payload bit
         feed(r, bytes(bad))
         plain = wire.encode(0, 1, 0, 0, 7, 1000, 0, 0, 0, 1000, wire.T_DATA) + pattern.chunk(1000, 1000)
-        feed(r, plain)                                          # no MAC at all
+        feed(r, plain)  # no MAC at all
         assert f.forged == 2 and f.delivered == 1000 and f.datagrams == 1
-        feed(r, data(1000, 1000, key=os.urandom(16)))           # another key cannot replace it
+        feed(r, data(1000, 1000, key=os.urandom(16)))  # another key cannot replace it
         assert f.forged == 3 and f.key == KEY
-        feed(r, plain, peer=("127.0.0.1", 40001))               # no flow yet: none is opened
+        feed(r, plain, peer=("127.0.0.1", 40001))  # no flow yet: none is opened
         assert r.unauthenticated == 1 and len(r.flows) == 1
 
 
@@ -302,13 +332,12 @@ def test_acks_without_the_key_are_not_taken(peer):
     try:
         f.enqueue(50_000, 0)
         f.service(0.0)
-        forged = auth.seal(wire.encode(wire.FLAG_ACK, 0, 0, 0, f.conn_id, 0, 10_000, 0, 0, 0, 0),
-                           os.urandom(16))
+        forged = auth.seal(wire.encode(wire.FLAG_ACK, 0, 0, 0, f.conn_id, 0, 10_000, 0, 0, 0, 0), os.urandom(16))
         plain = wire.encode(wire.FLAG_ACK, 0, 0, 0, f.conn_id, 0, 10_000, 0, 0, 0, 0)
         _push(peer, f, [forged, plain], 0.001)
         assert f.stats["forged"] == 2 and f.sb.snd_una == 0 and f.send_key
-        _push(peer, f, [_ack(f, 1000)], 0.002)                   # the receiver's: taken
-        assert f.sb.snd_una == 1000 and not f.send_key           # key confirmed: no longer sent
+        _push(peer, f, [_ack(f, 1000)], 0.002)  # the receiver's: taken
+        assert f.sb.snd_una == 1000 and not f.send_key  # key confirmed: no longer sent
     finally:
         f.close()
 
@@ -323,6 +352,7 @@ def test_mismatched_psks_deliver_nothing_and_time_out():
 
 
 # -- forged ACKs at the sender ----------------------------------------------------------------------
+
 
 @pytest.fixture
 def peer():
@@ -374,9 +404,9 @@ def test_acks_that_keep_going_back_fault(peer):
     try:
         f.enqueue(50_000, 0)
         f.service(0.0)
-        _push(peer, f, [_ack(f, 10_000)], 0.001)          # (forged) everything acknowledged
+        _push(peer, f, [_ack(f, 10_000)], 0.001)  # (forged) everything acknowledged
         assert f.sb.snd_una == 10_000 and f.fault is None
-        _push(peer, f, [_ack(f, 2000)] * 63, 0.002)         # the real receiver is at 2000
+        _push(peer, f, [_ack(f, 2000)] * 63, 0.002)  # the real receiver is at 2000
         assert f.fault is None
         _push(peer, f, [_ack(f, 2000)], 0.003)
         assert f.fault and "in a row" in f.fault

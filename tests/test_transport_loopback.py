@@ -1,5 +1,6 @@
 """The userspace transport end to end over loopback: integrity under loss/reorder/duplication,
 ECN echo and CNPs, and the congestion-control reactions."""
+
 import socket
 
 import pytest
@@ -13,9 +14,9 @@ LINE = 50e6 / 8  # DCQCN line rate for these tests: 50 Mb/s
 
 def _check_integrity(rx, tx, total):
     (flow,) = rx.flows.values()
-    assert flow.delivered == total                      # nothing lost
-    assert flow.mismatched == 0                         # every byte where it belongs
-    assert flow.crc == pattern.expected_crc(0, total)   # ...and in order, exactly once
+    assert flow.delivered == total  # nothing lost
+    assert flow.mismatched == 0  # every byte where it belongs
+    assert flow.crc == pattern.expected_crc(0, total)  # ...and in order, exactly once
     assert tx.flows[0].crc == flow.crc
     assert tx.flows[0].sb.snd_una == total
     return flow
@@ -24,9 +25,12 @@ def _check_integrity(rx, tx, total):
 @pytest.mark.parametrize("cc", CCS)
 def test_lossy_relay_no_byte_lost_duplicated_or_reordered(cc):
     sizes = [1_000_000, 1, 500_001]
-    with Receiver(("127.0.0.1", 0)) as rx, \
-            LossyRelay(rx.addr, drop=0.05, reorder=0.01, duplicate=0.01, ack_drop=0.01, seed=6) as relay:
-        rx.start(); relay.start()
+    with (
+        Receiver(("127.0.0.1", 0)) as rx,
+        LossyRelay(rx.addr, drop=0.05, reorder=0.01, duplicate=0.01, ack_drop=0.01, seed=6) as relay,
+    ):
+        rx.start()
+        relay.start()
         with UdpTransport([relay.addr], cc=cc, job_id=5, line_rate=LINE, min_rto=0.02, timeout=60) as tx:
             for i, n in enumerate(sizes):
                 res = tx.send_iteration(n, i)
@@ -35,7 +39,7 @@ def test_lossy_relay_no_byte_lost_duplicated_or_reordered(cc):
             flow = _check_integrity(rx, tx, sum(sizes))
     assert relay.stats["dropped"] > 0 and relay.stats["duplicated"] > 0 and relay.stats["reordered"] > 0
     assert tx.retransmits >= relay.stats["dropped"] * 0.5
-    assert flow.duplicates > 0                         # duplicates arrived and were discarded
+    assert flow.duplicates > 0  # duplicates arrived and were discarded
     assert sorted(flow.iterations) == [0, 1, 2] and flow.job_id == 5
 
 
@@ -47,8 +51,9 @@ def test_relay_fate_depends_on_seed_and_index_not_on_ack_interleaving():
     runs = []
     try:
         for acks_between in (0, 3):
-            with LossyRelay(sink.getsockname(), drop=0.05, reorder=0.01, duplicate=0.01, ce=0.02,
-                            ack_drop=0.5, seed=6) as relay:
+            with LossyRelay(
+                sink.getsockname(), drop=0.05, reorder=0.01, duplicate=0.01, ce=0.02, ack_drop=0.5, seed=6
+            ) as relay:
                 for k in range(1000):
                     for _ in range(acks_between):
                         relay._drop_ack()
@@ -69,20 +74,21 @@ def test_clean_loopback_grows_window_and_no_retransmits():
             rx.stop()
             _check_integrity(rx, tx, 2_000_000)
             f = tx.flows[0]
-            assert f.st.cwnd[0] > 10 * f.payload      # slow start grew the window
+            assert f.st.cwnd[0] > 10 * f.payload  # slow start grew the window
             assert f.rtt.srtt is not None
 
 
 @pytest.mark.parametrize("cc", ["reno", "mltcp-cubic", "dctcp"])
 def test_ecn_echo_reduces_window(cc):
     with Receiver(("127.0.0.1", 0)) as rx, LossyRelay(rx.addr, ce=0.05, seed=3) as relay:
-        rx.start(); relay.start()
+        rx.start()
+        relay.start()
         with UdpTransport([relay.addr], cc=cc, timeout=30) as tx:
             tx.send_iteration(1_500_000, 0)
             rx.stop()
             flow = _check_integrity(rx, tx, 1_500_000)
             st = tx.flows[0].stats
-    assert relay.stats["ce"] > 0 and flow.ce == relay.stats["ce"]   # CE seen via IP_RECVTOS
+    assert relay.stats["ce"] > 0 and flow.ce == relay.stats["ce"]  # CE seen via IP_RECVTOS
     assert st["ece"] > 0 and st["ecn_events"] > 0 and st["loss_events"] == 0
     assert st["ecn_events"] <= st["ece"]
 
@@ -91,7 +97,8 @@ def test_dctcp_alpha_follows_the_marked_fraction_the_receiver_echoes():
     """5 % of the datagrams CE-marked by the relay: the receiver's ce_count reaches the sender's
     in_ack_event, so DCTCP's alpha settles near 0.05 (from 1.0 at the start; 0 if no CE reached it)."""
     with Receiver(("127.0.0.1", 0)) as rx, LossyRelay(rx.addr, ce=0.05, seed=3) as relay:
-        rx.start(); relay.start()
+        rx.start()
+        relay.start()
         with UdpTransport([relay.addr], cc="dctcp", timeout=30) as tx:
             tx.send_iteration(3_000_000, 0)
             rx.stop()
@@ -102,7 +109,8 @@ def test_dctcp_alpha_follows_the_marked_fraction_the_receiver_echoes():
 
 def test_dcqcn_cnp_path_lowers_rate():
     with Receiver(("127.0.0.1", 0)) as rx, LossyRelay(rx.addr, ce=0.1, seed=4) as relay:
-        rx.start(); relay.start()
+        rx.start()
+        relay.start()
         with UdpTransport([relay.addr], cc="dcqcn", line_rate=LINE, timeout=30) as tx:
             tx.send_iteration(400_000, 0)
             rx.stop()
@@ -113,6 +121,7 @@ def test_dcqcn_cnp_path_lowers_rate():
 
 
 # -- deterministic sender reactions, driven by hand-made ACKs ---------------------------------
+
 
 @pytest.fixture
 def peer():
@@ -131,7 +140,8 @@ def _ack(f, ack, sacks=(), flags=wire.FLAG_ACK, tsecr=0):
 def _deliver(peer, f, data, now):
     peer.sendto(data, f.sock.getsockname())
     import time
-    for _ in range(200):       # wait until the datagram is queued on the sender's socket
+
+    for _ in range(200):  # wait until the datagram is queued on the sender's socket
         f.drain(now)
         if f.stats["acks"] or f.stats["bad"]:
             break
@@ -144,11 +154,11 @@ def test_sender_reductions_once_per_rtt(peer):
     try:
         f.enqueue(100 * mss, 0)
         f.service(0.0)
-        assert f.sb.snd_nxt == 10 * mss                 # initial window: 10 segments
+        assert f.sb.snd_nxt == 10 * mss  # initial window: 10 segments
         for _ in range(10):
             peer.recvfrom(4096)
         _deliver(peer, f, _ack(f, 2 * mss), 0.001)
-        assert f.st.cwnd[0] == 12 * mss                 # slow start: +acked bytes
+        assert f.st.cwnd[0] == 12 * mss  # slow start: +acked bytes
         f.stats["acks"] = 0
         # three duplicate ACKs with SACKs beyond the hole at 2*mss -> one loss reduction
         for k in range(3):
@@ -181,7 +191,7 @@ def test_sender_timeout_collapses_window(peer):
         assert f.stats["timeouts"] == 0
         f.service(1.01)
         assert f.stats["timeouts"] == 1 and f.st.cwnd[0] == 1000
-        assert f.stats["retransmits"] == 1 and f.rtt.rto == 2.0   # one segment resent, RTO doubled
+        assert f.stats["retransmits"] == 1 and f.rtt.rto == 2.0  # one segment resent, RTO doubled
     finally:
         f.close()
 
@@ -215,7 +225,7 @@ def test_mltcp_ratio_comes_from_tracker(peer):
         # times closer than the tracker's 1 ms idle rule, so only the explicit boundary counts
         _deliver(peer, f, _ack(f, 4000), 0.0001)
         f.stats["acks"] = 0
-        f.enqueue(4000, 1)                                # tracker learns 4000 bytes/iteration
+        f.enqueue(4000, 1)  # tracker learns 4000 bytes/iteration
         f.service(0.0002)
         for _ in range(4):
             peer.recvfrom(4096)
@@ -244,12 +254,17 @@ def test_mltcp_restart_window_restarts_each_marked_iteration_s_window(peer):
     without it the window is kept (the idle gap is far below the RTO)."""
     mss = 1000
     for window, want in ((4, 4 * mss), (0, 80 * mss)):
-        f = FlowSender(peer.getsockname(), build_cc("mltcp-reno", restart_window=window), payload=mss,
-                       min_rto=0.2, clock=lambda: 0.0)
+        f = FlowSender(
+            peer.getsockname(),
+            build_cc("mltcp-reno", restart_window=window),
+            payload=mss,
+            min_rto=0.2,
+            clock=lambda: 0.0,
+        )
         try:
             assert f.cc.boundary == "mark"
             _one_iteration_then_a_large_window(peer, f, mss)
-            f.service(0.02)                                # a 20 ms compute gap
+            f.service(0.02)  # a 20 ms compute gap
             assert f.st.cwnd[0] == want and f.stats["idle_restarts"] == int(window > 0)
             if window:
                 assert f.st.ssthresh[0] >= 60 * mss
@@ -260,18 +275,23 @@ def test_mltcp_restart_window_restarts_each_marked_iteration_s_window(peer):
 def test_receiver_cnp_at_most_one_per_interval():
     with Receiver(("127.0.0.1", 0), cnp_interval=50e-6, clock=lambda: 0.0) as rx:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x03)   # CE
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 0x03)  # CE
         s.bind(("127.0.0.1", 0))
         s.settimeout(2)
         try:
             key = auth.new_conn_key()
 
-            def data(seq):   # a sender's handshake datagrams: the key, then the MAC
-                return auth.seal(wire.encode(0, 1, 0, 1234, 9, seq, 0, 0, 0, 100, wire.T_DATA)
-                                 + pattern.chunk(seq, 100), key, send_key=True)
+            def data(seq):  # a sender's handshake datagrams: the key, then the MAC
+                return auth.seal(
+                    wire.encode(0, 1, 0, 1234, 9, seq, 0, 0, 0, 100, wire.T_DATA) + pattern.chunk(seq, 100),
+                    key,
+                    send_key=True,
+                )
+
             for i in range(5):
                 s.sendto(data(i * 100), rx.addr)
             import time
+
             got = 0
             for _ in range(200):
                 got += rx.drain(1.0)
@@ -279,7 +299,7 @@ def test_receiver_cnp_at_most_one_per_interval():
                     break
                 time.sleep(0.005)
             (f,) = rx.flows.values()
-            assert f.ce == 5 and f.cnps == 1            # same instant: one CNP
+            assert f.ce == 5 and f.cnps == 1  # same instant: one CNP
             s.sendto(data(500), rx.addr)
             for _ in range(200):
                 if rx.drain(1.0 + 60e-6):
@@ -296,7 +316,7 @@ def test_receiver_cnp_at_most_one_per_interval():
                     break
             assert sum(bool(a.flags & wire.FLAG_CNP) for a in acks) == 2
             assert all(a.flags & wire.FLAG_ECE for a in acks)
-            assert all(a.job_id == 1 and a.ratio_q16 == 1234 for a in acks)   # echoed from the data
+            assert all(a.job_id == 1 and a.ratio_q16 == 1234 for a in acks)  # echoed from the data
         finally:
             s.close()
 
@@ -304,6 +324,7 @@ def test_receiver_cnp_at_most_one_per_interval():
 @pytest.mark.parametrize("explicit", [True, False])
 def test_mltcp_tracker_learns_iteration_bytes(explicit):
     import time
+
     with Receiver(("127.0.0.1", 0)) as rx:
         rx.start()
         with UdpTransport([rx.addr], cc="mltcp-reno", timeout=30, explicit_iterations=explicit) as tx:
@@ -315,7 +336,7 @@ def test_mltcp_tracker_learns_iteration_bytes(explicit):
                 tx.send_iteration(200_000, i)
             assert float(tr.bytes_per_iter[0]) == 200_000
             assert float(tr.bytes_ratio[0]) == 1.0 and tx.flows[0].ratio_q == 0xFFFF
-            if explicit:                             # every boundary counted once
+            if explicit:  # every boundary counted once
                 assert int(tr.iteration[0]) == 5
 
 
@@ -327,16 +348,16 @@ def test_tail_loss_probe_before_timeout(peer):
         f.service(0.0)
         for _ in range(10):
             peer.recvfrom(4096)
-        _deliver(peer, f, _ack(f, 9 * mss), 0.001)    # the last segment (the tail) is lost
+        _deliver(peer, f, _ack(f, 9 * mss), 0.001)  # the last segment (the tail) is lost
         assert f.rtt.srtt == pytest.approx(0.001)
         f.service(0.005)
         assert f.stats["tlp"] == 0
-        f.service(0.0115)                               # 10 ms (min PTO) after the last delivery
+        f.service(0.0115)  # 10 ms (min PTO) after the last delivery
         assert f.stats["tlp"] == 1 and f.stats["timeouts"] == 0
         p = wire.decode(peer.recvfrom(4096)[0])
         assert p.seq == 9 * mss and p.tflags & wire.T_RETX
         f.service(0.03)
-        assert f.stats["tlp"] == 1                      # one probe until something is delivered
+        assert f.stats["tlp"] == 1  # one probe until something is delivered
     finally:
         f.close()
 
@@ -344,18 +365,19 @@ def test_tail_loss_probe_before_timeout(peer):
 @pytest.mark.parametrize("restart", [True, False])
 def test_window_restarts_after_idle_longer_than_rto(peer, restart):
     mss = 1000
-    f = FlowSender(peer.getsockname(), build_cc("reno"), payload=mss, min_rto=0.2, idle_restart=restart,
-                   clock=lambda: 0.0)
+    f = FlowSender(
+        peer.getsockname(), build_cc("reno"), payload=mss, min_rto=0.2, idle_restart=restart, clock=lambda: 0.0
+    )
     try:
         _one_iteration_then_a_large_window(peer, f, mss)
-        f.service(0.1)                                 # idle 0.1 s < RTO: window kept
+        f.service(0.1)  # idle 0.1 s < RTO: window kept
         assert f.st.cwnd[0] == 80 * mss and f.stats["idle_restarts"] == 0
         for _ in range(5):
             peer.recvfrom(4096)
         _deliver(peer, f, _ack(f, 15 * mss), 0.101)
-        cw = f.st.cwnd[0]                              # 85 segments after that ACK (slow start)
+        cw = f.st.cwnd[0]  # 85 segments after that ACK (slow start)
         f.enqueue(5 * mss, 2)
-        f.service(0.101 + 2.5 * f.rtt.rto)            # idle for 2.5 RTOs: halved twice
+        f.service(0.101 + 2.5 * f.rtt.rto)  # idle for 2.5 RTOs: halved twice
         if restart:
             assert f.st.cwnd[0] == pytest.approx(cw / 4)
             assert f.st.ssthresh[0] >= 0.75 * cw and f.stats["idle_restarts"] == 1
@@ -367,12 +389,14 @@ def test_window_restarts_after_idle_longer_than_rto(peer, restart):
 
 def test_one_job_several_flows():
     with Receiver(("127.0.0.1", 0)) as r1, Receiver(("127.0.0.1", 0)) as r2:
-        r1.start(); r2.start()
+        r1.start()
+        r2.start()
         with UdpTransport([r1.addr, f"127.0.0.1:{r2.addr[1]}"], cc="mltcp-cubic", job_id=9, timeout=30) as tx:
             res = [tx.send_iteration(250_000, i) for i in range(3)]
             assert all(r.flows == 2 and r.bytes == 250_000 for r in res)
             stats = tx.stats()
-        r1.stop(); r2.stop()
+        r1.stop()
+        r2.stop()
         for rx, st in zip((r1, r2), stats):
             (f,) = rx.flows.values()
             assert f.delivered == 750_000 and f.mismatched == 0 and f.job_id == 9
@@ -383,26 +407,26 @@ def test_no_window_growth_when_app_limited_or_in_recovery(peer):
     mss = 1000
     f = FlowSender(peer.getsockname(), build_cc("reno"), payload=mss, clock=lambda: 0.0)
     try:
-        f.enqueue(2 * mss, 0)                       # 2 segments, window of 10: application-limited
+        f.enqueue(2 * mss, 0)  # 2 segments, window of 10: application-limited
         f.service(0.0)
         for _ in range(2):
             peer.recvfrom(4096)
         _deliver(peer, f, _ack(f, 2 * mss), 0.001)
         assert f.st.cwnd[0] == 10 * mss and f.st.tracker is None
         f.stats["acks"] = 0
-        f.enqueue(40 * mss, 1)                      # now the window limits: slow start grows it
+        f.enqueue(40 * mss, 1)  # now the window limits: slow start grows it
         f.service(0.002)
         for _ in range(10):
             peer.recvfrom(4096)
         _deliver(peer, f, _ack(f, 4 * mss), 0.003)
         assert f.st.cwnd[0] == 12 * mss
         f.stats["acks"] = 0
-        for k in range(3):                          # loss of segment 4: reduction, recovery starts
+        for k in range(3):  # loss of segment 4: reduction, recovery starts
             _deliver(peer, f, _ack(f, 4 * mss, [(5 * mss, (6 + k) * mss)]), 0.004)
             f.stats["acks"] = 0
         assert f.stats["loss_events"] == 1
         cw = f.st.cwnd[0]
-        _deliver(peer, f, _ack(f, 4 * mss, [(5 * mss, 10 * mss)]), 0.005)   # more SACKed, in recovery
+        _deliver(peer, f, _ack(f, 4 * mss, [(5 * mss, 10 * mss)]), 0.005)  # more SACKed, in recovery
         assert f.st.cwnd[0] == cw
     finally:
         f.close()

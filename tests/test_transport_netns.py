@@ -1,5 +1,6 @@
 """The transport between two network namespaces: a real 100 Mb/s htb bottleneck with a small bfifo
 (drops) and kernel-set CE marks (nftables `ip ecn set ce` on 5 % of data). Needs root, ip, tc, nft."""
+
 import os
 import shutil
 import subprocess
@@ -33,8 +34,24 @@ def link():
         for ns, dev in ((a, "tna"), (b, "tnb")):
             _sh("ip", "-n", ns, "link", "set", dev, "up")
         _sh("tc", "-n", a, "qdisc", "add", "dev", "tna", "root", "handle", "1:", "htb", "default", "10")
-        _sh("tc", "-n", a, "class", "add", "dev", "tna", "parent", "1:", "classid", "1:10", "htb",
-            "rate", "100mbit", "ceil", "100mbit")
+        _sh(
+            "tc",
+            "-n",
+            a,
+            "class",
+            "add",
+            "dev",
+            "tna",
+            "parent",
+            "1:",
+            "classid",
+            "1:10",
+            "htb",
+            "rate",
+            "100mbit",
+            "ceil",
+            "100mbit",
+        )
         _sh("tc", "-n", a, "qdisc", "add", "dev", "tna", "parent", "1:10", "handle", "10:", "bfifo", "limit", "30000")
         yield a, b
     finally:
@@ -45,7 +62,14 @@ def link():
 def _mark_ce(ns):
     _sh("ip", "netns", "exec", ns, "nft", "add", "table", "ip", "mltcptest")
     _sh("ip", "netns", "exec", ns, "nft", "add chain ip mltcptest pre { type filter hook prerouting priority -150; }")
-    _sh("ip", "netns", "exec", ns, "nft", "add rule ip mltcptest pre udp dport 9199 numgen random mod 20 == 0 ip ecn set ce")
+    _sh(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "nft",
+        "add rule ip mltcptest pre udp dport 9199 numgen random mod 20 == 0 ip ecn set ce",
+    )
 
 
 def _run(link, cc, nbytes=1_500_000, iterations=2):
@@ -55,7 +79,7 @@ def _run(link, cc, nbytes=1_500_000, iterations=2):
 
 def test_reno_through_small_buffer_recovers_losses(link):
     recs, tx, rx = _run(link, "reno")
-    assert tx["retransmits"] > 0 and tx["loss_events"] > 0      # the 30 KB bfifo dropped
+    assert tx["retransmits"] > 0 and tx["loss_events"] > 0  # the 30 KB bfifo dropped
     assert [r["iteration"] for r in recs] == [0, 1]
 
 

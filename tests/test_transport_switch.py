@@ -3,6 +3,7 @@ impairments injected by the switch on both directions: 5 % loss, 1 % reordering,
 of data *and* ACKs, on a 100 Mb/s, 1 ms link. Every algorithm must deliver every byte exactly
 once and in order (byte check against the pattern, CRC-32 of the whole stream equal on both
 sides). Two namespaces, the switch in this process; everything is removed even on failure."""
+
 import os
 
 import pytest
@@ -42,11 +43,18 @@ def impaired_path():
         tb.run(nb, "ip", "neigh", "add", "10.79.1.1", "lladdr", "02:00:00:00:00:01", "dev", hb)
 
         def link(seed):
-            return LinkConfig(rate_bps=100e6, delay_s=0.001, buffer_pkts=100, loss_pct=5, reorder_pct=1,
-                              duplicate_pct=1, reorder_gap_s=0.002, seed=seed)
+            return LinkConfig(
+                rate_bps=100e6,
+                delay_s=0.001,
+                buffer_pkts=100,
+                loss_pct=5,
+                reorder_pct=1,
+                duplicate_pct=1,
+                reorder_gap_s=0.002,
+                seed=seed,
+            )
 
-        h = start_switch({1: sa, 2: sb}, {1: link(3), 2: link(4)}, grpc_port=free_tcp_port(),
-                         grpc_host="127.0.0.1")
+        h = start_switch({1: sa, 2: sb}, {1: link(3), 2: link(4)}, grpc_port=free_tcp_port(), grpc_host="127.0.0.1")
         h.pipeline.lpm.set(0x0A4F0100, 24, pl.Forward(mac_a, 1))
         h.pipeline.lpm.set(0x0A4F0200, 24, pl.Forward(mac_b, 2))
         h.pipeline.active = True
@@ -60,15 +68,20 @@ def impaired_path():
 @pytest.mark.parametrize("cc", ALGORITHMS)
 def test_no_byte_lost_duplicated_or_reordered_through_the_impaired_switch(impaired_path, cc):
     na, nb, h = impaired_path
-    before = {n: dict(lost=p.queue.lost, dup=p.queue.duplicated, reo=p.queue.reordered)
-              for n, p in h.dataplane.ports.items()}
+    before = {
+        n: dict(lost=p.queue.lost, dup=p.queue.duplicated, reo=p.queue.reordered) for n, p in h.dataplane.ports.items()
+    }
     _, sent, f = transfer(na, nb, "10.79.2.1:9199", cc, 1_000_000, 3, timeout_s=60)
-    print(f"{cc}: {f['bytes']} bytes intact, {sent['retransmits']} retransmissions, "
-          f"{f.get('duplicates', 0)} duplicates discarded; switch so far: "
-          + ", ".join(f"port {n} lost {p.queue.lost} dup {p.queue.duplicated} reordered {p.queue.reordered}"
-                      for n, p in h.dataplane.ports.items()))
-    assert sent["retransmits"] > 0                          # losses happened and were repaired
-    for n, p in h.dataplane.ports.items():                  # both directions were impaired
+    print(
+        f"{cc}: {f['bytes']} bytes intact, {sent['retransmits']} retransmissions, "
+        f"{f.get('duplicates', 0)} duplicates discarded; switch so far: "
+        + ", ".join(
+            f"port {n} lost {p.queue.lost} dup {p.queue.duplicated} reordered {p.queue.reordered}"
+            for n, p in h.dataplane.ports.items()
+        )
+    )
+    assert sent["retransmits"] > 0  # losses happened and were repaired
+    for n, p in h.dataplane.ports.items():  # both directions were impaired
         q = p.queue
         assert q.lost > before[n]["lost"] and q.duplicated > before[n]["dup"], (n, cc)
     assert sum(p.queue.reordered - before[n]["reo"] for n, p in h.dataplane.ports.items()) > 0

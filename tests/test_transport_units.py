@@ -1,4 +1,5 @@
 """Pure parts of the userspace transport: wire codec, RTO estimator, reassembly, scoreboard."""
+
 import random
 
 import pytest
@@ -10,8 +11,21 @@ from mltcp.traffic.transport.scoreboard import Scoreboard
 
 
 def test_wire_roundtrip_with_sacks():
-    h = wire.encode(wire.FLAG_ACK | wire.FLAG_ECE, 7, 123456, 40000, 0xDEADBEEF, 0, 10_000_000_000,
-                    99, 42, 0, 0, ce_count=3, sacks=[(10_000_002_848, 10_000_005_696), (10_000_010_000, 10_000_011_424)])
+    h = wire.encode(
+        wire.FLAG_ACK | wire.FLAG_ECE,
+        7,
+        123456,
+        40000,
+        0xDEADBEEF,
+        0,
+        10_000_000_000,
+        99,
+        42,
+        0,
+        0,
+        ce_count=3,
+        sacks=[(10_000_002_848, 10_000_005_696), (10_000_010_000, 10_000_011_424)],
+    )
     p = wire.decode(h)
     assert (p.flags, p.job_id, p.iteration, p.ratio_q16, p.conn_id) == (0x9, 7, 123456, 40000, 0xDEADBEEF)
     assert p.ack == 10_000_000_000 and p.tsval == 99 and p.tsecr == 42 and p.ce_count == 3
@@ -21,8 +35,9 @@ def test_wire_roundtrip_with_sacks():
 
 def test_wire_shim_matches_contract_and_scapy_layer():
     from mltcp.traffic.header import MLTCP
+
     h = wire.encode(wire.FLAG_ITER_START, 513, 9, wire.ratio_q16(0.5), 1, 2848, 0, 5, 0, 4, wire.T_DATA)
-    s = MLTCP(h[:wire.SHIM_LEN])
+    s = MLTCP(h[: wire.SHIM_LEN])
     assert (s.version, int(s.flags), s.job_id, s.iteration, s.bytes_ratio) == (1, 0x4, 513, 9, 32768)
     assert h[0] >> 4 == 1 and h[0] & 0xF == wire.FLAG_ITER_START
 
@@ -47,18 +62,19 @@ def test_ratio_q16_clamps():
 
 def test_rto_rfc6298():
     e = RttEstimator(min_rto=0.2)
-    assert e.rto == 1.0                       # initial
+    assert e.rto == 1.0  # initial
     e.sample(0.1)
     assert e.srtt == 0.1 and e.rttvar == 0.05 and e.rto == pytest.approx(0.3)
     e.sample(0.1)
     assert e.rttvar == pytest.approx(0.0375) and e.rto == pytest.approx(0.25)
     for _ in range(50):
         e.sample(0.001)
-    assert e.rto == 0.2                        # clamped to min_rto
-    e.backoff(); e.backoff()
+    assert e.rto == 0.2  # clamped to min_rto
+    e.backoff()
+    e.backoff()
     assert e.rto == pytest.approx(0.8)
     e.sample(0.001)
-    assert e.rto == 0.2                        # a new sample clears the backoff
+    assert e.rto == 0.2  # a new sample clears the backoff
     with pytest.raises(ValueError):
         RttEstimator(min_rto=0)
 
@@ -71,7 +87,7 @@ def _segments(total, mss):
 def test_reassembly_delivers_in_order_despite_chaos(seed):
     rng = random.Random(seed)
     segs = _segments(200_000, 1000)
-    arrivals = segs + rng.sample(segs, 30)          # duplicates
+    arrivals = segs + rng.sample(segs, 30)  # duplicates
     rng.shuffle(arrivals)
     # overlapping retransmissions with different boundaries
     arrivals += [(s + 500, pattern.chunk(s + 500, 1000)) for s, _ in rng.sample(segs[:-1], 10)]
@@ -90,7 +106,7 @@ def test_reassembly_sack_blocks_latest_first_and_duplicates():
     assert ra.add(0, b"a" * 10) == ([b"a" * 10], False)
     ra.add(20, b"b" * 10)
     ra.add(50, b"c" * 10)
-    ra.add(30, b"d" * 10)        # extends the [20, 30) block
+    ra.add(30, b"d" * 10)  # extends the [20, 30) block
     assert ra.sack_blocks() == [(20, 40), (50, 60)]
     ra.add(50, b"c" * 10)
     assert ra.sack_blocks()[0] == (50, 60)
@@ -114,11 +130,11 @@ def test_scoreboard_cumulative_ack_and_sack():
     sb, _ = _sent_board(10)
     r = sb.on_ack(300, ())
     assert r.delivered == 300 and r.advanced and sb.snd_una == 300 and sb.inflight_bytes == 700
-    r = sb.on_ack(300, [(500, 700)], reo_wnd=1.0)   # wide reordering window: no loss yet
+    r = sb.on_ack(300, [(500, 700)], reo_wnd=1.0)  # wide reordering window: no loss yet
     assert r.delivered == 200 and not r.advanced and sb.inflight_bytes == 500 and r.lost == 0
-    r = sb.on_ack(300, [(500, 700)], reo_wnd=1.0)   # same SACK again: nothing new
+    r = sb.on_ack(300, [(500, 700)], reo_wnd=1.0)  # same SACK again: nothing new
     assert r.delivered == 0
-    r = sb.on_ack(800, ())                 # SACKed bytes are not counted twice
+    r = sb.on_ack(800, ())  # SACKed bytes are not counted twice
     assert r.delivered == 300 and sb.snd_una == 800
 
 
@@ -145,7 +161,7 @@ def test_scoreboard_reordering_window_tolerates_small_reorder():
 def test_scoreboard_three_dupacks():
     sb = Scoreboard()
     for i in range(6):
-        sb.sent(sb.new_segment(100, 0, False), 0.0)   # all at the same time: RACK cannot decide
+        sb.sent(sb.new_segment(100, 0, False), 0.0)  # all at the same time: RACK cannot decide
     sb.on_ack(100, ())
     for k in range(2):
         assert sb.on_ack(100, ()).lost == 0
@@ -155,5 +171,5 @@ def test_scoreboard_three_dupacks():
 def test_scoreboard_rto_marks_all_in_flight():
     sb, _ = _sent_board(5)
     sb.on_ack(100, [(300, 400)], reo_wnd=1.0)
-    assert sb.on_rto() == 3                       # 100, 200 and 400 were in flight
+    assert sb.on_rto() == 3  # 100, 200 and 400 were in flight
     assert sb.inflight_bytes == 0 and sb.next_lost().seq == 100

@@ -1,6 +1,7 @@
 """mltcp tune: a tiny study runs end to end and resumes; the Pareto front is non-dominated; bad input
 exits 2 naming the option with nothing written; Ctrl-C and a killed parent leave a resumable study
 and no worker behind."""
+
 import json
 import os
 import random
@@ -65,23 +66,35 @@ def test_tiny_study_runs_end_to_end_and_resumes(tiny, tmp_path):
     assert code == 0, se
     s = _summary(so)
     assert s["trials"] == 2 and s["complete"] == 2
-    assert s["reference_trial"] == 0                      # the public defaults are trial 0
+    assert s["reference_trial"] == 0  # the public defaults are trial 0
     assert s["training"] == ["tiny@seed1", "tiny@seed2"]
-    for f in ("study.db", "trials.csv", "pareto.png", "summary.json", "trials/trial-00000.json", "trials/trial-00001.json"):
+    for f in (
+        "study.db",
+        "trials.csv",
+        "pareto.png",
+        "summary.json",
+        "trials/trial-00000.json",
+        "trials/trial-00001.json",
+    ):
         assert (out / f).exists(), f
     t0 = json.loads((out / "trials/trial-00000.json").read_text())
     assert [c["case"] for c in t0["cases"]] == ["tiny@seed1", "tiny@seed2"]
     c = t0["cases"][0]
     assert c["speedup_avg"] == pytest.approx(c["baseline"]["avg_iter_s"] / c["mltcp"]["avg_iter_s"])
-    assert t0["params"] == {"mltcp.slope": 4.0, "mltcp.intercept": 0.25, "mltcp.idle_fraction": 0.9, "mltcp.min_idle_ms": 1.0}
+    assert t0["params"] == {
+        "mltcp.slope": 4.0,
+        "mltcp.intercept": 0.25,
+        "mltcp.idle_fraction": 0.9,
+        "mltcp.min_idle_ms": 1.0,
+    }
     rows = (out / "trials.csv").read_text().splitlines()
-    assert len(rows) == 1 + 2 * 2                         # header + trials x cases
+    assert len(rows) == 1 + 2 * 2  # header + trials x cases
     # resume: the same folder, no scenarios named; the study keeps its training set and baselines
     code, so, se = tune("--trials", 1, "--out", out, "--json", "--holdout", tiny)
     assert code == 0, se
     s = _summary(so)
     assert s["trials"] == 3
-    assert [r["case"] for r in s["holdout"]["cases"]] == ["tiny@seed1", "tiny@seed2"]   # the study's seeds
+    assert [r["case"] for r in s["holdout"]["cases"]] == ["tiny@seed1", "tiny@seed2"]  # the study's seeds
     # the reported front is exactly the non-dominated completed trials
     st = optuna.load_study(study_name="reno-ai", storage=f"sqlite:///{out / 'study.db'}")
     done = [t for t in st.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -93,7 +106,9 @@ def test_tiny_study_runs_end_to_end_and_resumes(tiny, tmp_path):
 
 def test_storage_url_is_shared_and_the_training_set_is_checked(tiny, tmp_path):
     url = f"sqlite:///{tmp_path / 'shared.db'}"
-    code, so, se = tune(tiny, "--seeds", "3", "--trials", 1, "--storage", url, "--study", "s1", "--out", tmp_path / "a", "--json")
+    code, so, se = tune(
+        tiny, "--seeds", "3", "--trials", 1, "--storage", url, "--study", "s1", "--out", tmp_path / "a", "--json"
+    )
     assert code == 0, se
     code, so, se = tune("--trials", 1, "--storage", url, "--study", "s1", "--out", tmp_path / "b", "--json")
     assert code == 0, se
@@ -104,19 +119,22 @@ def test_storage_url_is_shared_and_the_training_set_is_checked(tiny, tmp_path):
     assert not (tmp_path / "c").exists()
 
 
-@pytest.mark.parametrize("args, names", [
-    (["no-such-scenario"], "no-such-scenario"),
-    (["{tiny}", "--storage", "nosuchdb://x/y"], "--storage"),
-    (["{tiny}", "--storage", "sqlite:////nonexistent-dir-mltcp/x.db"], "--storage"),
-    (["{tiny}", "--workers", "0"], "--workers"),
-    (["{tiny}", "--trials", "-1"], "--trials"),
-    (["{tiny}", "--seeds", "1,x"], "--seeds"),
-    (["{tiny}", "--space", "no-such-space"], "--space"),
-    (["{tiny}", "--sampler", "grid"], "--sampler"),
-    (["{tiny}", "--drops-objective", "mean"], "--drops-objective"),
-    (["{tiny}", "--pick", "3"], "--pick"),
-    (["{tiny}", "--holdout", "nope.toml"], "nope.toml"),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (["no-such-scenario"], "no-such-scenario"),
+        (["{tiny}", "--storage", "nosuchdb://x/y"], "--storage"),
+        (["{tiny}", "--storage", "sqlite:////nonexistent-dir-mltcp/x.db"], "--storage"),
+        (["{tiny}", "--workers", "0"], "--workers"),
+        (["{tiny}", "--trials", "-1"], "--trials"),
+        (["{tiny}", "--seeds", "1,x"], "--seeds"),
+        (["{tiny}", "--space", "no-such-space"], "--space"),
+        (["{tiny}", "--sampler", "grid"], "--sampler"),
+        (["{tiny}", "--drops-objective", "mean"], "--drops-objective"),
+        (["{tiny}", "--pick", "3"], "--pick"),
+        (["{tiny}", "--holdout", "nope.toml"], "nope.toml"),
+    ],
+)
 def test_bad_input_exits_2_naming_the_option_and_writes_nothing(tiny, tmp_path, args, names):
     out = tmp_path / "o"
     code, so, se = tune(*[a.format(tiny=tiny) for a in args], "--out", out)
@@ -132,7 +150,7 @@ def test_a_space_file_with_a_bad_field_names_file_and_field(tiny, tmp_path):
     assert code == 2 and f"{sp}: search.mltcp.slope.high" in se
     sp.write_text('name = "x"\nbase = "reno"\n[fixed]\n"mltcp.no_such_knob" = 1.0\n')
     code, so, se = tune(tiny, "--space", sp, "--out", tmp_path / "o")
-    assert code == 2 and "mltcp.no_such_knob" in se          # the scenario loader refuses it
+    assert code == 2 and "mltcp.no_such_knob" in se  # the scenario loader refuses it
     assert not (tmp_path / "o").exists()
 
 
@@ -146,12 +164,13 @@ def test_space_validation_and_apply():
     raw = {"name": "n", "mltcp": {"slope": 1.0}}
     got = apply(raw, {"mltcp.slope": 8.0, "cc_params.dcqcn.rai_mbps": 20.0})
     assert got == {"name": "n", "mltcp": {"slope": 8.0}, "cc_params": {"dcqcn": {"rai_mbps": 20.0}}}
-    assert raw == {"name": "n", "mltcp": {"slope": 1.0}}     # the original is untouched
+    assert raw == {"name": "n", "mltcp": {"slope": 1.0}}  # the original is untouched
 
 
 def test_every_builtin_space_loads_and_its_reference_is_a_valid_scenario():
     from mltcp.tune_eval import make_cases
     from mltcp.tune_space import BUILTIN
+
     case = make_cases(["two-jobs"], [1])[0]
     for n in BUILTIN:
         s = load(n)
@@ -162,7 +181,7 @@ def test_every_builtin_space_loads_and_its_reference_is_a_valid_scenario():
 def test_pareto_front_is_exactly_the_non_dominated_points():
     rng = random.Random(5)
     pts = [(rng.uniform(0.8, 1.5), rng.uniform(0.8, 2.0), rng.uniform(0.2, 3.0)) for _ in range(60)]
-    pts += [pts[3]]                                       # a duplicate stays on the front with its twin
+    pts += [pts[3]]  # a duplicate stays on the front with its twin
     front = set(pareto_front(pts, DIRECTIONS))
     assert front
     for i, p in enumerate(pts):
@@ -176,6 +195,7 @@ def test_pareto_front_is_exactly_the_non_dominated_points():
 
 
 # ---- processes: Ctrl-C and a dying parent ----------------------------------------------------------
+
 
 def _children(pid: int) -> list[int]:
     kids = []
@@ -192,14 +212,34 @@ def _children(pid: int) -> list[int]:
 
 def _start_study(tiny, out: Path):
     env = dict(os.environ, COLUMNS="200")
-    p = subprocess.Popen([sys.executable, "-m", "mltcp.cli", "tune", "run", str(tiny), "--seeds", "1", "--trials", "200",
-                          "--workers", "2", "--out", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=env, start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mltcp.cli",
+            "tune",
+            "run",
+            str(tiny),
+            "--seeds",
+            "1",
+            "--trials",
+            "200",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         kids = _children(p.pid)
         if len(kids) == 2 and (out / "study.db").exists() and _states(out).count("RUNNING") == 2:
-            return p, kids            # both workers are inside a trial
+            return p, kids  # both workers are inside a trial
         if p.poll() is not None:
             break
         time.sleep(0.2)
@@ -210,8 +250,11 @@ def _start_study(tiny, out: Path):
 def _gone(pids, timeout=15.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not any(Path(f"/proc/{k}").exists() and "Z" not in Path(f"/proc/{k}/stat").read_text().split()[2:3]
-                   for k in pids if Path(f"/proc/{k}").exists()):
+        if not any(
+            Path(f"/proc/{k}").exists() and "Z" not in Path(f"/proc/{k}/stat").read_text().split()[2:3]
+            for k in pids
+            if Path(f"/proc/{k}").exists()
+        ):
             return True
         time.sleep(0.1)
     return False
@@ -220,7 +263,7 @@ def _gone(pids, timeout=15.0) -> bool:
 def _states(out: Path):
     try:
         st = optuna.load_study(study_name="reno-ai", storage=f"sqlite:///{out / 'study.db'}")
-    except KeyError:          # not created yet
+    except KeyError:  # not created yet
         return []
     return [t.state.name for t in st.trials]
 
@@ -229,7 +272,7 @@ def test_ctrl_c_stops_workers_and_leaves_a_resumable_study(tiny, tmp_path):
     out = tmp_path / "o"
     p, kids = _start_study(tiny, out)
     try:
-        os.killpg(p.pid, signal.SIGINT)                    # Ctrl-C reaches the whole process group
+        os.killpg(p.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
         so, se = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
@@ -238,7 +281,7 @@ def test_ctrl_c_stops_workers_and_leaves_a_resumable_study(tiny, tmp_path):
     assert b"interrupted" in se and b"resume" in se
     assert _gone(kids)
     states = _states(out)
-    assert states and "RUNNING" not in states             # interrupted trials are recorded as failed
+    assert states and "RUNNING" not in states  # interrupted trials are recorded as failed
     assert json.loads(so.strip().splitlines()[-1])["trials"] == len(states)
     assert (out / "trials.csv").exists()
 
@@ -246,7 +289,7 @@ def test_ctrl_c_stops_workers_and_leaves_a_resumable_study(tiny, tmp_path):
 def test_workers_die_with_their_parent(tiny, tmp_path):
     out = tmp_path / "o"
     p, kids = _start_study(tiny, out)
-    p.kill()                                               # SIGKILL: no chance to clean up
+    p.kill()  # SIGKILL: no chance to clean up
     p.wait()
     try:
         assert _gone(kids), "workers outlived their parent"
@@ -256,13 +299,16 @@ def test_workers_die_with_their_parent(tiny, tmp_path):
                 os.kill(k, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    assert "RUNNING" not in _states(out)                   # each failed its running trial on the way out
+    assert "RUNNING" not in _states(out)  # each failed its running trial on the way out
 
 
 def test_aggregate_drops_worst_case_or_geometric_mean():
     from mltcp.tune_eval import aggregate
-    rows = [{"speedup_avg": 2.0, "speedup_p99": 1.0, "signal_ratio": 0.25},
-            {"speedup_avg": 0.5, "speedup_p99": 4.0, "signal_ratio": 4.0}]
+
+    rows = [
+        {"speedup_avg": 2.0, "speedup_p99": 1.0, "signal_ratio": 0.25},
+        {"speedup_avg": 0.5, "speedup_p99": 4.0, "signal_ratio": 4.0},
+    ]
     w, g = aggregate(rows, "worst"), aggregate(rows, "gmean")
     assert w["speedup_avg"] == pytest.approx(1.0) and w["speedup_p99"] == pytest.approx(2.0)
     assert w["signal_ratio"] == 4.0 and g["signal_ratio"] == pytest.approx(1.0)

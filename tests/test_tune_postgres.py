@@ -2,6 +2,7 @@
 removed afterwards): two worker processes share one study with no lost or duplicate trial, and
 the same trials evaluated in SQLite give the same Pareto front; a database restart in the middle
 of a study is ridden out (calls retried) and the study finishes."""
+
 import json
 import os
 import subprocess
@@ -62,8 +63,13 @@ def tiny(tmp_path):
 
 def _tune(*args, timeout=300):
     env = dict(os.environ, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "mltcp.cli", "tune", "run", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "tune", "run", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _trials(url: str, name: str):
@@ -73,8 +79,22 @@ def _trials(url: str, name: str):
 @pytest.mark.timeout(900)
 def test_two_workers_share_a_postgres_study_and_sqlite_gives_the_same_front(pg, tiny, tmp_path):
     n = 12
-    r = _tune(tiny, "--seeds", "1,2", "--trials", n, "--workers", 2, "--storage", pg.url, "--study", "shared",
-              "--out", tmp_path / "pg", "--json")
+    r = _tune(
+        tiny,
+        "--seeds",
+        "1,2",
+        "--trials",
+        n,
+        "--workers",
+        2,
+        "--storage",
+        pg.url,
+        "--study",
+        "shared",
+        "--out",
+        tmp_path / "pg",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     trials = _trials(pg.url, "shared")
@@ -93,7 +113,7 @@ def test_two_workers_share_a_postgres_study_and_sqlite_gives_the_same_front(pg, 
     url = f"sqlite:///{sq / 'study.db'}"
     study = optuna.load_study(study_name="shared", storage=url)
     waiting = [t for t in study.trials if t.state.name == "WAITING"]
-    assert len(waiting) == 1 and waiting[0].system_attrs["fixed_params"] == trials[0].params   # the reference: trial 0
+    assert len(waiting) == 1 and waiting[0].system_attrs["fixed_params"] == trials[0].params  # the reference: trial 0
     for t in sorted(trials, key=lambda t: t.number)[1:]:
         study.enqueue_trial(t.params)
     r = _tune("--trials", n, "--study", "shared", "--out", sq, "--json")
@@ -109,24 +129,50 @@ def test_two_workers_share_a_postgres_study_and_sqlite_gives_the_same_front(pg, 
 @pytest.mark.timeout(900)
 def test_a_database_restart_mid_study_is_ridden_out(pg, tiny, tmp_path):
     n = 40
-    p = subprocess.Popen([sys.executable, "-m", "mltcp.cli", "tune", "run", str(tiny), "--seeds", "1", "--trials", str(n),
-                          "--workers", "2", "--storage", pg.url, "--study", "restart", "--out", str(tmp_path / "o"),
-                          "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, COLUMNS="200"), start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mltcp.cli",
+            "tune",
+            "run",
+            str(tiny),
+            "--seeds",
+            "1",
+            "--trials",
+            str(n),
+            "--workers",
+            "2",
+            "--storage",
+            pg.url,
+            "--study",
+            "restart",
+            "--out",
+            str(tmp_path / "o"),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, COLUMNS="200"),
+        start_new_session=True,
+    )
     try:
-        deadline = time.monotonic() + 400     # (a first run compiles the simulator)
+        deadline = time.monotonic() + 400  # (a first run compiles the simulator)
         while time.monotonic() < deadline and p.poll() is None:
             try:
-                done = pg.query("select count(*) from trials t join studies s on s.study_id = t.study_id "
-                                "where s.study_name = 'restart' and t.state = 'COMPLETE'")[0][0]
-            except Exception:          # the tables are not there yet
+                done = pg.query(
+                    "select count(*) from trials t join studies s on s.study_id = t.study_id "
+                    "where s.study_name = 'restart' and t.state = 'COMPLETE'"
+                )[0][0]
+            except Exception:  # the tables are not there yet
                 done = 0
             if done >= 3:
                 break
             time.sleep(0.1)
         assert p.poll() is None, "the study ended before the restart: " + p.stderr.read()[-2000:]
         assert done >= 3, "the study did not get going"
-        pg.stop("fast")                # every connection is cut; the server is gone for a while
+        pg.stop("fast")  # every connection is cut; the server is gone for a while
         time.sleep(4)
         pg.start()
         so, se = p.communicate(timeout=400)
@@ -135,13 +181,13 @@ def test_a_database_restart_mid_study_is_ridden_out(pg, tiny, tmp_path):
             os.killpg(p.pid, 9)
             p.wait()
     assert p.returncode == 0, se[-3000:]
-    assert "database unreachable" in se and "reachable again" in se       # the outage was seen and ridden out
+    assert "database unreachable" in se and "reachable again" in se  # the outage was seen and ridden out
     trials = _trials(pg.url, "restart")
     assert len(trials) == n, se[-6000:]
     assert sorted(t.number for t in trials) == list(range(n))
     states = [t.state.name for t in trials]
     assert "RUNNING" not in states and "WAITING" not in states
-    for t in trials:                   # a trial that did not complete says why
+    for t in trials:  # a trial that did not complete says why
         assert t.state.name == "COMPLETE" or t.user_attrs.get("error") or t.system_attrs.get("fail_reason"), t
     assert states.count("COMPLETE") >= n - 2
     assert json.loads(so.strip().splitlines()[-1])["trials"] == n

@@ -1,4 +1,5 @@
 """`mltcp traffic`: run a job's sender and a receiver by hand, and work with traces and pcaps."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,11 @@ from mltcp.console import err, fail, out, print_json
 
 from .transport.units import parse_duration, parse_rate, parse_size
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Userspace MLTCP transport: send/recv a training job's traffic; traces and pcaps.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Userspace MLTCP transport: send/recv a training job's traffic; traces and pcaps.",
+)
 
 CCS = tuple(ALGORITHMS)
 
@@ -44,6 +48,7 @@ def _bounds(v, opt, lo=None, hi=None, lo_open=False, text=None):
 
 def _check_output(path, opt):
     from mltcp.records import output_problem
+
     if path is not None:
         why = output_problem(path)
         if why:
@@ -51,15 +56,16 @@ def _check_output(path, opt):
 
 
 # Limits of the command-line numbers (docs/hardening-inputs.md).
-MAX_BYTES = 1e12            # per flow per iteration
-MAX_SECONDS = 86_400.0      # compute, delays, timeouts, durations
+MAX_BYTES = 1e12  # per flow per iteration
+MAX_SECONDS = 86_400.0  # compute, delays, timeouts, durations
 MAX_ITERATIONS = 1_000_000
-MAX_RATE = 1e14             # b/s
+MAX_RATE = 1e14  # b/s
 
 
 def _line_rate(text, opt) -> float:
     """A trace's line rate: parsed, and > 0 (a zero rate would divide the bytes by nothing)."""
     import math
+
     rate = _conv(parse_rate, text, opt)
     if not 0 < rate < math.inf:
         fail(f"{opt}: must be > 0, got {text!r}")
@@ -84,18 +90,29 @@ def send(
     slope: Optional[float] = typer.Option(None, help="MLTCP slope (default 4.0)"),
     intercept: Optional[float] = typer.Option(None, help="MLTCP intercept (default 0.25)"),
     min_rto: str = typer.Option("200ms", help="minimum retransmission timeout"),
-    payload: int = typer.Option(1400, help="payload bytes per datagram (1400 = 1500-byte IP packets with the MAC and key)"),
-    psk: Optional[Path] = typer.Option(None, "--psk", help="pre-shared key file (the receiver's too): "
-                                       "datagrams nobody without it can forge, on-path or not"),
+    payload: int = typer.Option(
+        1400, help="payload bytes per datagram (1400 = 1500-byte IP packets with the MAC and key)"
+    ),
+    psk: Optional[Path] = typer.Option(
+        None,
+        "--psk",
+        help="pre-shared key file (the receiver's too): datagrams nobody without it can forge, on-path or not",
+    ),
     no_ecn: bool = typer.Option(False, "--no-ecn", help="do not set ECT(0) on data"),
-    no_idle_restart: bool = typer.Option(False, "--no-idle-restart",
-                                         help="keep the window over idle periods longer than an RTO"),
-    detect_iterations: str = typer.Option("explicit", help="MLTCP iteration boundaries: explicit (the "
-                                          "sender marks them) or idle (the tracker's idle-gap rule)"),
+    no_idle_restart: bool = typer.Option(
+        False, "--no-idle-restart", help="keep the window over idle periods longer than an RTO"
+    ),
+    detect_iterations: str = typer.Option(
+        "explicit",
+        help="MLTCP iteration boundaries: explicit (the sender marks them) or idle (the tracker's idle-gap rule)",
+    ),
     timeout: str = typer.Option("60s", help="give up if an iteration is not delivered in this long"),
     seed: Optional[int] = typer.Option(None, help="seed for jitter/stragglers"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON document on stdout at the end: "
-                                 "{records: [one per iteration], summary: [one per flow]}"),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="one JSON document on stdout at the end: {records: [one per iteration], summary: [one per flow]}",
+    ),
     records_out: Optional[Path] = typer.Option(None, "--out", help="write iteration records CSV here"),
     trace_out: Optional[Path] = typer.Option(None, help="write the run as a trace CSV (public shape)"),
 ):
@@ -126,17 +143,26 @@ def send(
             fail(str(e))
         size, comp, jitter = prof.bytes_per_flow, prof.compute_s, prof.jitter
         if prof.flows != len(peers):
-            err.print(f"note: {trace} has {prof.flows} flows per iteration; each of the {len(peers)} --to "
-                      f"flow(s) sends one flow's {size:,} bytes", highlight=False)
+            err.print(
+                f"note: {trace} has {prof.flows} flows per iteration; each of the {len(peers)} --to "
+                f"flow(s) sends one flow's {size:,} bytes",
+                highlight=False,
+            )
     params = {k: v for k, v in (("slope", slope), ("intercept", intercept)) if v is not None}
     if params and not cc.startswith("mltcp-"):
         fail("--slope/--intercept apply to the mltcp-* algorithms only")
     try:
-        spec = JobSpec.of(job_id=job, compute_s=comp, bytes_per_iter=size, peers=peers, jitter=jitter,
-                       straggler_prob=straggler_prob,
-                       straggler_delay_s=_conv(parse_duration, straggler_delay, "--straggler-delay", 0, MAX_SECONDS),
-                       start_offset_s=_conv(parse_duration, start_offset, "--start-offset", 0, MAX_SECONDS),
-                       seed=seed)
+        spec = JobSpec.of(
+            job_id=job,
+            compute_s=comp,
+            bytes_per_iter=size,
+            peers=peers,
+            jitter=jitter,
+            straggler_prob=straggler_prob,
+            straggler_delay_s=_conv(parse_duration, straggler_delay, "--straggler-delay", 0, MAX_SECONDS),
+            start_offset_s=_conv(parse_duration, start_offset, "--start-offset", 0, MAX_SECONDS),
+            seed=seed,
+        )
     except ValueError as e:
         fail(str(e))
     if detect_iterations not in ("explicit", "idle"):
@@ -151,19 +177,27 @@ def send(
 
     key = _psk(psk)
     try:
-        tr = UdpTransport(peers, cc=cc, job_id=job, cc_params=params,
-                          line_rate=rate / 8, payload=payload, psk=key,
-                          min_rto=rto, ecn=not no_ecn,
-                          timeout=limit,
-                          explicit_iterations=detect_iterations == "explicit",
-                          idle_restart=not no_idle_restart)
+        tr = UdpTransport(
+            peers,
+            cc=cc,
+            job_id=job,
+            cc_params=params,
+            line_rate=rate / 8,
+            payload=payload,
+            psk=key,
+            min_rto=rto,
+            ecn=not no_ecn,
+            timeout=limit,
+            explicit_iterations=detect_iterations == "explicit",
+            idle_restart=not no_idle_restart,
+        )
     except OSError as e:
         fail(f"--to: {e}")
     with tr:
         c0, w0 = time.process_time(), time.monotonic()
         try:
             recs = run_job(spec, tr, iterations)
-        except TransportError as e:   # timeout, or a fault (spoofed data/ACKs)
+        except TransportError as e:  # timeout, or a fault (spoofed data/ACKs)
             fail(str(e), 1)
         except KeyboardInterrupt:
             fail("interrupted", 130)
@@ -181,17 +215,26 @@ def send(
     for c in ("iter", "compute ms", "comm ms", "MB/flow", "retx"):
         t.add_column(c, justify="right")
     for r in recs:
-        t.add_row(str(r.iteration), f"{(r.comm_start - r.start) * 1e3:.1f}", f"{(r.end - r.comm_start) * 1e3:.1f}",
-                  f"{r.bytes / 1e6:.3f}", str(int(r.drops)))
+        t.add_row(
+            str(r.iteration),
+            f"{(r.comm_start - r.start) * 1e3:.1f}",
+            f"{(r.end - r.comm_start) * 1e3:.1f}",
+            f"{r.bytes / 1e6:.3f}",
+            str(int(r.drops)),
+        )
     out.print(t)
     for s in stats:
-        out.print(f"{s['dest']}: {s['bytes']} B acked, {s['sent']} datagrams, {s['retransmits']} retransmits, "
-                  f"{s['timeouts']} timeouts, ECE {s['ece']}, CNP {s['cnp']}, srtt "
-                  f"{(s['srtt'] or 0) * 1e3:.2f} ms", highlight=False)
+        out.print(
+            f"{s['dest']}: {s['bytes']} B acked, {s['sent']} datagrams, {s['retransmits']} retransmits, "
+            f"{s['timeouts']} timeouts, ECE {s['ece']}, CNP {s['cnp']}, srtt "
+            f"{(s['srtt'] or 0) * 1e3:.2f} ms",
+            highlight=False,
+        )
 
 
 def _psk(path: Optional[Path]) -> Optional[bytes]:
     from .transport.auth import read_psk
+
     if path is None:
         return None
     try:
@@ -241,15 +284,27 @@ def recv(
     elapsed, cpu = time.monotonic() - t0, time.process_time() - c0
     flows = rx.summary()
     if as_json:
-        print_json({"flows": flows, "receiver": dict(flows=len(flows), elapsed_s=elapsed, cpu_s=cpu, bad=rx.bad,
-                                                     refused_flows=rx.refused_flows,
-                                                     unauthenticated=rx.unauthenticated)})
+        print_json(
+            {
+                "flows": flows,
+                "receiver": dict(
+                    flows=len(flows),
+                    elapsed_s=elapsed,
+                    cpu_s=cpu,
+                    bad=rx.bad,
+                    refused_flows=rx.refused_flows,
+                    unauthenticated=rx.unauthenticated,
+                ),
+            }
+        )
         return
     for f in flows:
-        out.print(f"{f['peer']} job {f['job']}: {f['bytes']} B in order ({f['iterations']} iterations), "
-                  f"{f['duplicates']} duplicates, {f['mismatched']} mismatched, "
-                  f"{f['refused']} refused, {f['forged']} forged, CE {f['ce']}, CNP {f['cnps']}",
-                  highlight=False)
+        out.print(
+            f"{f['peer']} job {f['job']}: {f['bytes']} B in order ({f['iterations']} iterations), "
+            f"{f['duplicates']} duplicates, {f['mismatched']} mismatched, "
+            f"{f['refused']} refused, {f['forged']} forged, CE {f['ce']}, CNP {f['cnps']}",
+            highlight=False,
+        )
     out.print(f"{len(flows)} flow(s) in {elapsed:.1f} s", highlight=False)
 
 
@@ -257,17 +312,28 @@ def recv(
 def relay(
     listen: str = typer.Option("127.0.0.1:9198", help="HOST:PORT senders send to"),
     to: str = typer.Option(..., "--to", help="receiver HOST:PORT"),
-    drop: float = typer.Option(0.0), reorder: float = typer.Option(0.0), duplicate: float = typer.Option(0.0),
+    drop: float = typer.Option(0.0),
+    reorder: float = typer.Option(0.0),
+    duplicate: float = typer.Option(0.0),
     ce: float = typer.Option(0.0, help="probability of setting CE on a forwarded datagram"),
-    ack_drop: float = typer.Option(0.0), seed: int = typer.Option(1),
+    ack_drop: float = typer.Option(0.0),
+    seed: int = typer.Option(1),
 ):
     """A lossy UDP relay (loss/reorder/duplication/CE) for trying the transport on loopback."""
     from .transport import parse_hostport
     from .transport.relay import LossyRelay
+
     try:
-        r = LossyRelay(_conv(parse_hostport, to, "--to"), drop=drop, reorder=reorder, duplicate=duplicate,
-                       ce=ce, ack_drop=ack_drop, seed=seed,
-                       bind=_conv(lambda b: parse_hostport(b, allow_zero=True), listen, "--listen"))
+        r = LossyRelay(
+            _conv(parse_hostport, to, "--to"),
+            drop=drop,
+            reorder=reorder,
+            duplicate=duplicate,
+            ce=ce,
+            ack_drop=ack_drop,
+            seed=seed,
+            bind=_conv(lambda b: parse_hostport(b, allow_zero=True), listen, "--listen"),
+        )
     except (ValueError, OSError) as e:
         fail(str(e))
     err.print(f"relaying {r.addr[0]}:{r.addr[1]} -> {to} (Ctrl-C to stop)", highlight=False)
@@ -282,21 +348,29 @@ def relay(
 
 @app.command("trace-import")
 def trace_import(
-    path: Path = typer.Argument(..., help="CSV: iteration_number,iteration_duration_seconds,flow_size_bytes_in_iteration"),
+    path: Path = typer.Argument(
+        ..., help="CSV: iteration_number,iteration_duration_seconds,flow_size_bytes_in_iteration"
+    ),
     line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at (> 0)"),
-    shared_link: bool = typer.Option(False, "--shared-link", help="the iteration's flows shared one link at the "
-                                     "line rate (default: each flow had its own, as in a ring all-reduce)"),
+    shared_link: bool = typer.Option(
+        False,
+        "--shared-link",
+        help="the iteration's flows shared one link at the "
+        "line rate (default: each flow had its own, as in a ring all-reduce)",
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Turn a measured per-iteration trace into a job profile: iterations, flows per iteration,
     compute time, bytes per flow and per iteration."""
     from .traces import TraceError, load_profile
+
     rate = _line_rate(line_rate, "--line-rate")
     status = None if as_json else err.status(f"reading {path}")
 
     def progress(rows):
         if status is not None:
             status.update(f"reading {path}: {rows:,} rows")
+
     try:
         if status is not None:
             status.start()
@@ -310,11 +384,17 @@ def trace_import(
         print_json(p.summary())
         return
     flows = f"{p.flows}" if p.flows_min == p.flows_max else f"{p.flows} (most common; {p.flows_min}-{p.flows_max})"
-    out.print(f"{p.name}: {p.iterations} iterations ({p.rows} rows), {flows} flows per iteration, "
-              f"compute {p.compute_s * 1e3:.1f} ms (jitter {p.jitter:.3f}), {p.bytes_per_flow / 1e6:.2f} MB per flow, "
-              f"{p.bytes_per_iter / 1e6:.2f} MB per iteration"
-              + (f"; {p.clamped} iterations shorter than their transfer time at {rate:.4g} bit/s (compute 0)"
-                 if p.clamped else ""), highlight=False)
+    out.print(
+        f"{p.name}: {p.iterations} iterations ({p.rows} rows), {flows} flows per iteration, "
+        f"compute {p.compute_s * 1e3:.1f} ms (jitter {p.jitter:.3f}), {p.bytes_per_flow / 1e6:.2f} MB per flow, "
+        f"{p.bytes_per_iter / 1e6:.2f} MB per iteration"
+        + (
+            f"; {p.clamped} iterations shorter than their transfer time at {rate:.4g} bit/s (compute 0)"
+            if p.clamped
+            else ""
+        ),
+        highlight=False,
+    )
 
 
 @app.command("trace-export")
@@ -328,6 +408,7 @@ def trace_export(
     from mltcp.records import read_csv
 
     from .traces import rows_from_records, write_trace
+
     if flows < 1:
         fail(f"--flows: must be >= 1, got {flows}")
     if not out_path.parent.is_dir():
@@ -361,10 +442,12 @@ def pcap_write(
 ):
     """Synthetic MLTCP capture of iteration records (for replay or analysis tools)."""
     from mltcp.records import read_csv
+
     _bounds(packets_per_iter, "--packets-per-iter", 1, 100_000)
     _check_output(out_path, "OUT_PATH")
 
     from .pcap import write_records
+
     try:
         n = write_records(read_csv(records), out_path, packets_per_iter=packets_per_iter)
     except (ValueError, OSError) as e:
@@ -384,12 +467,16 @@ def pcap_records(
     from mltcp.records import write_csv
 
     from .pcap import PcapError, read_records
+
     for p in port:
         _bounds(p, "--port", 1, 65535)
     _check_output(records_out, "--out")
     try:
-        recs = read_records(path, idle_gap=_conv(parse_duration, idle_gap, "--idle-gap", 0, MAX_SECONDS, lo_open=True) if idle_gap else None,
-                            ports=port)
+        recs = read_records(
+            path,
+            idle_gap=_conv(parse_duration, idle_gap, "--idle-gap", 0, MAX_SECONDS, lo_open=True) if idle_gap else None,
+            ports=port,
+        )
     except PcapError as e:
         fail(str(e))
     if records_out:
@@ -401,8 +488,16 @@ def pcap_records(
     for c in ("job", "iter", "comm start s", "comm ms", "iter ms", "MB", "retx", "CE"):
         t.add_column(c, justify="right")
     for r in recs:
-        t.add_row(str(r.job), str(r.iteration), f"{r.comm_start:.6f}", f"{(r.end - r.comm_start) * 1e3:.2f}",
-                  f"{(r.end - r.start) * 1e3:.2f}", f"{r.bytes / 1e6:.3f}", str(int(r.drops)), str(int(r.marks)))
+        t.add_row(
+            str(r.job),
+            str(r.iteration),
+            f"{r.comm_start:.6f}",
+            f"{(r.end - r.comm_start) * 1e3:.2f}",
+            f"{(r.end - r.start) * 1e3:.2f}",
+            f"{r.bytes / 1e6:.3f}",
+            str(int(r.drops)),
+            str(int(r.marks)),
+        )
     out.print(t)
 
 
@@ -416,6 +511,7 @@ def replay(
 ):
     """Send a capture's packets out of an interface (needs root), with their original timing."""
     from .pcap import replay as do_replay
+
     if count is not None:
         _bounds(count, "--count", 0)
     if not path.exists():

@@ -6,6 +6,7 @@ blocks until the bytes are delivered, and records an :class:`mltcp.records.Itera
 (``drops`` = retransmitted segments, ``marks`` = CE-marked datagrams, when the transport reports them).
 Works with any object that has ``send_iteration`` (the userspace UDP transport, kernel TCP, fakes).
 """
+
 from __future__ import annotations
 
 import time
@@ -23,6 +24,7 @@ class JobSpec:
     the scenario and the simulator use), the job id its shim carries, where its flows go and the
     seed of its compute-time draws. It travels to the emulation's peers as one JSON document
     (:meth:`to_dict` / :meth:`from_dict`)."""
+
     job: Job
     job_id: int = 0
     peers: list = field(default_factory=list)
@@ -39,8 +41,16 @@ class JobSpec:
             raise ValueError(f"job_id must fit the shim's 16 bits, got {self.job_id}")
 
     @classmethod
-    def of(cls, job_id: int, compute_s: float, bytes_per_iter: int, peers=(), seed: int | None = None,
-           name: str | None = None, **workload) -> "JobSpec":
+    def of(
+        cls,
+        job_id: int,
+        compute_s: float,
+        bytes_per_iter: int,
+        peers=(),
+        seed: int | None = None,
+        name: str | None = None,
+        **workload,
+    ) -> "JobSpec":
         """A spec from the workload's numbers (``workload``: the other :class:`Job` fields)."""
         return cls(Job(name or f"job{job_id}", compute_s, bytes_per_iter, [], **workload), job_id, list(peers), seed)
 
@@ -77,16 +87,23 @@ class JobSpec:
         return cls(Job.from_sender_dict(d.get("job"), f"{where}.job"), job_id, peers, seed)
 
 
-def run_job(job: JobSpec, transport, iterations: int, clock=time.monotonic, sleep=time.sleep,
-            epoch: float | None = None, rng: np.random.Generator | None = None,
-            on_record=None) -> list[IterationRecord]:
+def run_job(
+    job: JobSpec,
+    transport,
+    iterations: int,
+    clock=time.monotonic,
+    sleep=time.sleep,
+    epoch: float | None = None,
+    rng: np.random.Generator | None = None,
+    on_record=None,
+) -> list[IterationRecord]:
     """Run ``iterations`` compute+communicate iterations, the first at ``epoch + start_offset_s``;
     times in the records are ``clock() - epoch`` (epoch defaults to the clock when run_job starts)."""
     if iterations < 0:
         raise ValueError(f"iterations must be >= 0, got {iterations}")
     t0 = clock() if epoch is None else epoch
     computes = job.compute_times(iterations, rng)
-    wait = t0 + job.job.start_offset_s - clock()   # the first iteration starts at epoch + start_offset_s
+    wait = t0 + job.job.start_offset_s - clock()  # the first iteration starts at epoch + start_offset_s
     if wait > 0:
         sleep(wait)
     records = []
@@ -102,8 +119,9 @@ def run_job(job: JobSpec, transport, iterations: int, clock=time.monotonic, slee
         if drops is None:
             drops = getattr(transport, "retransmits", 0) - r0
         marks = getattr(res, "marks", 0) or 0
-        rec = IterationRecord(job.label, i, start - t0, comm_start - t0, end - t0,
-                              float(job.bytes_per_iter), float(drops), float(marks))
+        rec = IterationRecord(
+            job.label, i, start - t0, comm_start - t0, end - t0, float(job.bytes_per_iter), float(drops), float(marks)
+        )
         records.append(rec)
         if on_record is not None:
             on_record(rec)

@@ -126,9 +126,7 @@ def parse_mltcp(data: bytes) -> MLTCP:
     """
     data = bytes(data)
     if len(data) < MLTCP_HEADER_LEN:
-        raise MLTCPParseError(
-            f"MLTCP header truncated: {len(data)} bytes, need {MLTCP_HEADER_LEN}"
-        )
+        raise MLTCPParseError(f"MLTCP header truncated: {len(data)} bytes, need {MLTCP_HEADER_LEN}")
     version = data[0] >> 4
     if version != MLTCP_VERSION:
         raise MLTCPParseError(f"MLTCP version {version}, expected {MLTCP_VERSION}")
@@ -140,8 +138,11 @@ def mltcp_ipopt(job_id: int, bytes_ratio: int, flags: int = 0) -> bytes:
     (Q0.16), network byte order. Put it in ``IP(options=[IPOption(...)])`` to build a packet."""
     if not 0 <= job_id <= 0xFFFF or not 0 <= bytes_ratio <= Q16_ONE or not 0 <= flags <= 0xF:
         raise ValueError(f"job_id {job_id}, bytes_ratio {bytes_ratio} or flags {flags} out of range")
-    return bytes([IPOPT_KIND, IPOPT_LEN, MLTCP_VERSION << 4 | flags, 0]) + job_id.to_bytes(2, "big") \
+    return (
+        bytes([IPOPT_KIND, IPOPT_LEN, MLTCP_VERSION << 4 | flags, 0])
+        + job_id.to_bytes(2, "big")
         + bytes_ratio.to_bytes(2, "big")
+    )
 
 
 def parse_mltcp_ipopt(options: bytes) -> tuple[int, int, int] | None:

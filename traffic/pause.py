@@ -5,17 +5,18 @@ userspace transport's senders stop for the time they ask, as a NIC does (a veth 
 A frame pauses for ``quanta`` x 512 bit times at the link's rate; quanta 0 resumes (XON). Pure
 frame logic plus :class:`PauseListener`, a non-blocking AF_PACKET socket on the host's interface.
 """
+
 from __future__ import annotations
 
 import socket
 import struct
 
-ETH_P_PAUSE = 0x8808                       # MAC control
+ETH_P_PAUSE = 0x8808  # MAC control
 PAUSE_DST = bytes.fromhex("0180c2000001")  # the reserved multicast address of MAC control frames
-OP_PAUSE = 0x0001                          # 802.3x: one quanta for the whole link
-OP_PFC = 0x0101                            # 802.1Qbb: a class-enable vector and 8 quanta
+OP_PAUSE = 0x0001  # 802.3x: one quanta for the whole link
+OP_PFC = 0x0101  # 802.1Qbb: a class-enable vector and 8 quanta
 MAX_QUANTA = 0xFFFF
-MIN_FRAME = 60                             # without the FCS
+MIN_FRAME = 60  # without the FCS
 
 
 def pause_frame(src_mac: bytes, quanta: int, classes: int | None = None) -> bytes:
@@ -66,9 +67,9 @@ class PauseListener:
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_PAUSE))
         self.sock.bind((ifname, 0))
         self.sock.setblocking(False)
-        self.until = 0.0           # paused until this time (the caller's clock)
-        self.frames = 0            # PAUSE/PFC frames read
-        self.paused_s = 0.0        # time paused so far, as asked (an XON cuts it short)
+        self.until = 0.0  # paused until this time (the caller's clock)
+        self.frames = 0  # PAUSE/PFC frames read
+        self.paused_s = 0.0  # time paused so far, as asked (an XON cuts it short)
         self._since: float | None = None
 
     def paused(self, now: float) -> bool:

@@ -18,6 +18,7 @@
 A capture of a real run: ``tcpdump -i IFACE -s 128 -w run.pcap udp port 9199`` next to
 ``mltcp traffic send``, then ``mltcp traffic pcap-records run.pcap``.
 """
+
 from __future__ import annotations
 
 import re
@@ -39,7 +40,7 @@ from mltcp.records import IterationRecord
 from .header import FLAG_ACK, FLAG_ITER_START, MLTCP, MLTCP_UDP_PORT, ratio_to_q16
 from .transport import wire
 
-DEFAULT_EPOCH = 1_700_000_000.0   # synthetic captures start here (deterministic files)
+DEFAULT_EPOCH = 1_700_000_000.0  # synthetic captures start here (deterministic files)
 SHIM_LEN = 12
 
 
@@ -63,9 +64,16 @@ def _job_ids(labels) -> dict[str, int]:
     return ids
 
 
-def write_records(records, path, packets_per_iter: int = 8, epoch: float = DEFAULT_EPOCH,
-                  job_ids: dict | None = None, payload: int = wire.DEFAULT_PAYLOAD,
-                  dst: str = "10.0.1.1", nano: bool = False) -> int:
+def write_records(
+    records,
+    path,
+    packets_per_iter: int = 8,
+    epoch: float = DEFAULT_EPOCH,
+    job_ids: dict | None = None,
+    payload: int = wire.DEFAULT_PAYLOAD,
+    dst: str = "10.0.1.1",
+    nano: bool = False,
+) -> int:
     """Synthetic capture of ``records``; returns the number of packets written."""
     if packets_per_iter < 1:
         raise ValueError("packets_per_iter must be >= 1")
@@ -85,26 +93,35 @@ def write_records(records, path, packets_per_iter: int = 8, epoch: float = DEFAU
         span = r.end - r.comm_start
         step = span / max(1, n + drops - 1)
         slots = []
-        for k in range(n):   # a sample of full-size segments; the last one ends the iteration
+        for k in range(n):  # a sample of full-size segments; the last one ends the iteration
             length = min(payload, bounds[k + 1] - bounds[k])
             seq = bounds[k] if k < n - 1 else bounds[n] - length
             slots.append((seq, length, k == 0, False))
-        for k in range(drops):        # retransmissions of the first segments
+        for k in range(drops):  # retransmissions of the first segments
             s = slots[k % n]
             slots.append((s[0], s[1], s[2], True))
         slots.sort(key=lambda s: (s[0], s[3]))
         for idx, (seq, length, first, retx) in enumerate(slots):
             t = r.comm_start + (span if idx == len(slots) - 1 else step * idx)
             ratio = (seq + length - seqs[r.job]) / nbytes if nbytes else 1.0
-            shim = MLTCP(flags=FLAG_ITER_START if first else 0, job_id=jid, iteration=int(r.iteration),
-                         bytes_ratio=ratio_to_q16(min(1.0, ratio)))
+            shim = MLTCP(
+                flags=FLAG_ITER_START if first else 0,
+                job_id=jid,
+                iteration=int(r.iteration),
+                bytes_ratio=ratio_to_q16(min(1.0, ratio)),
+            )
             tflags = wire.T_DATA | (wire.T_RETX if retx else 0)
-            head = wire.encode(0, jid, int(r.iteration), 0, jid, seq, 0,
-                               int((t - r.comm_start) * 1e6), 0, length, tflags)[wire.SHIM_LEN:]
+            head = wire.encode(
+                0, jid, int(r.iteration), 0, jid, seq, 0, int((t - r.comm_start) * 1e6), 0, length, tflags
+            )[wire.SHIM_LEN :]
             tos = 0x03 if idx < marks else 0x02
-            p = (Ether(src="02:00:00:00:00:%02x" % (jid & 0xFF), dst="02:00:00:00:01:01")
-                 / IP(src=f"10.0.{(jid >> 8) & 0xFF}.{(jid & 0xFF) or 254}", dst=dst, tos=tos)
-                 / UDP(sport=40000 + (jid % 20000), dport=MLTCP_UDP_PORT) / shim / Raw(head))
+            p = (
+                Ether(src="02:00:00:00:00:%02x" % (jid & 0xFF), dst="02:00:00:00:01:01")
+                / IP(src=f"10.0.{(jid >> 8) & 0xFF}.{(jid & 0xFF) or 254}", dst=dst, tos=tos)
+                / UDP(sport=40000 + (jid % 20000), dport=MLTCP_UDP_PORT)
+                / shim
+                / Raw(head)
+            )
             p.time = epoch + t
             p.wirelen = len(p) + length  # the payload bytes are not stored (snaplen-style)
             pkts.append(p)
@@ -137,12 +154,13 @@ class _Group:
     def __init__(self, t):
         self.first = self.last = t
         self.bytes = self.marks = self.drops = 0
-        self.ranges: dict[int, list[int]] = {}   # conn -> [min seq, max end]
+        self.ranges: dict[int, list[int]] = {}  # conn -> [min seq, max end]
         self.seen: set = set()
 
 
-def read_records(path, epoch: float | None = None, idle_gap: float | None = None,
-                 job_names: dict | None = None, ports=()) -> list[IterationRecord]:
+def read_records(
+    path, epoch: float | None = None, idle_gap: float | None = None, job_names: dict | None = None, ports=()
+) -> list[IterationRecord]:
     """Per-job iteration records from a capture (see module docstring). The shim is recognised
     on UDP port 9199 and on any of ``ports`` (for runs on other ports)."""
     ports = set(ports)
@@ -151,7 +169,7 @@ def read_records(path, epoch: float | None = None, idle_gap: float | None = None
         raise PcapError(f"{path}: no such file")
     shim_groups: dict[tuple, _Group] = {}
     acks: dict[tuple, float] = {}
-    flows: dict[tuple, list] = defaultdict(list)   # 5-tuple -> [(t, bytes, ce)]
+    flows: dict[tuple, list] = defaultdict(list)  # 5-tuple -> [(t, bytes, ce)]
     t_first = None
     try:
         reader = PcapReader(str(path))
@@ -175,7 +193,7 @@ def read_records(path, epoch: float | None = None, idle_gap: float | None = None
                         m = MLTCP(raw)
             if m is not None and m.version == 1:
                 key = (m.job_id, m.iteration)
-                if int(m.flags) & FLAG_ACK:   # the iteration ends when its last byte is acked
+                if int(m.flags) & FLAG_ACK:  # the iteration ends when its last byte is acked
                     acks[key] = max(acks.get(key, t), t)
                     continue
                 g = shim_groups.get(key)
@@ -239,11 +257,13 @@ def read_records(path, epoch: float | None = None, idle_gap: float | None = None
     return out
 
 
-def replay_packets(path, iface: str, realtime: bool = True, pad: bool = True, count: int | None = None,
-                   max_frame: int = 1514) -> int:
+def replay_packets(
+    path, iface: str, realtime: bool = True, pad: bool = True, count: int | None = None, max_frame: int = 1514
+) -> int:
     """Send the capture's packets out of ``iface`` (in this process's namespace); returns how many.
     ``pad`` restores truncated packets to their wire length (zeros), up to ``max_frame`` bytes."""
     from scapy.sendrecv import sendp
+
     pkts = []
     with PcapReader(str(path)) as reader:
         for pkt in reader:
@@ -262,18 +282,32 @@ def replay_packets(path, iface: str, realtime: bool = True, pad: bool = True, co
     return len(pkts)
 
 
-def replay(path, iface: str, netns: str | None = None, realtime: bool = True, pad: bool = True,
-           count: int | None = None) -> int:
+def replay(
+    path, iface: str, netns: str | None = None, realtime: bool = True, pad: bool = True, count: int | None = None
+) -> int:
     """:func:`replay_packets`, run inside network namespace ``netns`` when given."""
     if netns is None:
         return replay_packets(path, iface, realtime, pad, count)
     if shutil.which("ip") is None:
         raise RuntimeError("replay in a namespace needs iproute2's `ip`")
-    code = ("import sys; from mltcp.traffic.pcap import replay_packets; "
-            "print(replay_packets(sys.argv[1], sys.argv[2], sys.argv[3] == '1', sys.argv[4] == '1', "
-            "None if sys.argv[5] == '-' else int(sys.argv[5])))")
-    cmd = nsexec.argv([sys.executable, "-c", code, str(Path(path).resolve()), iface,
-                       "1" if realtime else "0", "1" if pad else "0", "-" if count is None else str(count)], netns)
+    code = (
+        "import sys; from mltcp.traffic.pcap import replay_packets; "
+        "print(replay_packets(sys.argv[1], sys.argv[2], sys.argv[3] == '1', sys.argv[4] == '1', "
+        "None if sys.argv[5] == '-' else int(sys.argv[5])))"
+    )
+    cmd = nsexec.argv(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(Path(path).resolve()),
+            iface,
+            "1" if realtime else "0",
+            "1" if pad else "0",
+            "-" if count is None else str(count),
+        ],
+        netns,
+    )
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"replay in netns {netns} failed: {res.stderr.strip()[-500:]}")

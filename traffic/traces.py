@@ -15,6 +15,7 @@ time; with ``shared_link`` they shared one link at that rate and the iteration's
 Iterations shorter than that transfer count as compute 0 (``clamped``); when every iteration is,
 the line rate is wrong and :class:`TraceError` says which rate would fit.
 """
+
 from __future__ import annotations
 
 import csv
@@ -56,13 +57,13 @@ def iter_rows(lines: Iterable[str], source: str = "<trace>") -> Iterator[tuple[i
     seen_data = False
     inf = math.inf
     for lineno, row in enumerate(csv.reader(lines), start=1):
-        if len(row) == 3 and seen_data:     # fast path: a well-formed row (int/float ignore spaces)
+        if len(row) == 3 and seen_data:  # fast path: a well-formed row (int/float ignore spaces)
             try:
                 it, dur, fb = int(row[0]), float(row[1]), float(row[2])
             except ValueError:
                 pass
             else:
-                if it >= 0 and 0 < dur < inf and 0 <= fb < 2 ** 53 and fb.is_integer():
+                if it >= 0 and 0 < dur < inf and 0 <= fb < 2**53 and fb.is_integer():
                     yield lineno, it, dur, int(fb)
                     continue
         if lineno == 1 and row and row[0].startswith(_BOM):
@@ -72,8 +73,7 @@ def iter_rows(lines: Iterable[str], source: str = "<trace>") -> Iterator[tuple[i
             continue
         if not seen_data and _is_header(cells):
             if [c.lower() for c in cells] != COLUMNS:
-                raise TraceError(f"{source}:{lineno}: header {','.join(cells)!r} is not "
-                                 f"{','.join(COLUMNS)!r}")
+                raise TraceError(f"{source}:{lineno}: header {','.join(cells)!r} is not {','.join(COLUMNS)!r}")
             seen_data = True
             continue
         seen_data = True
@@ -95,9 +95,10 @@ def iter_rows(lines: Iterable[str], source: str = "<trace>") -> Iterator[tuple[i
             raise TraceError(f"{source}:{lineno}: iteration_number must be >= 0, got {it}")
         if not 0 < dur < inf:
             raise TraceError(f"{source}:{lineno}: iteration_duration_seconds must be > 0, got {cells[1]}")
-        if not 0 <= fb < 2 ** 53 or fb != int(fb):
-            raise TraceError(f"{source}:{lineno}: flow_size_bytes_in_iteration must be a whole number >= 0, "
-                             f"got {cells[2]}")
+        if not 0 <= fb < 2**53 or fb != int(fb):
+            raise TraceError(
+                f"{source}:{lineno}: flow_size_bytes_in_iteration must be a whole number >= 0, got {cells[2]}"
+            )
         yield lineno, it, dur, int(fb)
 
 
@@ -128,12 +129,13 @@ def read_trace(path) -> list[TraceRow]:
 @dataclass
 class TraceIterations:
     """A trace grouped by iteration: one entry per iteration, in file order (numpy arrays)."""
+
     source: str
-    iteration: np.ndarray          # iteration_number
-    duration_s: np.ndarray         # the iteration's duration (the largest of its rows')
-    flows: np.ndarray              # rows (flows) in the iteration
-    bytes_total: np.ndarray        # bytes of all its flows
-    bytes_max: np.ndarray          # bytes of its largest flow
+    iteration: np.ndarray  # iteration_number
+    duration_s: np.ndarray  # the iteration's duration (the largest of its rows')
+    flows: np.ndarray  # rows (flows) in the iteration
+    bytes_total: np.ndarray  # bytes of all its flows
+    bytes_max: np.ndarray  # bytes of its largest flow
     rows: int = 0
 
     def __len__(self) -> int:
@@ -148,7 +150,7 @@ def group_iterations(lines: Iterable[str], source: str = "<trace>", progress=Non
 
 def _group(rows, source: str, progress=None) -> TraceIterations:
     its, durs, flows, tot, mx = array("q"), array("d"), array("q"), array("q"), array("q")
-    cur = None          # [iteration, duration, flows, total, max]
+    cur = None  # [iteration, duration, flows, total, max]
     nrows = 0
     for lineno, it, dur, fb in rows:
         nrows += 1
@@ -160,18 +162,34 @@ def _group(rows, source: str, progress=None) -> TraceIterations:
             continue
         if cur is not None:
             if it < cur[0]:
-                raise TraceError(f"{source}:{lineno}: iteration_number {it} after {cur[0]}: the rows of an "
-                                 "iteration must be adjacent and iterations in increasing order")
-            its.append(cur[0]); durs.append(cur[1]); flows.append(cur[2]); tot.append(cur[3]); mx.append(cur[4])
+                raise TraceError(
+                    f"{source}:{lineno}: iteration_number {it} after {cur[0]}: the rows of an "
+                    "iteration must be adjacent and iterations in increasing order"
+                )
+            its.append(cur[0])
+            durs.append(cur[1])
+            flows.append(cur[2])
+            tot.append(cur[3])
+            mx.append(cur[4])
             if progress is not None and len(its) % 100_000 == 0:
                 progress(nrows)
         cur = [it, dur, 1, fb, fb]
     if cur is None:
         raise TraceError(f"{source}: no data rows")
-    its.append(cur[0]); durs.append(cur[1]); flows.append(cur[2]); tot.append(cur[3]); mx.append(cur[4])
-    return TraceIterations(source, np.frombuffer(its, dtype=np.int64), np.frombuffer(durs, dtype=np.float64),
-                           np.frombuffer(flows, dtype=np.int64),
-                           np.frombuffer(tot, dtype=np.int64), np.frombuffer(mx, dtype=np.int64), nrows)
+    its.append(cur[0])
+    durs.append(cur[1])
+    flows.append(cur[2])
+    tot.append(cur[3])
+    mx.append(cur[4])
+    return TraceIterations(
+        source,
+        np.frombuffer(its, dtype=np.int64),
+        np.frombuffer(durs, dtype=np.float64),
+        np.frombuffer(flows, dtype=np.int64),
+        np.frombuffer(tot, dtype=np.int64),
+        np.frombuffer(mx, dtype=np.int64),
+        nrows,
+    )
 
 
 def read_iterations(path, progress=None) -> TraceIterations:
@@ -188,16 +206,16 @@ def read_iterations(path, progress=None) -> TraceIterations:
 @dataclass
 class TraceProfile:
     name: str
-    compute_s: float           # median compute time per iteration
-    bytes_per_flow: int        # median bytes per flow per iteration
-    jitter: float              # std-dev / mean of the compute times
+    compute_s: float  # median compute time per iteration
+    bytes_per_flow: int  # median bytes per flow per iteration
+    jitter: float  # std-dev / mean of the compute times
     line_rate_bps: float
-    compute_times: np.ndarray = field(default_factory=lambda: np.zeros(0))   # per iteration, in trace order
-    clamped: int = 0           # iterations shorter than their transfer time (compute taken as 0)
-    flows: int = 1             # flows per iteration (the most common count)
+    compute_times: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per iteration, in trace order
+    clamped: int = 0  # iterations shorter than their transfer time (compute taken as 0)
+    flows: int = 1  # flows per iteration (the most common count)
     flows_min: int = 1
     flows_max: int = 1
-    bytes_per_iter: int = 0    # median bytes of all the iteration's flows
+    bytes_per_iter: int = 0  # median bytes of all the iteration's flows
     rows: int = 0
     shared_link: bool = False
 
@@ -208,25 +226,48 @@ class TraceProfile:
     def job_spec(self, job_id: int, peers=(), **kw):
         """A sender for one flow per peer, each sending one flow's bytes per iteration."""
         from .driver import JobSpec
-        return JobSpec.of(job_id=job_id, compute_s=self.compute_s, bytes_per_iter=self.bytes_per_flow,
-                       peers=list(peers), jitter=self.jitter, name=kw.pop("name", self.name), **kw)
+
+        return JobSpec.of(
+            job_id=job_id,
+            compute_s=self.compute_s,
+            bytes_per_iter=self.bytes_per_flow,
+            peers=list(peers),
+            jitter=self.jitter,
+            name=kw.pop("name", self.name),
+            **kw,
+        )
 
     def summary(self) -> dict:
-        return dict(name=self.name, iterations=self.iterations, rows=self.rows, flows=self.flows,
-                    flows_min=self.flows_min, flows_max=self.flows_max, compute_s=self.compute_s,
-                    bytes_per_flow=self.bytes_per_flow, bytes_per_iter=self.bytes_per_iter, jitter=self.jitter,
-                    clamped=self.clamped, line_rate_bps=self.line_rate_bps, shared_link=self.shared_link)
+        return dict(
+            name=self.name,
+            iterations=self.iterations,
+            rows=self.rows,
+            flows=self.flows,
+            flows_min=self.flows_min,
+            flows_max=self.flows_max,
+            compute_s=self.compute_s,
+            bytes_per_flow=self.bytes_per_flow,
+            bytes_per_iter=self.bytes_per_iter,
+            jitter=self.jitter,
+            clamped=self.clamped,
+            line_rate_bps=self.line_rate_bps,
+            shared_link=self.shared_link,
+        )
 
 
 def check_line_rate(line_rate_bps) -> float:
-    if isinstance(line_rate_bps, bool) or not isinstance(line_rate_bps, (int, float)) \
-            or not 0 < line_rate_bps < math.inf:
+    if (
+        isinstance(line_rate_bps, bool)
+        or not isinstance(line_rate_bps, (int, float))
+        or not 0 < line_rate_bps < math.inf
+    ):
         raise TraceError(f"line rate must be a number of bits/s > 0, got {line_rate_bps!r}")
     return float(line_rate_bps)
 
 
-def profile_iterations(tr: TraceIterations, line_rate_bps: float, name: str = "trace",
-                       shared_link: bool = False) -> TraceProfile:
+def profile_iterations(
+    tr: TraceIterations, line_rate_bps: float, name: str = "trace", shared_link: bool = False
+) -> TraceProfile:
     """Job profile from grouped iterations: compute = duration - transfer time at the line rate."""
     rate = check_line_rate(line_rate_bps)
     moved = (tr.bytes_total if shared_link else tr.bytes_max).astype(np.float64)
@@ -235,17 +276,31 @@ def profile_iterations(tr: TraceIterations, line_rate_bps: float, name: str = "t
     clamped = int(neg.sum())
     if clamped == len(comp):
         fits = float(np.max(moved * 8.0 / tr.duration_s))
-        raise TraceError(f"{tr.source}: every iteration ({len(comp)}) is shorter than its bytes take at the line "
-                         f"rate {rate:.4g} bit/s, so no compute time is left: was the trace measured at a higher "
-                         f"line rate? (above {fits:.4g} bit/s every iteration keeps some compute time)")
+        raise TraceError(
+            f"{tr.source}: every iteration ({len(comp)}) is shorter than its bytes take at the line "
+            f"rate {rate:.4g} bit/s, so no compute time is left: was the trace measured at a higher "
+            f"line rate? (above {fits:.4g} bit/s every iteration keeps some compute time)"
+        )
     comp = np.where(neg, 0.0, comp)
     mean = float(comp.mean())
     jitter = float(comp.std()) / mean if mean > 0 and len(comp) > 1 else 0.0
     counts = np.bincount(tr.flows)
     per_flow = tr.bytes_total / tr.flows
-    return TraceProfile(name, float(np.median(comp)), int(round(float(np.median(per_flow)))), jitter, rate, comp,
-                        clamped, int(counts.argmax()), int(tr.flows.min()), int(tr.flows.max()),
-                        int(round(float(np.median(tr.bytes_total)))), tr.rows, shared_link)
+    return TraceProfile(
+        name,
+        float(np.median(comp)),
+        int(round(float(np.median(per_flow)))),
+        jitter,
+        rate,
+        comp,
+        clamped,
+        int(counts.argmax()),
+        int(tr.flows.min()),
+        int(tr.flows.max()),
+        int(round(float(np.median(tr.bytes_total)))),
+        tr.rows,
+        shared_link,
+    )
 
 
 def profile(rows: list[TraceRow], line_rate_bps: float, name: str = "trace", shared_link: bool = False) -> TraceProfile:
@@ -254,9 +309,10 @@ def profile(rows: list[TraceRow], line_rate_bps: float, name: str = "trace", sha
     return profile_iterations(grouped, line_rate_bps, name, shared_link)
 
 
-def load_profile(path, line_rate_bps: float, name: str | None = None, shared_link: bool = False,
-                 progress=None) -> TraceProfile:
-    check_line_rate(line_rate_bps)          # before reading a large file
+def load_profile(
+    path, line_rate_bps: float, name: str | None = None, shared_link: bool = False, progress=None
+) -> TraceProfile:
+    check_line_rate(line_rate_bps)  # before reading a large file
     return profile_iterations(read_iterations(path, progress), line_rate_bps, name or Path(path).stem, shared_link)
 
 
@@ -276,10 +332,12 @@ def rows_from_records(records, job: str | None = None, flows: int = 1) -> list[T
     for r in records:
         d = float(r.end) - float(r.start)
         if not 0 < d < math.inf:
-            raise ValueError(f"record job {r.job} iteration {r.iteration}: end {r.end} is not after start "
-                             f"{r.start} (a trace iteration needs a duration > 0)")
+            raise ValueError(
+                f"record job {r.job} iteration {r.iteration}: end {r.end} is not after start "
+                f"{r.start} (a trace iteration needs a duration > 0)"
+            )
         b = float(r.bytes)
-        if not 0 <= b < 2 ** 53:
+        if not 0 <= b < 2**53:
             raise ValueError(f"record job {r.job} iteration {r.iteration}: bytes {r.bytes} is not >= 0")
         total = int(round(b))
         share, extra = divmod(total, flows)
@@ -292,8 +350,9 @@ def write_trace(rows: list[TraceRow], path, header: bool = True, comment: str | 
     Rows that :func:`read_trace` would reject raise ValueError before anything is written."""
     for r in rows:
         if not 0 < r.duration_s < math.inf or not 0 <= r.flow_bytes or r.iteration < 0:
-            raise ValueError(f"iteration {r.iteration}: not a valid trace row (duration {r.duration_s} s, "
-                             f"{r.flow_bytes} bytes)")
+            raise ValueError(
+                f"iteration {r.iteration}: not a valid trace row (duration {r.duration_s} s, {r.flow_bytes} bytes)"
+            )
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:

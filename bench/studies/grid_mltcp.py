@@ -6,6 +6,7 @@ iteration. Prints what it measured, one line (or one JSON object) per configurat
     python bench/studies/grid_mltcp.py two-jobs --seeds 1,2,3,4,5 \\
         --grid '{"mltcp.slope": [2, 4], "mltcp.decrease_at_end": [0.2, 0.35]}' --base '{"mltcp.cap": 3}'
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,21 +42,41 @@ def main():
             sc = case.scenario(cfg)
             ml = simulate(sc, compare.mltcp_name(sc0.cc))
             m = metrics.summary(ml.records, sc.warmup_iterations)
-            rows.append({"avg": b["avg_iter_s"] / m["avg_iter_s"], "p99": b["p99_iter_s"] / m["p99_iter_s"],
-                         "rto": ml.timeouts, "drops": ml.drops, "base_drops": br.drops,
-                         "inter": metrics.interleaved_at(ml.records, compare.link_sharing(sc))})
+            rows.append(
+                {
+                    "avg": b["avg_iter_s"] / m["avg_iter_s"],
+                    "p99": b["p99_iter_s"] / m["p99_iter_s"],
+                    "rto": ml.timeouts,
+                    "drops": ml.drops,
+                    "base_drops": br.drops,
+                    "inter": metrics.interleaved_at(ml.records, compare.link_sharing(sc)),
+                }
+            )
         g = lambda k: math.exp(np.mean([math.log(r[k]) for r in rows]))
         inter = [r["inter"] for r in rows]
-        out = {"config": cfg, "avg": g("avg"), "p99": g("p99"), "worst_avg": min(r["avg"] for r in rows),
-               "worst_p99": min(r["p99"] for r in rows), "rto": [r["rto"] for r in rows],
-               "drops": [round(r["drops"]) for r in rows],
-               "drops_ratio_worst": max((r["drops"] + 1) / (r["base_drops"] + 1) for r in rows),
-               "inter_worst": None if None in inter else max(inter)}
+        out = {
+            "config": cfg,
+            "avg": g("avg"),
+            "p99": g("p99"),
+            "worst_avg": min(r["avg"] for r in rows),
+            "worst_p99": min(r["p99"] for r in rows),
+            "rto": [r["rto"] for r in rows],
+            "drops": [round(r["drops"]) for r in rows],
+            "drops_ratio_worst": max((r["drops"] + 1) / (r["base_drops"] + 1) for r in rows),
+            "inter_worst": None if None in inter else max(inter),
+        }
         if a.json:
             print(json.dumps(out), flush=True)
         else:
-            print(f"{json.dumps(dict(zip(keys, vals)))}: avg {out['avg']:.3f} ({out['worst_avg']:.3f}) p99 {out['p99']:.3f} "
-                  f"({out['worst_p99']:.3f}) RTOs {sum(out['rto'])} on {sum(1 for x in out['rto'] if x)}/{len(rows)} seeds{'' if len(rows) > 10 else ' ' + str(out['rto'])} drops x{out['drops_ratio_worst']:.2f} (mean {np.mean(out['drops']):.0f}) inter {out['inter_worst']}", flush=True)
+            print(
+                f"{json.dumps(dict(zip(keys, vals)))}: avg {out['avg']:.3f} ({out['worst_avg']:.3f}) p99 "
+                f"{out['p99']:.3f} "
+                f"({out['worst_p99']:.3f}) RTOs {sum(out['rto'])} on "
+                f"{sum(1 for x in out['rto'] if x)}/{len(rows)} "
+                f"seeds{'' if len(rows) > 10 else ' ' + str(out['rto'])} drops x{out['drops_ratio_worst']:.2f} "
+                f"(mean {np.mean(out['drops']):.0f}) inter {out['inter_worst']}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

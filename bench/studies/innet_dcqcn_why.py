@@ -8,6 +8,7 @@
 
     python bench/studies/innet_dcqcn_why.py [--scenario innet-dcqcn-two-jobs] [--seeds 1,2,3] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,16 +22,21 @@ from mltcp.sim.engine import simulate
 
 
 def run(sc, policy: str, seed: int, offset_s: float | None = None, trace: float | None = None, **table):
-    jobs = sc.jobs if offset_s is None else [sc.jobs[0]] + [dataclasses.replace(j, start_offset_s=offset_s)
-                                                           for j in sc.jobs[1:]]
+    jobs = (
+        sc.jobs
+        if offset_s is None
+        else [sc.jobs[0]] + [dataclasses.replace(j, start_offset_s=offset_s) for j in sc.jobs[1:]]
+    )
     s = dataclasses.replace(sc, seed=seed, jobs=jobs, switch=dataclasses.replace(sc.switch, name=policy, **table))
     r = simulate(s, sc.cc, trace_interval=trace)
     return r, compare.side(s, sc.cc, r.records, r.drops, r.ecn_marks)
 
 
 def fmt(m) -> str:
-    return (f"avg {m['avg_iter_s'] * 1e3:6.2f} ms, p99 {m['p99_iter_s'] * 1e3:6.2f} ms, drops {m['drops']:.0f}, "
-            f"marks {m['ecn_marks']:.0f}, interleaved at {m['converged_at_iteration']}")
+    return (
+        f"avg {m['avg_iter_s'] * 1e3:6.2f} ms, p99 {m['p99_iter_s'] * 1e3:6.2f} ms, drops {m['drops']:.0f}, "
+        f"marks {m['ecn_marks']:.0f}, interleaved at {m['converged_at_iteration']}"
+    )
 
 
 def alone_rate(r, sc) -> tuple[float, float]:
@@ -62,11 +68,14 @@ def main(argv=None) -> int:
         ms = {s: run(sc, "ecn-by-progress", s, bands=bands, ecn_scale_lo=lo, ecn_scale_hi=hi)[1] for s in seeds}
         sa = sorted(base[s]["avg_iter_s"] / ms[s]["avg_iter_s"] for s in seeds)
         sp = sorted(base[s]["p99_iter_s"] / ms[s]["p99_iter_s"] for s in seeds)
-        print(f"  bands {bands:2d} lo {lo:5g} hi {hi:5g}: avg {'/'.join(f'{x:.3f}' for x in sa)}x, "
-              f"p99 {'/'.join(f'{x:.2f}' for x in sp)}x, drops {sum(base[s]['drops'] for s in seeds):.0f} -> "
-              f"{sum(ms[s]['drops'] for s in seeds):.0f}, marks {sum(base[s]['ecn_marks'] for s in seeds):.0f} -> "
-              f"{sum(ms[s]['ecn_marks'] for s in seeds):.0f}, interleaved at "
-              f"{[ms[s]['converged_at_iteration'] for s in seeds]}", flush=True)
+        print(
+            f"  bands {bands:2d} lo {lo:5g} hi {hi:5g}: avg {'/'.join(f'{x:.3f}' for x in sa)}x, "
+            f"p99 {'/'.join(f'{x:.2f}' for x in sp)}x, drops {sum(base[s]['drops'] for s in seeds):.0f} -> "
+            f"{sum(ms[s]['drops'] for s in seeds):.0f}, marks {sum(base[s]['ecn_marks'] for s in seeds):.0f} -> "
+            f"{sum(ms[s]['ecn_marks'] for s in seeds):.0f}, interleaved at "
+            f"{[ms[s]['converged_at_iteration'] for s in seeds]}",
+            flush=True,
+        )
     print("2. the interleaved schedule (B starts one compute phase after A), seed", seeds[0])
     comp = sc.jobs[0].compute_s
     for pol in ("off", "ecn-by-progress"):

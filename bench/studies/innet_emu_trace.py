@@ -15,6 +15,7 @@ behind (the policy's intent: all of them) and how many marks a job gets while it
 Times of an emulated run are divided by its dilation, measured from its compute phases against the
 scenario's compute time, so both traces are in the scenario's milliseconds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,10 +54,19 @@ def trace(sc, records, scale: float = 1.0) -> tuple[list[dict], dict]:
     rows = []
     for x, y, near in pairs(records):
         gap = ((near.comm_start - x.comm_start) / period + 0.5) % 1.0 - 0.5 if near else None
-        row = dict(it=x.iteration, gap=gap, overlap=ov[("A", x.iteration)],
-                   comm_a=(x.end - x.comm_start) / comm_alone, marks_a=x.marks, drops_a=x.drops,
-                   comm_b=(near.end - near.comm_start) / comm_alone if near else None,
-                   marks_b=near.marks if near else None, ahead=None, marks_ahead=None, marks_behind=None)
+        row = dict(
+            it=x.iteration,
+            gap=gap,
+            overlap=ov[("A", x.iteration)],
+            comm_a=(x.end - x.comm_start) / comm_alone,
+            marks_a=x.marks,
+            drops_a=x.drops,
+            comm_b=(near.end - near.comm_start) / comm_alone if near else None,
+            marks_b=near.marks if near else None,
+            ahead=None,
+            marks_ahead=None,
+            marks_behind=None,
+        )
         if y is not None:
             first, second = (x, y) if x.comm_start <= y.comm_start else (y, x)
             row.update(ahead=first.job, marks_ahead=first.marks, marks_behind=second.marks)
@@ -66,15 +76,19 @@ def trace(sc, records, scale: float = 1.0) -> tuple[list[dict], dict]:
     behind = sum(r["marks_behind"] for r in over)
     ahead = sum(r["marks_ahead"] for r in over)
     gaps = np.array([abs(r["gap"]) for r in rows if r["gap"] is not None])
-    summ = dict(iterations=len(rows), overlapped=len(over),
-                mean_overlap=float(np.mean([r["overlap"] for r in rows])) if rows else None,
-                marks_behind_share=behind / (behind + ahead) if behind + ahead else None,
-                marks_per_overlap=(behind + ahead) / len(over) if over else None,
-                marks_per_alone_phase=sum(r["marks_a"] for r in alone) / len(alone) if alone else None,
-                comm_stretch=float(np.mean([r["comm_a"] for r in rows])) if rows else None,
-                gap_growth=float(np.mean(np.diff(gaps))) if len(gaps) > 1 else None,
-                first_gap=float(gaps[0]) if len(gaps) else None, last_gap=float(gaps[-1]) if len(gaps) else None,
-                interleaved_at=metrics.interleaved_at(records))
+    summ = dict(
+        iterations=len(rows),
+        overlapped=len(over),
+        mean_overlap=float(np.mean([r["overlap"] for r in rows])) if rows else None,
+        marks_behind_share=behind / (behind + ahead) if behind + ahead else None,
+        marks_per_overlap=(behind + ahead) / len(over) if over else None,
+        marks_per_alone_phase=sum(r["marks_a"] for r in alone) / len(alone) if alone else None,
+        comm_stretch=float(np.mean([r["comm_a"] for r in rows])) if rows else None,
+        gap_growth=float(np.mean(np.diff(gaps))) if len(gaps) > 1 else None,
+        first_gap=float(gaps[0]) if len(gaps) else None,
+        last_gap=float(gaps[-1]) if len(gaps) else None,
+        interleaved_at=metrics.interleaved_at(records),
+    )
     return rows, summ
 
 
@@ -86,20 +100,24 @@ def dilation(sc, records) -> float:
 
 def fmt_summary(name: str, s: dict) -> str:
     f = lambda v, p=2: "-" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))  # noqa: E731
-    return (f"{name:34s} overlap {f(s['mean_overlap'])}, overlapped iterations {s['overlapped']}/{s['iterations']}, "
-            f"marks on the job behind {f(s['marks_behind_share'])}, marks per overlapped iteration "
-            f"{f(s['marks_per_overlap'], 1)}, per alone phase {f(s['marks_per_alone_phase'], 1)}, comm phase / alone "
-            f"{f(s['comm_stretch'])}, |gap| {f(s['first_gap'])} -> {f(s['last_gap'])} (mean change per iteration "
-            f"{f(s['gap_growth'], 3)}), interleaved at {f(s['interleaved_at'])}")
+    return (
+        f"{name:34s} overlap {f(s['mean_overlap'])}, overlapped iterations {s['overlapped']}/{s['iterations']}, "
+        f"marks on the job behind {f(s['marks_behind_share'])}, marks per overlapped iteration "
+        f"{f(s['marks_per_overlap'], 1)}, per alone phase {f(s['marks_per_alone_phase'], 1)}, comm phase / alone "
+        f"{f(s['comm_stretch'])}, |gap| {f(s['first_gap'])} -> {f(s['last_gap'])} (mean change per iteration "
+        f"{f(s['gap_growth'], 3)}), interleaved at {f(s['interleaved_at'])}"
+    )
 
 
 def fmt_rows(rows) -> str:
     f = lambda v, p=2: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
     out = ["  it    gap  overlap  comm A  comm B  ahead  marks ahead  marks behind  marks A  marks B  drops A"]
     for r in rows:
-        out.append(f"  {r['it']:2d} {f(r['gap']):>6s} {f(r['overlap']):>8s} {f(r['comm_a']):>7s} {f(r['comm_b']):>7s} "
-                   f"{r['ahead'] or '-':>6s} {f(r['marks_ahead'], 0):>12s} {f(r['marks_behind'], 0):>13s} "
-                   f"{f(r['marks_a'], 0):>8s} {f(r['marks_b'], 0):>8s} {f(r['drops_a'], 0):>8s}")
+        out.append(
+            f"  {r['it']:2d} {f(r['gap']):>6s} {f(r['overlap']):>8s} {f(r['comm_a']):>7s} {f(r['comm_b']):>7s} "
+            f"{r['ahead'] or '-':>6s} {f(r['marks_ahead'], 0):>12s} {f(r['marks_behind'], 0):>13s} "
+            f"{f(r['marks_a'], 0):>8s} {f(r['marks_b'], 0):>8s} {f(r['drops_a'], 0):>8s}"
+        )
     return "\n".join(out)
 
 
@@ -115,7 +133,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     sc = scenario.load(a.scenario)
     over = {k: float(v) for k, v in (kv.split("=", 1) for kv in filter(None, a.switch.split(",")))}
-    for pol in ([a.policy] if a.policy else ["off", sc.switch.name]):
+    for pol in [a.policy] if a.policy else ["off", sc.switch.name]:
         s = dataclasses.replace(sc, seed=a.seed, switch=dataclasses.replace(sc.switch, name=pol, **over))
         recs = [r for r in simulate(s, s.cc).records if a.iterations is None or r.iteration < a.iterations]
         rows, summ = trace(s, recs)

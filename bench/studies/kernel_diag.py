@@ -7,6 +7,7 @@ Needs root (as `mltcp kernel experiment`). docs/kernel.md, section 5, gives what
 
     sudo nice -n -5 .venv/bin/python bench/studies/kernel_diag.py [--variant mltcp_cubic] [--nic-cap] [--out tr.json]
 """
+
 import argparse
 import dataclasses
 import json
@@ -52,12 +53,16 @@ def by_activity(r: dict) -> None:
     iv = {j: [(x["comm_start"], x["end"]) for x in r["records"] if x["job"] == j] for j in "AB"}
     a, b = ({j: np.array([any(s <= x <= e for s, e in iv[j]) for x in t]) for j in "AB"}[j] for j in "AB")
     ddr = np.diff(dr, prepend=dr[0])
-    print(f"  retransmissions {r['retransmits']}, bottleneck drops {int(dr[-1] - dr[0])} "
-          f"(polled every {np.median(np.diff(t)) * 1e3:.1f} ms)")
+    print(
+        f"  retransmissions {r['retransmits']}, bottleneck drops {int(dr[-1] - dr[0])} "
+        f"(polled every {np.median(np.diff(t)) * 1e3:.1f} ms)"
+    )
     for name, m in (("one job", a ^ b), ("both", a & b), ("none", ~(a | b))):
         if m.any():
-            print(f"  {name:8s} {m.mean():5.1%} of the time, backlog median {np.median(bl[m]):6.0f} B, "
-                  f"drops {ddr[m].sum():.0f}")
+            print(
+                f"  {name:8s} {m.mean():5.1%} of the time, backlog median {np.median(bl[m]):6.0f} B, "
+                f"drops {ddr[m].sum():.0f}"
+            )
 
 
 def variant_view(r: dict, events: list[dict], nbytes: int, rate_bps: float) -> None:
@@ -67,9 +72,9 @@ def variant_view(r: dict, events: list[dict], nbytes: int, rate_bps: float) -> N
     if len(ports) < 2:
         print("  trace: fewer than two sockets traced")
         return
-    P = dict(zip("AB", ports))      # job A starts first
+    P = dict(zip("AB", ports))  # job A starts first
     a0 = min(x["comm_start"] for x in recs if x["job"] == "A" and x["iteration"] == 0)
-    off = acks[0]["ts_ns"] / 1e9 - a0 - 0.0022     # first ACK about one RTT after A's first send
+    off = acks[0]["ts_ns"] / 1e9 - a0 - 0.0022  # first ACK about one RTT after A's first send
     T = {j: np.array([e["ts_ns"] / 1e9 - off for e in acks if e["port"] == P[j]]) for j in "AB"}
     done = {j: np.array([e["iter_acked"] for e in acks if e["port"] == P[j]]) for j in "AB"}
     cwnd = {j: np.array([e["cwnd_in"] for e in acks if e["port"] == P[j]]) for j in "AB"}
@@ -79,7 +84,7 @@ def variant_view(r: dict, events: list[dict], nbytes: int, rate_bps: float) -> N
     for x in recs:
         j = x["job"]
         o = "B" if j == "A" else "A"
-        for oi in (x["iteration"] - 1, x["iteration"]):     # the other job's phase it joins
+        for oi in (x["iteration"] - 1, x["iteration"]):  # the other job's phase it joins
             y = by.get((o, oi))
             if y and y["comm_start"] < x["comm_start"] < y["end"] and y["end"] - x["comm_start"] > 0.015:
                 k = np.searchsorted(T[o], x["comm_start"])
@@ -98,8 +103,10 @@ def variant_view(r: dict, events: list[dict], nbytes: int, rate_bps: float) -> N
         print(f"  incumbent's share of the link in overlaps > 15 ms: mean {np.mean(shares):.0%} (n={len(shares)})")
     if solo:
         g = np.array(solo)
-        print(f"  solo goodput: median {np.median(g[:, 0]) / 1e6:.1f} Mb/s over {len(g)} phases "
-              f"(range {g[:, 0].min() / 1e6:.0f}-{g[:, 0].max() / 1e6:.0f})")
+        print(
+            f"  solo goodput: median {np.median(g[:, 0]) / 1e6:.1f} Mb/s over {len(g)} phases "
+            f"(range {g[:, 0].min() / 1e6:.0f}-{g[:, 0].max() / 1e6:.0f})"
+        )
 
 
 def main() -> None:
@@ -110,8 +117,17 @@ def main() -> None:
     ap.add_argument("--out", help="write records, polls and the trace as JSON")
     a = ap.parse_args()
     setLogLevel("error")
-    case = Case(buffer_bytes=50_000, nbytes=2_500_000, compute_s=0.2, iterations=a.iterations, warmup=4,
-                offset_s=0.01, delay_ms=1, idle_restart=False, variant=a.variant)
+    case = Case(
+        buffer_bytes=50_000,
+        nbytes=2_500_000,
+        compute_s=0.2,
+        iterations=a.iterations,
+        warmup=4,
+        offset_s=0.01,
+        delay_ms=1,
+        idle_restart=False,
+        variant=a.variant,
+    )
     cfg = Config(trace_all=True, nic_cap=a.nic_cap)
     we_loaded = a.variant not in loader.registered()
     if we_loaded:

@@ -12,6 +12,7 @@ Prints what it computes; asserts nothing.
     mltcp simulate scenarios/two-jobs.toml --compare --out fast/
     python bench/studies/ns3_rto_split.py both.json fast/
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,18 +42,23 @@ def main() -> None:
     arms = {}
     for cc, r in rep["ratios"].items():
         fast = fast_iterations(a.fast_dir / f"records-{cc}.csv")
-        ns3 = np.array([fast[j][i] / x for j, v in r["jobs"].items()
-                        for i, x in enumerate(v["iteration_ratio"]) if i >= warm])
+        ns3 = np.array(
+            [fast[j][i] / x for j, v in r["jobs"].items() for i, x in enumerate(v["iteration_ratio"]) if i >= warm]
+        )
         slow = ns3 > a.rto_s
         arms[cc] = ns3, slow
-        print(f"{cc}: ns-3 avg {ns3.mean() * 1e3:.1f} ms, p99 {np.percentile(ns3, 99) * 1e3:.1f}, median "
-              f"{np.median(ns3) * 1e3:.1f}; {int(slow.sum())} of {len(ns3)} steady iterations > {a.rto_s} s; "
-              f"without them avg {ns3[~slow].mean() * 1e3:.1f}, p99 {np.percentile(ns3[~slow], 99) * 1e3:.1f}")
+        print(
+            f"{cc}: ns-3 avg {ns3.mean() * 1e3:.1f} ms, p99 {np.percentile(ns3, 99) * 1e3:.1f}, median "
+            f"{np.median(ns3) * 1e3:.1f}; {int(slow.sum())} of {len(ns3)} steady iterations > {a.rto_s} s; "
+            f"without them avg {ns3[~slow].mean() * 1e3:.1f}, p99 {np.percentile(ns3[~slow], 99) * 1e3:.1f}"
+        )
     base, mltcp = list(arms)
     (b, bs), (m, ms) = arms[base], arms[mltcp]
-    print(f"ns-3 speedup avg / p99: {b.mean() / m.mean():.3f} / {np.percentile(b, 99) / np.percentile(m, 99):.3f}; "
-          f"median {np.median(b) / np.median(m):.3f}; without the RTO iterations "
-          f"{b[~bs].mean() / m[~ms].mean():.3f} / {np.percentile(b[~bs], 99) / np.percentile(m[~ms], 99):.3f}")
+    print(
+        f"ns-3 speedup avg / p99: {b.mean() / m.mean():.3f} / {np.percentile(b, 99) / np.percentile(m, 99):.3f}; "
+        f"median {np.median(b) / np.median(m):.3f}; without the RTO iterations "
+        f"{b[~bs].mean() / m[~ms].mean():.3f} / {np.percentile(b[~bs], 99) / np.percentile(m[~ms], 99):.3f}"
+    )
 
 
 if __name__ == "__main__":

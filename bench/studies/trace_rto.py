@@ -11,13 +11,13 @@ the bottleneck queue in the milliseconds before. Prints what it saw; nothing is 
 It runs the compiled loop in short pauses (``--chunk-us``; pausing does not change the run: the
 records are checked against an unpaused run) and snapshots the state after each pause.
 """
+
 from __future__ import annotations
 
 import argparse
 import collections
 import json
 
-import numpy as np
 
 from mltcp import compare, tracker as trk, tune_eval
 from mltcp.cc.base import CWND, SSTHRESH
@@ -35,20 +35,43 @@ def traced(sc, cc_name: str, chunk_s: float, keep: int, window: tuple[float, flo
     def snap(v, t):
         F = len(v["flow_job"])
         mss = v["mss"]
-        return {"t": t, "q": float(v["ls"][0, engine.Q] / mss), "drops": float(v["fs"][engine.F_TOT_DROP] / mss),
-                "flows": [{"job": int(v["flow_job"][f]), "it": int(v["it_idx"][v["flow_job"][f]]),
-                           "phase": int(v["phase"][v["flow_job"][f]]),
-                           "cwnd": v["tcp"][f, CWND] / mss, "ssth": v["tcp"][f, SSTHRESH] / mss,
-                           "inflight": v["inflight"][f] / mss, "to_send": v["to_send"][f] / mss,
-                           "hole": v["lr"][f, engine.LR_HOLE] / mss, "rto_at": v["lr"][f, engine.LR_RTO_AT],
-                           "probe": v["lr"][f, engine.LR_PROBE], "probed": v["lr"][f, engine.LR_PROBED],
-                           "r": trk.ratio(v["tr"], f) if v["mltcp"] else float("nan"),
-                           "srtt_ms": v["srtt"][f] * 1e3} for f in range(F)]}
+        return {
+            "t": t,
+            "q": float(v["ls"][0, engine.Q] / mss),
+            "drops": float(v["fs"][engine.F_TOT_DROP] / mss),
+            "flows": [
+                {
+                    "job": int(v["flow_job"][f]),
+                    "it": int(v["it_idx"][v["flow_job"][f]]),
+                    "phase": int(v["phase"][v["flow_job"][f]]),
+                    "cwnd": v["tcp"][f, CWND] / mss,
+                    "ssth": v["tcp"][f, SSTHRESH] / mss,
+                    "inflight": v["inflight"][f] / mss,
+                    "to_send": v["to_send"][f] / mss,
+                    "hole": v["lr"][f, engine.LR_HOLE] / mss,
+                    "rto_at": v["lr"][f, engine.LR_RTO_AT],
+                    "probe": v["lr"][f, engine.LR_PROBE],
+                    "probed": v["lr"][f, engine.LR_PROBED],
+                    "r": trk.ratio(v["tr"], f) if v["mltcp"] else float("nan"),
+                    "srtt_ms": v["srtt"][f] * 1e3,
+                }
+                for f in range(F)
+            ],
+        }
 
     def run(t_end, *groups):
         cfg, cc, topo, links, fl, jb, fb, rc, trace, fs, ks = groups
-        v = {**cfg._asdict(), **cc._asdict(), **topo._asdict(), **links._asdict(), **fl._asdict(), **jb._asdict(),
-             "trace": trace, "fs": fs, "ks": ks}
+        v = {
+            **cfg._asdict(),
+            **cc._asdict(),
+            **topo._asdict(),
+            **links._asdict(),
+            **fl._asdict(),
+            **jb._asdict(),
+            "trace": trace,
+            "fs": fs,
+            "ks": ks,
+        }
         t = float(v["fs"][engine.F_T])
         while True:
             rto0, tlp0 = v["fs"][engine.F_TOT_RTO], v["fs"][engine.F_TOT_TLP]
@@ -57,7 +80,7 @@ def traced(sc, cc_name: str, chunk_s: float, keep: int, window: tuple[float, flo
             orig(t, *groups)
             s = snap(v, float(v["fs"][engine.F_T]))
             held = [f for f in range(len(held0)) if held0[f] == 0 and v["lr"][f, engine.LR_HOLE] > 0]
-            if held:        # a loss now waits for a timer (no later segment can reveal it)
+            if held:  # a loss now waits for a timer (no later segment can reveal it)
                 events.append(("HOLD", held, list(hist), s))
             for kind, n0, n1 in (("RTO", rto0, v["fs"][engine.F_TOT_RTO]), ("TLP", tlp0, v["fs"][engine.F_TOT_TLP])):
                 if n1 > n0:
@@ -83,10 +106,12 @@ def fmt(s, flows):
     out = [f"  t={s['t'] * 1e3:9.3f} ms  queue {s['q']:5.1f} seg  drops {s['drops']:6.0f}"]
     for f in flows:
         x = s["flows"][f]
-        out.append(f"      flow {f} (job {x['job']} it {x['it']} {'comm' if x['phase'] == 1 else 'idle'}) r={x['r']:.3f} "
-                   f"cwnd {x['cwnd']:6.2f} ssth {x['ssth']:6.2f} inflight {x['inflight']:5.1f} to_send {x['to_send']:7.1f} "
-                   f"hole {x['hole']:4.1f} rto_at {x['rto_at'] * 1e3:9.3f} probe {x['probe']:.0f}/{x['probed']:.0f} "
-                   f"srtt {x['srtt_ms']:.3f} ms")
+        out.append(
+            f"      flow {f} (job {x['job']} it {x['it']} {'comm' if x['phase'] == 1 else 'idle'}) r={x['r']:.3f} "
+            f"cwnd {x['cwnd']:6.2f} ssth {x['ssth']:6.2f} inflight {x['inflight']:5.1f} to_send {x['to_send']:7.1f} "
+            f"hole {x['hole']:4.1f} rto_at {x['rto_at'] * 1e3:9.3f} probe {x['probe']:.0f}/{x['probed']:.0f} "
+            f"srtt {x['srtt_ms']:.3f} ms"
+        )
     return "\n".join(out)
 
 
@@ -95,20 +120,25 @@ def main():
     ap.add_argument("scenario")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cc", help="default: the scenario's MLTCP variant")
-    ap.add_argument("--config", default="{}", help="JSON of [mltcp] / [cc_params] keys (as bench/studies/tune_mustshow.py)")
+    ap.add_argument(
+        "--config", default="{}", help="JSON of [mltcp] / [cc_params] keys (as bench/studies/tune_mustshow.py)"
+    )
     ap.add_argument("--chunk-us", type=float, default=100.0)
     ap.add_argument("--before-ms", type=float, default=2.0, help="how much of the state before each event to print")
     ap.add_argument("--every", type=int, default=1, help="print every Nth snapshot before an event")
     ap.add_argument("--timeline", help="T0,T1 in ms: print every snapshot in between instead of the events")
     ap.add_argument("--summary", action="store_true", help="one line per event: the flow and the other flows' windows")
     ap.add_argument("--rate-mbps", type=float, help="rescaled as `mltcp emulate --rate-mbps` (emulation.plan.rescale)")
-    ap.add_argument("--dilate", action="store_true", help="with --rate-mbps: time dilation, as `mltcp emulate --dilate`")
+    ap.add_argument(
+        "--dilate", action="store_true", help="with --rate-mbps: time dilation, as `mltcp emulate --dilate`"
+    )
     ap.add_argument("--iterations", type=int, help="per job, as `mltcp emulate --iterations`")
     a = ap.parse_args()
     case = tune_eval.make_cases([a.scenario], [a.seed])[0]
     sc = case.scenario(json.loads(a.config))
     if a.rate_mbps is not None or a.iterations is not None:
         from mltcp.emulation.plan import rescale
+
         sc = rescale(sc, a.rate_mbps, None, a.iterations, None, a.dilate)
     cc = a.cc or compare.mltcp_name(case.scenario().cc)
     keep = max(1, int(a.before_ms * 1e3 / a.chunk_us))
@@ -116,14 +146,21 @@ def main():
     res, events = traced(sc, cc, a.chunk_us * 1e-6, keep, win)
     plain = simulate(sc, cc)
     same = [(r.job, r.iteration, r.end) for r in res.records] == [(r.job, r.iteration, r.end) for r in plain.records]
-    print(f"{sc.name} seed {a.seed} {cc}: {res.timeouts} RTOs, {res.probes} TLPs, drops {res.drops:.0f}; "
-          f"paused run identical to the unpaused one: {same}")
+    print(
+        f"{sc.name} seed {a.seed} {cc}: {res.timeouts} RTOs, {res.probes} TLPs, drops {res.drops:.0f}; "
+        f"paused run identical to the unpaused one: {same}"
+    )
     slow = sorted(res.records, key=lambda r: r.start - r.end)[:3]
-    print("longest iterations: " + ", ".join(f"{r.job} it {r.iteration} {(r.end - r.start) * 1e3:.1f} ms "
-                                             f"(comm {(r.end - r.comm_start) * 1e3:.1f} ms)" for r in slow))
+    print(
+        "longest iterations: "
+        + ", ".join(
+            f"{r.job} it {r.iteration} {(r.end - r.start) * 1e3:.1f} ms (comm {(r.end - r.comm_start) * 1e3:.1f} ms)"
+            for r in slow
+        )
+    )
     if win:
         flows = range(len(res.timeline[0]["flows"])) if res.timeline else []
-        for s in res.timeline[::a.every]:
+        for s in res.timeline[:: a.every]:
             print(fmt(s, flows))
         return
     if a.summary:
@@ -132,16 +169,20 @@ def main():
             line = [f"{kind:4s} t={after['t'] * 1e3:9.3f} ms flows {fl} peak queue {peak:4.1f} seg:"]
             for f, x in enumerate(after["flows"]):
                 b = hist[0]["flows"][f] if hist else x
-                line.append(f"[{f}: job {x['job']} it {x['it']} {'comm' if x['phase'] == 1 else 'idle'} r {x['r']:.2f} "
-                            f"cwnd {b['cwnd']:.1f}->{x['cwnd']:.1f} ssth {x['ssth']:.1f} hole {x['hole']:.1f}]")
+                line.append(
+                    f"[{f}: job {x['job']} it {x['it']} {'comm' if x['phase'] == 1 else 'idle'} r {x['r']:.2f} "
+                    f"cwnd {b['cwnd']:.1f}->{x['cwnd']:.1f} ssth {x['ssth']:.1f} hole {x['hole']:.1f}]"
+                )
             print(" ".join(line))
         return
     for kind, fl, hist, after in events:
         f0 = fl[0] if fl else 0
-        print(f"\n{kind} on flow(s) {fl} at ~{after['t'] * 1e3:.3f} ms (job {after['flows'][f0]['job']}, "
-              f"iteration {after['flows'][f0]['it']}); before:")
+        print(
+            f"\n{kind} on flow(s) {fl} at ~{after['t'] * 1e3:.3f} ms (job {after['flows'][f0]['job']}, "
+            f"iteration {after['flows'][f0]['it']}); before:"
+        )
         flows = range(len(after["flows"]))
-        for s in hist[::a.every]:
+        for s in hist[:: a.every]:
             print(fmt(s, flows))
         print("  after:\n" + fmt(after, flows))
 

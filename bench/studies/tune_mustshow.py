@@ -4,6 +4,7 @@ them), over several seeds. Prints per seed and the geometric means; nothing is a
 
     python bench/studies/tune_mustshow.py --seeds 1,2,3,4,5 two-jobs='{}' cubic-two-jobs='{"mltcp.boundary": "mark"}'
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,47 +32,76 @@ def run(name: str, cfg: dict, seeds: list[int]) -> dict:
         # a perfect interleave: each MLTCP iteration = its own compute phase (jitter, stragglers
         # included) + the job's communication alone (bytes / bottleneck rate + base RTT)
         alone = {j.name: sc.ideal_iter_s(j) - j.compute_s for j in sc.jobs}
-        ideal = float(np.mean([r.comm_start - r.start + alone[r.job]
-                               for r in metrics.steady(ml.records, sc.warmup_iterations)]))
-        rows.append({"seed": seed, "avg": sb["avg_iter_s"] / sm["avg_iter_s"], "p99": sb["p99_iter_s"] / sm["p99_iter_s"],
-                     "sig": sig, "base_sig": float(bs), "mltcp_sig": float(ms),
-                     "conv": metrics.converged_at(ml.records, compare.link_sharing(sc)),
-                     "inter": metrics.interleaved_at(ml.records, compare.link_sharing(sc)),
-                     "base_conv": metrics.converged_at(base.records, compare.link_sharing(sc)),
-                     "reform": metrics.reform_after_stragglers(ml.records, comp, sc.warmup_iterations),
-                     "bound": sb["avg_iter_s"] / ideal, "p99_bound": sb["p99_iter_s"] / ideal,
-                     "base_rto": base.timeouts, "mltcp_rto": ml.timeouts, "mltcp_tlp": ml.probes})
+        ideal = float(
+            np.mean([r.comm_start - r.start + alone[r.job] for r in metrics.steady(ml.records, sc.warmup_iterations)])
+        )
+        rows.append(
+            {
+                "seed": seed,
+                "avg": sb["avg_iter_s"] / sm["avg_iter_s"],
+                "p99": sb["p99_iter_s"] / sm["p99_iter_s"],
+                "sig": sig,
+                "base_sig": float(bs),
+                "mltcp_sig": float(ms),
+                "conv": metrics.converged_at(ml.records, compare.link_sharing(sc)),
+                "inter": metrics.interleaved_at(ml.records, compare.link_sharing(sc)),
+                "base_conv": metrics.converged_at(base.records, compare.link_sharing(sc)),
+                "reform": metrics.reform_after_stragglers(ml.records, comp, sc.warmup_iterations),
+                "bound": sb["avg_iter_s"] / ideal,
+                "p99_bound": sb["p99_iter_s"] / ideal,
+                "base_rto": base.timeouts,
+                "mltcp_rto": ml.timeouts,
+                "mltcp_tlp": ml.probes,
+            }
+        )
     g = lambda k: math.exp(np.mean([math.log(r[k]) for r in rows]))
     reform = sum((r["reform"] for r in rows), [])
-    return {"scenario": name, "config": cfg, "rows": rows, "avg": g("avg"), "p99": g("p99"), "bound": g("bound"),
-            "p99_bound": g("p99_bound"),
-            "worst_avg": min(r["avg"] for r in rows), "worst_p99": min(r["p99"] for r in rows),
-            "sig_ratio_worst": max((r["mltcp_sig"] + 1) / (r["base_sig"] + 1) for r in rows),
-            "conv_worst": max((r["conv"] if r["conv"] is not None else 10**6) for r in rows),
-            "inter_worst": max((r["inter"] if r["inter"] is not None else 10**6) for r in rows),
-            "reform": {"n": len(reform), "mean": float(np.mean(reform)) if reform else None,
-                       "max": max(reform) if reform else None,
-                       "share_le3": float(np.mean([m <= 3 for m in reform])) if reform else None}}
+    return {
+        "scenario": name,
+        "config": cfg,
+        "rows": rows,
+        "avg": g("avg"),
+        "p99": g("p99"),
+        "bound": g("bound"),
+        "p99_bound": g("p99_bound"),
+        "worst_avg": min(r["avg"] for r in rows),
+        "worst_p99": min(r["p99"] for r in rows),
+        "sig_ratio_worst": max((r["mltcp_sig"] + 1) / (r["base_sig"] + 1) for r in rows),
+        "conv_worst": max((r["conv"] if r["conv"] is not None else 10**6) for r in rows),
+        "inter_worst": max((r["inter"] if r["inter"] is not None else 10**6) for r in rows),
+        "reform": {
+            "n": len(reform),
+            "mean": float(np.mean(reform)) if reform else None,
+            "max": max(reform) if reform else None,
+            "share_le3": float(np.mean([m <= 3 for m in reform])) if reform else None,
+        },
+    }
 
 
 def markdown_row(r: dict) -> str:
-    """| scenario | avg (worst) | p99 (worst) | avg / p99 bound | drops/marks base -> MLTCP (worst ratio) | interleaved by (worst seed) |"""
+    """One markdown row. Columns: scenario, avg (worst), p99 (worst), avg / p99 bound,
+    drops/marks base -> MLTCP (worst ratio), interleaved by (worst seed)."""
     never = lambda v: v if v < 10**6 else "never"
     rows = r["rows"]
-    return (f"| {r['scenario']} | {r['avg']:.2f}x ({r['worst_avg']:.2f}) | {r['p99']:.2f}x ({r['worst_p99']:.2f}) | "
-            f"{r['bound']:.2f}x / {r['p99_bound']:.2f}x | {rows[0]['sig']} {np.mean([x['base_sig'] for x in rows]):.0f} -> "
-            f"{np.mean([x['mltcp_sig'] for x in rows]):.0f} (x{r['sig_ratio_worst']:.2f}) | "
-            f"{never(r['inter_worst'])} / {never(r['conv_worst'])} |")
+    return (
+        f"| {r['scenario']} | {r['avg']:.2f}x ({r['worst_avg']:.2f}) | {r['p99']:.2f}x ({r['worst_p99']:.2f}) | "
+        f"{r['bound']:.2f}x / {r['p99_bound']:.2f}x | {rows[0]['sig']} {np.mean([x['base_sig'] for x in rows]):.0f} -> "
+        f"{np.mean([x['mltcp_sig'] for x in rows]):.0f} (x{r['sig_ratio_worst']:.2f}) | "
+        f"{never(r['inter_worst'])} / {never(r['conv_worst'])} |"
+    )
 
 
 def per_seed_rows(r: dict) -> list[str]:
-    """| scenario | seed | bound avg / p99 | avg / p99 | avg / bound | interleaved at | drops base -> MLTCP | RTOs base / MLTCP (MLTCP TLPs) |"""
+    """Markdown rows, one per seed. Columns: scenario, seed, bound avg / p99, avg / p99, avg / bound,
+    interleaved at, drops base -> MLTCP, RTOs base / MLTCP (MLTCP TLPs)."""
     out = []
     for x in r["rows"]:
         inter = "never" if x["inter"] is None else x["inter"]
-        out.append(f"| {r['scenario']} | {x['seed']} | {x['bound']:.3f}x / {x['p99_bound']:.3f}x | {x['avg']:.3f}x / "
-                   f"{x['p99']:.3f}x | {x['avg'] / x['bound']:.3f} | {inter} | {x['sig']} {x['base_sig']:.0f} -> "
-                   f"{x['mltcp_sig']:.0f} | {x['base_rto']} / {x['mltcp_rto']} ({x['mltcp_tlp']}) |")
+        out.append(
+            f"| {r['scenario']} | {x['seed']} | {x['bound']:.3f}x / {x['p99_bound']:.3f}x | {x['avg']:.3f}x / "
+            f"{x['p99']:.3f}x | {x['avg'] / x['bound']:.3f} | {inter} | {x['sig']} {x['base_sig']:.0f} -> "
+            f"{x['mltcp_sig']:.0f} | {x['base_rto']} / {x['mltcp_rto']} ({x['mltcp_tlp']}) |"
+        )
     return out
 
 
@@ -98,10 +128,16 @@ def main():
             continue
         conv = r["conv_worst"] if r["conv_worst"] < 10**6 else "never"
         inter = r["inter_worst"] if r["inter_worst"] < 10**6 else "never"
-        print(f"{name:18s} avg {r['avg']:.3f}x (worst {r['worst_avg']:.3f}) p99 {r['p99']:.3f}x (worst {r['worst_p99']:.3f}) "
-              f"{r['rows'][0]['sig']} {np.mean([x['base_sig'] for x in r['rows']]):.0f}->{np.mean([x['mltcp_sig'] for x in r['rows']]):.0f} "
-              f"(worst ratio {r['sig_ratio_worst']:.2f}) converged by {conv} interleaved by {inter} bound {r['bound']:.3f}x "
-              f"reform {r['reform']}  cfg {json.dumps(r['config'])}", flush=True)
+        print(
+            f"{name:18s} avg {r['avg']:.3f}x (worst {r['worst_avg']:.3f}) p99 {r['p99']:.3f}x (worst "
+            f"{r['worst_p99']:.3f}) "
+            f"{r['rows'][0]['sig']} "
+            f"{np.mean([x['base_sig'] for x in r['rows']]):.0f}->{np.mean([x['mltcp_sig'] for x in r['rows']]):.0f} "
+            f"(worst ratio {r['sig_ratio_worst']:.2f}) converged by {conv} interleaved by {inter} bound "
+            f"{r['bound']:.3f}x "
+            f"reform {r['reform']}  cfg {json.dumps(r['config'])}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

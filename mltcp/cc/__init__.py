@@ -1,4 +1,5 @@
 """One congestion-control core for the simulator and the real senders (see :mod:`.base`)."""
+
 import hashlib
 import os
 from pathlib import Path
@@ -6,7 +7,7 @@ from pathlib import Path
 import numba
 
 
-LOOP_MODULES = ("engine", "loop", "queues", "recovery", "state")   # mltcp/sim modules with compiled code
+LOOP_MODULES = ("engine", "loop", "queues", "recovery", "state")  # mltcp/sim modules with compiled code
 
 
 def _jit_cache_dir() -> str:
@@ -18,6 +19,7 @@ def _jit_cache_dir() -> str:
     code ends up in it (mltcp/cc, mltcp/tracker.py, the simulator's loop modules, the algorithm
     files of MLTCP_CC_PATH): any edit compiles afresh."""
     from .registry import plugin_files
+
     pkg = Path(__file__).resolve().parent.parent
     files = sorted(pkg.glob("cc/*.py")) + [pkg / "tracker.py"] + [pkg / "sim" / f"{m}.py" for m in LOOP_MODULES]
     files += plugin_files()
@@ -36,12 +38,12 @@ from .base import KINDS, REGISTRY, TX_START, CaState, CongestionOps, FlowState, 
 registry.load_algorithms()
 from .mltcp import Linear, MLTCPHook, variant_of  # noqa: E402
 
-BASES = tuple(cls.name for cls in KINDS)              # the base algorithms, in the order they were found
+BASES = tuple(cls.name for cls in KINDS)  # the base algorithms, in the order they were found
 for _base in KINDS:
     variant_of(_base)
-ALGORITHMS = dict(REGISTRY)                            # every algorithm by name: the bases and their MLTCP variants
+ALGORITHMS = dict(REGISTRY)  # every algorithm by name: the bases and their MLTCP variants
 BASE_OF = {n: c.base_algorithm().name for n, c in ALGORITHMS.items() if issubclass(c, MLTCPHook)}
-dispatch = registry.load_dispatch(numba.config.CACHE_DIR)   # the simulator's per-kind branches (generated)
+dispatch = registry.load_dispatch(numba.config.CACHE_DIR)  # the simulator's per-kind branches (generated)
 
 from .cubic import Cubic  # noqa: E402
 from .dcqcn import Dcqcn  # noqa: E402
@@ -61,6 +63,26 @@ def make_cc(name: str, **params) -> CongestionOps:
     return cls(**params)
 
 
-__all__ = ["ALGORITHMS", "BASES", "BASE_OF", "CaState", "CongestionOps", "Cubic", "Dcqcn", "Dctcp", "FlowState",
-           "Linear", "MLTCPCubic", "MLTCPDcqcn", "MLTCPDctcp", "MLTCPHook", "MLTCPReno", "Ops", "Param", "Reno",
-           "TX_START", "dispatch", "make_cc"]
+__all__ = [
+    "ALGORITHMS",
+    "BASES",
+    "BASE_OF",
+    "CaState",
+    "CongestionOps",
+    "Cubic",
+    "Dcqcn",
+    "Dctcp",
+    "FlowState",
+    "Linear",
+    "MLTCPCubic",
+    "MLTCPDcqcn",
+    "MLTCPDctcp",
+    "MLTCPHook",
+    "MLTCPReno",
+    "Ops",
+    "Param",
+    "Reno",
+    "TX_START",
+    "dispatch",
+    "make_cc",
+]

@@ -23,6 +23,7 @@ real sender runs them on arrays of length 1.
 Parameters are declared on the algorithm class as :class:`Param` (default, unit, the scenario
 field and its unit), as ns-3's ``GetTypeId().AddAttribute``; the scenario loader reads them there.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,13 +35,14 @@ import numpy as np
 from numba import njit
 
 CongestionKind = Literal["loss", "ecn"]
-TX_START = "tx_start"          # CA_EVENT_TX_START: first transmission with nothing in flight
+TX_START = "tx_start"  # CA_EVENT_TX_START: first transmission with nothing in flight
 
 # columns of FlowState.tcp (the tcp_sock fields every algorithm shares)
 CWND, SSTHRESH, RATE = 0, 1, 2
 
 
 # ---- parameters ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Param:
@@ -49,16 +51,17 @@ class Param:
     ``default`` and ``unit`` are the attribute's (what the constructor takes); in a scenario's
     ``[cc_params.<algo>]`` table the parameter is spelled ``key`` (default: the attribute name) in
     ``key_unit``, and ``key value x scale`` gives the attribute value."""
+
     default: Any
     unit: str = "1"
     doc: str = ""
     key: str | None = None
     scale: float = 1.0
     key_unit: str | None = None
-    in_scenario: bool = True        # False: set by the caller (e.g. DCQCN's line rate), not by a file
+    in_scenario: bool = True  # False: set by the caller (e.g. DCQCN's line rate), not by a file
     name: str = ""
-    choices: tuple = ()             # a str parameter's allowed values
-    bounds: str = ""                # a number's allowed interval, e.g. "(0, 1]" or "[1, 64]"
+    choices: tuple = ()  # a str parameter's allowed values
+    bounds: str = ""  # a number's allowed interval, e.g. "(0, 1]" or "[1, 64]"
 
     def refuse(self, v: Any) -> str:
         """Why ``v`` (attribute units) is outside ``bounds`` ('' = fine)."""
@@ -95,6 +98,7 @@ class Param:
 class CaState:
     """An algorithm's own per-flow state (Linux ``inet_csk_ca``): one float64 column per name in
     ``fields``, readable as attributes (``st.ca.w_max`` is the column, a view)."""
+
     fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, n: int):
@@ -103,8 +107,11 @@ class CaState:
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         for j, f in enumerate(cls.fields):
-            setattr(cls, f, property(lambda self, j=j: self.a[:, j],
-                                     lambda self, v, j=j: self.a.__setitem__((slice(None), j), v)))
+            setattr(
+                cls,
+                f,
+                property(lambda self, j=j: self.a[:, j], lambda self, v, j=j: self.a.__setitem__((slice(None), j), v)),
+            )
 
     @classmethod
     def columns(cls):
@@ -124,7 +131,7 @@ class FlowState:
         self.n = n
         self.mss = float(mss)
         self.tcp = np.zeros((n, 3))
-        self.tcp[:, CWND] = 10.0 * mss          # RFC 6928 initial window
+        self.tcp[:, CWND] = 10.0 * mss  # RFC 6928 initial window
         self.tcp[:, SSTHRESH] = np.inf
         self.ca = ca
         self.tracker = None
@@ -136,6 +143,7 @@ class FlowState:
 
 
 # ---- kernels shared by the window-based algorithms (one flow i) -----------------------------------
+
 
 @njit(cache=True)
 def slow_start(tcp, i, acked):
@@ -174,12 +182,13 @@ def cwnd_restart(tcp, i, idle, rto, mss):
     cwnd = tcp[i, CWND]
     tcp[i, SSTHRESH] = max(tcp[i, SSTHRESH], 0.75 * cwnd)
     restart = min(10.0 * mss, cwnd)
-    halvings = min(math.ceil(idle / rto) - 1.0, 60.0)    # while ((delta -= rto) > 0) cwnd >>= 1
-    tcp[i, CWND] = max(cwnd / 2.0 ** halvings, restart)
+    halvings = min(math.ceil(idle / rto) - 1.0, 60.0)  # while ((delta -= rto) > 0) cwnd >>= 1
+    tcp[i, CWND] = max(cwnd / 2.0**halvings, restart)
     return True
 
 
 # ---- an algorithm's kernels: its ops struct ----------------------------------------------------------
+
 
 @njit(cache=True)
 def _noop_init(p, tcp, ca, i, now):
@@ -238,31 +247,43 @@ class Ops:
     an algorithm lists the hooks it implements, the others do nothing. Window-based algorithms
     must have ``ssthresh``, ``cong_avoid``, ``on_congestion`` and ``on_timeout``; rate-based ones
     ``on_cnp`` and ``on_timer`` (and a ``next_timer`` state field: when the timer fires)."""
-    init: Any = _noop_init                  # (p, tcp, ca, i, now): a new flow
-    pkts_acked: Any = _noop_ack             # (p, tcp, ca, i, acked, rtt, now, mss): every ACK
-    in_ack_event: Any = _noop_ack_event     # (p, tcp, ca, i, acked, ce, rtt, now, mss): every ACK, CE bytes
-    cong_avoid: Any = _noop_ack             # (p, tcp, ca, i, acked, gain, now, mss): window growth
-    ssthresh: Any = _keep_ssthresh          # (p, tcp, ca, i, dscale) -> the ssthresh a reduction sets
-    on_congestion: Any = _noop_congestion   # (p, tcp, ca, i, ecn, now, dscale, mss): one reduction
-    on_timeout: Any = _noop_timeout         # (p, tcp, ca, i, now, dscale, mss): retransmission timeout
-    cwnd_event: Any = _noop_event           # (p, tcp, ca, i, now, idle): TX_START after idle
-    on_cnp: Any = _noop_cnp                 # (p, tcp, ca, i, now, dscale): congestion notification
-    on_timer: Any = _noop_timer             # (p, tcp, ca, i, now, gain): rate-increase timer
-    on_sent: Any = _noop_sent               # (p, tcp, ca, i, sent, now, gain): bytes sent
 
-    NOOPS: ClassVar[tuple] = (_noop_init, _noop_ack, _noop_ack_event, _noop_event, _noop_cnp, _noop_timer, _noop_sent,
-                              _keep_ssthresh, _noop_congestion, _noop_timeout)
+    init: Any = _noop_init  # (p, tcp, ca, i, now): a new flow
+    pkts_acked: Any = _noop_ack  # (p, tcp, ca, i, acked, rtt, now, mss): every ACK
+    in_ack_event: Any = _noop_ack_event  # (p, tcp, ca, i, acked, ce, rtt, now, mss): every ACK, CE bytes
+    cong_avoid: Any = _noop_ack  # (p, tcp, ca, i, acked, gain, now, mss): window growth
+    ssthresh: Any = _keep_ssthresh  # (p, tcp, ca, i, dscale) -> the ssthresh a reduction sets
+    on_congestion: Any = _noop_congestion  # (p, tcp, ca, i, ecn, now, dscale, mss): one reduction
+    on_timeout: Any = _noop_timeout  # (p, tcp, ca, i, now, dscale, mss): retransmission timeout
+    cwnd_event: Any = _noop_event  # (p, tcp, ca, i, now, idle): TX_START after idle
+    on_cnp: Any = _noop_cnp  # (p, tcp, ca, i, now, dscale): congestion notification
+    on_timer: Any = _noop_timer  # (p, tcp, ca, i, now, gain): rate-increase timer
+    on_sent: Any = _noop_sent  # (p, tcp, ca, i, sent, now, gain): bytes sent
+
+    NOOPS: ClassVar[tuple] = (
+        _noop_init,
+        _noop_ack,
+        _noop_ack_event,
+        _noop_event,
+        _noop_cnp,
+        _noop_timer,
+        _noop_sent,
+        _keep_ssthresh,
+        _noop_congestion,
+        _noop_timeout,
+    )
 
     def implemented(self) -> dict[str, Any]:
         """Hook name -> kernel, for the hooks this algorithm implements (not a default)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) not in self.NOOPS}
 
 
-REGISTRY: dict[str, type["CongestionOps"]] = {}   # every algorithm by name, in the order they were defined
-KINDS: list[type["CongestionOps"]] = []           # the algorithms with their own kernels, by kind
+REGISTRY: dict[str, type["CongestionOps"]] = {}  # every algorithm by name, in the order they were defined
+KINDS: list[type["CongestionOps"]] = []  # the algorithms with their own kernels, by kind
 
 
 # ---- the ops classes ---------------------------------------------------------------------------------
+
 
 class CongestionOps:
     """Base class. An algorithm is one module defining a subclass with its ``name``, its
@@ -278,8 +299,10 @@ class CongestionOps:
     State: ClassVar[type[CaState]] = CaState
     params: ClassVar[dict[str, Param]] = {}
     ops: ClassVar[Ops] = Ops()
-    kernel_names: ClassVar[tuple[str, ...]] = ()   # the parameters the kernels read, in vector order
-    ns3_flight_ssthresh: ClassVar[bool] = False    # at an RTO without RACK, ssthresh from the bytes in flight (ns-3 NewReno)
+    kernel_names: ClassVar[tuple[str, ...]] = ()  # the parameters the kernels read, in vector order
+    ns3_flight_ssthresh: ClassVar[bool] = (
+        False  # at an RTO without RACK, ssthresh from the bytes in flight (ns-3 NewReno)
+    )
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -377,8 +400,9 @@ class CongestionOps:
         self.pkts_acked(st, acked, rtt, now)
         self.cong_avoid(st, acked, now)
 
-    def cwnd_event(self, st: FlowState, event: str, now: float, idle=0.0, rto=np.inf,
-                   restart: bool = True, mask=None) -> np.ndarray:
+    def cwnd_event(
+        self, st: FlowState, event: str, now: float, idle=0.0, rto=np.inf, restart: bool = True, mask=None
+    ) -> np.ndarray:
         """``TX_START`` after ``idle`` seconds without sending: restart after idle (if ``restart``
         and idle > rto), then the algorithm's own reaction. Returns where the restart applied."""
         if event != TX_START:
@@ -442,7 +466,7 @@ def _register_kernels(cls) -> None:
     inherited = next((c.kernel_names for c in cls.__mro__[1:] if getattr(c, "kernel_names", ())), ())
     cls.kernel_names = inherited + tuple(k for k, v in vars(cls).items() if isinstance(v, Param) and k not in inherited)
     same = [i for i, c in enumerate(KINDS) if c.__module__ == cls.__module__ and c.__qualname__ == cls.__qualname__]
-    cls.kind = same[0] if same else len(KINDS)     # a module loaded again replaces its algorithm
+    cls.kind = same[0] if same else len(KINDS)  # a module loaded again replaces its algorithm
     if same:
         KINDS[cls.kind] = cls
     else:

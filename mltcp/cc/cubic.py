@@ -13,6 +13,7 @@ ACK, the checks before the next round starts). 2 = HyStart++ (RFC 9406):
 the delay rule against the previous round's minimum, then conservative slow start (growth / 4)
 for 5 rounds before avoidance, back to slow start if the RTT falls below the baseline. 0 = off.
 A round ends when a window's worth of bytes (the cwnd at its start) has been acknowledged."""
+
 from __future__ import annotations
 
 import math
@@ -24,20 +25,37 @@ from .base import CWND, SSTHRESH, CaState, CongestionOps, Ops, Param, reduce_to,
 
 
 HS_OFF, HS_LINUX, HS_PLUS = 0, 1, 2
-HS_LOW_WINDOW = 16           # segments (Linux hystart_low_window, ns-3 HyStartLowWindow)
-HS_MIN_SAMPLES = 8           # Linux HYSTART_MIN_SAMPLES, RFC 9406 N_RTT_SAMPLE
-HS_ACK_DELTA = 2e-3          # ACKs closer than this form a train (Linux hystart_ack_delta_us)
-HS_DELAY_LO, HS_DELAY_HI = 4e-3, 16e-3    # clamp of the delay threshold (RFC 9406 MIN/MAX_RTT_THRESH)
-CSS_GROWTH_DIVISOR, CSS_ROUNDS = 4.0, 5   # RFC 9406 conservative slow start
+HS_LOW_WINDOW = 16  # segments (Linux hystart_low_window, ns-3 HyStartLowWindow)
+HS_MIN_SAMPLES = 8  # Linux HYSTART_MIN_SAMPLES, RFC 9406 N_RTT_SAMPLE
+HS_ACK_DELTA = 2e-3  # ACKs closer than this form a train (Linux hystart_ack_delta_us)
+HS_DELAY_LO, HS_DELAY_HI = 4e-3, 16e-3  # clamp of the delay threshold (RFC 9406 MIN/MAX_RTT_THRESH)
+CSS_GROWTH_DIVISOR, CSS_ROUNDS = 4.0, 5  # RFC 9406 conservative slow start
 
 
 class CubicState(CaState):
     """w_max: the current curve's plateau (Linux bic_origin_point); w_last_max: the W_max of RFC 9438
     (Linux last_max_cwnd: cwnd at the last reduction, lowered by fast convergence); epoch, k, w_est:
     the avoidance epoch's start, K and the Reno-friendly estimate; rtt, delay_min; hs_*: HyStart."""
-    fields = ("w_max", "w_last_max", "epoch", "k", "w_est", "rtt",
-              "delay_min", "hs_found", "hs_acked", "hs_end", "hs_round_t", "hs_last_ack",
-              "hs_cur_rtt", "hs_last_rtt", "hs_samples", "hs_css", "hs_css_base")
+
+    fields = (
+        "w_max",
+        "w_last_max",
+        "epoch",
+        "k",
+        "w_est",
+        "rtt",
+        "delay_min",
+        "hs_found",
+        "hs_acked",
+        "hs_end",
+        "hs_round_t",
+        "hs_last_ack",
+        "hs_cur_rtt",
+        "hs_last_rtt",
+        "hs_samples",
+        "hs_css",
+        "hs_css_base",
+    )
 
 
 @njit(cache=True)
@@ -46,17 +64,17 @@ def hystart_reset(ca, i):
     ca[i, S.delay_min] = 0.0
     ca[i, S.hs_found] = 0.0
     ca[i, S.hs_acked] = 0.0
-    ca[i, S.hs_end] = 0.0           # the first ACK starts a round
+    ca[i, S.hs_end] = 0.0  # the first ACK starts a round
     ca[i, S.hs_cur_rtt] = np.inf
     ca[i, S.hs_last_rtt] = np.inf
     ca[i, S.hs_samples] = 0.0
-    ca[i, S.hs_css] = -1.0          # not in conservative slow start
+    ca[i, S.hs_css] = -1.0  # not in conservative slow start
 
 
 @njit(cache=True)
 def init(p, tcp, ca, i, now):
     ca[i, :] = 0.0
-    ca[i, S.epoch] = np.nan        # no congestion-avoidance epoch yet
+    ca[i, S.epoch] = np.nan  # no congestion-avoidance epoch yet
     hystart_reset(ca, i)
 
 
@@ -65,8 +83,8 @@ def pkts_acked(p, tcp, ca, i, acked, rtt, now, mss):
     ca[i, S.rtt] = rtt
     if rtt > 0.0 and (ca[i, S.delay_min] == 0.0 or rtt < ca[i, S.delay_min]):
         ca[i, S.delay_min] = rtt
-    if tcp[i, CWND] < tcp[i, SSTHRESH]:     # HyStart sees every ACK in slow start, cwnd-limited or not
-        hystart_update(p, tcp, ca, i, acked, now, mss)      # (Linux bictcp_acked, ns-3 TcpCubic::PktsAcked)
+    if tcp[i, CWND] < tcp[i, SSTHRESH]:  # HyStart sees every ACK in slow start, cwnd-limited or not
+        hystart_update(p, tcp, ca, i, acked, now, mss)  # (Linux bictcp_acked, ns-3 TcpCubic::PktsAcked)
 
 
 @njit(cache=True)
@@ -107,14 +125,14 @@ def hystart_update(p, tcp, ca, i, acked, now, mss):
     ns3_rounds = mode == HS_LINUX and p[P.hystart_rounds] != 0.0
     ca[i, S.hs_acked] += acked
     if mode == HS_LINUX and not ns3_rounds and cwnd < HS_LOW_WINDOW * mss:
-        ca[i, S.hs_end] = ca[i, S.hs_acked]           # no round yet: the next ACK at 16 segments starts one
+        ca[i, S.hs_end] = ca[i, S.hs_acked]  # no round yet: the next ACK at 16 segments starts one
         return
-    ended = ca[i, S.hs_acked] >= ca[i, S.hs_end]      # the round's window is acknowledged
+    ended = ca[i, S.hs_acked] >= ca[i, S.hs_end]  # the round's window is acknowledged
     if ended and not ns3_rounds:
         _new_round(ca, i, now, cwnd)
         if ca[i, S.hs_css] >= 0.0:
             ca[i, S.hs_css] += 1.0
-            if ca[i, S.hs_css] >= CSS_ROUNDS:       # RFC 9406: CSS_ROUNDS in CSS, then avoidance
+            if ca[i, S.hs_css] >= CSS_ROUNDS:  # RFC 9406: CSS_ROUNDS in CSS, then avoidance
                 _leave_slow_start(tcp, ca, i)
                 return
     if rtt > 0.0:
@@ -122,23 +140,28 @@ def hystart_update(p, tcp, ca, i, acked, now, mss):
         ca[i, S.hs_samples] += 1.0
     if cwnd >= HS_LOW_WINDOW * mss:
         if mode == HS_LINUX:
-            if now - ca[i, S.hs_last_ack] <= HS_ACK_DELTA:      # the ACK train goes on
+            if now - ca[i, S.hs_last_ack] <= HS_ACK_DELTA:  # the ACK train goes on
                 ca[i, S.hs_last_ack] = now
                 if now - ca[i, S.hs_round_t] > p[P.hystart_train] * ca[i, S.delay_min]:
                     _leave_slow_start(tcp, ca, i)
                     return
             dmin = ca[i, S.delay_min]
-            if ca[i, S.hs_samples] >= HS_MIN_SAMPLES and \
-                    ca[i, S.hs_cur_rtt] > dmin + min(max(dmin / 8.0, HS_DELAY_LO), HS_DELAY_HI):
+            if ca[i, S.hs_samples] >= HS_MIN_SAMPLES and ca[i, S.hs_cur_rtt] > dmin + min(
+                max(dmin / 8.0, HS_DELAY_LO), HS_DELAY_HI
+            ):
                 _leave_slow_start(tcp, ca, i)
                 return
         elif ca[i, S.hs_css] >= 0.0:
-            if ca[i, S.hs_cur_rtt] < ca[i, S.hs_css_base]:        # the delay increase was spurious
+            if ca[i, S.hs_cur_rtt] < ca[i, S.hs_css_base]:  # the delay increase was spurious
                 ca[i, S.hs_css] = -1.0
         else:
             last = ca[i, S.hs_last_rtt]
-            if ca[i, S.hs_samples] >= HS_MIN_SAMPLES and ca[i, S.hs_cur_rtt] < np.inf and last < np.inf and \
-                    ca[i, S.hs_cur_rtt] >= last + min(max(last / 8.0, HS_DELAY_LO), HS_DELAY_HI):
+            if (
+                ca[i, S.hs_samples] >= HS_MIN_SAMPLES
+                and ca[i, S.hs_cur_rtt] < np.inf
+                and last < np.inf
+                and ca[i, S.hs_cur_rtt] >= last + min(max(last / 8.0, HS_DELAY_LO), HS_DELAY_HI)
+            ):
                 ca[i, S.hs_css] = 0.0
                 ca[i, S.hs_css_base] = ca[i, S.hs_cur_rtt]
     if ended and ns3_rounds:
@@ -159,26 +182,26 @@ def w_cubic(p, ca, i, t):
 @njit(cache=True)
 def cong_avoid(p, tcp, ca, i, acked, gain, now, mss):
     if tcp[i, CWND] < tcp[i, SSTHRESH]:
-        f = 1.0 / CSS_GROWTH_DIVISOR if ca[i, S.hs_css] >= 0.0 else 1.0   # HyStart++ conservative slow start
+        f = 1.0 / CSS_GROWTH_DIVISOR if ca[i, S.hs_css] >= 0.0 else 1.0  # HyStart++ conservative slow start
         left = slow_start(tcp, i, acked * f) / f
     else:
         left = acked
     if left <= 0.0:
         return
     seg = tcp[i, CWND] / mss
-    if math.isnan(ca[i, S.epoch]):     # a new epoch starts at the first avoidance ACK after a reduction:
-        ca[i, S.w_max] = max(ca[i, S.w_last_max], seg)     # the curve's plateau (Linux bic_origin_point)
+    if math.isnan(ca[i, S.epoch]):  # a new epoch starts at the first avoidance ACK after a reduction:
+        ca[i, S.w_max] = max(ca[i, S.w_last_max], seg)  # the curve's plateau (Linux bic_origin_point)
         ca[i, S.k] = k_of(p, ca[i, S.w_max], seg)
         ca[i, S.w_est] = seg
         ca[i, S.epoch] = now
     t = now - ca[i, S.epoch] + (ca[i, S.delay_min] if ca[i, S.delay_min] > 0.0 else ca[i, S.rtt])  # Linux: + delay_min
     target = min(max(w_cubic(p, ca, i, t), seg), 1.5 * seg)
     acked_seg = left / mss
-    rate = (target - seg) / seg                   # segments per acked segment (Linux 1 / ca->cnt)
-    if ca[i, S.w_last_max] == 0.0:                  # no loss yet (or since an RTO): at least 5 % per RTT
-        rate = max(rate, 0.05)                    # (Linux bictcp_update: cnt <= 20; ns-3 TcpCubic too)
+    rate = (target - seg) / seg  # segments per acked segment (Linux 1 / ca->cnt)
+    if ca[i, S.w_last_max] == 0.0:  # no loss yet (or since an RTO): at least 5 % per RTT
+        rate = max(rate, 0.05)  # (Linux bictcp_update: cnt <= 20; ns-3 TcpCubic too)
     cubic_inc = gain * rate * acked_seg
-    alpha = 3.0 * (1.0 - p[P.beta]) / (1.0 + p[P.beta])     # Reno-friendly additive increase
+    alpha = 3.0 * (1.0 - p[P.beta]) / (1.0 + p[P.beta])  # Reno-friendly additive increase
     ca[i, S.w_est] += gain * alpha * acked_seg / seg
     tcp[i, CWND] = max(ca[i, S.w_est], seg + cubic_inc) * mss
 
@@ -230,10 +253,21 @@ class Cubic(CongestionOps):
     fast_convergence = Param(True, "bool", "lower W_max when a flow loses before regaining it (RFC 9438 4.7)")
     hystart = Param(1, "mode", "slow-start exit: 0 off, 1 HyStart (Linux, ns-3), 2 HyStart++ (RFC 9406)")
     hystart_train = Param(0.5, "min RTT", "HyStart ACK-train length that ends slow start (Linux 0.5, ns-3 1.0)")
-    hystart_rounds = Param(0, "mode", "HyStart rounds: 0 Linux (from 16 segments, reset before the checks), "
-                                      "1 ns-3 3.44 (from the first ACK, checked before the reset)")
-    ops = Ops(init=init, pkts_acked=pkts_acked, cong_avoid=cong_avoid, ssthresh=ssthresh, on_congestion=on_congestion,
-              on_timeout=on_timeout, cwnd_event=cwnd_event)
+    hystart_rounds = Param(
+        0,
+        "mode",
+        "HyStart rounds: 0 Linux (from 16 segments, reset before the checks), "
+        "1 ns-3 3.44 (from the first ACK, checked before the reset)",
+    )
+    ops = Ops(
+        init=init,
+        pkts_acked=pkts_acked,
+        cong_avoid=cong_avoid,
+        ssthresh=ssthresh,
+        on_congestion=on_congestion,
+        on_timeout=on_timeout,
+        cwnd_event=cwnd_event,
+    )
 
     def check(self):
         if self.hystart not in (HS_OFF, HS_LINUX, HS_PLUS):
@@ -253,4 +287,4 @@ class Cubic(CongestionOps):
         return self.c * (np.asarray(t) - st.ca.k) ** 3 + st.ca.w_max
 
 
-P, S = Cubic.param_index(), CubicState.columns()   # P.beta: beta's index in p; S.w_max: w_max's column in ca
+P, S = Cubic.param_index(), CubicState.columns()  # P.beta: beta's index in p; S.w_max: w_max's column in ca

@@ -2,6 +2,7 @@
 
 Rates in bytes/s. Per flow: current rate Rc, target rate Rt, alpha, and two increase-event sources
 (a timer and a byte counter) whose counts select fast recovery, additive or hyper increase."""
+
 from __future__ import annotations
 
 import math
@@ -13,16 +14,15 @@ from .base import CWND, RATE, CaState, CongestionOps, Ops, Param
 MBPS = 1e6 / 8  # bytes/s per Mb/s
 
 
-
 class DcqcnState(CaState):
     fields = ("target", "alpha", "t_count", "b_count", "bytes_acc", "next_timer", "last_alpha")
 
 
 @njit(cache=True)
 def init(p, tcp, ca, i, now):
-    tcp[i, RATE] = p[P.line_rate]            # Rc: start at line rate
+    tcp[i, RATE] = p[P.line_rate]  # Rc: start at line rate
     ca[i, :] = 0.0
-    ca[i, S.target] = p[P.line_rate]           # Rt
+    ca[i, S.target] = p[P.line_rate]  # Rt
     ca[i, S.alpha] = 1.0
     ca[i, S.next_timer] = now + p[P.timer]
     ca[i, S.last_alpha] = now
@@ -58,7 +58,7 @@ def on_cnp(p, tcp, ca, i, now, dscale):
 
 @njit(cache=True)
 def on_congestion(p, tcp, ca, i, ecn, now, dscale, mss):
-    on_cnp(p, tcp, ca, i, now, dscale)   # a loss, where it happens, is treated as a notification
+    on_cnp(p, tcp, ca, i, now, dscale)  # a loss, where it happens, is treated as a notification
 
 
 @njit(cache=True)
@@ -122,22 +122,31 @@ class Dcqcn(CongestionOps):
     fast_recovery_steps = Param(5, "1", "increase events spent in fast recovery (F)")
     alpha_interval = Param(1e-6, "s", "alpha decay interval", key="alpha_interval_us", scale=1e-6, key_unit="us")
 
-
     # where MLTCP's gain applies (mltcp.cc.mltcp.MLTCPDcqcn sets them; the plain algorithm's gain is 1)
     dcqcn_f_rai = Param(True, "bool", "additive-increase step R_AI x F(r)", in_scenario=False)
     dcqcn_f_rhai = Param(True, "bool", "hyper-increase step R_HAI x F(r)", in_scenario=False)
-    dcqcn_f_recovery = Param(False, "bool", "each increase event: Rc += (Rt - Rc) min(1, F/2) instead of (Rc+Rt)/2",
-                             in_scenario=False)
-    dcqcn_f_steps = Param(False, "bool", "stage threshold max(1, round(fast_recovery_steps / F)) increase events",
-                          in_scenario=False)
-    dcqcn_f_timer = Param(False, "bool", "timer and byte counter fire every timer / F, byte_counter / F",
-                          in_scenario=False)
-    ops = Ops(init=init, ssthresh=ssthresh, on_congestion=on_congestion, on_timeout=on_timeout, on_cnp=on_cnp,
-              on_timer=on_timer, on_sent=on_sent)
+    dcqcn_f_recovery = Param(
+        False, "bool", "each increase event: Rc += (Rt - Rc) min(1, F/2) instead of (Rc+Rt)/2", in_scenario=False
+    )
+    dcqcn_f_steps = Param(
+        False, "bool", "stage threshold max(1, round(fast_recovery_steps / F)) increase events", in_scenario=False
+    )
+    dcqcn_f_timer = Param(
+        False, "bool", "timer and byte counter fire every timer / F, byte_counter / F", in_scenario=False
+    )
+    ops = Ops(
+        init=init,
+        ssthresh=ssthresh,
+        on_congestion=on_congestion,
+        on_timeout=on_timeout,
+        on_cnp=on_cnp,
+        on_timer=on_timer,
+        on_sent=on_sent,
+    )
 
     @property
     def f(self) -> int:
         return self.fast_recovery_steps
 
 
-P, S = Dcqcn.param_index(), DcqcnState.columns()   # P.g: g's index in p; S.alpha: alpha's column in ca
+P, S = Dcqcn.param_index(), DcqcnState.columns()  # P.g: g's index in p; S.alpha: alpha's column in ca

@@ -6,13 +6,13 @@ Per flow: ``alpha``, the moving average of the marked fraction, updated once per
 :meth:`~mltcp.cc.base.CongestionOps.in_ack_event` op with each ACK's acked and CE-marked bytes. An
 ECN echo cuts the window to cwnd (1 - alpha / 2) once per round trip (``dctcp_ssthresh``); a loss
 or a timeout halves it, as Linux's ``dctcp_react_to_loss`` and RFC 8257 section 3.4 say."""
+
 from __future__ import annotations
 
 from numba import njit
 
 from .base import CWND, CaState, CongestionOps, Ops, Param, reduce_to, timeout_to
 from .reno import cong_avoid as reno_cong_avoid
-
 
 
 class DctcpState(CaState):
@@ -61,13 +61,22 @@ def on_timeout(p, tcp, ca, i, now, dscale, mss):
 class Dctcp(CongestionOps):
     name = "dctcp"
     State = DctcpState
-    g = Param(1.0 / 16.0, "1", "weight of the newest window's marked fraction in alpha (Linux dctcp_shift_g 4)",
-              bounds="(0, 1]")
-    alpha_init = Param(1.0, "1", "alpha before the first window (Linux dctcp_alpha_on_init 1024/1024)",
-                       bounds="[0, 1]")
+    g = Param(
+        1.0 / 16.0,
+        "1",
+        "weight of the newest window's marked fraction in alpha (Linux dctcp_shift_g 4)",
+        bounds="(0, 1]",
+    )
+    alpha_init = Param(1.0, "1", "alpha before the first window (Linux dctcp_alpha_on_init 1024/1024)", bounds="[0, 1]")
     loss_beta = Param(0.5, "1", "fraction of the window removed on a loss or timeout", bounds="(0, 1)")
-    ops = Ops(init=init, in_ack_event=in_ack_event, cong_avoid=reno_cong_avoid, ssthresh=ssthresh,
-              on_congestion=on_congestion, on_timeout=on_timeout)
+    ops = Ops(
+        init=init,
+        in_ack_event=in_ack_event,
+        cong_avoid=reno_cong_avoid,
+        ssthresh=ssthresh,
+        on_congestion=on_congestion,
+        on_timeout=on_timeout,
+    )
 
 
-P, S = Dctcp.param_index(), DctcpState.columns()   # P.g: g's index in p; S.alpha: alpha's column in ca
+P, S = Dctcp.param_index(), DctcpState.columns()  # P.g: g's index in p; S.alpha: alpha's column in ca

@@ -10,10 +10,12 @@ Every variant of the design space is a named configuration of this one hook, set
 scenario's ``[mltcp]`` table: F's ``shape`` (linear, capped, convex), the decrease's two ends, the
 tracker's ``boundary`` (idle gap at the ACK, an explicit mark, or the idle gap at TX_START) and
 ``history``, for the window-based variants ``restart_window`` (the window restarts at each
-iteration's first send), and, for DCQCN, where F applies (``dcqcn_f_*``). The hook's numbers travel as one vector (:meth:`MLTCPHook.hook_vector`,
-columns below) into the two numba kernels :func:`gain` and :func:`dscale`, which the simulator's
-compiled loop and the ops methods both call; :mod:`mltcp.tracker` gives bytes_ratio.
+iteration's first send), and, for DCQCN, where F applies (``dcqcn_f_*``). The hook's numbers
+travel as one vector (:meth:`MLTCPHook.hook_vector`, columns below) into the two numba kernels
+:func:`gain` and :func:`dscale`, which the simulator's compiled loop and the ops methods both
+call; :mod:`mltcp.tracker` gives bytes_ratio.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +34,21 @@ from .reno import Reno
 
 SHAPES = ("linear", "capped", "convex")
 # the hook vector (columns)
-SLOPE, INTERCEPT, SCALE_DECREASE, IDLE_FRACTION, MIN_IDLE, SHAPE, CAP, EXPONENT, DEC_START, DEC_END, BOUNDARY, GAP_MIN2, \
-    RESTART = range(13)
+(
+    SLOPE,
+    INTERCEPT,
+    SCALE_DECREASE,
+    IDLE_FRACTION,
+    MIN_IDLE,
+    SHAPE,
+    CAP,
+    EXPONENT,
+    DEC_START,
+    DEC_END,
+    BOUNDARY,
+    GAP_MIN2,
+    RESTART,
+) = range(13)
 HOOK_LEN = 13
 
 
@@ -74,7 +89,7 @@ def iteration_restart(mp, tr, tcp, i, idle, mss):
         return False
     if mp[BOUNDARY] == 0.0:
         start = trk.is_boundary(tr, i, idle, mp[IDLE_FRACTION], mp[MIN_IDLE], mp[GAP_MIN2] != 0.0)
-    else:     # a mark, or the TX_START rule, has just closed the last iteration: nothing acked in this one
+    else:  # a mark, or the TX_START rule, has just closed the last iteration: nothing acked in this one
         start = tr[i, trk.BYTES_CUR] == 0.0
     w = mp[RESTART] * mss
     if not start or tcp[i, CWND] <= w:
@@ -95,33 +110,37 @@ class Linear:
 
 
 class Shaped:
-    """F(r) of a hook vector (what the simulator runs); Linear when the shape is linear."""
+    """F(r) of a hook vector (what the simulator runs); the linear shape as :class:`Linear` does it."""
 
     def __init__(self, mp: np.ndarray):
         self.mp = mp
 
     def __call__(self, r):
         r = np.asarray(r, dtype=float)
+        if self.mp[SHAPE] == 0.0:
+            return linear(float(self.mp[SLOPE]), float(self.mp[INTERCEPT]), r)
         out = np.array([gain(self.mp, float(x)) for x in r.ravel()])
         return out.reshape(r.shape) if r.ndim else float(out[0])
 
 
+# The hook stays as dense as the source work counts it (tests/test_mltcp_variant_size.py).
+# fmt: off
 class IterationTracking:
     """Where bytes_ratio comes from: the iteration tracker's settings and its per-ACK feed."""
     idle_fraction = Param(0.9, "1", "an idle gap > this x the last compute gap starts an iteration", bounds="(0, 1]")
     min_idle = Param(1e-3, "s", "shortest idle gap that starts an iteration", key="min_idle_ms", scale=1e-3,
                      key_unit="ms", bounds="(0, inf]")
-    boundary = Param("idle", "", "iteration boundary: idle rule at the ACK, framework mark, idle rule at TX_START", choices=BOUNDARIES)
+    boundary = Param("idle", "", "iteration boundary: idle (at the ACK), mark, tx_start", choices=BOUNDARIES)
     history = Param(3, "1", "bytes per iteration = median of the last `history` iterations", bounds="[1, 64]")
-    idle_gap = Param("last", "", "idle rule's reference gap: last, or min2 (shorter of the last two)", choices=GAP_RULES)
+    idle_gap = Param("last", "", "idle rule's reference gap: last, or min2 (shorter of last two)", choices=GAP_RULES)
 
     def idle_rule_min(self) -> float:
         """The idle rule's shortest gap; with explicit marks the idle rule is off (never fires)."""
         return math.inf if self.boundary == "mark" else self.min_idle
 
     def new_state(self, n=1, mss=1448, now=0.0):
-        st = super().new_state(n, mss, now)
-        st.tracker = IterationTracker(n, self.idle_fraction, self.idle_rule_min(), self.history, self.idle_gap, self.boundary)
+        st, s = super().new_state(n, mss, now), self
+        st.tracker = IterationTracker(n, s.idle_fraction, s.idle_rule_min(), s.history, s.idle_gap, s.boundary)
         return st
 
     def cwnd_event(self, st, event, now, idle=0.0, rto=np.inf, restart=True, mask=None):
@@ -141,7 +160,7 @@ class MLTCPHook(IterationTracking):
     decrease); everything else is the base algorithm unchanged."""
     slope = Param(4.0, "1", "F(r) = slope * r + intercept", bounds="[0, 1000]")
     intercept = Param(0.25, "1", "F(0): the gain at the start of an iteration", bounds="(0, 1000]")
-    shape = Param("linear", "", "F: linear, capped (min(cap, linear)), convex (slope r^exp + intercept)", choices=SHAPES)
+    shape = Param("linear", "", "F: linear, capped (min(cap, linear)), convex (slope r^exp + b)", choices=SHAPES)
     cap = Param(math.inf, "1", "the capped shape's ceiling", bounds="(0, inf]")
     exponent = Param(2.0, "1", "the convex shape's power", bounds="(0, 1000]")
     scale_decrease = Param(False, "bool", "also scale the decrease (decrease_at_start .. decrease_at_end)")
@@ -150,8 +169,7 @@ class MLTCPHook(IterationTracking):
 
     def __init__(self, aggressiveness: Callable | None = None, **kwargs):
         super().__init__(**kwargs)
-        self.F = aggressiveness or (Linear(self.slope, self.intercept) if self.shape == "linear"
-                                    else Shaped(self.hook_vector()))
+        self.F = aggressiveness or Shaped(self.hook_vector())
 
     def hook_vector(self) -> np.ndarray:
         """The hook's numbers for the kernels (the columns at the top of this module)."""
@@ -176,10 +194,12 @@ class IterationRestart:
     restart_window = Param(0.0, "segments", "at an iteration's first send, cwnd <= this (0 = off)", bounds="[0, 1e6]")
 
     def cwnd_event(self, st, event, now, idle=0.0, rto=np.inf, restart=True, mask=None):
-        done, mp, idle = super().cwnd_event(st, event, now, idle, rto, restart, mask), self.hook_vector(), _vec(idle, st.n)
+        done = super().cwnd_event(st, event, now, idle, rto, restart, mask)
+        mp, idle = self.hook_vector(), _vec(idle, st.n)
         for i in np.flatnonzero(np.ones(st.n, bool) if mask is None else mask):
             done[i] |= iteration_restart(mp, st.tracker.a, st.tcp, i, idle[i], st.mss)
         return done
+# fmt: on
 
 
 class MLTCPReno(IterationRestart, MLTCPHook, Reno):
@@ -192,11 +212,13 @@ class MLTCPCubic(IterationRestart, MLTCPHook, Cubic):
 
 class MLTCPDctcp(IterationRestart, MLTCPHook, Dctcp):
     """F scales Reno's additive increase; with ``scale_decrease`` also the ECN cut alpha / 2 and the halving."""
+
     name = "mltcp-dctcp"
 
 
 class MLTCPDcqcn(MLTCPHook, Dcqcn):
     """Where F applies in DCQCN: each flag below (defaults: F on R_AI and R_HAI, as before)."""
+
     name = "mltcp-dcqcn"
     dcqcn_f_rai = Param(True, "bool", "additive-increase step R_AI x F(r)")
     dcqcn_f_rhai = Param(True, "bool", "hyper-increase step R_HAI x F(r)")

@@ -13,6 +13,7 @@ numba compiles calls statically, so the loop cannot look a kernel up at run time
 generated from ``KINDS`` by :func:`dispatch_source` into a file of numba's cache directory (named
 by a hash of its text, so numba caches it like any module) and imported by :func:`load_dispatch`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,7 +27,7 @@ from pathlib import Path
 from .base import KINDS
 
 PATH_VARIABLE = "MLTCP_CC_PATH"
-INFRASTRUCTURE = {"base", "registry", "mltcp"}     # modules of this package that are not algorithms
+INFRASTRUCTURE = {"base", "registry", "mltcp"}  # modules of this package that are not algorithms
 PLUGIN_PREFIX = "mltcp_cc_plugin_"
 
 # hook -> the kernel's arguments after (p, tcp, ca, i); the dispatcher takes ``kind`` first
@@ -87,14 +88,19 @@ def dispatch_source(kinds=None) -> str:
         for n, (k, fn) in enumerate(branches):
             module, fname = _kernel_import(fn)
             imports.append(f"from {module} import {fname} as k{k}_{hook}")
-            lines += [f"    {'if' if n == 0 else 'elif'} kind == {k}:   # {kinds[k].name}",
-                      f"        k{k}_{hook}(p, tcp, ca, i, {args})"]
+            lines += [
+                f"    {'if' if n == 0 else 'elif'} kind == {k}:   # {kinds[k].name}",
+                f"        k{k}_{hook}(p, tcp, ca, i, {args})",
+            ]
         bodies.append("\n".join(lines + (["    pass"] if not branches else [])))
-    lines = ["@njit(cache=True)", "def tx_start(kind, p, tcp, ca, i, now, idle, rto, mss, restart):",
-             '    """TX_START after ``idle`` s: restart after idle (window-based), then the algorithm\'s cwnd_event."""']
+    lines = [
+        "@njit(cache=True)",
+        "def tx_start(kind, p, tcp, ca, i, now, idle, rto, mss, restart):",
+        '    """TX_START after ``idle`` s: restart after idle (window-based), then the algorithm\'s cwnd_event."""',
+    ]
     for k, cls in enumerate(kinds):
         ops = cls.ops.implemented()
-        body = (["        if restart:", "            cwnd_restart(tcp, i, idle, rto, mss)"] if cls.window_based else [])
+        body = ["        if restart:", "            cwnd_restart(tcp, i, idle, rto, mss)"] if cls.window_based else []
         if "cwnd_event" in ops:
             module, fname = _kernel_import(ops["cwnd_event"])
             imports.append(f"from {module} import {fname} as k{k}_cwnd_event")
@@ -115,7 +121,7 @@ def load_dispatch(folder: str, kinds=None):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(text)
-        os.replace(tmp, path)        # another process writing the same text at once is harmless
+        os.replace(tmp, path)  # another process writing the same text at once is harmless
     name = f"{__package__}.cc_dispatch_{digest}"
     if name in sys.modules:
         return sys.modules[name]

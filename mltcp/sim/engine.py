@@ -31,6 +31,7 @@ Simplifications (docs/simulator.md): a flow's bytes are offered to every link of
 same slot (no per-hop pipelining); which flow a slot's drops and marks hit is drawn in proportion
 to what each flow offered (seeded), not from packet arrival order.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,12 +50,46 @@ from .. import tracker as trk
 from .loop import _heap_push, _run
 from .queues import _priority_queues, _push_feedback, _serve_bands  # noqa: F401  (tests reach them here)
 from .recovery import _arm_timer, _split_loss, _until_rto  # noqa: F401
-from .state import (BUF, CDT, F_T, F_TOT_ACKED, F_TOT_DROP, F_TOT_MARK, F_TOT_PAUSE, F_TOT_REORDER,  # noqa: F401
-                    F_TOT_RTO, F_TOT_SENT, F_TOT_TLP, FS_LEN, I_HEAP, I_K, I_NREC, I_STATUS, I_STEPS, INV_RATE, KS_LEN,
-                    L_BUF, L_K, L_MODE, L_RATE, L_XOFF, LR_HOLE, LR_LEN, LR_PROBE, LR_PROBED, LR_RTO_AT, LR_RTX,
-                    OVER_HORIZON, PAUSED, PC_SEEN, TRACE_FULL, PQ_ARR, PQ_DROP, PQ_MARK, PQ_Q, Q, TLP_EXTRA, Cc, Config, Feedback,
-                    Flows, Jobs, Links, Records, Topology)
-
+from .state import (
+    BUF,
+    CDT,
+    F_T,
+    F_TOT_ACKED,
+    F_TOT_DROP,
+    F_TOT_MARK,
+    F_TOT_PAUSE,
+    F_TOT_REORDER,  # noqa: F401
+    F_TOT_RTO,
+    F_TOT_SENT,
+    F_TOT_TLP,
+    FS_LEN,
+    I_HEAP,
+    I_K,
+    I_NREC,
+    I_STATUS,
+    I_STEPS,
+    INV_RATE,
+    KS_LEN,
+    L_BUF,
+    L_MODE,
+    L_RATE,
+    L_XOFF,
+    LR_HOLE,
+    LR_LEN,
+    LR_RTO_AT,
+    OVER_HORIZON,
+    PAUSED,
+    PC_SEEN,
+    TRACE_FULL,
+    Cc,
+    Config,
+    Feedback,
+    Flows,
+    Jobs,
+    Links,
+    Records,
+    Topology,
+)
 
 
 @dataclass
@@ -62,32 +97,32 @@ class SimResult:
     scenario: str
     cc: str
     records: list[IterationRecord]
-    drops: float                       # packets
-    ecn_marks: float                   # packets
+    drops: float  # packets
+    ecn_marks: float  # packets
     sim_time: float
     wall_time: float
-    steps: int                         # slots processed (the others were skipped: nothing happened)
+    steps: int  # slots processed (the others were skipped: nothing happened)
     trace_t: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
     trace_rate: np.ndarray = field(repr=False, default_factory=lambda: np.zeros((0, 0)))  # bits/s per job
     job_names: list[str] = field(default_factory=list)
-    bytes_sent: float = 0.0            # including retransmissions
+    bytes_sent: float = 0.0  # including retransmissions
     bytes_acked: float = 0.0
-    bytes_in_flight: float = 0.0       # at the end (0 when every iteration completed)
-    slots: int = 0                     # slots of simulated time (processed or skipped)
-    timeouts: int = 0                  # retransmission timeouts (window-based flows)
-    probes: int = 0                    # tail-loss probes (loss_recovery = "linux")
-    loop_time: float = 0.0             # wall seconds in the compiled loop (the rest of wall_time: setup, records)
-    cwnd_trace: np.ndarray | None = field(repr=False, default=None)   # (samples, 1 + 3 F): t, cwnd, ssthresh, in flight
-    pfc_pause_s: float = 0.0           # flow-seconds that lossless (pfc) links held senders paused
-    reordered: float = 0.0             # packets a strict-priority link delivered after later ones of their flow
+    bytes_in_flight: float = 0.0  # at the end (0 when every iteration completed)
+    slots: int = 0  # slots of simulated time (processed or skipped)
+    timeouts: int = 0  # retransmission timeouts (window-based flows)
+    probes: int = 0  # tail-loss probes (loss_recovery = "linux")
+    loop_time: float = 0.0  # wall seconds in the compiled loop (the rest of wall_time: setup, records)
+    cwnd_trace: np.ndarray | None = field(repr=False, default=None)  # (samples, 1 + 3 F): t, cwnd, ssthresh, in flight
+    pfc_pause_s: float = 0.0  # flow-seconds that lossless (pfc) links held senders paused
+    reordered: float = 0.0  # packets a strict-priority link delivered after later ones of their flow
 
 
 def build_cc(sc: Scenario, cc_name: str):
     base = BASE_OF.get(cc_name, cc_name)
     kw = cc_kwargs(sc, base)
-    if "line_rate" in ALGORITHMS[base].params:        # a rate-based algorithm starts at the NIC's rate
+    if "line_rate" in ALGORITHMS[base].params:  # a rate-based algorithm starts at the NIC's rate
         kw.setdefault("line_rate", max(sc.links[j.path[0]].rate_Bps for j in sc.jobs))
-    if cc_name != base:            # [mltcp]: a key of another base's variant (dcqcn_f_*) does not apply
+    if cc_name != base:  # [mltcp]: a key of another base's variant (dcqcn_f_*) does not apply
         known = ALGORITHMS[cc_name].params
         kw.update({k: v for k, v in sc.mltcp_params.items() if k in known})
     return make_cc(cc_name, **kw)
@@ -98,8 +133,10 @@ def _hook_vector(cc) -> tuple[bool, np.ndarray]:
     if not isinstance(cc, MLTCPHook):
         return False, np.zeros(hook.HOOK_LEN)
     if not isinstance(cc.F, (Linear, hook.Shaped)):
-        raise ValueError("the simulator runs the hook's own F (shape linear, capped or convex); a custom "
-                         "aggressiveness function works with the real senders only")
+        raise ValueError(
+            "the simulator runs the hook's own F (shape linear, capped or convex); a custom "
+            "aggressiveness function works with the real senders only"
+        )
     return True, cc.hook_vector()
 
 
@@ -113,8 +150,12 @@ def _pfc_xoff(sc: Scenario, names: list[str], paths) -> np.ndarray:
             continue
         room = sum(sc.links[pth[0]].rate_Bps * sc.step_s + 2 * sc.mss for _, pth in paths if n in pth) + sc.mss
         if room >= lk.buffer_bytes:
-            raise ScenarioError(sc.source, f"links.{n}.pfc", f"the buffer ({lk.buffer_bytes:g} B) does not exceed "
-                                f"PFC's headroom for its senders ({room:g} B): give it a deeper buffer")
+            raise ScenarioError(
+                sc.source,
+                f"links.{n}.pfc",
+                f"the buffer ({lk.buffer_bytes:g} B) does not exceed "
+                f"PFC's headroom for its senders ({room:g} B): give it a deeper buffer",
+            )
         xoff[i] = lk.buffer_bytes - room
     return xoff
 
@@ -122,14 +163,23 @@ def _pfc_xoff(sc: Scenario, names: list[str], paths) -> np.ndarray:
 def _policy_arrays(sc: Scenario, names: list[str]):
     """The scenario's switch policy for the compiled loop: code, parameters, which links, band queues."""
     pol = sc.switch
-    pp = np.array([float(pol.bands), 16.0 - math.log2(pol.bands), pol.ecn_scale_lo, pol.ecn_scale_hi,
-                   float(pol.priority_ecn_code), 1.0 if pol.priority_buffer == "shared" else 0.0,
-                   1.0 if pol.priority_pin else 0.0, pol.contest_window_us * 1e-6 if pol.code == 1 else 0.0])
+    pp = np.array(
+        [
+            float(pol.bands),
+            16.0 - math.log2(pol.bands),
+            pol.ecn_scale_lo,
+            pol.ecn_scale_hi,
+            float(pol.priority_ecn_code),
+            1.0 if pol.priority_buffer == "shared" else 0.0,
+            1.0 if pol.priority_pin else 0.0,
+            pol.contest_window_us * 1e-6 if pol.code == 1 else 0.0,
+        ]
+    )
     on = set(pol.links) if pol.links else set(names)
     on_pol = np.array([n in on for n in names], dtype=np.bool_)
     pq = np.zeros((len(names), pol.bands if pol.code == 2 else 1, 4))
     if pol.code == 1:
-        pq[:, 0, PC_SEEN] = -1e300       # no job change seen yet: not contested
+        pq[:, 0, PC_SEEN] = -1e300  # no job change seen yet: not contested
     return int(pol.code), pp, on_pol, pq
 
 
@@ -147,8 +197,18 @@ def _link_arrays(sc: Scenario, names: list[str], paths) -> tuple[np.ndarray, np.
     """Each link's parameters (lp: L_* columns) and state (ls: Q.. columns)."""
     links = [sc.links[n] for n in names]
     lp = np.zeros((len(links), 8))
-    lp[:, :7] = [(lk.rate_Bps, lk.buffer_bytes, {"none": 0, "step": 1, "red": 2}[lk.ecn], lk.ecn_k_bytes,
-                  lk.red_kmin_bytes, lk.red_kmax_bytes, lk.red_pmax) for lk in links]
+    lp[:, :7] = [
+        (
+            lk.rate_Bps,
+            lk.buffer_bytes,
+            {"none": 0, "step": 1, "red": 2}[lk.ecn],
+            lk.ecn_k_bytes,
+            lk.red_kmin_bytes,
+            lk.red_kmax_bytes,
+            lk.red_pmax,
+        )
+        for lk in links
+    ]
     lp[:, L_XOFF] = _pfc_xoff(sc, names, paths)
     ls = np.zeros((len(links), 8))
     ls[:, INV_RATE] = 1.0 / lp[:, L_RATE]
@@ -174,17 +234,20 @@ def _topology(sc: Scenario, paths, names: list[str]) -> Topology:
     iters = np.array([j.iterations for j in jobs], dtype=np.int64)
     comp = np.zeros((J, int(iters.max())))
     for i, j in enumerate(jobs):
-        comp[i, :j.iterations] = j.compute_times(rng, j.iterations)
+        comp[i, : j.iterations] = j.compute_times(rng, j.iterations)
     return Topology(flow_job, path_ptr, path_link, base_rtt, access, flow_bytes, job_ptr, iters, comp)
 
 
 def _ring_slots(sc: Scenario, paths, names: list[str], base_rtt: np.ndarray) -> int:
     """Slots of the feedback ring: the longest round trip with every queue on the path full (under
     strict priority a packet can wait behind every band's queue, each as deep as the buffer)."""
-    qmul = {n: (sc.switch.bands if sc.switch.code == 2 and (not sc.switch.links or n in sc.switch.links) else 1)
-            for n in names}
-    max_rtt = base_rtt + np.array([sum(qmul[h] * sc.links[h].buffer_bytes / sc.links[h].rate_Bps for h in pth)
-                                   for _, pth in paths])
+    qmul = {
+        n: (sc.switch.bands if sc.switch.code == 2 and (not sc.switch.links or n in sc.switch.links) else 1)
+        for n in names
+    }
+    max_rtt = base_rtt + np.array(
+        [sum(qmul[h] * sc.links[h].buffer_bytes / sc.links[h].rate_Bps for h in pth) for _, pth in paths]
+    )
     return int(math.ceil(max_rtt.max() / float(sc.step_s))) + 3
 
 
@@ -193,21 +256,49 @@ def _flows(F: int, base_rtt: np.ndarray) -> Flows:
     recovery_until, paused_until, last_cnp = (np.full(F, -np.inf) for _ in range(3))
     lr = np.zeros((F, LR_LEN))
     lr[:, LR_RTO_AT] = np.inf
-    ints = lambda: np.zeros(F, dtype=np.int64)   # noqa: E731
-    return Flows(to_send, unacked, inflight, credit, rcredit, recovery_until, paused_until, last_cnp,
-                 last_tx=np.zeros(F), cwnd_limited=np.zeros(F, dtype=np.bool_), srtt=base_rtt.copy(),
-                 rttvar=base_rtt / 2, flow_done=np.zeros(F, dtype=np.bool_), act=ints(),
-                 act_pos=np.full(F, -1, dtype=np.int64), wake=ints(), credit_k=ints(), lr=lr, fband=ints(),
-                 pin_n=ints(), pin_b=ints(), pe_last=np.full(F, -1.0), send=np.zeros(F),
-                 sending=np.empty(F, dtype=np.int64))
+    ints = lambda: np.zeros(F, dtype=np.int64)  # noqa: E731
+    return Flows(
+        to_send,
+        unacked,
+        inflight,
+        credit,
+        rcredit,
+        recovery_until,
+        paused_until,
+        last_cnp,
+        last_tx=np.zeros(F),
+        cwnd_limited=np.zeros(F, dtype=np.bool_),
+        srtt=base_rtt.copy(),
+        rttvar=base_rtt / 2,
+        flow_done=np.zeros(F, dtype=np.bool_),
+        act=ints(),
+        act_pos=np.full(F, -1, dtype=np.int64),
+        wake=ints(),
+        credit_k=ints(),
+        lr=lr,
+        fband=ints(),
+        pin_n=ints(),
+        pin_b=ints(),
+        pe_last=np.full(F, -1.0),
+        send=np.zeros(F),
+        sending=np.empty(F, dtype=np.int64),
+    )
 
 
 def _jobs(sc: Scenario, comp: np.ndarray) -> tuple[Jobs, int]:
     """Every job computing its first iteration (the heap by compute end); returns (jobs, heap size)."""
     J = len(sc.jobs)
-    jb = Jobs(np.zeros(J, dtype=np.int8), np.zeros(J, dtype=np.int64),
-              np.array([j.start_offset_s for j in sc.jobs], dtype=float), np.zeros(J), np.zeros(J), np.zeros(J),
-              np.zeros(J, dtype=np.int64), np.zeros(J), np.zeros(J, dtype=np.int64))
+    jb = Jobs(
+        np.zeros(J, dtype=np.int8),
+        np.zeros(J, dtype=np.int64),
+        np.array([j.start_offset_s for j in sc.jobs], dtype=float),
+        np.zeros(J),
+        np.zeros(J),
+        np.zeros(J),
+        np.zeros(J, dtype=np.int64),
+        np.zeros(J),
+        np.zeros(J, dtype=np.int64),
+    )
     n_heap = 0
     for i, j in enumerate(sc.jobs):
         n_heap = _heap_push(jb.heap_t, jb.heap_j, n_heap, j.start_offset_s + comp[i, 0], i)
@@ -217,6 +308,7 @@ def _jobs(sc: Scenario, comp: np.ndarray) -> tuple[Jobs, int]:
 @dataclass
 class _Run:
     """A simulation's compiled-loop state, between chunks."""
+
     cfg: Config
     cc: Cc
     topo: Topology
@@ -246,28 +338,65 @@ def _setup(sc: Scenario, cc_name: str, trace_interval: float, max_sim_time: floa
     st = cc.new_state(F, sc.mss, 0.0)
     mltcp, mp = _hook_vector(cc)
     pol, pp, on_pol, pq = _policy_arrays(sc, names)
-    links = Links(lp, ls, on_pol, pp, pq, *_band_fifos(sc, names, pol, on_pol, F),
-                  np.empty(len(lp) + 1, dtype=np.int64),   # touched: one spare (a hop of a link already listed)
-                  np.empty(pq.shape[1]))
+    links = Links(
+        lp,
+        ls,
+        on_pol,
+        pp,
+        pq,
+        *_band_fifos(sc, names, pol, on_pol, F),
+        np.empty(len(lp) + 1, dtype=np.int64),  # touched: one spare (a hop of a link already listed)
+        np.empty(pq.shape[1]),
+    )
     tr = st.tracker.a if mltcp else np.zeros((F, trk.HISTORY + 1))
     jb, n_heap = _jobs(sc, topo.comp)
     R = int(topo.iters.sum())
     rc = Records(np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64), *(np.zeros(R) for _ in range(5)))
-    fb = Feedback(np.zeros((H, 2 * F), dtype=np.int64), np.empty((H, 2 * F, 5)), np.zeros(H, dtype=np.int64),
-                  np.full(F, -1, dtype=np.int64), np.zeros(F, dtype=np.int64))
+    fb = Feedback(
+        np.zeros((H, 2 * F), dtype=np.int64),
+        np.empty((H, 2 * F, 5)),
+        np.zeros(H, dtype=np.int64),
+        np.full(F, -1, dtype=np.int64),
+        np.zeros(F, dtype=np.int64),
+    )
     ks = np.zeros(KS_LEN, dtype=np.int64)
     ks[I_HEAP] = n_heap
-    horizon = max_sim_time or float(sum(j.start_offset_s for j in jobs) + 50 * max(
-        j.iterations * sc.ideal_iter_s(j) for j in jobs) + 10)
-    cfg = Config(float(horizon), float(sc.step_s), float(sc.mss), float(sc.min_rto_s), bool(sc.slow_start_after_idle),
-                 sc.loss_model == "packet", int(sc.seed), float(sc.nic_backlog_segments),
-                 sc.loss_recovery == "linux", bool(skip), pol, float(trace_interval), bool(cc.window_based),
-                 bool((lp[:, L_MODE] != 0.0).any()), bool((lp[:, L_XOFF] > 0.0).any()),
-                 float(mp[hook.MIN_IDLE] if mp[hook.BOUNDARY] == 0.0 else np.inf),
-                 sc.loss_recovery != "linux" and cc.ns3_flight_ssthresh,
-                 -1 if cc.window_based else cc.State.fields.index("next_timer"))
-    run = _Run(cfg, Cc(int(cc.kind), cc.p, mltcp, mp, st.tcp, st.ca.a, tr), topo, links, _flows(F, topo.base_rtt),
-               jb, fb, rc, np.zeros((1024 if trace_interval else 0, len(jobs))), np.zeros(FS_LEN), ks)
+    horizon = max_sim_time or float(
+        sum(j.start_offset_s for j in jobs) + 50 * max(j.iterations * sc.ideal_iter_s(j) for j in jobs) + 10
+    )
+    cfg = Config(
+        float(horizon),
+        float(sc.step_s),
+        float(sc.mss),
+        float(sc.min_rto_s),
+        bool(sc.slow_start_after_idle),
+        sc.loss_model == "packet",
+        int(sc.seed),
+        float(sc.nic_backlog_segments),
+        sc.loss_recovery == "linux",
+        bool(skip),
+        pol,
+        float(trace_interval),
+        bool(cc.window_based),
+        bool((lp[:, L_MODE] != 0.0).any()),
+        bool((lp[:, L_XOFF] > 0.0).any()),
+        float(mp[hook.MIN_IDLE] if mp[hook.BOUNDARY] == 0.0 else np.inf),
+        sc.loss_recovery != "linux" and cc.ns3_flight_ssthresh,
+        -1 if cc.window_based else cc.State.fields.index("next_timer"),
+    )
+    run = _Run(
+        cfg,
+        Cc(int(cc.kind), cc.p, mltcp, mp, st.tcp, st.ca.a, tr),
+        topo,
+        links,
+        _flows(F, topo.base_rtt),
+        jb,
+        fb,
+        rc,
+        np.zeros((1024 if trace_interval else 0, len(jobs))),
+        np.zeros(FS_LEN),
+        ks,
+    )
     return run, st
 
 
@@ -289,8 +418,9 @@ def _run_chunks(run: _Run, progress, cwnd_sample_s: float | None) -> tuple[float
         loop_time += time.perf_counter() - w
         if ks[I_STATUS] == TRACE_FULL:
             bins = int(fs[F_T] / run.cfg.trace_interval) + 1
-            run.trace = np.concatenate((run.trace, np.zeros((max(run.trace.shape[0], bins - run.trace.shape[0]),
-                                                             run.trace.shape[1]))))
+            run.trace = np.concatenate(
+                (run.trace, np.zeros((max(run.trace.shape[0], bins - run.trace.shape[0]), run.trace.shape[1])))
+            )
             continue
         if cwnd_sample_s:
             samples.append(np.concatenate(([fs[F_T]], tcp[:, CWND], tcp[:, SSTHRESH], fl.inflight + fl.lr[:, LR_HOLE])))
@@ -318,9 +448,15 @@ def _rate_trace(trace: np.ndarray, trace_interval: float, J: int) -> tuple[np.nd
     return trace_t, trace_rate
 
 
-def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
-             trace_interval: float | None = None, max_sim_time: float | None = None,
-             skip: bool = True, cwnd_sample_s: float | None = None) -> SimResult:
+def simulate(
+    sc: Scenario,
+    cc_name: str,
+    progress: Callable[[float, float], None] | None = None,
+    trace_interval: float | None = None,
+    max_sim_time: float | None = None,
+    skip: bool = True,
+    cwnd_sample_s: float | None = None,
+) -> SimResult:
     """Run ``sc`` with ``cc_name``. ``skip=False`` steps every slot (the same result, slower: tests
     compare the two). ``cwnd_sample_s``: also sample every flow's cwnd, ssthresh and bytes in flight
     that often (``SimResult.cwnd_trace``; the run is the same, in chunks)."""
@@ -336,12 +472,40 @@ def simulate(sc: Scenario, cc_name: str, progress: Callable[[float, float], None
     if progress is not None:
         progress(t_end, 1.0)
     nbytes = np.array([j.bytes_per_iter for j in jobs], dtype=float)
-    records = [IterationRecord(jobs[rc.job[r]].name, int(rc.iteration[r]), float(rc.start[r]), float(rc.comm[r]),
-                               float(rc.end[r]), float(nbytes[rc.job[r]]), float(rc.drops[r]), float(rc.marks[r]))
-               for r in range(int(ks[I_NREC]))]
+    records = [
+        IterationRecord(
+            jobs[rc.job[r]].name,
+            int(rc.iteration[r]),
+            float(rc.start[r]),
+            float(rc.comm[r]),
+            float(rc.end[r]),
+            float(nbytes[rc.job[r]]),
+            float(rc.drops[r]),
+            float(rc.marks[r]),
+        )
+        for r in range(int(ks[I_NREC]))
+    ]
     trace_t, trace_rate = _rate_trace(run.trace, trace_interval, len(jobs))
-    return SimResult(sc.name, cc_name, records, fs[F_TOT_DROP] / mss, fs[F_TOT_MARK] / mss, t_end,
-                     time.perf_counter() - wall0, int(ks[I_STEPS]), trace_t, trace_rate, [j.name for j in jobs],
-                     float(fs[F_TOT_SENT]), float(fs[F_TOT_ACKED]), float(run.fl.inflight.sum()), int(ks[I_K]),
-                     int(fs[F_TOT_RTO]), int(fs[F_TOT_TLP]), loop_time, np.array(samples) if samples else None,
-                     float(fs[F_TOT_PAUSE]), float(fs[F_TOT_REORDER]) / mss)
+    return SimResult(
+        sc.name,
+        cc_name,
+        records,
+        fs[F_TOT_DROP] / mss,
+        fs[F_TOT_MARK] / mss,
+        t_end,
+        time.perf_counter() - wall0,
+        int(ks[I_STEPS]),
+        trace_t,
+        trace_rate,
+        [j.name for j in jobs],
+        float(fs[F_TOT_SENT]),
+        float(fs[F_TOT_ACKED]),
+        float(run.fl.inflight.sum()),
+        int(ks[I_K]),
+        int(fs[F_TOT_RTO]),
+        int(fs[F_TOT_TLP]),
+        loop_time,
+        np.array(samples) if samples else None,
+        float(fs[F_TOT_PAUSE]),
+        float(fs[F_TOT_REORDER]) / mss,
+    )

@@ -16,6 +16,7 @@
 State travels in the groups of :mod:`mltcp.sim.state`; the counters kept between chunks of a run
 in ``ks`` and ``fs``.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,12 +30,71 @@ from ..cc import mltcp as hook
 from ..cc.base import CWND, RATE, SSTHRESH
 from .queues import _flow_band, _pfc_paused, _priority_queues_into, _progress_hop, _push_feedback, _serve_bands
 from .recovery import _arm_timer, _split_loss, _until_rto
-from .state import (ARRIVE, BUF, CDT, CNP_INTERVAL, DONE, F_T, F_TOT_ACKED, F_TOT_DROP, F_TOT_MARK, F_TOT_PAUSE,
-                    F_TOT_REORDER, F_TOT_RTO, F_TOT_SENT, F_TOT_TLP, I_ACT, I_COMM, I_CREDIT_ZERO, I_DONE, I_HEAP,
-                    I_K, I_NREC, I_PE, I_RING, I_SEEDED, I_STATUS, I_STEPS, INV_RATE, L_K, L_KMAX, L_KMIN, L_MODE,
-                    L_PMAX, LR_BACKOFF, LR_FRTX, LR_HOLE, LR_LOSS_REC, LR_PROBE, LR_PROBED, LR_RTO_AT, LR_RTX,
-                    LR_RTX_SENT, NEVER, OVER_HORIZON, PAUSED, PC_JOB, PC_SEEN, PDROP, PE_DELIV, PE_EXTRA, PE_KENQ,
-                    PE_LOST, PE_LRTX, PE_MKD, PE_REM, PMARK, PP_WINDOW, PQ_ARR, PQ_Q, Q, QK, RUNNING, TRACE_FULL, _slot_at)
+from .state import (
+    ARRIVE,
+    BUF,
+    CDT,
+    CNP_INTERVAL,
+    DONE,
+    F_T,
+    F_TOT_ACKED,
+    F_TOT_DROP,
+    F_TOT_MARK,
+    F_TOT_PAUSE,
+    F_TOT_REORDER,
+    F_TOT_RTO,
+    F_TOT_SENT,
+    F_TOT_TLP,
+    I_ACT,
+    I_COMM,
+    I_CREDIT_ZERO,
+    I_DONE,
+    I_HEAP,
+    I_K,
+    I_NREC,
+    I_PE,
+    I_RING,
+    I_SEEDED,
+    I_STATUS,
+    I_STEPS,
+    INV_RATE,
+    L_K,
+    L_KMAX,
+    L_KMIN,
+    L_MODE,
+    L_PMAX,
+    LR_BACKOFF,
+    LR_FRTX,
+    LR_HOLE,
+    LR_LOSS_REC,
+    LR_PROBE,
+    LR_PROBED,
+    LR_RTO_AT,
+    LR_RTX,
+    LR_RTX_SENT,
+    NEVER,
+    OVER_HORIZON,
+    PAUSED,
+    PC_JOB,
+    PC_SEEN,
+    PDROP,
+    PE_DELIV,
+    PE_EXTRA,
+    PE_KENQ,
+    PE_LOST,
+    PE_LRTX,
+    PE_MKD,
+    PE_REM,
+    PMARK,
+    PP_WINDOW,
+    PQ_ARR,
+    PQ_Q,
+    Q,
+    QK,
+    RUNNING,
+    TRACE_FULL,
+    _slot_at,
+)
 
 
 @njit(cache=True, _nrt=False)
@@ -89,14 +149,15 @@ def _heap_pop(ht, hj, n):
 
 # ---- 1. compute phases that ended start communicating ------------------------------------------------
 
+
 @njit(cache=True, _nrt=False, inline="always")
 def _tx_start(cfg, cc, fl, f, t):
     """CA_EVENT_TX_START of flow f: MLTCP's tracker (a mark or the idle rule at TX_START), restart
     after idle, the algorithm's reaction, MLTCP's window restart."""
     mp, tr = cc.mp, cc.tr
-    if cc.mltcp and mp[hook.BOUNDARY] == 1.0:   # explicit mark: the framework starts an iteration
+    if cc.mltcp and mp[hook.BOUNDARY] == 1.0:  # explicit mark: the framework starts an iteration
         trk.iteration_start(tr, f)
-    elif cc.mltcp and mp[hook.BOUNDARY] == 2.0:   # the idle rule at TX_START
+    elif cc.mltcp and mp[hook.BOUNDARY] == 2.0:  # the idle rule at TX_START
         trk.tx_start(tr, f, t, mp[hook.IDLE_FRACTION], mp[hook.MIN_IDLE], mp[hook.GAP_MIN2] != 0.0)
     rto = max(cfg.min_rto, fl.srtt[f] + 4.0 * fl.rttvar[f])
     dispatch.tx_start(cc.kind, cc.p, cc.tcp, cc.ca, f, t, t - fl.last_tx[f], rto, cfg.mss, cfg.ssai)
@@ -122,7 +183,7 @@ def _start_iterations(cfg, cc, topo, fl, jb, ks, k, t):
             fl.to_send[f] = topo.flow_bytes[f]
             fl.unacked[f] = topo.flow_bytes[f]
             fl.flow_done[f] = False
-            fl.credit_k[f] = k - 1          # the NIC budget accrues from this slot on
+            fl.credit_k[f] = k - 1  # the NIC budget accrues from this slot on
             fl.wake[f] = k
             n_act = ks[I_ACT]
             fl.act[n_act] = f
@@ -132,27 +193,41 @@ def _start_iterations(cfg, cc, topo, fl, jb, ks, k, t):
 
 # ---- 2. feedback from one round trip ago --------------------------------------------------------------
 
+
 @njit(cache=True, _nrt=False, inline="always")
 def _loss_detection(cfg, fl, f, k, t, a, lo, lo_rtx, rtt_s):
     """Lost bytes: the window-based flows' fast recovery repairs some (queued for retransmission),
     the others wait for the retransmission timer (armed here); DCQCN resends them. Returns
     (bytes fast recovery repairs, bytes held for the timer)."""
     lr = fl.lr
-    if lo > 0.0 and fl.to_send[f] <= 0.0:   # sending again: the budget accrues from now
+    if lo > 0.0 and fl.to_send[f] <= 0.0:  # sending again: the budget accrues from now
         fl.credit_k[f] = max(k, _slot_at(fl.paused_until[f], cfg.dt)) - 1
     hole, req = 0.0, 0.0
     if cfg.window:
-        req, hole = _split_loss(lr, f, a, lo, lo_rtx, fl.inflight[f], fl.to_send[f], cfg.mss, cfg.rack,
-                                cfg.packet_losses)
+        req, hole = _split_loss(
+            lr, f, a, lo, lo_rtx, fl.inflight[f], fl.to_send[f], cfg.mss, cfg.rack, cfg.packet_losses
+        )
         fl.to_send[f] += req
         lr[f, LR_RTX] += req
-        if hole > 0.0:               # held until the retransmission timer fires
+        if hole > 0.0:  # held until the retransmission timer fires
             lr[f, LR_HOLE] += hole
             if lr[f, LR_RTO_AT] == np.inf:
-                _arm_timer(lr, f, t, rtt_s, lo_rtx, fl.srtt[f], fl.rttvar[f], cfg.min_rto, fl.inflight[f], cfg.mss,
-                           cfg.rack, t < lr[f, LR_LOSS_REC])
+                _arm_timer(
+                    lr,
+                    f,
+                    t,
+                    rtt_s,
+                    lo_rtx,
+                    fl.srtt[f],
+                    fl.rttvar[f],
+                    cfg.min_rto,
+                    fl.inflight[f],
+                    cfg.mss,
+                    cfg.rack,
+                    t < lr[f, LR_LOSS_REC],
+                )
         elif a > 0.0 and lo == 0.0:
-            lr[f, LR_BACKOFF] = 0.0      # new data acknowledged: the RTO is computed afresh
+            lr[f, LR_BACKOFF] = 0.0  # new data acknowledged: the RTO is computed afresh
             lr[f, LR_PROBED] = 0.0
     else:
         fl.to_send[f] += lo
@@ -189,13 +264,14 @@ def _congestion_response(cfg, cc, fl, f, t, a, lo, lo_rtx, req, hole, marked):
             fl.recovery_until[f] = max(fl.recovery_until[f], t + fl.srtt[f])
             lr[f, LR_LOSS_REC] = max(lr[f, LR_LOSS_REC], fl.recovery_until[f])
         if (loss or marked) and not in_rec:
-            dispatch.on_congestion(cc.kind, cc.p, cc.tcp, cc.ca, f, not loss, t,
-                                   _dscale(cc.mltcp, cc.mp, cc.tr, f), cfg.mss)
+            dispatch.on_congestion(
+                cc.kind, cc.p, cc.tcp, cc.ca, f, not loss, t, _dscale(cc.mltcp, cc.mp, cc.tr, f), cfg.mss
+            )
             fl.recovery_until[f] = t + fl.srtt[f]
             if loss:
                 lr[f, LR_FRTX] = cfg.mss
                 lr[f, LR_LOSS_REC] = fl.recovery_until[f]
-        if hole > 0.0:               # recovery (no growth, no further reduction) lasts until the RTO
+        if hole > 0.0:  # recovery (no growth, no further reduction) lasts until the RTO
             fl.recovery_until[f] = max(fl.recovery_until[f], lr[f, LR_RTO_AT])
     elif (marked or lo > 0.0) and t - fl.last_cnp[f] >= CNP_INTERVAL:
         dispatch.on_cnp(cc.kind, cc.p, cc.tcp, cc.ca, f, t, _dscale(cc.mltcp, cc.mp, cc.tr, f))
@@ -237,7 +313,7 @@ def _end_iteration(cfg, topo, fl, jb, rc, ks, j, t):
         fl.lr[g, LR_RTO_AT] = np.inf
         fl.lr[g, LR_FRTX] = 0.0
         n_act = ks[I_ACT]
-        last = fl.act[n_act - 1]          # swap-remove from the active flows
+        last = fl.act[n_act - 1]  # swap-remove from the active flows
         fl.act[fl.act_pos[g]] = last
         fl.act_pos[last] = fl.act_pos[g]
         fl.act_pos[g] = -1
@@ -284,6 +360,7 @@ def _rate_timers(cc, t):
 
 # ---- 3. senders ---------------------------------------------------------------------------------------
 
+
 @njit(cache=True, _nrt=False, inline="always")
 def _retransmission_timer(cfg, cc, fl, fs, f, k, t):
     """Flow f's timer fired: a tail-loss probe (its ACK reveals the loss: fast recovery, one
@@ -291,8 +368,9 @@ def _retransmission_timer(cfg, cc, fl, fs, f, k, t):
     lr = fl.lr
     if lr[f, LR_PROBE] != 0.0:
         if t >= fl.recovery_until[f]:
-            dispatch.on_congestion(cc.kind, cc.p, cc.tcp, cc.ca, f, False, t, _dscale(cc.mltcp, cc.mp, cc.tr, f),
-                                   cfg.mss)
+            dispatch.on_congestion(
+                cc.kind, cc.p, cc.tcp, cc.ca, f, False, t, _dscale(cc.mltcp, cc.mp, cc.tr, f), cfg.mss
+            )
         fl.recovery_until[f] = t + fl.srtt[f]
         lr[f, LR_PROBED] = 1.0
         fs[F_TOT_TLP] += 1.0
@@ -307,7 +385,7 @@ def _retransmission_timer(cfg, cc, fl, fs, f, k, t):
         dispatch.on_timeout(cc.kind, cc.p, cc.tcp, cc.ca, f, t, _dscale(cc.mltcp, cc.mp, cc.tr, f), cfg.mss)
         lr[f, LR_BACKOFF] += 1.0
         fl.recovery_until[f] = t
-        lr[f, LR_LOSS_REC] = t + fl.srtt[f]      # CA_Loss: until what was out is acknowledged
+        lr[f, LR_LOSS_REC] = t + fl.srtt[f]  # CA_Loss: until what was out is acknowledged
         fs[F_TOT_RTO] += 1.0
     if fl.to_send[f] <= 0.0:
         fl.credit_k[f] = k - 1
@@ -323,8 +401,11 @@ def _retransmission_timer(cfg, cc, fl, fs, f, k, t):
 def _pfc_holds(cfg, cc, topo, links, fl, fs, f, k):
     """Is flow f paused by PFC in slot k (then it waits for the next slot)?"""
     pol = cfg.pol
-    band = _flow_band(pol, links.pp, cc.tr, cc.mltcp, fl.unacked, topo.flow_bytes, fl.pin_n, fl.pin_b, f) \
-        if pol == 2 else 0
+    band = (
+        _flow_band(pol, links.pp, cc.tr, cc.mltcp, fl.unacked, topo.flow_bytes, fl.pin_n, fl.pin_b, f)
+        if pol == 2
+        else 0
+    )
     if _pfc_paused(links.lp, links.ls, links.pq, pol, links.on_pol, topo.path_ptr, topo.path_link, f, band, k):
         fs[F_TOT_PAUSE] += cfg.dt
         fl.wake[f] = _until_rto(fl.lr, f, k + 1, cfg.dt)
@@ -355,9 +436,9 @@ def _send_flow(cfg, cc, topo, fl, f, k, t):
         allow = min(fl.rcredit[f], fl.credit[f])
     allow = math.floor(allow / mss) * mss
     snd = min(allow, fl.to_send[f])
-    if fl.to_send[f] < mss and allow >= mss:   # a final partial segment goes out once a whole one would fit
+    if fl.to_send[f] < mss and allow >= mss:  # a final partial segment goes out once a whole one would fit
         snd = fl.to_send[f]
-    lr[f, LR_RTX_SENT] = min(snd, lr[f, LR_RTX])   # retransmissions go out before new data
+    lr[f, LR_RTX_SENT] = min(snd, lr[f, LR_RTX])  # retransmissions go out before new data
     lr[f, LR_RTX] -= lr[f, LR_RTX_SENT]
     if snd > 0.0:
         lr[f, LR_FRTX] = 0.0
@@ -371,8 +452,8 @@ def _send_flow(cfg, cc, topo, fl, f, k, t):
         # allows wait for the NIC ([network] nic_backlog_segments; 0: the window is full)
         fl.cwnd_limited[f] = cw < 2.0 * pipe if cw < tcp[f, SSTHRESH] else pipe >= cw - (cfg.nic_backlog + 1.0) * mss
         if fl.to_send[f] <= 0.0 or max(cw - pipe, min(lr[f, LR_FRTX], lr[f, LR_RTX])) < mss:
-            fl.wake[f] = _until_rto(lr, f, NEVER, dt)   # until feedback opens the window (or the RTO)
-        else:                                # the slot its budget reaches a segment (one early)
+            fl.wake[f] = _until_rto(lr, f, NEVER, dt)  # until feedback opens the window (or the RTO)
+        else:  # the slot its budget reaches a segment (one early)
             fl.wake[f] = _until_rto(lr, f, k + max(int(math.ceil((mss - fl.credit[f]) / nic)) - 1, 1), dt)
     else:
         fl.rcredit[f] -= snd
@@ -394,8 +475,9 @@ def _senders(cfg, cc, topo, links, fl, fs, ks, k, t):
         if cfg.window and fl.wake[f] > k:
             continue
         if fl.to_send[f] <= 0.0 or t < fl.paused_until[f]:
-            fl.wake[f] = _until_rto(fl.lr, f, _slot_at(fl.paused_until[f], cfg.dt) if fl.to_send[f] > 0.0 else NEVER,
-                                    cfg.dt)
+            fl.wake[f] = _until_rto(
+                fl.lr, f, _slot_at(fl.paused_until[f], cfg.dt) if fl.to_send[f] > 0.0 else NEVER, cfg.dt
+            )
             continue
         if cfg.pfc and _pfc_holds(cfg, cc, topo, links, fl, fs, f, k):
             continue
@@ -408,6 +490,7 @@ def _senders(cfg, cc, topo, links, fl, fs, ks, k, t):
 
 
 # ---- 4. links -----------------------------------------------------------------------------------------
+
 
 @njit(cache=True, _nrt=False, inline="always")
 def _offer(cfg, cc, topo, links, fl, ns_, t):
@@ -422,7 +505,7 @@ def _offer(cfg, cc, topo, links, fl, ns_, t):
         snd = fl.send[f]
         for h in range(topo.path_ptr[f], topo.path_ptr[f + 1]):
             lk = topo.path_link[h]
-            if pol == 1 and links.on_pol[lk] and pp[PP_WINDOW] > 0.0:   # contest: another job than the last
+            if pol == 1 and links.on_pol[lk] and pp[PP_WINDOW] > 0.0:  # contest: another job than the last
                 jj = topo.flow_job[f] + 1.0
                 if pq[lk, 0, PC_JOB] != 0.0 and pq[lk, 0, PC_JOB] != jj:
                     pq[lk, 0, PC_SEEN] = t
@@ -431,7 +514,7 @@ def _offer(cfg, cc, topo, links, fl, ns_, t):
             ls[lk, ARRIVE] = a0 + snd
             if pol == 2 and links.on_pol[lk]:
                 pq[lk, fl.fband[f], PQ_ARR] += snd
-            links.touched[nt] = lk             # kept when first touched (no branch to mispredict)
+            links.touched[nt] = lk  # kept when first touched (no branch to mispredict)
             nt += 1 if a0 == 0.0 else 0
     return nt
 
@@ -443,14 +526,14 @@ def _queue_slot(cfg, links, lk, k):
     lp, ls = links.lp, links.ls
     cdt = ls[lk, CDT]
     arr = ls[lk, ARRIVE]
-    drained = max(ls[lk, Q] - cdt * (k - 1 - ls[lk, QK]), 0.0)   # idle slots since the last update
+    drained = max(ls[lk, Q] - cdt * (k - 1 - ls[lk, QK]), 0.0)  # idle slots since the last update
     qn = max(drained + arr - cdt, 0.0)
     over = max(qn - ls[lk, BUF], 0.0)
     qn -= over
     ls[lk, Q] = qn
     ls[lk, QK] = k
     if cfg.pol == 0:
-        ls[lk, ARRIVE] = 0.0         # (a policy's hops read it below: cleared at the end)
+        ls[lk, ARRIVE] = 0.0  # (a policy's hops read it below: cleared at the end)
     ap = max(arr, 1e-300)
     ls[lk, PDROP] = min(over / ap, 1.0) if over > 0.0 else 0.0
     pm = 0.0
@@ -469,7 +552,7 @@ def _path_fractions(cfg, topo, links, fl, f, t):
     flow f's send over its path."""
     pol, ls = cfg.pol, links.ls
     keep, clean, qdelay = 1.0, 1.0, 0.0
-    pql = -1                         # the first strict-priority hop: its wait is timed at dequeue
+    pql = -1  # the first strict-priority hop: its wait is timed at dequeue
     for h in range(topo.path_ptr[f], topo.path_ptr[f + 1]):
         lk = topo.path_link[h]
         if pol != 0 and links.on_pol[lk]:
@@ -497,7 +580,7 @@ def _losses(cfg, fl, f, snd, keep):
         xl = lost / mss
         whole = math.floor(xl)
         lost = min((whole + (1.0 if np.random.random() < xl - whole else 0.0)) * mss, snd)
-    lost_rtx = 0.0                   # of them retransmissions (binomial share of the packets)
+    lost_rtx = 0.0  # of them retransmissions (binomial share of the packets)
     if lost > 0.0 and lr[f, LR_RTX_SENT] > 0.0:
         q = lr[f, LR_RTX_SENT] / snd
         if cfg.packet_losses:
@@ -542,19 +625,20 @@ def _deliver(cfg, topo, links, fl, jb, fb, fs, ks, f, k, t, trace):
     deliv = snd - lost
     mkd = deliv * (1.0 - clean)
     rtt_now = topo.base_rtt[f] + qdelay
-    if pql >= 0:                     # waits in its band's FIFO; feedback when it leaves
+    if pql >= 0:  # waits in its band's FIFO; feedback when it leaves
         _enqueue_band(links, fl, ks, pql, f, k, deliv, lost, mkd, lost_rtx, rtt_now)
     else:
         due = k + max(1, int(math.ceil(rtt_now / cfg.dt - 1e-9)))
-        ks[I_RING] += _push_feedback(fb.ring, fb.ring_v, fb.ring_n, fb.last_slot, fb.last_entry, f, due, deliv, lost,
-                                     mkd, lost_rtx, rtt_now)
+        ks[I_RING] += _push_feedback(
+            fb.ring, fb.ring_v, fb.ring_n, fb.last_slot, fb.last_entry, f, due, deliv, lost, mkd, lost_rtx, rtt_now
+        )
     j = topo.flow_job[f]
     jb.it_drops[j] += lost
     jb.it_marks[j] += mkd
     fs[F_TOT_DROP] += lost
     fs[F_TOT_SENT] += snd
     fs[F_TOT_MARK] += mkd
-    if cfg.trace_interval > 0.0:         # bytes delivered, counted when sent (before a band queue)
+    if cfg.trace_interval > 0.0:  # bytes delivered, counted when sent (before a band queue)
         trace[int(t / cfg.trace_interval), j] += deliv
     fl.send[f] = 0.0
 
@@ -583,9 +667,24 @@ def _serve_band_queues(cfg, links, fl, fb, fs, ks, k):
     """Strict-priority band queues serve what waits in them (priority-by-progress)."""
     for lk in range(len(links.lp)):
         if links.on_pol[lk] and links.pe_hn[lk, :, 1].sum() > 0:
-            added, done, reord = _serve_bands(links.lp, links.ls, links.pq, links.pe_f, links.pe_v, links.pe_hn, lk, k,
-                                              cfg.dt, fb.ring, fb.ring_v, fb.ring_n, fb.last_slot, fb.last_entry,
-                                              fl.pe_last, fl.pin_n)
+            added, done, reord = _serve_bands(
+                links.lp,
+                links.ls,
+                links.pq,
+                links.pe_f,
+                links.pe_v,
+                links.pe_hn,
+                lk,
+                k,
+                cfg.dt,
+                fb.ring,
+                fb.ring_v,
+                fb.ring_n,
+                fb.last_slot,
+                fb.last_entry,
+                fl.pe_last,
+                fl.pin_n,
+            )
             ks[I_RING] += added
             ks[I_PE] -= done
             fs[F_TOT_REORDER] += reord
@@ -593,12 +692,13 @@ def _serve_band_queues(cfg, links, fl, fb, fs, ks, k):
 
 # ---- 5. the next slot in which something can happen ---------------------------------------------------
 
+
 @njit(cache=True, _nrt=False, inline="always")
 def _next_send_slot(cfg, cc, topo, fl, ks, k, kn):
     """The earliest of ``kn`` and the slots in which an active flow may send (window-based: its
     wake slot; DCQCN: its NIC and rate budgets reach a segment). Stops early at k."""
     dt, mss = cfg.dt, cfg.mss
-    if cfg.window:                               # each flow knows the next slot it may send in
+    if cfg.window:  # each flow knows the next slot it may send in
         for x in range(ks[I_ACT]):
             kn = min(kn, fl.wake[fl.act[x]])
             if kn <= k:
@@ -613,8 +713,10 @@ def _next_send_slot(cfg, cc, topo, fl, ks, k, kn):
             continue
         # slots of NIC and rate budget until a whole segment may go out
         rd = cc.tcp[f, RATE] * dt
-        m = max(math.ceil((mss - fl.credit[f]) / (topo.access[f] * dt)), math.ceil((mss - fl.rcredit[f]) / max(rd, 1e-300)))
-        kn = min(kn, k + max(int(m) - 2, 0))   # one slot early: safe against rounding
+        m = max(
+            math.ceil((mss - fl.credit[f]) / (topo.access[f] * dt)), math.ceil((mss - fl.rcredit[f]) / max(rd, 1e-300))
+        )
+        kn = min(kn, k + max(int(m) - 2, 0))  # one slot early: safe against rounding
         if kn <= k:
             break
     return kn
@@ -640,14 +742,14 @@ def _next_slot(cfg, cc, topo, fl, jb, fb, ks, k, t_stop):
     """The next slot to process, from slot k on: the first with feedback due, a job starting, a
     DCQCN timer, a pause ending, or a flow whose budget reaches a segment while its window has room."""
     dt = cfg.dt
-    if ks[I_PE] > 0:                         # a band queue holds bytes: its next slot serves them
+    if ks[I_PE] > 0:  # a band queue holds bytes: its next slot serves them
         return k
     kn = _slot_at(jb.heap_t[0], dt) if ks[I_HEAP] > 0 else NEVER
     if kn <= k:
         return k
     if ks[I_RING] > 0:
         H = len(fb.ring_n)
-        for d in range(H):                   # feedback due
+        for d in range(H):  # feedback due
             if fb.ring_n[(k + d) % H] > 0:
                 kn = min(kn, k + d)
                 break
@@ -655,8 +757,8 @@ def _next_slot(cfg, cc, topo, fl, jb, fb, ks, k, t_stop):
             return k
     busy = ks[I_COMM] > 0 or ks[I_RING] > 0
     if not busy:
-        if ks[I_CREDIT_ZERO] == 0:           # every job computing (or done), nothing in flight:
-            fl.credit[:] = 0.0               # NIC budgets do not carry over the compute phase
+        if ks[I_CREDIT_ZERO] == 0:  # every job computing (or done), nothing in flight:
+            fl.credit[:] = 0.0  # NIC budgets do not carry over the compute phase
             ks[I_CREDIT_ZERO] = 1
     elif not cfg.window and ks[I_COMM] > 0:  # DCQCN timers (collapsed while every job computes)
         for f in range(cc.tcp.shape[0]):
@@ -674,6 +776,7 @@ def _next_slot(cfg, cc, topo, fl, jb, fb, ks, k, t_stop):
 
 # ---- the loop -----------------------------------------------------------------------------------------
 
+
 @njit(cache=True, _nrt=False)
 def _run(t_stop, cfg, cc, topo, links, fl, jb, fb, rc, trace, fs, ks):
     """Slots from ks[I_K] until every job finished (ks[I_STATUS] = DONE), ``t_stop`` (PAUSED: the
@@ -687,7 +790,7 @@ def _run(t_stop, cfg, cc, topo, links, fl, jb, fb, rc, trace, fs, ks):
     if ks[I_SEEDED] == 0:
         np.random.seed(cfg.seed)
         ks[I_SEEDED] = 1
-    ks[I_PE] = links.pe_hn[:, :, 1].sum() if cfg.pol == 2 else 0   # sends waiting in band FIFOs
+    ks[I_PE] = links.pe_hn[:, :, 1].sum() if cfg.pol == 2 else 0  # sends waiting in band FIFOs
     ks[I_CREDIT_ZERO] = 0
     k = ks[I_K]
     status = RUNNING
@@ -701,21 +804,21 @@ def _run(t_stop, cfg, cc, topo, links, fl, jb, fb, rc, trace, fs, ks):
             status = OVER_HORIZON
             break
         if cfg.trace_interval > 0.0 and int(t / cfg.trace_interval) >= trace.shape[0]:
-            status = TRACE_FULL              # the caller grows the trace and calls again
+            status = TRACE_FULL  # the caller grows the trace and calls again
             break
-        _start_iterations(cfg, cc, topo, fl, jb, ks, k, t)                      # 1. compute phases end
-        if _process_feedback(cfg, cc, topo, fl, jb, fb, rc, fs, ks, k, t):     # 2. feedback
+        _start_iterations(cfg, cc, topo, fl, jb, ks, k, t)  # 1. compute phases end
+        if _process_feedback(cfg, cc, topo, fl, jb, fb, rc, fs, ks, k, t):  # 2. feedback
             status = DONE
             break
         if not cfg.window:
             _rate_timers(cc, t)
-        ns_ = _senders(cfg, cc, topo, links, fl, fs, ks, k, t)                # 3. senders
-        if ns_ > 0:                                                            # 4. links
+        ns_ = _senders(cfg, cc, topo, links, fl, fs, ks, k, t)  # 3. senders
+        if ns_ > 0:  # 4. links
             _links(cfg, cc, topo, links, fl, jb, fb, fs, ks, ns_, k, t, trace)
         if ks[I_PE] > 0:
             _serve_band_queues(cfg, links, fl, fb, fs, ks, k)
         ks[I_STEPS] += 1
-        k = _next_slot(cfg, cc, topo, fl, jb, fb, ks, k + 1, t_stop)           # 5. the next slot
+        k = _next_slot(cfg, cc, topo, fl, jb, fb, ks, k + 1, t_stop)  # 5. the next slot
     ks[I_K] = k
     ks[I_STATUS] = status
     fs[F_T] = t

@@ -2,6 +2,7 @@
 
 A ratio is fast / ns-3: 1.0 means the fast engine reproduced ns-3; 1.05 means it is 5 % slower.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,12 +26,14 @@ def job_ratios(fast: list[IterationRecord], ns3: list[IterationRecord], job: str
     df, dn = sum(r.drops for r in f), sum(r.drops for r in n)
     return {
         "iteration_ratio": per_iter,
-        "avg_fast_s": sf["avg_iter_s"], "avg_ns3_s": sn["avg_iter_s"],
+        "avg_fast_s": sf["avg_iter_s"],
+        "avg_ns3_s": sn["avg_iter_s"],
         "avg_ratio": round(_ratio(sf["avg_iter_s"], sn["avg_iter_s"]), 4),
         "avg_all_ratio": round(_ratio(sf["avg_iter_all_s"], sn["avg_iter_all_s"]), 4),
         # robust to a few outliers (e.g. ns-3 iterations that waited for a 200 ms RTO)
         "median_iteration_ratio": steady_ratios[len(steady_ratios) // 2] if steady_ratios else math.nan,
-        "drops_fast": round(df, 1), "drops_ns3": round(dn, 1),
+        "drops_fast": round(df, 1),
+        "drops_ns3": round(dn, 1),
         "drops_ratio": round(_ratio(df, dn), 4),
     }
 
@@ -46,24 +49,45 @@ def ratios(sc, fast_results: dict, ns3_results: dict) -> dict:
         jobs = {j.name: job_ratios(f.records, n.records, j.name, sc.warmup_iterations) for j in sc.jobs}
         sf = metrics.summary(f.records, sc.warmup_iterations)
         sn = metrics.summary(n.records, sc.warmup_iterations)
-        out[algo] = {"jobs": jobs,
-                     "avg_fast_s": sf["avg_iter_s"], "avg_ns3_s": sn["avg_iter_s"],
-                     "avg_ratio": round(_ratio(sf["avg_iter_s"], sn["avg_iter_s"]), 4),
-                     "drops_fast": round(f.drops, 1), "drops_ns3": round(n.drops, 1),
-                     "drops_ratio": round(_ratio(f.drops, n.drops), 4),
-                     "wall_fast_s": round(f.wall_time, 3), "wall_ns3_s": round(n.wall_time, 3)}
+        out[algo] = {
+            "jobs": jobs,
+            "avg_fast_s": sf["avg_iter_s"],
+            "avg_ns3_s": sn["avg_iter_s"],
+            "avg_ratio": round(_ratio(sf["avg_iter_s"], sn["avg_iter_s"]), 4),
+            "drops_fast": round(f.drops, 1),
+            "drops_ns3": round(n.drops, 1),
+            "drops_ratio": round(_ratio(f.drops, n.drops), 4),
+            "wall_fast_s": round(f.wall_time, 3),
+            "wall_ns3_s": round(n.wall_time, 3),
+        }
     return out
 
 
 def ratio_table(sc, rat: dict, max_iters: int = 12):
     from rich.table import Table
+
     t = Table(title=f"{sc.name}: fast / ns-3 (after {sc.warmup_iterations} warm-up iterations)", title_justify="left")
-    for c in ("cc", "job", "avg fast (ms)", "avg ns-3 (ms)", "avg ratio", "drops fast", "drops ns-3",
-              f"per-iteration ratio (first {max_iters})"):
+    for c in (
+        "cc",
+        "job",
+        "avg fast (ms)",
+        "avg ns-3 (ms)",
+        "avg ratio",
+        "drops fast",
+        "drops ns-3",
+        f"per-iteration ratio (first {max_iters})",
+    ):
         t.add_column(c, justify="left" if c in ("cc", "job") or c.startswith("per") else "right")
     for algo, r in rat.items():
         for job, x in r["jobs"].items():
-            t.add_row(algo, job, f"{x['avg_fast_s'] * 1e3:.2f}", f"{x['avg_ns3_s'] * 1e3:.2f}", f"{x['avg_ratio']:.3f}",
-                      f"{x['drops_fast']:.0f}", f"{x['drops_ns3']:.0f}",
-                      " ".join(f"{v:.2f}" for v in x["iteration_ratio"][:max_iters]))
+            t.add_row(
+                algo,
+                job,
+                f"{x['avg_fast_s'] * 1e3:.2f}",
+                f"{x['avg_ns3_s'] * 1e3:.2f}",
+                f"{x['avg_ratio']:.3f}",
+                f"{x['drops_fast']:.0f}",
+                f"{x['drops_ns3']:.0f}",
+                " ".join(f"{v:.2f}" for v in x["iteration_ratio"][:max_iters]),
+            )
     return t

@@ -10,9 +10,9 @@ It holds what must run inside ns-3's event loop, per packet or per ACK:
   ``idle_gap = "min2"`` - starts an iteration, or an explicit mark when ``boundary = "mark"``;
   bytes per iteration are the median of the last ``history`` completed iterations; bytes_ratio =
   acked this iteration / that, in [0, 1]).
-* ``Mltcp<Base>`` (mltcp_cc.h, over ``Host<Base>`` in host.h): MLTCP as a ``TcpCongestionOps`` subclass of a stock ns-3 algorithm
-  (``TcpNewReno`` or ``TcpCubic``). Slow start is the base's; in congestion avoidance the base's
-  window increase is multiplied by F(bytes_ratio) (linear, capped or convex, as
+* ``Mltcp<Base>`` (mltcp_cc.h, over ``Host<Base>`` in host.h): MLTCP as a ``TcpCongestionOps``
+  subclass of a stock ns-3 algorithm (``TcpNewReno`` or ``TcpCubic``). Slow start is the base's;
+  in congestion avoidance the base's window increase is multiplied by F(bytes_ratio) (linear, capped or convex, as
   :func:`mltcp.cc.mltcp.gain`; the fractional part is carried to the next ACK); optionally the
   decrease is scaled as :func:`mltcp.cc.mltcp.dscale` does (decrease_at_start .. decrease_at_end).
   Bytes acked come from the cumulative ACK (``m_lastAckedSeq``), not from segment counts.
@@ -27,6 +27,7 @@ It holds what must run inside ns-3's event loop, per packet or per ACK:
 
 Only Python decides topology, parameters and records (:mod:`mltcp.sim.ns3_engine`).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,6 +44,7 @@ def load():
     global _loaded
     from ns import ns  # noqa: F401  (PyPI ns3: loads the ns-3 libraries and headers into cppyy)
     import cppyy
+
     if not _loaded:
         cppyy.add_include_path(str(CXX_DIR))
         try:

@@ -33,9 +33,9 @@ returns, so the CLI reports the same JSON keys. Mapping of the scenario onto ns-
   moves by the idle time when a flow starts sending again (Linux ``bictcp_cwnd_event``); ns-3
   lacks both.
 """
+
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -47,35 +47,47 @@ from ..scenario import Scenario, ScenarioError
 from .engine import SimResult, build_cc
 
 ALGORITHMS = ("reno", "cubic", "mltcp-reno", "mltcp-cubic")
-HEADER_BYTES = 40          # IPv4 20 + TCP 20 (+ 12 with the timestamp option)
+HEADER_BYTES = 40  # IPv4 20 + TCP 20 (+ 12 with the timestamp option)
 PPP_BYTES = 2
 
 
 @dataclass
 class Ns3Options:
     """ns-3 settings the scenario format does not name (defaults: what our model assumes)."""
-    del_ack_count: int = 1          # ACK every segment, as the fast engine's byte-counted feedback
-    sack: bool = True               # ns-3 and Linux default
-    timestamps: bool = False        # ns-3's TS option counts in ms: sub-ms RTT samples would read 0 or 1 ms
-    payload_rates: bool = True      # the scenario's rates carry payload, as in the fast engine: wire rate x (mss + headers) / mss
-    hystart: bool = True            # TcpCubic HyStart (ns-3 and Linux default)
-    chunk_s: float = 0.1            # simulated seconds between progress reports
-    linux_reno: bool = False        # reno = ns-3's TcpLinuxReno (ssthresh from cwnd) instead of TcpNewReno (docs/ns3.md: tried, not kept)
-    nic_limited_growth: bool = True # Linux/fast-engine rule: no growth while the NIC, not cwnd, limits (no TSQ in ns-3)
-    trace_cwnd: bool = False        # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
-    host_jitter: float = 0.0        # > 0: each packet a host sends waits U[0, x * one segment time at its NIC) (breaks phase lock; docs/ns3.md)
-    recovery: str = "prr-rfc"       # fast recovery: "prr-rfc" (PRR counting delivered data once, as RFC 6937 and Linux:
-                                    # ns3_cxx.PrrRfc), "prr" (ns-3 3.44's TcpPrrRecovery, which counts a SACKed dupACK
-                                    # twice) or "classic" (TcpClassicRecovery); docs/ns3.md
+
+    del_ack_count: int = 1  # ACK every segment, as the fast engine's byte-counted feedback
+    sack: bool = True  # ns-3 and Linux default
+    timestamps: bool = False  # ns-3's TS option counts in ms: sub-ms RTT samples would read 0 or 1 ms
+    payload_rates: bool = (
+        True  # the scenario's rates carry payload, as in the fast engine: wire rate x (mss + headers) / mss
+    )
+    hystart: bool = True  # TcpCubic HyStart (ns-3 and Linux default)
+    chunk_s: float = 0.1  # simulated seconds between progress reports
+    linux_reno: bool = (
+        False  # reno = ns-3's TcpLinuxReno (ssthresh from cwnd) instead of TcpNewReno (docs/ns3.md: tried, not kept)
+    )
+    nic_limited_growth: bool = (
+        True  # Linux/fast-engine rule: no growth while the NIC, not cwnd, limits (no TSQ in ns-3)
+    )
+    trace_cwnd: bool = False  # record every cwnd change per flow (ns3_stats["cwnd_trace"], for diagnosis)
+    # > 0: each packet a host sends waits U[0, x * one segment time at its NIC) (breaks phase lock; docs/ns3.md)
+    host_jitter: float = 0.0
+    recovery: str = "prr-rfc"  # fast recovery: "prr-rfc" (PRR counting delivered data once, as RFC 6937 and Linux:
+    # ns3_cxx.PrrRfc), "prr" (ns-3 3.44's TcpPrrRecovery, which counts a SACKed dupACK
+    # twice) or "classic" (TcpClassicRecovery); docs/ns3.md
 
     def __post_init__(self):
-        if not 0.0 <= self.host_jitter <= 1.0:     # above one segment time a host would reorder its own packets
+        if not 0.0 <= self.host_jitter <= 1.0:  # above one segment time a host would reorder its own packets
             raise ValueError(f"host_jitter must be in [0, 1], got {self.host_jitter!r}")
         if self.recovery not in RECOVERY_TYPES:
             raise ValueError(f"recovery must be one of {', '.join(RECOVERY_TYPES)}, got {self.recovery!r}")
 
 
-RECOVERY_TYPES = {"prr": "TcpPrrRecovery", "prr-rfc": "TcpPrrRecovery", "classic": "TcpClassicRecovery"}   # prr-rfc: replaced per socket
+RECOVERY_TYPES = {
+    "prr": "TcpPrrRecovery",
+    "prr-rfc": "TcpPrrRecovery",
+    "classic": "TcpClassicRecovery",
+}  # prr-rfc: replaced per socket
 
 
 def available() -> tuple[bool, str]:
@@ -108,8 +120,11 @@ def preflight(sc: Scenario, algos: list[str]) -> None:
     """Cheap checks before starting worker processes: ns-3 installed (without importing it: that
     takes tens of seconds), every algorithm and scenario field supported. Raises ScenarioError."""
     import importlib.util
+
     if importlib.util.find_spec("ns") is None or importlib.util.find_spec("cppyy") is None:
-        raise ScenarioError(sc.source, "--engine", "ns-3 is not installed here: pip install 'mltcp[ns3]' (PyPI ns3 with cppyy)")
+        raise ScenarioError(
+            sc.source, "--engine", "ns-3 is not installed here: pip install 'mltcp[ns3]' (PyPI ns3 with cppyy)"
+        )
     for a in algos:
         check(sc, a)
 
@@ -117,44 +132,85 @@ def preflight(sc: Scenario, algos: list[str]) -> None:
 def check(sc: Scenario, cc_name: str) -> None:
     """Raise ScenarioError if ``cc_name`` or a scenario setting has no ns-3 counterpart here."""
     if cc_name not in ALGORITHMS:
-        raise ScenarioError(sc.source, "cc", f"{cc_name!r} is not available in the ns-3 engine (choose from {', '.join(ALGORITHMS)})")
+        raise ScenarioError(
+            sc.source, "cc", f"{cc_name!r} is not available in the ns-3 engine (choose from {', '.join(ALGORITHMS)})"
+        )
     reno = sc.cc_params.get("reno", {})
     if "beta" in reno and float(reno["beta"]) != 0.5:
-        raise ScenarioError(sc.source, "cc_params.reno.beta", "ns-3's TcpNewReno halves its window: only 0.5 is supported by the ns-3 engine")
+        raise ScenarioError(
+            sc.source,
+            "cc_params.reno.beta",
+            "ns-3's TcpNewReno halves its window: only 0.5 is supported by the ns-3 engine",
+        )
     cub = sc.cc_params.get("cubic", {})
     if "cubic" in cc_name and cub.get("hystart", 1) not in (0, 1):
-        raise ScenarioError(sc.source, "cc_params.cubic.hystart", "ns-3's TcpCubic has HyStart (1) or none (0), not HyStart++ (2)")
+        raise ScenarioError(
+            sc.source, "cc_params.cubic.hystart", "ns-3's TcpCubic has HyStart (1) or none (0), not HyStart++ (2)"
+        )
     if "cubic" in cc_name and "hystart_train" in cub and float(cub["hystart_train"]) != 1.0:
-        raise ScenarioError(sc.source, "cc_params.cubic.hystart_train",
-                            "ns-3's TcpCubic ends slow start at an ACK train of one minimum RTT: only 1.0 is supported by the ns-3 engine")
+        raise ScenarioError(
+            sc.source,
+            "cc_params.cubic.hystart_train",
+            "ns-3's TcpCubic ends slow start at an ACK train of one minimum RTT: only 1.0 is supported by the "
+            "ns-3 engine",
+        )
     if "cubic" in cc_name and "hystart_rounds" in cub and int(cub["hystart_rounds"]) != 1:
-        raise ScenarioError(sc.source, "cc_params.cubic.hystart_rounds",
-                            "ns-3's TcpCubic counts HyStart rounds its own way: only 1 is supported by the ns-3 engine")
+        raise ScenarioError(
+            sc.source,
+            "cc_params.cubic.hystart_rounds",
+            "ns-3's TcpCubic counts HyStart rounds its own way: only 1 is supported by the ns-3 engine",
+        )
     if cc_name.startswith("mltcp-"):
         from ..cc.mltcp import hook_fields
+
         spelled = {p.name: k for k, p in hook_fields().items()}
         for name in _unmodelled_knobs(cc_name):
             if name in sc.mltcp_params:
-                raise ScenarioError(sc.source, f"mltcp.{spelled.get(name, name)}",
-                                    f"the ns-3 engine's {cc_name} does not model this knob (it models: "
-                                    f"{', '.join(spelled.get(k, k) for k in HOOK_KNOBS)})")
+                raise ScenarioError(
+                    sc.source,
+                    f"mltcp.{spelled.get(name, name)}",
+                    f"the ns-3 engine's {cc_name} does not model this knob (it models: "
+                    f"{', '.join(spelled.get(k, k) for k in HOOK_KNOBS)})",
+                )
     for n, lk in sc.links.items():
         if lk.pfc:
-            raise ScenarioError(sc.source, f"links.{n}.pfc", "the ns-3 engine has no PFC (lossless links): "
-                                "use the fast engine, or drop pfc")
+            raise ScenarioError(
+                sc.source,
+                f"links.{n}.pfc",
+                "the ns-3 engine has no PFC (lossless links): use the fast engine, or drop pfc",
+            )
     for j in sc.jobs:
         if j.flow_bytes() >= 2**31:
-            raise ScenarioError(sc.source, f"jobs.{j.name}.bytes", "more than 2 GB per flow and iteration is not supported by the ns-3 engine")
+            raise ScenarioError(
+                sc.source,
+                f"jobs.{j.name}.bytes",
+                "more than 2 GB per flow and iteration is not supported by the ns-3 engine",
+            )
 
 
 # the MLTCP hook's knobs (mltcp.cc.mltcp.MLTCPHook) that the C++ Mltcp<Base> implements
-HOOK_KNOBS = ("slope", "intercept", "shape", "cap", "exponent", "decrease_at_start", "decrease_at_end",
-              "idle_fraction", "min_idle", "history", "idle_gap", "scale_decrease", "boundary", "restart_window")
+HOOK_KNOBS = (
+    "slope",
+    "intercept",
+    "shape",
+    "cap",
+    "exponent",
+    "decrease_at_start",
+    "decrease_at_end",
+    "idle_fraction",
+    "min_idle",
+    "history",
+    "idle_gap",
+    "scale_decrease",
+    "boundary",
+    "restart_window",
+)
 
 
 def _unmodelled_knobs(cc_name: str) -> list[str]:
     """[mltcp] parameters of ``cc_name``'s MLTCP variant that the ns-3 ops do not implement."""
     from ..cc import ALGORITHMS as CC, BASE_OF
+
     if cc_name not in BASE_OF:
         return []
     base = CC[BASE_OF[cc_name]]
@@ -168,15 +224,29 @@ def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
     if not cc_name.startswith("mltcp-"):
         return [], False
     from ..cc.mltcp import SHAPES
+
     c = build_cc(sc, cc_name)
-    return [float(c.slope), float(c.intercept), float(SHAPES.index(c.shape)), float(c.cap), float(c.exponent),
-            float(c.decrease_at_start), float(c.decrease_at_end), float(c.idle_fraction), float(c.idle_rule_min()),
-            float(c.history), float(c.idle_gap == "min2"), float(bool(c.scale_decrease)),
-            float(c.restart_window), float(c.boundary == "tx_start")], c.boundary == "mark"
+    return [
+        float(c.slope),
+        float(c.intercept),
+        float(SHAPES.index(c.shape)),
+        float(c.cap),
+        float(c.exponent),
+        float(c.decrease_at_start),
+        float(c.decrease_at_end),
+        float(c.idle_fraction),
+        float(c.idle_rule_min()),
+        float(c.history),
+        float(c.idle_gap == "min2"),
+        float(bool(c.scale_decrease)),
+        float(c.restart_window),
+        float(c.boundary == "tx_start"),
+    ], c.boundary == "mark"
 
 
 def cppyy_vector(xs: list[float]):
     import cppyy
+
     v = cppyy.gbl.std.vector["double"]()
     for x in xs:
         v.push_back(float(x))
@@ -206,7 +276,9 @@ def _routers(sc: Scenario, flows) -> tuple[dict, list[str]]:
             uf.union((a, 1), (b, 0))
     for name in used:
         if uf.find((name, 0)) == uf.find((name, 1)):
-            raise ScenarioError(sc.source, "jobs.path", f"link {name!r} would join a router to itself (paths form a loop through it)")
+            raise ScenarioError(
+                sc.source, "jobs.path", f"link {name!r} would join a router to itself (paths form a loop through it)"
+            )
     roots: dict = {}
     ends = {}
     for name in used:
@@ -221,7 +293,7 @@ def _tcp_defaults(ns, sc: Scenario, cc_name: str, opt: "Ns3Options", ecn: bool) 
     returns (base algorithm, the scenario's cubic parameters)."""
     mss = int(sc.mss)
     ns.Config.Reset()
-    ns.RngSeedManager.SetSeed(max(1, int(sc.seed)))    # host jitter's draws: one stream per sender
+    ns.RngSeedManager.SetSeed(max(1, int(sc.seed)))  # host jitter's draws: one stream per sender
     ns.RngSeedManager.SetRun(1)
     ns.Ipv4AddressGenerator.Reset()
     big = max(64 << 20, int(2 * max(j.flow_bytes() for j in sc.jobs)) + (1 << 20))
@@ -248,8 +320,12 @@ def _tcp_defaults(ns, sc: Scenario, cc_name: str, opt: "Ns3Options", ecn: bool) 
     if "fast_convergence" in cub:
         sd("ns3::TcpCubic::FastConvergence", ns.BooleanValue(bool(cub["fast_convergence"])))
     base = "cubic" if "cubic" in cc_name else "reno"
-    sd("ns3::TcpL4Protocol::SocketType", ns.StringValue(
-        "ns3::TcpCubic" if base == "cubic" else "ns3::TcpLinuxReno" if opt.linux_reno else "ns3::TcpNewReno"))
+    sd(
+        "ns3::TcpL4Protocol::SocketType",
+        ns.StringValue(
+            "ns3::TcpCubic" if base == "cubic" else "ns3::TcpLinuxReno" if opt.linux_reno else "ns3::TcpNewReno"
+        ),
+    )
     return base, cub
 
 
@@ -297,8 +373,9 @@ def _build_topology(net: _Net) -> None:
     net.link_dev = {}
     for name in net.used:
         lk = sc.links[name]
-        devs, ifs = net.p2p(net.routers.Get(net.ends[(name, 0)]), net.routers.Get(net.ends[(name, 1)]), lk.rate_bps,
-                            lk.delay_s)
+        devs, ifs = net.p2p(
+            net.routers.Get(net.ends[(name, 0)]), net.routers.Get(net.ends[(name, 1)]), lk.rate_bps, lk.delay_s
+        )
         net.link_dev[name] = (devs.Get(0), devs.Get(1), ifs.GetAddress(0), ifs.GetAddress(1))
         cx.SetDeviceQueue(devs.Get(0), max(1, int(round(lk.buffer_bytes / mss))))
         cx.SetDeviceQueue(devs.Get(1), huge_q)
@@ -306,11 +383,17 @@ def _build_topology(net: _Net) -> None:
     net.access = []
     for fi, (ji, path) in enumerate(net.flows):
         first, last = path[0], path[-1]
-        s_devs, s_ifs = net.p2p(net.senders.Get(fi), net.routers.Get(net.ends[(first, 0)]), sc.links[first].rate_bps,
-                                sc.host_delay_s / 2)
+        s_devs, s_ifs = net.p2p(
+            net.senders.Get(fi), net.routers.Get(net.ends[(first, 0)]), sc.links[first].rate_bps, sc.host_delay_s / 2
+        )
         if opt.host_jitter > 0:
-            cx.AddHostJitter(s_devs.Get(0), s_devs.Get(1), sc.host_delay_s / 2,
-                             opt.host_jitter * mss * 8 / sc.links[first].rate_bps, fi)
+            cx.AddHostJitter(
+                s_devs.Get(0),
+                s_devs.Get(1),
+                sc.host_delay_s / 2,
+                opt.host_jitter * mss * 8 / sc.links[first].rate_bps,
+                fi,
+            )
         r_devs, r_ifs = net.p2p(net.routers.Get(net.ends[(last, 1)]), net.receivers.Get(fi), rx_rate, 0.0)
         for d in (s_devs.Get(0), s_devs.Get(1), r_devs.Get(0), r_devs.Get(1)):
             cx.SetDeviceQueue(d, huge_q)
@@ -326,7 +409,7 @@ def _install_queues(net: _Net):
     ns, cx, sc, mss = net.ns, net.cx, net.sc, net.mss
     counters = cx.MakeCounters()
     counters.KeepDrops(bool(net.opt.trace_cwnd))
-    for i in range(net.n_routers):      # a full device queue stops the TC layer, which drops (TcDrop)
+    for i in range(net.n_routers):  # a full device queue stops the TC layer, which drops (TcDrop)
         counters.WatchNode(net.routers.Get(i))
     net.discs = []
     for name in net.used:
@@ -341,12 +424,18 @@ def _install_queues(net: _Net):
             lo, hi, pmax = k - 0.5, k, 1.0
         else:
             lo, hi, pmax = lk.red_kmin_bytes / mss, lk.red_kmax_bytes / mss, lk.red_pmax
-        for key, val in (("MinTh", ns.DoubleValue(lo)), ("MaxTh", ns.DoubleValue(hi)),
-                         ("LInterm", ns.DoubleValue(1.0 / pmax)), ("QW", ns.DoubleValue(1.0)),
-                         ("UseEcn", ns.BooleanValue(True)), ("UseHardDrop", ns.BooleanValue(False)),
-                         ("Gentle", ns.BooleanValue(False)), ("MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{buf}p")))):
+        for key, val in (
+            ("MinTh", ns.DoubleValue(lo)),
+            ("MaxTh", ns.DoubleValue(hi)),
+            ("LInterm", ns.DoubleValue(1.0 / pmax)),
+            ("QW", ns.DoubleValue(1.0)),
+            ("UseEcn", ns.BooleanValue(True)),
+            ("UseHardDrop", ns.BooleanValue(False)),
+            ("Gentle", ns.BooleanValue(False)),
+            ("MaxSize", ns.QueueSizeValue(ns.QueueSize(f"{buf}p"))),
+        ):
             ns.Config.SetDefault(f"ns3::RedQueueDisc::{key}", val)
-        cx.SetDeviceQueue(fwd, 1)          # the queue disc holds the backlog, not the device
+        cx.SetDeviceQueue(fwd, 1)  # the queue disc holds the backlog, not the device
         red = ns.TrafficControlHelper()
         red.SetRootQueueDisc("ns3::RedQueueDisc")
         qd = red.Install(fwd).Get(0)
@@ -375,7 +464,7 @@ def _install_applications(net: _Net, counters, cc_name: str, base: str, cub: dic
     """Each job's iteration driver (the fast engine's compute times) and each flow's sender with
     its congestion control and receiver sink; returns (jobs, flows, ccs, source address -> job)."""
     ns, cx, sc, opt = net.ns, net.cx, net.sc, net.opt
-    rng = np.random.default_rng(sc.seed)               # the fast engine's draws, in its order
+    rng = np.random.default_rng(sc.seed)  # the fast engine's draws, in its order
     comp = [j.compute_times(rng, j.iterations) for j in sc.jobs]
     hook, marks = hook_numbers(sc, cc_name)
     keep = float(cub.get("beta", 0.7)) if base == "cubic" else 0.5
@@ -389,7 +478,9 @@ def _install_applications(net: _Net, counters, cc_name: str, base: str, cub: dic
     for fi, (ji, path) in enumerate(net.flows):
         s_devs, s_ifs, r_devs, r_ifs = net.access[fi]
         r_ip = r_ifs.GetAddress(1)
-        sink = ns.PacketSinkHelper("ns3::TcpSocketFactory", ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo())
+        sink = ns.PacketSinkHelper(
+            "ns3::TcpSocketFactory", ns.InetSocketAddress(ns.Ipv4Address.GetAny(), port).ConvertTo()
+        )
         apps = sink.Install(net.receivers.Get(fi))
         apps.Start(ns.Seconds(0))
         jobs[ji].WatchSink(apps.Get(0))
@@ -398,8 +489,9 @@ def _install_applications(net: _Net, counters, cc_name: str, base: str, cub: dic
         if opt.nic_limited_growth:
             cx.SetNic(cc, s_devs.Get(0), float(sc.nic_backlog_segments))
         ccs.append(cc)
-        f = cx.MakeFlow(net.senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc,
-                        bool(sc.slow_start_after_idle), marks)
+        f = cx.MakeFlow(
+            net.senders.Get(fi), ns.InetSocketAddress(r_ip, port).ConvertTo(), cc, bool(sc.slow_start_after_idle), marks
+        )
         if opt.trace_cwnd:
             f.SetDebug(True)
         f.SetPrrRfc(opt.recovery == "prr-rfc")
@@ -416,8 +508,9 @@ def _simulate_chunks(ns, sc: Scenario, jobs, chunk_s: float, progress, max_sim_t
     """Run ns-3 in chunks of simulated time until every job is done, reporting progress;
     returns the simulated time of the last record."""
     iters = np.array([j.iterations for j in sc.jobs], dtype=float)
-    horizon = max_sim_time or float(sum(j.start_offset_s for j in sc.jobs) + 50 * max(
-        j.iterations * sc.ideal_iter_s(j) for j in sc.jobs) + 10)
+    horizon = max_sim_time or float(
+        sum(j.start_offset_s for j in sc.jobs) + 50 * max(j.iterations * sc.ideal_iter_s(j) for j in sc.jobs) + 10
+    )
     t = 0.0
     while not all(jb.done for jb in jobs):
         ns.Simulator.Stop(ns.Seconds(chunk_s))
@@ -437,8 +530,18 @@ def _records_and_trace(sc: Scenario, jobs, bin_w: float):
     records = []
     for ji, (job, jb) in enumerate(zip(sc.jobs, jobs)):
         for i in range(len(jb.rEnd)):
-            records.append(IterationRecord(job.name, i, float(jb.rStart[i]), float(jb.rComm[i]), float(jb.rEnd[i]),
-                                           float(job.bytes_per_iter), float(jb.rDrops[i]), float(jb.rMarks[i])))
+            records.append(
+                IterationRecord(
+                    job.name,
+                    i,
+                    float(jb.rStart[i]),
+                    float(jb.rComm[i]),
+                    float(jb.rEnd[i]),
+                    float(job.bytes_per_iter),
+                    float(jb.rDrops[i]),
+                    float(jb.rMarks[i]),
+                )
+            )
     records.sort(key=lambda r: (r.end, r.job))
     trace_t, trace_rate = np.zeros(0), np.zeros((0, len(jobs)))
     if bin_w:
@@ -447,7 +550,7 @@ def _records_and_trace(sc: Scenario, jobs, bin_w: float):
             trace_rate = np.zeros((nb, len(jobs)))
             for ji, jb in enumerate(jobs):
                 v = np.array(list(jb.bins), dtype=float)
-                trace_rate[:len(v), ji] = v * 8 / bin_w
+                trace_rate[: len(v), ji] = v * 8 / bin_w
             trace_t = (np.arange(nb) + 0.5) * bin_w
     return records, trace_t, trace_rate
 
@@ -455,32 +558,43 @@ def _records_and_trace(sc: Scenario, jobs, bin_w: float):
 def _ns3_stats(net: _Net, counters, flow_objs, ccs, src_job) -> dict:
     """ns-3's own counters, per flow (retransmissions, timeouts, recoveries, ...)."""
     cx, sc = net.cx, net.sc
-    stats = {"retransmissions": [int(f.retx) for f in flow_objs], "timeouts": [int(f.timeouts) for f in flow_objs],
-             "fast_recoveries": [int(f.recoveries) for f in flow_objs],
-             "cubic_epoch_shifts": [int(f.epochShifts) for f in flow_objs],
-             "iteration_restarts": [int(f.iterationRestarts) for f in flow_objs],
-             "flow_job": [sc.jobs[ji].name for ji, _ in net.flows],
-             "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
-             "other_drops": float(counters.otherDrops),
-             "growth_held_nic_limited": [int(cx.HeldGrowths(c)) for c in ccs],
-             # per RTO: bytes of the iteration still unacknowledged, and never sent (0 = tail loss)
-             "rto_bytes_left": [[float(x) for x in f.rtoLeft] for f in flow_objs],
-             "rto_bytes_unsent": [[float(x) for x in f.rtoUnsent] for f in flow_objs]}
-    if net.opt.trace_cwnd:       # (time s, cwnd bytes, ssthresh bytes) at every change; RTO times
+    stats = {
+        "retransmissions": [int(f.retx) for f in flow_objs],
+        "timeouts": [int(f.timeouts) for f in flow_objs],
+        "fast_recoveries": [int(f.recoveries) for f in flow_objs],
+        "cubic_epoch_shifts": [int(f.epochShifts) for f in flow_objs],
+        "iteration_restarts": [int(f.iterationRestarts) for f in flow_objs],
+        "flow_job": [sc.jobs[ji].name for ji, _ in net.flows],
+        "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
+        "other_drops": float(counters.otherDrops),
+        "growth_held_nic_limited": [int(cx.HeldGrowths(c)) for c in ccs],
+        # per RTO: bytes of the iteration still unacknowledged, and never sent (0 = tail loss)
+        "rto_bytes_left": [[float(x) for x in f.rtoLeft] for f in flow_objs],
+        "rto_bytes_unsent": [[float(x) for x in f.rtoUnsent] for f in flow_objs],
+    }
+    if net.opt.trace_cwnd:  # (time s, cwnd bytes, ssthresh bytes) at every change; RTO times
         stats["cwnd_trace"] = [np.array([list(f.cwT), list(f.cwV), list(f.ssV)]) for f in flow_objs]
         stats["rto_times"] = [list(f.rtoT) for f in flow_objs]
-        stats["drop_trace"] = (np.array(list(counters.dropT)),          # every drop: time s, job index
-                               np.array([src_job[int(a)] for a in counters.dropSrc], dtype=int))
+        stats["drop_trace"] = (
+            np.array(list(counters.dropT)),  # every drop: time s, job index
+            np.array([src_job[int(a)] for a in counters.dropSrc], dtype=int),
+        )
     return stats
 
 
-def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | None = None,
-        trace_interval: float | None = None, max_sim_time: float | None = None,
-        options: Ns3Options | None = None) -> SimResult:
+def run(
+    sc: Scenario,
+    cc_name: str,
+    progress: Callable[[float, float], None] | None = None,
+    trace_interval: float | None = None,
+    max_sim_time: float | None = None,
+    options: Ns3Options | None = None,
+) -> SimResult:
     """Run ``sc`` under ``cc_name`` in ns-3 and return the fast engine's result type."""
     check(sc, cc_name)
     opt = options or Ns3Options()
     from .ns3_cxx import load
+
     ns, cx = load()
     wall0 = time.perf_counter()
     flows = _flows(sc)
@@ -502,7 +616,21 @@ def run(sc: Scenario, cc_name: str, progress: Callable[[float, float], None] | N
         stats = _ns3_stats(net, counters, flow_objs, ccs, src_job)
     finally:
         ns.Simulator.Destroy()
-    res = SimResult(sc.name, cc_name, records, drops, marks, t, time.perf_counter() - wall0, events,
-                    trace_t, trace_rate, [j.name for j in sc.jobs], sent, acked, 0.0)
-    res.ns3_stats = stats        # ns-3's own counters, per flow (not part of the common result)
+    res = SimResult(
+        sc.name,
+        cc_name,
+        records,
+        drops,
+        marks,
+        t,
+        time.perf_counter() - wall0,
+        events,
+        trace_t,
+        trace_rate,
+        [j.name for j in sc.jobs],
+        sent,
+        acked,
+        0.0,
+    )
+    res.ns3_stats = stats  # ns-3's own counters, per flow (not part of the common result)
     return res

@@ -1,5 +1,6 @@
 """Links and queues: ECN marks, the in-network policy's bands and strict-priority band queues
 (mltcp.progress_policy), PFC pauses, and the ring the feedback of a slot's sends is filed in."""
+
 from __future__ import annotations
 
 import math
@@ -8,9 +9,42 @@ import numpy as np
 from numba import njit
 
 from .. import tracker as trk
-from .state import (ARRIVE, CDT, INV_RATE, L_BUF, L_K, L_KMAX, L_KMIN, L_MODE, L_PMAX, L_RATE, L_XOFF, PC_SEEN,
-                    PDROP, PE_DELIV, PE_EXTRA, PE_KENQ, PE_LOST, PE_LRTX, PE_MKD, PE_REM, PP_BANDS, PP_HI, PP_LO,
-                    PP_PECN, PP_PIN, PP_SHARED, PP_SHIFT, PP_WINDOW, PQ_ARR, PQ_DROP, PQ_MARK, PQ_Q, Q, QK)
+from .state import (
+    ARRIVE,
+    CDT,
+    INV_RATE,
+    L_BUF,
+    L_K,
+    L_KMAX,
+    L_KMIN,
+    L_MODE,
+    L_PMAX,
+    L_RATE,
+    L_XOFF,
+    PC_SEEN,
+    PDROP,
+    PE_DELIV,
+    PE_EXTRA,
+    PE_KENQ,
+    PE_LOST,
+    PE_LRTX,
+    PE_MKD,
+    PE_REM,
+    PP_BANDS,
+    PP_HI,
+    PP_LO,
+    PP_PECN,
+    PP_PIN,
+    PP_SHARED,
+    PP_SHIFT,
+    PP_WINDOW,
+    PQ_ARR,
+    PQ_DROP,
+    PQ_MARK,
+    PQ_Q,
+    Q,
+    QK,
+)
 
 
 @njit(cache=True, _nrt=False)
@@ -48,9 +82,9 @@ def _priority_queues_into(lp, pp, pq, lk, dt, q_end):
     one set_queue_depth; shared: all of them in the link's buffer, the lowest band's arrivals dropped
     first), the highest band served first; marks by the policy's priority_ecn (the link's total
     queue, the band's own queue, or none). Returns each band's queue and their total after the slot
-    as that fluid account has them (into ``q_end``; returns the total); the queues themselves are the FIFOs' (_serve_bands), served
-    every slot while they hold bytes, so no idle slot passes with a backlog. ``q_end``: room for
-    one queue per band (filled)."""
+    as that fluid account has them (into ``q_end``; returns the total); the queues themselves are
+    the FIFOs' (_serve_bands), served every slot while they hold bytes, so no idle slot passes with
+    a backlog. ``q_end``: room for one queue per band (filled)."""
     nb = pq.shape[1]
     cdt = lp[lk, L_RATE] * dt
     total = 0.0
@@ -79,7 +113,7 @@ def _priority_queues_into(lp, pp, pq, lk, dt, q_end):
                 total -= cut
             if excess <= 0.0:
                 break
-    mode = int(pp[PP_PECN])          # priority_ecn: 0 the link's total queue, 1 the band's own, 2 none
+    mode = int(pp[PP_PECN])  # priority_ecn: 0 the link's total queue, 1 the band's own, 2 none
     for b in range(nb):
         ap = max(pq[lk, b, PQ_ARR], 1e-300)
         pq[lk, b, PQ_MARK] = 0.0 if mode == 2 else _ecn_mark(lp, lk, total if mode == 0 else q_end[b], ap, 1.0)
@@ -101,13 +135,13 @@ def _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, deliv, l
     H = ring.shape[0]
     sl = due % H
     added = 0
-    if last_slot[f] == due:          # adds to this flow's entry for that slot
+    if last_slot[f] == due:  # adds to this flow's entry for that slot
         e = last_entry[f]
     else:
         # a new entry (on a multi-hop path whose queues drain fast a flow can have two
         # in one slot: then it gets two feedback events there)
         e = ring_n[sl]
-        if e == ring.shape[1]:       # row full: add to an entry of this flow
+        if e == ring.shape[1]:  # row full: add to an entry of this flow
             e = -1
             for y in range(ring_n[sl]):
                 if ring[sl, y] == f:
@@ -162,14 +196,25 @@ def _serve_bands(lp, ls, pq, pe_f, pe_v, pe_hn, lk, k, dt, ring, ring_v, ring_n,
             pin_n[f] -= 1
             extra = pe_v[lk, b, e, PE_EXTRA]
             due = k + max(1, int(math.ceil(extra / dt - 1e-9)))
-            added += _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, pe_v[lk, b, e, PE_DELIV],
-                                    pe_v[lk, b, e, PE_LOST], pe_v[lk, b, e, PE_MKD], pe_v[lk, b, e, PE_LRTX],
-                                    extra + (k - pe_v[lk, b, e, PE_KENQ]) * dt)
+            added += _push_feedback(
+                ring,
+                ring_v,
+                ring_n,
+                last_slot,
+                last_entry,
+                f,
+                due,
+                pe_v[lk, b, e, PE_DELIV],
+                pe_v[lk, b, e, PE_LOST],
+                pe_v[lk, b, e, PE_MKD],
+                pe_v[lk, b, e, PE_LRTX],
+                extra + (k - pe_v[lk, b, e, PE_KENQ]) * dt,
+            )
             pe_hn[lk, b, 0] = (e + 1) % cap
             pe_hn[lk, b, 1] -= 1
             done += 1
         if pe_hn[lk, b, 1] == 0:
-            pq[lk, b, PQ_Q] = 0.0            # no rounding left behind
+            pq[lk, b, PQ_Q] = 0.0  # no rounding left behind
         total += pq[lk, b, PQ_Q]
     ls[lk, Q] = total
     ls[lk, QK] = k
@@ -185,8 +230,12 @@ def _progress_hop(pol, pp, lp, ls, pq, lk, band, t):
     if pol == 1:
         scale = pp[PP_LO] + (pp[PP_HI] - pp[PP_LO]) * band / (pp[PP_BANDS] - 1.0)
         if pp[PP_WINDOW] > 0.0 and t - pq[lk, 0, PC_SEEN] >= pp[PP_WINDOW]:
-            scale = 1.0                  # a job alone at the link: the link's own thresholds
-        return ls[lk, PDROP], _ecn_mark(lp, lk, ls[lk, Q], max(ls[lk, ARRIVE], 1e-300), scale), ls[lk, Q] * ls[lk, INV_RATE]
+            scale = 1.0  # a job alone at the link: the link's own thresholds
+        return (
+            ls[lk, PDROP],
+            _ecn_mark(lp, lk, ls[lk, Q], max(ls[lk, ARRIVE], 1e-300), scale),
+            ls[lk, Q] * ls[lk, INV_RATE],
+        )
     ahead = 0.0
     for b in range(band, pq.shape[1]):
         ahead += pq[lk, b, PQ_Q]
@@ -208,7 +257,7 @@ def _pfc_paused(lp, ls, pq, pol, on_pol, path_ptr, path_link, f, band, k):
         idle = ls[lk, CDT] * (k - 1 - ls[lk, QK])
         if pol == 2 and on_pol[lk]:
             q = 0.0
-            for b in range(pq.shape[1] - 1, band - 1, -1):   # the bands above drain first
+            for b in range(pq.shape[1] - 1, band - 1, -1):  # the bands above drain first
                 d = min(idle, pq[lk, b, PQ_Q])
                 idle -= d
                 q = pq[lk, b, PQ_Q] - d
@@ -217,4 +266,3 @@ def _pfc_paused(lp, ls, pq, pol, on_pol, path_ptr, path_link, f, band, k):
         if q >= xoff:
             return True
     return False
-

@@ -1,5 +1,6 @@
 """Loss recovery of the window-based flows: which lost bytes fast recovery repairs and which wait
 for a timer (the retransmission timeout, or Linux's tail-loss probe), and when that timer fires."""
+
 from __future__ import annotations
 
 import math
@@ -58,4 +59,3 @@ def _until_rto(lr, f, w, dt):
     """Slot ``w``, or the slot the flow's retransmission timer fires in if that is earlier."""
     at = lr[f, LR_RTO_AT]
     return w if at == np.inf else min(w, _slot_at(at, dt))
-

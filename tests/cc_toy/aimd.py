@@ -1,6 +1,7 @@
 """A toy congestion control in one file, as a new algorithm is added: AIMD with its own constants
 (``increase`` segments per round trip, ``decrease`` of the window removed per congestion event).
 tests/test_toy_algorithm.py loads it through MLTCP_CC_PATH and simulates it end to end."""
+
 from numba import njit
 
 from mltcp.cc.base import CWND, CongestionOps, Ops, Param, reduce_to, slow_start, timeout_to

@@ -51,9 +51,21 @@ log = logging.getLogger("mltcp.ptf")
 
 
 def params() -> dict:
-    p = dict(grpcaddr="127.0.0.1:9559", p4info=None, devcfg="", device_id=0, target="mltcp-switch",
-             thrift_port=9090, cli="simple_switch_CLI", slow_port=3, slow_pps=50, ecn_thresholds="5,10",
-             counter_packets=10000, fuzz_count=400, seed=1)
+    p = dict(
+        grpcaddr="127.0.0.1:9559",
+        p4info=None,
+        devcfg="",
+        device_id=0,
+        target="mltcp-switch",
+        thrift_port=9090,
+        cli="simple_switch_CLI",
+        slow_port=3,
+        slow_pps=50,
+        ecn_thresholds="5,10",
+        counter_packets=10000,
+        fuzz_count=400,
+        seed=1,
+    )
     p.update(tu.test_params_get() or {})
     if not p["p4info"]:
         raise ValueError("test param 'p4info' (path of the P4Info text file) is required")
@@ -61,8 +73,12 @@ def params() -> dict:
 
 
 def mltcp_pkt(dst="10.0.2.2", job=1, ratio=0, tos=1, size=200, sport=40000):
-    base = (Ether(dst=SWITCH_MAC, src=H1_MAC) / IP(src="10.0.1.1", dst=dst, tos=tos, ttl=64)
-            / UDP(sport=sport, dport=9199) / MLTCP(job_id=job, bytes_ratio=ratio, iteration=1))
+    base = (
+        Ether(dst=SWITCH_MAC, src=H1_MAC)
+        / IP(src="10.0.1.1", dst=dst, tos=tos, ttl=64)
+        / UDP(sport=sport, dport=9199)
+        / MLTCP(job_id=job, bytes_ratio=ratio, iteration=1)
+    )
     pad = max(0, size - len(base))
     return base / (b"\xab" * pad)
 
@@ -71,9 +87,11 @@ def ipopt_pkt(dst="10.0.2.2", job=1, ratio=0, tos=1, size=200, sport=40000, vers
     """Kernel TCP as stamp.bpf.c leaves it: TCP with the 8-byte MLTCP IPv4 option, no shim."""
     opt = bytearray(mltcp_ipopt(job, ratio))
     opt[2] = version << 4 | (opt[2] & 0xF)
-    base = (Ether(dst=SWITCH_MAC, src=H1_MAC) / IP(src="10.0.1.1", dst=dst, tos=tos, ttl=64,
-                                                   options=[IPOption(bytes(opt))])
-            / TCP(sport=sport, dport=5001, flags="A"))
+    base = (
+        Ether(dst=SWITCH_MAC, src=H1_MAC)
+        / IP(src="10.0.1.1", dst=dst, tos=tos, ttl=64, options=[IPOption(bytes(opt))])
+        / TCP(sport=sport, dport=5001, flags="A")
+    )
     pad = max(0, size - len(base))
     return base / (b"\xab" * pad)
 
@@ -104,8 +122,13 @@ class MltcpTest(BaseTest):
             fd, self._tmp = tempfile.mkstemp(suffix=".bin")
             os.close(fd)
             devcfg = self._tmp
-        sh.setup(device_id=self.p["device_id"], grpc_addr=self.p["grpcaddr"], election_id=(0, 1),
-                 config=sh.FwdPipeConfig(self.p["p4info"], devcfg), verbose=False)
+        sh.setup(
+            device_id=self.p["device_id"],
+            grpc_addr=self.p["grpcaddr"],
+            election_id=(0, 1),
+            config=sh.FwdPipeConfig(self.p["p4info"], devcfg),
+            verbose=False,
+        )
 
     def tearDown(self):
         sh.teardown()
@@ -139,8 +162,13 @@ class MltcpTest(BaseTest):
         software switch gets them on its command line)."""
         if self.p["target"] == "bmv2":
             cli = f"set_queue_rate {self.p['slow_pps']} {port}\nset_queue_depth {depth} {port}\n"
-            subprocess.run([self.p["cli"], "--thrift-port", str(self.p["thrift_port"])],
-                           input=cli, text=True, check=True, capture_output=True)
+            subprocess.run(
+                [self.p["cli"], "--thrift-port", str(self.p["thrift_port"])],
+                input=cli,
+                text=True,
+                check=True,
+                capture_output=True,
+            )
 
     def counter(self, name: str, index: int) -> tuple[int, int]:
         c = sh.CounterEntry(name)
@@ -165,6 +193,7 @@ class MltcpTest(BaseTest):
                 raise
             # BMv2's PI cannot read registers: the thrift interface can (mltcp.controlplane.bmv2)
             from mltcp.controlplane.bmv2 import read_register
+
             return read_register(self.p["thrift_port"], name, cli=self.p["cli"])[index]
         data = rep.entities[0].register_entry.data
         return bitstring_to_int(data.bitstring, 16)
@@ -259,9 +288,12 @@ class EcnOnset(MltcpTest):
                 self.assertEqual(got[UDP].sport, 41000 + i, "reordered")
                 marked.append(got[IP].tos & 3 == 3)
             first = marked.index(True) if True in marked else None
-            print(f"ECN-ONSET K={k} first_marked_index={first} "
-                  f"queue_depth_at_first_mark={None if first is None else first - 1} "
-                  f"marked={sum(marked)}/{len(marked)}", flush=True)
+            print(
+                f"ECN-ONSET K={k} first_marked_index={first} "
+                f"queue_depth_at_first_mark={None if first is None else first - 1} "
+                f"marked={sum(marked)}/{len(marked)}",
+                flush=True,
+            )
             self.assertIsNotNone(first, f"K={k}: no CE mark in a burst of {len(burst)}")
             self.assertTrue(not any(marked[:k]), f"K={k}: CE before the queue reached K: {marked}")
             self.assertLessEqual(first, k + 2, f"K={k}: first CE at packet {first}")
@@ -305,14 +337,17 @@ class ProgressEcn(MltcpTest):
         self.route("10.0.3.0/24", H3_MAC, slow)
         port_k, behind_k, ahead_k, n = 10, 4, 40, 18
         self.ecn_threshold(slow, port_k)
-        self.progress_ecn(slow, 0, behind_k)      # bytes_ratio < 1/16: marked early
-        self.progress_ecn(slow, 15, ahead_k)      # bytes_ratio >= 15/16: marked late
+        self.progress_ecn(slow, 0, behind_k)  # bytes_ratio < 1/16: marked early
+        self.progress_ecn(slow, 15, ahead_k)  # bytes_ratio >= 15/16: marked late
         cases = [(0x0000, behind_k), (0x0FFF, behind_k), (0x8000, port_k), (0xF000, None), (0xFFFF, None)]
         for c, (ratio, k) in enumerate(cases):
             marked = self._burst(ratio, n, 43000 + 100 * c)
             first = marked.index(True) if True in marked else None
-            print(f"PROGRESS-ECN ratio={ratio:#06x} band={ratio >> 12} expected_K={k} first_marked_index={first} "
-                  f"marked={sum(marked)}/{n}", flush=True)
+            print(
+                f"PROGRESS-ECN ratio={ratio:#06x} band={ratio >> 12} expected_K={k} first_marked_index={first} "
+                f"marked={sum(marked)}/{n}",
+                flush=True,
+            )
             if k is None:
                 self.assertFalse(any(marked), f"ratio {ratio:#x}: marked below its threshold {ahead_k}: {marked}")
             else:
@@ -387,13 +422,15 @@ class ProgressContest(MltcpTest):
         for c, (name, lead, k) in enumerate(cases):
             marked = self._burst(lead, n, 45000 + 100 * c)
             first = marked.index(True) if True in marked else None
-            print(f"PROGRESS-CONTEST {name} expected_K={k} first_marked_index={first} marked={sum(marked)}/{n}",
-                  flush=True)
+            print(
+                f"PROGRESS-CONTEST {name} expected_K={k} first_marked_index={first} marked={sum(marked)}/{n}",
+                flush=True,
+            )
             self.assertIsNotNone(first, f"{name}: no mark (K={k})")
             # the lead packet queues ahead of job 7's: its burst sees one more packet
-            self.assertTrue(not any(marked[:k - (1 if lead else 0)]), f"{name}: CE before K={k}: {marked}")
+            self.assertTrue(not any(marked[: k - (1 if lead else 0)]), f"{name}: CE before K={k}: {marked}")
             self.assertLessEqual(first, k + 2, f"{name}: first CE at {first}, K={k}")
-        time.sleep(window_s + 0.5)      # the window passes: job 7 alone again
+        time.sleep(window_s + 0.5)  # the window passes: job 7 alone again
         marked = self._burst(None, n, 45300)
         first = marked.index(True) if True in marked else None
         print(f"PROGRESS-CONTEST expired expected_K={port_k} first_marked_index={first}", flush=True)
@@ -421,9 +458,13 @@ class JobCounters(MltcpTest):
         results = {}
         for job, size in jobs.items():
             results[job] = self.wait_counter("MyIngress.job_tx", job, n, timeout=30)
-        print(f"JOB-COUNTERS sent {n} per job in {dt:.2f}s: " + ", ".join(
-            f"job {j}: {p} pkts {b} bytes (sent {n} pkts {n * jobs[j]} bytes)"
-            for j, (p, b) in results.items()), flush=True)
+        print(
+            f"JOB-COUNTERS sent {n} per job in {dt:.2f}s: "
+            + ", ".join(
+                f"job {j}: {p} pkts {b} bytes (sent {n} pkts {n * jobs[j]} bytes)" for j, (p, b) in results.items()
+            ),
+            flush=True,
+        )
         for job, size in jobs.items():
             self.assertEqual(results[job], (n, n * size), f"job {job}")
         every = list(sh.CounterEntry("MyIngress.job_tx").read())
@@ -432,8 +473,8 @@ class JobCounters(MltcpTest):
         last = {}
         shim = 14 + 20 + 8
         for f in frames:
-            if f[12:14] == b"\x08\x00" and f[23] == 17 and f[shim - 6:shim - 4] == b"\x23\xef":
-                last[int.from_bytes(f[shim + 2:shim + 4], "big")] = int.from_bytes(f[shim + 8:shim + 10], "big")
+            if f[12:14] == b"\x08\x00" and f[23] == 17 and f[shim - 6 : shim - 4] == b"\x23\xef":
+                last[int.from_bytes(f[shim + 2 : shim + 4], "big")] = int.from_bytes(f[shim + 8 : shim + 10], "big")
         for job in jobs:
             self.assertEqual(self.register("MyIngress.job_bytes_ratio", job), last[job], f"job {job}")
         self.dataplane.flush()
@@ -452,9 +493,12 @@ class IpOptionProgress(MltcpTest):
             tu.verify_packet(self, expect_forwarded(pkt, H2_MAC), OUT_PORT)
         got = self.wait_counter("MyIngress.job_tx", 5, 3)
         ratio = self.register("MyIngress.job_bytes_ratio", 5)
-        other = (Ether(dst=SWITCH_MAC, src=H1_MAC) / IP(src="10.0.1.1", dst="10.0.2.2", ttl=64,
-                                                         options=[IPOption(b"\x44\x08\x05\x00" + bytes(4))])
-                 / TCP(sport=1, dport=2) / (b"o" * 50))
+        other = (
+            Ether(dst=SWITCH_MAC, src=H1_MAC)
+            / IP(src="10.0.1.1", dst="10.0.2.2", ttl=64, options=[IPOption(b"\x44\x08\x05\x00" + bytes(4))])
+            / TCP(sport=1, dport=2)
+            / (b"o" * 50)
+        )
         tu.send_packet(self, IN_PORT, other)
         tu.verify_packet(self, expect_forwarded(other, H2_MAC), OUT_PORT)
         before = self.counter("MyIngress.parse_errors", 0)[0]
@@ -465,7 +509,7 @@ class IpOptionProgress(MltcpTest):
         self.assertEqual(got, (3, 3 * len(pkt)))
         self.assertEqual(ratio, 0x1234)
         self.assertEqual(errors, 1)
-        self.assertEqual(total, 3)          # neither the other option nor the bad version counted
+        self.assertEqual(total, 3)  # neither the other option nor the bad version counted
         tu.verify_no_other_packets(self)
 
 
@@ -478,22 +522,28 @@ class MalformedHeaders(MltcpTest):
         for _ in range(int(self.p["fuzz_count"])):
             kind = rng.randrange(5)
             if kind == 0:  # truncated inside IPv4, UDP or the shim
-                out.append(good[:rng.randrange(14, 14 + 20 + 8 + 12)])
+                out.append(good[: rng.randrange(14, 14 + 20 + 8 + 12)])
             elif kind == 1:  # fuzzed shim with a wrong version
                 v = rng.choice([0] + list(range(2, 16)))
                 sh_ = fuzz(MLTCP(version=v))
-                out.append(bytes(Ether(dst=SWITCH_MAC) / IP(dst="10.0.2.2", frag=0, flags=0)
-                                 / UDP(sport=rng.randrange(1, 65536), dport=9199) / sh_))
+                out.append(
+                    bytes(
+                        Ether(dst=SWITCH_MAC)
+                        / IP(dst="10.0.2.2", frag=0, flags=0)
+                        / UDP(sport=rng.randrange(1, 65536), dport=9199)
+                        / sh_
+                    )
+                )
             elif kind == 2:  # fuzzed IPv4 header with IHL < 5
                 ip = fuzz(IP(ihl=rng.randrange(0, 5), version=4, dst="10.0.2.2"))
                 out.append(bytes(Ether(dst=SWITCH_MAC) / ip / (b"\x00" * rng.randrange(0, 40))))
             elif kind == 3:  # IPv4 options announced but cut short
                 ihl = rng.randrange(6, 16)
                 hdr = bytes(IP(dst="10.0.2.2", options=b"\x01" * ((ihl - 5) * 4)))
-                out.append(bytes(Ether(dst=SWITCH_MAC, type=0x0800)) + hdr[:rng.randrange(20, ihl * 4)])
+                out.append(bytes(Ether(dst=SWITCH_MAC, type=0x0800)) + hdr[: rng.randrange(20, ihl * 4)])
             else:  # truncated TCP
                 tcp = bytes(Ether(dst=SWITCH_MAC) / IP(dst="10.0.2.2", frag=0, flags=0) / fuzz(TCP()))
-                out.append(tcp[:rng.randrange(14 + 20, 14 + 20 + 20)])
+                out.append(tcp[: rng.randrange(14 + 20, 14 + 20 + 20)])
         return out
 
     def runTest(self):

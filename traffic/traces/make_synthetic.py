@@ -10,6 +10,7 @@ differences the public captures show. Each worker has its own 10 Gb/s NIC; an it
 compute time (170 ms, 2 % Gaussian jitter: an assumed per-GPU figure for a moderate batch, not a
 measured one) plus its largest flow's bytes at 10 Gb/s. 40 iterations, numbered from 1, 8 rows each.
 """
+
 from pathlib import Path
 
 import numpy as np

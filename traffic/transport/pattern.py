@@ -4,12 +4,13 @@ Both ends know it, so the receiver can check every delivered byte against what s
 that offset (a lost, duplicated or reordered byte shows up as a mismatch or a short stream), and a
 CRC-32 over the whole transfer can be compared with :func:`expected_crc`.
 """
+
 from __future__ import annotations
 
 import random
 import zlib
 
-PERIOD = 1_000_003          # prime, so no segment size lines up with it
+PERIOD = 1_000_003  # prime, so no segment size lines up with it
 _PAD = 65536
 _BUF = random.Random(0x4D4C5443).randbytes(PERIOD)
 PATTERN = _BUF + _BUF[:_PAD]
@@ -18,7 +19,7 @@ PATTERN = _BUF + _BUF[:_PAD]
 def chunk(offset: int, n: int) -> bytes:
     """Pattern bytes [offset, offset + n) (n <= 65536)."""
     o = offset % PERIOD
-    return PATTERN[o:o + n]
+    return PATTERN[o : o + n]
 
 
 def matches(offset: int, data) -> bool:

@@ -1,4 +1,5 @@
 """Receiver side: in-order delivery of a byte stream from segments that arrive in any order."""
+
 from __future__ import annotations
 
 import heapq
@@ -32,7 +33,7 @@ class Reassembly:
         self.max_segments = max_segments if max_segments is not None else max(64, window // 256)
         self._segs: dict[int, bytes] = {}
         self._heap: list[int] = []
-        self._ranges: list[list[int]] = []   # merged [start, end) of held data, sorted
+        self._ranges: list[list[int]] = []  # merged [start, end) of held data, sorted
         self._latest = -1
         self.held_bytes = 0
         self.refused = 0
@@ -45,14 +46,15 @@ class Reassembly:
         if seq >= right:
             self.refused += 1
             return [], False
-        if end > right:                      # keep the part inside the window
-            data, end = data[:right - seq], right
+        if end > right:  # keep the part inside the window
+            data, end = data[: right - seq], right
         if seq > self.rcv_nxt:
             if seq in self._segs and len(self._segs[seq]) >= len(data):
                 self._latest = seq
                 return [], True
-            if (seq not in self._segs and len(self._segs) >= self.max_segments) or \
-                    self.held_bytes - len(self._segs.get(seq, b"")) + len(data) > self.window:
+            if (seq not in self._segs and len(self._segs) >= self.max_segments) or self.held_bytes - len(
+                self._segs.get(seq, b"")
+            ) + len(data) > self.window:
                 self.refused += 1
                 return [], False
             if seq not in self._segs:
@@ -64,7 +66,7 @@ class Reassembly:
             self._add_range(seq, end)
             self._latest = seq
             return [], False
-        out = [data[self.rcv_nxt - seq:] if seq < self.rcv_nxt else data]
+        out = [data[self.rcv_nxt - seq :] if seq < self.rcv_nxt else data]
         self.rcv_nxt = end
         heap, segs = self._heap, self._segs
         while heap and heap[0] <= self.rcv_nxt:
@@ -75,7 +77,7 @@ class Reassembly:
             self.held_bytes -= len(d)
             e = s + len(d)
             if e > self.rcv_nxt:
-                out.append(d[self.rcv_nxt - s:])
+                out.append(d[self.rcv_nxt - s :])
                 self.rcv_nxt = e
         if self._ranges:
             r = self._ranges

@@ -14,6 +14,7 @@ pattern at its offset is dropped and counted in ``mismatched``, so it can never 
 only data inside the receive window is taken; out-of-order bytes held are bounded per flow and for
 the whole receiver; the number of flows and of iterations tracked per flow are capped.
 """
+
 from __future__ import annotations
 
 import selectors
@@ -49,53 +50,74 @@ class FlowReceiver:
     datagrams: int = 0
     duplicates: int = 0
     out_of_order: int = 0
-    mismatched: int = 0          # bytes dropped because they were not the pattern at their offset
-    refused: int = 0             # datagrams outside the receive window / over the buffer budget
+    mismatched: int = 0  # bytes dropped because they were not the pattern at their offset
+    refused: int = 0  # datagrams outside the receive window / over the buffer budget
     ce: int = 0
     ce_since_ack: int = 0
     pending: int = 0
     last_tsval: int = 0
     last_iteration: int = 0
-    last_ratio: int = 0          # Q0.16 bytes_ratio of the latest data, echoed in ACKs
+    last_ratio: int = 0  # Q0.16 bytes_ratio of the latest data, echoed in ACKs
     last_cnp: float = float("-inf")
     cnp_due: bool = False
     cnps: int = 0
     acks: int = 0
     last_rx: float = 0.0
     iterations: dict = field(default_factory=dict)
-    key: bytes = b""             # the connection key every datagram's MAC is checked with
-    forged: int = 0              # datagrams of this flow dropped because their MAC did not verify
+    key: bytes = b""  # the connection key every datagram's MAC is checked with
+    forged: int = 0  # datagrams of this flow dropped because their MAC did not verify
 
     def summary(self) -> dict:
-        return dict(peer=f"{self.peer[0]}:{self.peer[1]}", conn_id=self.conn_id, job=self.job_id,
-                    bytes=self.delivered, crc32=self.crc, datagrams=self.datagrams,
-                    duplicates=self.duplicates, out_of_order=self.out_of_order,
-                    mismatched=self.mismatched, refused=self.refused, forged=self.forged, ce=self.ce,
-                    cnps=self.cnps, acks=self.acks,
-                    iterations=len(self.iterations))
+        return dict(
+            peer=f"{self.peer[0]}:{self.peer[1]}",
+            conn_id=self.conn_id,
+            job=self.job_id,
+            bytes=self.delivered,
+            crc32=self.crc,
+            datagrams=self.datagrams,
+            duplicates=self.duplicates,
+            out_of_order=self.out_of_order,
+            mismatched=self.mismatched,
+            refused=self.refused,
+            forged=self.forged,
+            ce=self.ce,
+            cnps=self.cnps,
+            acks=self.acks,
+            iterations=len(self.iterations),
+        )
 
 
-MAX_FLOWS = 16384                # flows one receiver keeps state for
-MAX_HELD = 256 << 20             # out-of-order bytes held over all flows
+MAX_FLOWS = 16384  # flows one receiver keeps state for
+MAX_HELD = 256 << 20  # out-of-order bytes held over all flows
 MAX_ITERATIONS_TRACKED = 1 << 20  # per flow
 
 
 class Receiver:
-    def __init__(self, bind: tuple[str, int] = ("0.0.0.0", wire.MLTCP_UDP_PORT), ack_every: int = 2,
-                 cnp_interval: float = 50e-6, verify: bool = True, clock=time.monotonic,
-                 track_iterations: bool = True, window: int = wire.RCV_WINDOW, max_flows: int = MAX_FLOWS,
-                 max_held: int = MAX_HELD, authenticate: bool = True, psk: bytes | None = None):
+    def __init__(
+        self,
+        bind: tuple[str, int] = ("0.0.0.0", wire.MLTCP_UDP_PORT),
+        ack_every: int = 2,
+        cnp_interval: float = 50e-6,
+        verify: bool = True,
+        clock=time.monotonic,
+        track_iterations: bool = True,
+        window: int = wire.RCV_WINDOW,
+        max_flows: int = MAX_FLOWS,
+        max_held: int = MAX_HELD,
+        authenticate: bool = True,
+        psk: bytes | None = None,
+    ):
         if not 1 <= window < 1 << 32:
             raise ValueError(f"window must be in 1..2^32-1 bytes (SACK offsets are 32-bit), got {window}")
         if max_flows < 1 or max_held < 0:
             raise ValueError(f"max_flows must be >= 1 and max_held >= 0, got {max_flows}, {max_held}")
         self.window, self.max_flows, self.max_held = window, max_flows, max_held
-        self.held = 0                 # out-of-order bytes held over all flows
-        self.refused_flows = 0        # datagrams that would have opened a flow past max_flows
+        self.held = 0  # out-of-order bytes held over all flows
+        self.refused_flows = 0  # datagrams that would have opened a flow past max_flows
         # every datagram's MAC checked before anything else (traffic.transport.auth); with a PSK
         # the keys are derived from it, else each flow's key is the one its first datagram sent
         self.authenticate, self.psk = authenticate or psk is not None, psk
-        self.unauthenticated = 0      # datagrams of no flow whose MAC (or key) did not verify
+        self.unauthenticated = 0  # datagrams of no flow whose MAC (or key) did not verify
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sockbuf.grow(self.sock, rcv=8 << 20)
@@ -123,15 +145,27 @@ class Receiver:
             flags |= wire.FLAG_CNP
             f.cnp_due = False
             f.cnps += 1
-        head = wire.encode(flags, f.job_id, f.last_iteration, f.last_ratio, f.conn_id, 0, f.ra.rcv_nxt,
-                           int((now - self.t0) * 1e6), f.last_tsval, 0, 0, f.ce_since_ack,
-                           f.ra.sack_blocks(wire.MAX_SACK))
+        head = wire.encode(
+            flags,
+            f.job_id,
+            f.last_iteration,
+            f.last_ratio,
+            f.conn_id,
+            0,
+            f.ra.rcv_nxt,
+            int((now - self.t0) * 1e6),
+            f.last_tsval,
+            0,
+            0,
+            f.ce_since_ack,
+            f.ra.sack_blocks(wire.MAX_SACK),
+        )
         if f.key:
             head = auth.seal(head, f.key)
         try:
             self.sock.sendto(head, f.peer)
         except (BlockingIOError, InterruptedError, OSError):
-            pass   # an ACK lost locally is like an ACK lost on the path
+            pass  # an ACK lost locally is like an ACK lost on the path
         f.ce_since_ack = 0
         f.pending = 0
         f.acks += 1
@@ -172,14 +206,15 @@ class Receiver:
         if not p.tflags & wire.T_DATA or p.flags & wire.FLAG_ACK:
             self.bad += 1
             return
-        payload = buf[p.payload_off:p.payload_off + p.length]
+        payload = buf[p.payload_off : p.payload_off + p.length]
         key = (peer, p.conn_id)
         f = self.flows.get(key)
         conn_key = b""
         if self.authenticate:
             # the MAC first: a datagram that does not verify is never looked at again
-            conn_key = (f.key if f is not None else auth.psk_conn_key(self.psk, p.conn_id)
-                        if self.psk is not None else p.key)
+            conn_key = (
+                f.key if f is not None else auth.psk_conn_key(self.psk, p.conn_id) if self.psk is not None else p.key
+            )
             if p.mac_off < 0 or not conn_key or not auth.verify(conn_key, buf, p.mac_off):
                 if f is not None:
                     f.forged += 1
@@ -198,8 +233,9 @@ class Receiver:
             if len(self.flows) >= self.max_flows:
                 self.refused_flows += 1
                 return
-            f = self.flows[key] = FlowReceiver(peer, p.conn_id, p.job_id, now,
-                                               Reassembly(window=self.window), key=conn_key)
+            f = self.flows[key] = FlowReceiver(
+                peer, p.conn_id, p.job_id, now, Reassembly(window=self.window), key=conn_key
+            )
         batch[key] = f
         f.datagrams += 1
         f.last_rx = now
@@ -222,7 +258,7 @@ class Receiver:
         ra = f.ra
         held0, refused0 = ra.held_bytes, ra.refused
         if p.seq > before and self.held + len(payload) > self.max_held:
-            ra.refused += 1                    # the receiver's whole buffer budget is used
+            ra.refused += 1  # the receiver's whole buffer budget is used
             out, dup = [], False
         else:
             out, dup = ra.add(p.seq, payload)

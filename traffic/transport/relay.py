@@ -9,6 +9,7 @@ CE marks are real IP ECN bits: before forwarding a marked datagram the relay set
 (3) on its upstream socket (Linux allows that for UDP), so the receiver sees it with IP_RECVTOS.
 One upstream socket per client keeps the 5-tuple the receiver sees stable.
 """
+
 from __future__ import annotations
 
 import random
@@ -21,27 +22,37 @@ from . import sockbuf
 
 
 class LossyRelay:
-    def __init__(self, target: tuple[str, int], drop: float = 0.0, reorder: float = 0.0,
-                 duplicate: float = 0.0, ce: float = 0.0, ack_drop: float = 0.0, seed: int = 1,
-                 hold: int = 3, hold_time: float = 2e-3, bind: tuple[str, int] = ("127.0.0.1", 0),
-                 ce_fn=None):
+    def __init__(
+        self,
+        target: tuple[str, int],
+        drop: float = 0.0,
+        reorder: float = 0.0,
+        duplicate: float = 0.0,
+        ce: float = 0.0,
+        ack_drop: float = 0.0,
+        seed: int = 1,
+        hold: int = 3,
+        hold_time: float = 2e-3,
+        bind: tuple[str, int] = ("127.0.0.1", 0),
+        ce_fn=None,
+    ):
         for name, p in dict(drop=drop, reorder=reorder, duplicate=duplicate, ce=ce, ack_drop=ack_drop).items():
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} probability must be in [0, 1], got {p}")
         self.target = target
         self.p = dict(drop=drop, reorder=reorder, duplicate=duplicate, ce=ce, ack_drop=ack_drop)
-        self.rng = random.Random(seed)               # data path: 4 draws per datagram
+        self.rng = random.Random(seed)  # data path: 4 draws per datagram
         self.ack_rng = random.Random(seed ^ 0x5EED)  # ACK path: 1 draw per ACK
         self.hold, self.hold_time = hold, hold_time
-        self.ce_fn = ce_fn   # optional ce_fn(datagram) -> bool, overrides the probability
+        self.ce_fn = ce_fn  # optional ce_fn(datagram) -> bool, overrides the probability
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sockbuf.grow(self.sock, rcv=8 << 20)
         self.sock.bind(bind)
         self.sock.setblocking(False)
         self.addr = self.sock.getsockname()
         self.stats = dict(forwarded=0, dropped=0, reordered=0, duplicated=0, ce=0, acks=0, acks_dropped=0)
-        self._up: dict[tuple, list] = {}   # client -> [upstream socket, its current TOS]
-        self._held: list[list] = []   # [datagram, client, packets still to pass, deadline, CE mark]
+        self._up: dict[tuple, list] = {}  # client -> [upstream socket, its current TOS]
+        self._held: list[list] = []  # [datagram, client, packets still to pass, deadline, CE mark]
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.sock, selectors.EVENT_READ, None)
         self._stop = threading.Event()
@@ -122,7 +133,7 @@ class LossyRelay:
                         break
                     if key.data is None:
                         self._from_client(data, src, now)
-                    else:   # from the receiver, back to the client
+                    else:  # from the receiver, back to the client
                         if self._drop_ack():
                             continue
                         try:

@@ -1,4 +1,5 @@
 """Retransmission timer estimator (RFC 6298)."""
+
 from __future__ import annotations
 
 
@@ -14,8 +15,9 @@ class RttEstimator:
     ALPHA = 1 / 8
     BETA = 1 / 4
 
-    def __init__(self, min_rto: float = 0.2, max_rto: float = 60.0, initial_rto: float = 1.0,
-                 granularity: float = 1e-3):
+    def __init__(
+        self, min_rto: float = 0.2, max_rto: float = 60.0, initial_rto: float = 1.0, granularity: float = 1e-3
+    ):
         if min_rto <= 0 or max_rto < min_rto:
             raise ValueError(f"need 0 < min_rto <= max_rto, got {min_rto}, {max_rto}")
         self.min_rto, self.max_rto, self.g = min_rto, max_rto, granularity

@@ -5,6 +5,7 @@ more than ``reo_wnd`` after it has been delivered; this also catches lost retran
 classic three duplicate ACKs, and the retransmission timeout (the sender calls :meth:`on_rto`).
 Pure bookkeeping, no I/O or clocks of its own: times are passed in.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -26,9 +27,9 @@ class AckResult:
     __slots__ = ("delivered", "advanced", "lost")
 
     def __init__(self):
-        self.delivered = 0   # bytes newly delivered (cumulatively acked or SACKed)
+        self.delivered = 0  # bytes newly delivered (cumulatively acked or SACKed)
         self.advanced = False  # cumulative ack moved
-        self.lost = 0        # segments newly marked lost
+        self.lost = 0  # segments newly marked lost
 
 
 class Scoreboard:
@@ -36,15 +37,15 @@ class Scoreboard:
         self.dupthresh = dupthresh
         self.snd_una = 0
         self.snd_nxt = 0
-        self.segs: dict[int, Seg] = {}                 # every segment not cumulatively acked
+        self.segs: dict[int, Seg] = {}  # every segment not cumulatively acked
         self.inflight: OrderedDict[int, Seg] = OrderedDict()  # sent, not SACKed/lost; by send time
         self.inflight_bytes = 0
-        self._retx: list[int] = []                     # heap of lost segment seqs
-        self._sacked: list[list[int]] = []             # merged SACKed ranges above snd_una
+        self._retx: list[int] = []  # heap of lost segment seqs
+        self._sacked: list[list[int]] = []  # merged SACKed ranges above snd_una
         self.dupacks = 0
         self.rack_xmit = float("-inf")
         self.retransmits = 0
-        self.spurious_hint = 0                         # SACKs for segments already marked lost
+        self.spurious_hint = 0  # SACKs for segments already marked lost
 
     # -- sending ------------------------------------------------------------------------------
     def new_segment(self, length: int, iteration: int, first: bool) -> Seg:

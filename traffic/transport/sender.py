@@ -4,6 +4,7 @@ echoes and CNPs through the congestion-control core (:mod:`mltcp.cc`), retransmi
 No threads: :func:`run_until` multiplexes any number of flows over one selector, draining every
 ACK waiting on a socket per wake-up and sending up to ``burst`` datagrams per flow per pass.
 """
+
 from __future__ import annotations
 
 import array
@@ -25,7 +26,7 @@ ECT0 = 0x02
 # (IP, UDP, the MLTCP headers and the MAC; the handshake's key, on a flow's first datagrams only, is
 # left out)
 WIRE_OVERHEAD = wire.IP_UDP_OVERHEAD + wire.FIXED_LEN + wire.TAG_LEN
-RTT_SAMPLES_KEPT = 1 << 20   # 8 MB of samples per flow; at 100 Mb/s about 10 minutes of ACK batches
+RTT_SAMPLES_KEPT = 1 << 20  # 8 MB of samples per flow; at 100 Mb/s about 10 minutes of ACK batches
 # ACKs in a row whose cumulative ack is below what was acknowledged before: a receiver's ack never
 # goes back (ACKs of one flow take one path), so a run of them means forged ACKs moved snd_una, or
 # the receiver lost its state; the flow then fails (``fault``) instead of stalling silently.
@@ -57,13 +58,30 @@ def build_cc(name: str, line_rate: float | None = None, explicit_iterations: boo
 class FlowSender:
     """One reliable flow over a connected UDP socket."""
 
-    def __init__(self, dest: tuple[str, int], cc, job_id: int = 0, payload: int = wire.DEFAULT_PAYLOAD,
-                 min_rto: float = 0.2, burst: int = 16, max_window: int = 16 << 20, ecn: bool = True,
-                 clock=time.monotonic, bind: tuple[str, int] | None = None, reo_wnd: float | None = None,
-                 explicit_iterations: bool = True, min_pto: float = 0.01, idle_restart: bool = True,
-                 nic_rate: float | None = None, nic_burst: int = 12, nic_wake: int = 2,
-                 rcv_window: int = wire.RCV_WINDOW, pause=None, authenticate: bool = True,
-                 psk: bytes | None = None):
+    def __init__(
+        self,
+        dest: tuple[str, int],
+        cc,
+        job_id: int = 0,
+        payload: int = wire.DEFAULT_PAYLOAD,
+        min_rto: float = 0.2,
+        burst: int = 16,
+        max_window: int = 16 << 20,
+        ecn: bool = True,
+        clock=time.monotonic,
+        bind: tuple[str, int] | None = None,
+        reo_wnd: float | None = None,
+        explicit_iterations: bool = True,
+        min_pto: float = 0.01,
+        idle_restart: bool = True,
+        nic_rate: float | None = None,
+        nic_burst: int = 12,
+        nic_wake: int = 2,
+        rcv_window: int = wire.RCV_WINDOW,
+        pause=None,
+        authenticate: bool = True,
+        psk: bytes | None = None,
+    ):
         if not 0 < payload <= 65000:
             raise ValueError(f"payload must be in 1..65000 bytes, got {payload}")
         # Authenticated datagrams (traffic.transport.auth): a MAC on every datagram, keyed with
@@ -77,16 +95,16 @@ class FlowSender:
             raise ValueError(f"rcv_window must be in payload..2^32-1 bytes, got {rcv_window}")
         # never more than ``rcv_window`` bytes past snd_una: what the receiver takes (wire.RCV_WINDOW)
         self.rcv_window = rcv_window
-        self.fault: str | None = None             # why the flow cannot go on (ACKs that cannot be true)
-        self._stale = 0                           # ACKs in a row with ack < snd_una
+        self.fault: str | None = None  # why the flow cannot go on (ACKs that cannot be true)
+        self._stale = 0  # ACKs in a row with ack < snd_una
         self.dest, self.cc, self.job_id, self.payload = dest, cc, job_id, payload
         self.burst, self.max_window, self.clock = burst, max_window, clock
         self.reo_wnd = reo_wnd
-        self.pause = pause                        # a traffic.pause.PauseListener: the link's PFC (lossless)
+        self.pause = pause  # a traffic.pause.PauseListener: the link's PFC (lossless)
         self.explicit_iterations = explicit_iterations
         self.idle_restart = idle_restart
-        self.last_send = None                     # time of the last datagram sent
-        self._tx_start_mark = None                # last_send of the idle period TX_START was given for
+        self.last_send = None  # time of the last datagram sent
+        self._tx_start_mark = None  # last_send of the idle period TX_START was given for
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         if ecn:
             self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
@@ -95,9 +113,14 @@ class FlowSender:
             self.sock.bind(bind)
         self.sock.connect(dest)
         self.sock.setblocking(False)
-        self.conn_id = wire.new_conn_id()         # 48 random bits: what an off-path spoofer must guess
-        self.key = (auth.psk_conn_key(psk, self.conn_id) if psk is not None
-                    else auth.new_conn_key() if self.authenticate else b"")
+        self.conn_id = wire.new_conn_id()  # 48 random bits: what an off-path spoofer must guess
+        self.key = (
+            auth.psk_conn_key(psk, self.conn_id)
+            if psk is not None
+            else auth.new_conn_key()
+            if self.authenticate
+            else b""
+        )
         now = clock()
         self.t0 = now
         self.st = cc.new_state(n=1, mss=payload, now=now)
@@ -105,18 +128,18 @@ class FlowSender:
         # an explicit reordering window is the flow's tolerance: RACK alone finds losses (RFC 8985
         # 6.2), without the three-duplicate-ACK rule that any reordering by 3 segments trips
         self.sb = Scoreboard() if reo_wnd is None else Scoreboard(dupthresh=1 << 30)
-        self.rtt = RttEstimator(min_rto=min_rto, max_rto=max(60.0, min_rto))   # a dilated run stretches min_rto
-        self.rto_start: float | None = None     # when the retransmission timer was armed
-        self.min_pto = min_pto                    # tail loss probe: floor of 2 x SRTT
-        self.tlp_out = False                      # a probe is outstanding
-        self.last_progress = now                  # last send of new data or delivery
-        self.recovery_end = -1                   # no further reduction until snd_una passes this
-        self.cwnd_limited = False                 # the window, not the application, limited sending
-        self.app_end = 0                         # bytes the application has queued so far
+        self.rtt = RttEstimator(min_rto=min_rto, max_rto=max(60.0, min_rto))  # a dilated run stretches min_rto
+        self.rto_start: float | None = None  # when the retransmission timer was armed
+        self.min_pto = min_pto  # tail loss probe: floor of 2 x SRTT
+        self.tlp_out = False  # a probe is outstanding
+        self.last_progress = now  # last send of new data or delivery
+        self.recovery_end = -1  # no further reduction until snd_una passes this
+        self.cwnd_limited = False  # the window, not the application, limited sending
+        self.app_end = 0  # bytes the application has queued so far
         self.iteration = 0
         self.iter_start_seq = 0
         self.iter_bytes = 0
-        self.crc = 0                              # CRC-32 of the stream as first sent
+        self.crc = 0  # CRC-32 of the stream as first sent
         self.ratio_q = 0
         # NIC rate (bytes/s of whole IP datagrams) for every algorithm, window-based ones too: a
         # host's NIC never puts more than its line rate on the wire, so a window opening after an
@@ -137,16 +160,29 @@ class FlowSender:
         self.nic_rate, self.nic_burst, self.nic_wake = nic_rate, nic_burst, nic_wake
         self.tokens = float(payload + self.wire_overhead) * (burst if nic_rate is None else min(burst, nic_burst))
         self.last_fill = now
-        self.blocked_until = 0.0                  # socket buffer full: wait for writability
+        self.blocked_until = 0.0  # socket buffer full: wait for writability
         self._rbuf = bytearray(2048)
         self._mask = np.ones(1, dtype=bool)
         self._acked = np.zeros(1)
         self._rttv = np.zeros(1)
-        self.stats = dict(sent=0, retransmits=0, acks=0, ece=0, cnp=0, loss_events=0, ecn_events=0,
-                          timeouts=0, send_drops=0, bad=0, ce_marks=0, tlp=0, idle_restarts=0,
-                          forged=0)
-        self.rto_log: list[dict] = []             # state at the first timeouts (diagnosis)
-        self.rtt_samples = array.array("d")       # the first RTT_SAMPLES_KEPT samples (rtt_percentiles)
+        self.stats = dict(
+            sent=0,
+            retransmits=0,
+            acks=0,
+            ece=0,
+            cnp=0,
+            loss_events=0,
+            ecn_events=0,
+            timeouts=0,
+            send_drops=0,
+            bad=0,
+            ce_marks=0,
+            tlp=0,
+            idle_restarts=0,
+            forged=0,
+        )
+        self.rto_log: list[dict] = []  # state at the first timeouts (diagnosis)
+        self.rtt_samples = array.array("d")  # the first RTT_SAMPLES_KEPT samples (rtt_percentiles)
 
     # -- application ---------------------------------------------------------------------------
     def enqueue(self, nbytes: int, iteration: int) -> int:
@@ -198,21 +234,25 @@ class FlowSender:
                 continue
             if self.authenticate:
                 if p.mac_off < 0 or not auth.verify(self.key, buf, p.mac_off):
-                    self.stats["forged"] += 1      # not from the receiver that holds our key
+                    self.stats["forged"] += 1  # not from the receiver that holds our key
                     continue
-                self.send_key = False              # the receiver has the key: stop sending it
+                self.send_key = False  # the receiver has the key: stop sending it
             if p.ack > sb.snd_nxt:
                 # acknowledges bytes this flow never sent: someone else put data into the stream
                 self.stats["bad"] += 1
                 if self.fault is None:
-                    self.fault = (f"the receiver acknowledged byte {p.ack} but only {sb.snd_nxt} were sent: "
-                                  "datagrams spoofed with this flow's address and conn_id reached it")
+                    self.fault = (
+                        f"the receiver acknowledged byte {p.ack} but only {sb.snd_nxt} were sent: "
+                        "datagrams spoofed with this flow's address and conn_id reached it"
+                    )
                 continue
             if p.ack < sb.snd_una:
                 self._stale += 1
                 if self._stale >= STALE_ACKS_FAULT and self.fault is None:
-                    self.fault = (f"{self._stale} ACKs in a row acknowledge only {p.ack} of the {sb.snd_una} bytes "
-                                  "acknowledged before: forged ACKs, or the receiver restarted")
+                    self.fault = (
+                        f"{self._stale} ACKs in a row acknowledge only {p.ack} of the {sb.snd_una} bytes "
+                        "acknowledged before: forged ACKs, or the receiver restarted"
+                    )
             else:
                 self._stale = 0
             self.stats["acks"] += 1
@@ -244,14 +284,14 @@ class FlowSender:
         if delivered:
             self._acked[0] = delivered
             self._rttv[0] = self.rtt.latest
-            cc.pkts_acked(st, self._acked, self._rttv, now)   # RTT, the MLTCP tracker: always
-            cc.in_ack_event(st, self._acked, min(ce * self.payload, delivered), self._rttv, now)   # DCTCP's alpha
+            cc.pkts_acked(st, self._acked, self._rttv, now)  # RTT, the MLTCP tracker: always
+            cc.in_ack_event(st, self._acked, min(ce * self.payload, delivered), self._rttv, now)  # DCTCP's alpha
             # As Linux (tcp_may_raise_cwnd, tcp_is_cwnd_limited / RFC 7661) and the simulator: the
             # window grows only outside recovery/CWR and when the window limited the sender.
             if self.cwnd_limited and sb.snd_una >= self.recovery_end:
                 cc.cong_avoid(st, self._acked, now)
         if lost or (ece and not self.rate_based):
-            if sb.snd_una >= self.recovery_end:   # one reduction per round trip
+            if sb.snd_una >= self.recovery_end:  # one reduction per round trip
                 kind = "loss" if lost else "ecn"
                 cc.on_congestion(st, self._mask, kind, now)
                 self.stats["loss_events" if lost else "ecn_events"] += 1
@@ -279,20 +319,21 @@ class FlowSender:
         tflags = wire.T_RETX | wire.T_DATA if retx else wire.T_DATA
         if self.authenticate:
             tflags |= wire.T_AUTH | (wire.T_KEY if self.send_key else 0)
-        head = wire.encode(flags, self.job_id, seg.iteration, self.ratio_q, self.conn_id, seg.seq,
-                           0, self._us(now), 0, seg.len, tflags)
+        head = wire.encode(
+            flags, self.job_id, seg.iteration, self.ratio_q, self.conn_id, seg.seq, 0, self._us(now), 0, seg.len, tflags
+        )
         dgram = head + pattern.chunk(seg.seq, seg.len)
         if self.authenticate:
             dgram = auth.seal(dgram, self.key, self.send_key)
         try:
             self.sock.send(dgram)
         except (BlockingIOError, InterruptedError):
-            self.blocked_until = now + 5e-3      # run_until also wakes us when writable
+            self.blocked_until = now + 5e-3  # run_until also wakes us when writable
             return False
         except OSError as e:
             if e.errno not in (errno.ENOBUFS, errno.ECONNREFUSED):
                 raise
-            self.stats["send_drops"] += 1   # dropped by the local qdisc: like a loss on the path
+            self.stats["send_drops"] += 1  # dropped by the local qdisc: like a loss on the path
         self.stats["sent"] += 1
         return True
 
@@ -304,12 +345,21 @@ class FlowSender:
         if self.rto_start is not None and sb.outstanding:
             deadline = self.rto_start + self.rtt.rto
             if now >= deadline:
-                if len(self.rto_log) < 8:   # what the flow looked like when its timer fired
-                    self.rto_log.append(dict(
-                        t=round(now - self.t0, 4), snd_una=sb.snd_una, snd_nxt=sb.snd_nxt,
-                        inflight=len(sb.inflight), inflight_bytes=sb.inflight_bytes,
-                        lost_pending=sb.lost_pending, cwnd=round(float(st.cwnd[0])), tlp_out=self.tlp_out,
-                        idle=round(now - self.last_progress, 4), rto=round(self.rtt.rto, 4)))
+                if len(self.rto_log) < 8:  # what the flow looked like when its timer fired
+                    self.rto_log.append(
+                        dict(
+                            t=round(now - self.t0, 4),
+                            snd_una=sb.snd_una,
+                            snd_nxt=sb.snd_nxt,
+                            inflight=len(sb.inflight),
+                            inflight_bytes=sb.inflight_bytes,
+                            lost_pending=sb.lost_pending,
+                            cwnd=round(float(st.cwnd[0])),
+                            tlp_out=self.tlp_out,
+                            idle=round(now - self.last_progress, 4),
+                            rto=round(self.rtt.rto, 4),
+                        )
+                    )
                 n = sb.on_rto()
                 self.stats["timeouts"] += 1
                 self.cc.on_timeout(st, self._mask, now)
@@ -323,12 +373,12 @@ class FlowSender:
             self.cc.on_timer(st, now)
         if now < self.blocked_until:
             return min(wake, self.blocked_until)
-        if self.pause is not None and self.pause.paused(now):   # the NIC is paused (PFC): nothing leaves
+        if self.pause is not None and self.pause.paused(now):  # the NIC is paused (PFC): nothing leaves
             return min(wake, self.pause.until, now + PAUSE_POLL_S)
         # Tail loss probe (RFC 8985 7): no progress for max(2 SRTT, min_pto) with data in flight
         # and nothing known lost -> resend the most recently sent segment, so that a lost tail
         # is found by SACK/RACK instead of the retransmission timeout.
-        if (not self.tlp_out and sb.inflight and self.rtt.srtt is not None and not sb.lost_pending):
+        if not self.tlp_out and sb.inflight and self.rtt.srtt is not None and not sb.lost_pending:
             pto_at = self.last_progress + max(2 * self.rtt.srtt, self.min_pto)
             if now >= pto_at:
                 seg = sb.inflight[next(reversed(sb.inflight))]
@@ -343,11 +393,16 @@ class FlowSender:
         # core's restart after idle (RFC 2861, Linux tcp_cwnd_restart: a window-based flow idle
         # for longer than an RTO halves its window per RTO, down to the initial window), then the
         # algorithm's own reaction (CUBIC moves its epoch by the idle time).
-        if (self.last_send is not None and self._tx_start_mark != self.last_send
-                and not sb.outstanding and sb.snd_nxt < self.app_end):
+        if (
+            self.last_send is not None
+            and self._tx_start_mark != self.last_send
+            and not sb.outstanding
+            and sb.snd_nxt < self.app_end
+        ):
             self._tx_start_mark = self.last_send
-            restarted = self.cc.cwnd_event(st, TX_START, now, idle=now - self.last_send, rto=self.rtt.rto,
-                                           restart=self.idle_restart)
+            restarted = self.cc.cwnd_event(
+                st, TX_START, now, idle=now - self.last_send, rto=self.rtt.rto, restart=self.idle_restart
+            )
             self.stats["idle_restarts"] += int(restarted[0])
         # How much may go out now.
         paced = self.rate_based or self.nic_rate is not None
@@ -380,7 +435,7 @@ class FlowSender:
                 if sb.inflight_bytes + length > window and sb.inflight_bytes > 0:
                     break
                 if sb.snd_nxt + length - sb.snd_una > self.rcv_window:
-                    break        # past the receiver's window: it would refuse the segment
+                    break  # past the receiver's window: it would refuse the segment
                 seq = sb.snd_nxt
                 # the first segment at or after the start of an iteration carries ITER_START
                 seg = Seg(seq, length, self.iteration, seq == self.iter_start_seq)
@@ -409,7 +464,7 @@ class FlowSender:
         if has_work:
             if self.rate_based or token_limited:
                 want = need if self.rate_based else need * self.nic_wake
-                if self.tokens < need:   # NIC/rate budget exhausted: come back when it refills
+                if self.tokens < need:  # NIC/rate budget exhausted: come back when it refills
                     wake = min(wake, now + (want - self.tokens) / rate)
                 else:
                     wake = now
@@ -437,7 +492,7 @@ class FlowSender:
         self.sock.close()
 
 
-PAUSE_POLL_S = 0.0005   # while paused, look for the resume frame this often
+PAUSE_POLL_S = 0.0005  # while paused, look for the resume frame this often
 
 
 def run_until(flows: list[FlowSender], done, clock=time.monotonic, timeout: float | None = None) -> bool:

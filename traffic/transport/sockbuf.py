@@ -1,4 +1,5 @@
 """Socket buffer sizing: ask for big buffers; as root, past net.core.{r,w}mem_max (the FORCE options)."""
+
 from __future__ import annotations
 
 import socket
@@ -13,7 +14,7 @@ def grow(sock: socket.socket, rcv: int | None = 4 << 20, snd: int | None = None)
             continue
         try:
             sock.setsockopt(socket.SOL_SOCKET, force, size)
-        except OSError:          # not root: capped by the sysctl maximum
+        except OSError:  # not root: capped by the sysctl maximum
             try:
                 sock.setsockopt(socket.SOL_SOCKET, plain, size)
             except OSError:

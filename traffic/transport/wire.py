@@ -41,6 +41,7 @@ Sequence numbers are 64-bit stream offsets (they never wrap: 2^64 bytes is 16 Ei
 the high 16) are what an off-path sender would have to guess, on top of the flow's address and
 ephemeral port; see docs/hardening-inputs.md.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -62,8 +63,8 @@ SHIM_HDR = struct.Struct("!BBHIHH" + "IQQIIHBBHH")
 SACK = struct.Struct("!II")
 MAX_SACK = 4
 T_DATA, T_RETX, T_FIN = 0x1, 0x2, 0x4
-T_AUTH, T_KEY = 0x8, 0x10    # a MAC ends the datagram; the connection key precedes it
-TAG_LEN, KEY_LEN = 8, 16     # as traffic.transport.auth
+T_AUTH, T_KEY = 0x8, 0x10  # a MAC ends the datagram; the connection key precedes it
+TAG_LEN, KEY_LEN = 8, 16  # as traffic.transport.auth
 
 IP_UDP_OVERHEAD = 28  # IPv4 + UDP
 # 1500-byte IP datagrams: 1500 - 28 - 48 - 8 (MAC) - 16 (the handshake's key, first datagrams
@@ -93,7 +94,7 @@ class WireError(ValueError):
 
 
 class Packet(NamedTuple):
-    flags: int         # shim flags
+    flags: int  # shim flags
     job_id: int
     iteration: int
     ratio_q16: int
@@ -105,10 +106,10 @@ class Packet(NamedTuple):
     length: int
     tflags: int
     ce_count: int
-    sacks: tuple       # ((start, end), ...) absolute offsets
-    payload_off: int   # where the payload starts in the buffer
+    sacks: tuple  # ((start, end), ...) absolute offsets
+    payload_off: int  # where the payload starts in the buffer
     mac_off: int = -1  # T_AUTH: where the 8-byte tag starts (the bytes it covers end there)
-    key: bytes = b""   # T_KEY: the connection key the sender sent
+    key: bytes = b""  # T_KEY: the connection key the sender sent
 
 
 def ratio_q16(r: float) -> int:
@@ -118,18 +119,45 @@ def ratio_q16(r: float) -> int:
     return Q16_ONE if r >= 1.0 else int(r * Q16_ONE + 0.5)
 
 
-def encode(flags: int, job_id: int, iteration: int, ratio: int, conn_id: int, seq: int, ack: int,
-           tsval: int, tsecr: int, length: int, tflags: int, ce_count: int = 0,
-           sacks: tuple | list = ()) -> bytes:
+def encode(
+    flags: int,
+    job_id: int,
+    iteration: int,
+    ratio: int,
+    conn_id: int,
+    seq: int,
+    ack: int,
+    tsval: int,
+    tsecr: int,
+    length: int,
+    tflags: int,
+    ce_count: int = 0,
+    sacks: tuple | list = (),
+) -> bytes:
     """Shim + transport header (+ SACK blocks); the caller appends ``length`` payload bytes."""
     n = len(sacks)
     if n > MAX_SACK:
         raise WireError(f"at most {MAX_SACK} SACK blocks, got {n}")
     if not (0 <= seq <= U64 and 0 <= ack <= U64):
         raise WireError(f"seq {seq} / ack {ack} outside the 64-bit sequence space")
-    head = SHIM_HDR.pack((MLTCP_VERSION << 4) | (flags & 0xF), 0, job_id & 0xFFFF, iteration & U32,
-                         ratio, 0, conn_id & U32, seq, ack, tsval & U32, tsecr & U32, length,
-                         tflags, n, min(ce_count, 0xFFFF), (conn_id >> 32) & 0xFFFF)
+    head = SHIM_HDR.pack(
+        (MLTCP_VERSION << 4) | (flags & 0xF),
+        0,
+        job_id & 0xFFFF,
+        iteration & U32,
+        ratio,
+        0,
+        conn_id & U32,
+        seq,
+        ack,
+        tsval & U32,
+        tsecr & U32,
+        length,
+        tflags,
+        n,
+        min(ce_count, 0xFFFF),
+        (conn_id >> 32) & 0xFFFF,
+    )
     if not n:
         return head
     for s, e in sacks:
@@ -144,15 +172,15 @@ def decode(buf, nbytes: int | None = None) -> Packet:
         nbytes = len(buf)
     if nbytes < FIXED_LEN:
         raise WireError(f"datagram of {nbytes} bytes is shorter than the {FIXED_LEN}-byte headers")
-    (vf, _r, job, it, ratio, _r2, conn, seq, ack, tsval, tsecr, length, tflags, nsack, ce,
-     conn_hi) = SHIM_HDR.unpack_from(buf, 0)
+    (vf, _r, job, it, ratio, _r2, conn, seq, ack, tsval, tsecr, length, tflags, nsack, ce, conn_hi) = (
+        SHIM_HDR.unpack_from(buf, 0)
+    )
     if vf >> 4 != MLTCP_VERSION:
         raise WireError(f"MLTCP version {vf >> 4}, expected {MLTCP_VERSION}")
     off = FIXED_LEN + nsack * SACK.size
     trailer = (TAG_LEN if tflags & T_AUTH else 0) + (KEY_LEN if tflags & T_KEY else 0)
     if nsack > MAX_SACK or off + length + trailer != nbytes or (tflags & T_KEY and not tflags & T_AUTH):
-        raise WireError(f"bad lengths: {nsack} SACK blocks, payload {length}, tflags {tflags:#x}, "
-                        f"datagram {nbytes}")
+        raise WireError(f"bad lengths: {nsack} SACK blocks, payload {length}, tflags {tflags:#x}, datagram {nbytes}")
     sacks = ()
     if nsack:
         sacks = tuple((ack + s, ack + e) for s, e in SACK.iter_unpack(bytes(buf[FIXED_LEN:off])))
@@ -160,6 +188,22 @@ def decode(buf, nbytes: int | None = None) -> Packet:
             if not s < e:
                 raise WireError(f"empty or reversed SACK block [{s}, {e})")
     mac_off = nbytes - TAG_LEN if tflags & T_AUTH else -1
-    key = bytes(buf[off + length:off + length + KEY_LEN]) if tflags & T_KEY else b""
-    return Packet(vf & 0xF, job, it, ratio, (conn_hi << 32) | conn, seq, ack, tsval, tsecr, length,
-                  tflags, ce, sacks, off, mac_off, key)
+    key = bytes(buf[off + length : off + length + KEY_LEN]) if tflags & T_KEY else b""
+    return Packet(
+        vf & 0xF,
+        job,
+        it,
+        ratio,
+        (conn_hi << 32) | conn,
+        seq,
+        ack,
+        tsval,
+        tsecr,
+        length,
+        tflags,
+        ce,
+        sacks,
+        off,
+        mac_off,
+        key,
+    )
