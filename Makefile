@@ -11,7 +11,7 @@ STAMP_DEMO := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-fast bench system system-demo venv venv-demo clean
+.PHONY: demo test test-fast lint format bench system system-demo venv venv-demo clean
 
 system:
 	$(SUDO) bash scripts/install-system.sh
@@ -43,8 +43,16 @@ venv: $(STAMP)
 demo: $(STAMP_DEMO)
 	$(VENV)/bin/mltcp demo --out out/demo
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(SUDO) $(PY) -m pytest -q tests
+
+# ruff's lint and format check (pyproject.toml [tool.ruff]); `make format` rewrites the tree
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff format .
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not integration" tests
