@@ -21,6 +21,17 @@ from mltcp.ddp import hook as _hook
 from mltcp.ddp import sockets
 
 MLTCP_VARIANTS = ("mltcp_reno", "mltcp_cubic")
+# With marks, the kernel's idle-gap rule is switched off for these connections (its minimum gap
+# set this long, seconds): DDP's gaps between buckets would otherwise split an iteration.
+MARK_ONLY_MIN_IDLE_S = 3600.0
+
+
+def marks_only(config=None):
+    """``config`` (default: the kernel's defaults) with the idle-gap rule off: marks alone end iterations."""
+    import dataclasses
+
+    from mltcp.traffic.kernel.maps import Config
+    return dataclasses.replace(config or Config(), min_idle=MARK_ONLY_MIN_IDLE_S)
 
 
 class AttachError(RuntimeError):
@@ -80,6 +91,7 @@ def attach(ddp_model, cc: str | None = "mltcp_reno", mark: bool = True, store_po
     ``cc``: a kernel congestion control name (reno, cubic, mltcp_reno, mltcp_cubic, ...); None
     leaves the sockets as they are. ``mark``: with an MLTCP variant, the first bucket of each
     iteration marks the iteration's start in the kernel (else the kernel's idle-gap rule decides).
+    With marks, the kernel's idle-gap rule is off for these connections (:func:`marks_only`).
     ``store_port``: the rendezvous store's port (default $MASTER_PORT), whose connection is left
     alone. ``pacing_mbit``: pace each connection at this rate (SO_MAX_PACING_RATE), e.g. the NIC's
     (payload) rate. ``config``: MLTCP settings for these connections only
@@ -93,6 +105,8 @@ def attach(ddp_model, cc: str | None = "mltcp_reno", mark: bool = True, store_po
     state = _hook.IterationHook(group=process_group)
     state.cc, state.ports = None, []
     if cc is not None:
+        if mark and sockets.kernel_name(cc, sockets.available_ccs()) and cc.removeprefix("bpf_") in MLTCP_VARIANTS:
+            config = marks_only(config)
         name, conns = set_connections_cc(cc, exclude, pacing_mbit, config)
         state.cc, state.ports = name, sorted({c.local_port for c in conns})
         if mark and name.removeprefix("bpf_") in MLTCP_VARIANTS:

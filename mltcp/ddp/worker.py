@@ -116,9 +116,12 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
     cc = cc or mt.sockets.default_cc()
     try:    # gloo connected every pair in init_process_group: on cc before DDP's first broadcast
         from mltcp.traffic.kernel.maps import Config
-        mt.set_connections_cc(cc, {int(port)}, pacing_mbit or None, Config(nic_cap=True) if nic_cap else None)
+        config = Config(nic_cap=True) if nic_cap else None
+        if mark and cc.removeprefix("bpf_") in mt.MLTCP_VARIANTS:
+            config = mt.marks_only(config)      # marks alone end iterations
+        mt.set_connections_cc(cc, {int(port)}, pacing_mbit or None, config)
         ddp = DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
-        hook = mt.attach(ddp, cc=cc, mark=mark, store_port=int(port))
+        hook = mt.attach(ddp, cc=cc, mark=mark, store_port=int(port), config=config)
     except mt.AttachError as e:
         raise SystemExit(f"worker {job}/{rank}: {e}") from None
     clock = profile.GpuClock()
