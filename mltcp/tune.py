@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
 import optuna
 import typer
@@ -927,43 +927,24 @@ def _run(
         study, storage_url, space, cases, baselines, trials, workers, sampler, outdir, quiet, sig_agg, scheduler
     )
     # 4. reports (also after Ctrl-C: what finished is kept)
-    return _report(
-        study,
-        space,
-        cases,
-        baselines,
-        name,
-        storage_url,
-        sig_agg,
-        pick_trial,
-        outdir,
-        finished,
-        hold_cases,
-        workers,
-        quiet,
-        scheduler,
-        as_json,
-    )
+    opened = _Opened(study, space, cases, name, storage_url, sig_agg)
+    return _report(opened, baselines, finished, hold_cases, pick_trial, outdir, workers, quiet, scheduler, as_json)
 
 
-def _report(
-    study,
-    space,
-    cases,
-    baselines,
-    name,
-    storage_url,
-    sig_agg,
-    pick_trial,
-    outdir,
-    finished,
-    hold_cases,
-    workers,
-    quiet,
-    scheduler,
-    as_json,
-) -> int:
+class _Opened(NamedTuple):
+    """The study this run opened, and what it was opened with."""
+
+    study: Any
+    space: Any
+    cases: list
+    name: str
+    storage_url: str
+    sig_agg: str
+
+
+def _report(opened, baselines, finished, hold_cases, pick_trial, outdir, workers, quiet, scheduler, as_json) -> int:
     """Write the trials, the summary and the hold-out (when the trials finished), print them; the exit code."""
+    study, space, cases, name, storage_url, sig_agg = opened
     done = complete_trials(study)
     ref = next(
         (
