@@ -8,7 +8,8 @@ sockets on the arm's algorithm: each rank sets it on its own gloo sockets right 
 ``init_process_group`` (:func:`mltcp.torch.set_connections_cc`), before DDP's first broadcast, and
 the hosts' default (``net.ipv4.tcp_congestion_control``) is set too where the kernel allows it: a
 network namespace other than the first may only default to an algorithm in
-``tcp_allowed_congestion_control`` (here reno and bbr; cubic and the BPF variants get EPERM). With ``boundary = "mark"`` the ranks mark each iteration's first bucket in
+``tcp_allowed_congestion_control`` (here reno and bbr; cubic and the BPF variants get EPERM).
+With ``boundary = "mark"`` the ranks mark each iteration's first bucket in
 the kernel MLTCP's map; with ``"idle"`` the kernel's idle-gap rule finds the iterations.
 
 A job's iteration records are its rank 0's (start before forward, first collective, optimizer
@@ -90,7 +91,8 @@ def worker_argv(job, rank: int, hosts: list[str], ips: dict[str, str], ifname: s
             "--world", str(d.ranks), "--master", f"{ips[hosts[0]]}:{port}", "--model", d.model,
             "--iterations", str(job.iterations), "--gpu-ms", repr(d.gpu_ms), "--seed", str(seed),
             "--bucket-mb", repr(d.bucket_mb), "--ifname", ifname, "--wait",
-            "--start-offset", repr(job.start_offset_s), "--mark" if mark else "--no-mark", "--run", prefix, "--cc", cc, *extra]
+            "--start-offset", repr(job.start_offset_s), "--mark" if mark else "--no-mark", "--run", prefix,
+            "--cc", cc, *extra]
 
 
 @contextlib.contextmanager
@@ -233,7 +235,8 @@ def run_ddp_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, bounda
                                   for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
     out["ddp"] = {
         "jobs": {j.name: {"model": j.extra["ddp"].model, "boundary": boundary or j.extra["ddp"].boundary,
-                          "pacing": j.extra["ddp"].pacing, "nic_cap": j.extra["ddp"].nic_cap, "ranks": j.extra["ddp"].ranks,
+                          "pacing": j.extra["ddp"].pacing, "nic_cap": j.extra["ddp"].nic_cap,
+                          "ranks": j.extra["ddp"].ranks,
                           "gpu_ms": j.extra["ddp"].gpu_ms, "bucket_mb": j.extra["ddp"].bucket_mb,
                           "gradient_bytes": j.extra["ddp"].gradient_bytes()} for j in sc.jobs},
         "cpu_gpu_s_per_step": {arm: {job: _cpu_gpu(st) for job, st in a.ranks.items()}

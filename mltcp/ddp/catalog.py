@@ -11,7 +11,7 @@ A torch-ddp job in a scenario::
     hosts = ["a1", "b1"]      # optional: the dumbbell hosts of the ranks (default a<k>, b<k>, ...)
     gpu_ms = 400              # optional: emulated GPU time per iteration (default: the model's)
     bucket_mb = 25            # DDP's bucket_cap_mb
-    boundary = "mark"         # MLTCP arm: the hook marks each iteration's first bucket, or "idle": the kernel's idle-gap rule
+    boundary = "mark"         # MLTCP arm: the hook marks each first bucket (idle rule off), or "idle"
     pacing = true             # pace gloo's sockets at the link's rate (hosts with a NIC of that rate), both arms
     nic_cap = true            # MLTCP arm, with pacing: no window growth past 2 x pacing rate x min RTT
     path = ["bottleneck"]

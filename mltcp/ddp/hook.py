@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
 import torch.distributed as dist
 
 
