@@ -5,6 +5,7 @@
    kernel reno vs the userspace Reno of ``mltcp.traffic`` when that transport is available.
 2. Iterations: the scenario's jobs with kernel CC, to show whether kernel CC interleaves.
 """
+
 from __future__ import annotations
 
 import queue
@@ -39,48 +40,78 @@ class BulkResult:
         return sum(self.flows_mbps)
 
     def as_dict(self) -> dict:
-        return {"label": self.label, "flows_mbps": [round(x, 2) for x in self.flows_mbps],
-                "total_mbps": round(self.total_mbps, 2), "jain": round(jain_index(self.flows_mbps), 4),
-                "retransmissions": self.retrans, "drops": self.drops}
+        return {
+            "label": self.label,
+            "flows_mbps": [round(x, 2) for x in self.flows_mbps],
+            "total_mbps": round(self.total_mbps, 2),
+            "jain": round(jain_index(self.flows_mbps), 4),
+            "retransmissions": self.retrans,
+            "drops": self.drops,
+        }
 
 
-def bulk_commands(transport: str, cc: str, dst_ip: str, port: int, seconds: float, t0: float, job: str,
-                  run: str = "") -> tuple[list[str], list[str], dict]:
+def bulk_commands(
+    transport: str, cc: str, dst_ip: str, port: int, seconds: float, t0: float, job: str, run: str = ""
+) -> tuple[list[str], list[str], dict]:
     """(receiver argv, sender argv, sender's job document) of one long-lived flow."""
     import sys
 
     from mltcp.traffic.driver import JobSpec
+
     if transport not in ("kernel", "udp"):
         raise EmulationError(f"unknown transport {transport!r}")
     if transport == "udp" and not udp_available():
         raise EmulationError("userspace transport (mltcp.traffic.transport) not available")
     m = [sys.executable, "-m", f"mltcp.emulation.{transport}_peer"]
-    doc = {"spec": JobSpec.of(0, 0.0, 0, name=job, iterations=0).to_dict(), "host": dst_ip, "port": port,
-           "cc": cc, "t0": t0, "bulk_s": seconds}
-    return ([*m, "recv", "--run", run, "--port", str(port), "--bulk", "--t0", "0.0"],
-            [*m, "send", "--run", run, "--spec", "-"], doc)
+    doc = {
+        "spec": JobSpec.of(0, 0.0, 0, name=job, iterations=0).to_dict(),
+        "host": dst_ip,
+        "port": port,
+        "cc": cc,
+        "t0": t0,
+        "bulk_s": seconds,
+    }
+    return (
+        [*m, "recv", "--run", run, "--port", str(port), "--bulk", "--t0", "0.0"],
+        [*m, "send", "--run", run, "--spec", "-"],
+        doc,
+    )
 
 
-def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, seconds: float = 10.0,
-             link_mode: str = "auto", label: str | None = None) -> BulkResult:
+def run_bulk(
+    bottleneck: LinkParams,
+    transport: str,
+    cc: str,
+    flows: int = 2,
+    seconds: float = 10.0,
+    link_mode: str = "auto",
+    label: str | None = None,
+) -> BulkResult:
     """``flows`` long-lived flows a_i -> b_i through the dumbbell for ``seconds``."""
     mode = resolve_link_mode(link_mode, "dumbbell")
     prefix = netns.run_prefix()
     with netns.Cleanup(prefix) as cl:
-        cl.remove_switch_logs = mode != "switch"   # collect_stats reads and removes them
+        cl.remove_switch_logs = mode != "switch"  # collect_stats reads and removes them
         from .network import software_switch_class
-        topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=flows,
-                             switch_cls=software_switch_class() if mode == "switch" else None)
+
+        topo = make_topology(
+            "dumbbell",
+            prefix,
+            bottleneck,
+            n_jobs=flows,
+            switch_cls=software_switch_class() if mode == "switch" else None,
+        )
         net = build_network(topo, mode, cl)
         q: queue.Queue = queue.Queue()
         recvs, sends = [], []
         for i, (a, b) in enumerate(topo.job_pairs):
-            r_argv, s_argv, doc = bulk_commands(transport, cc, topo.ip_of(b), 5001 + i, seconds, -1.0,
-                                                f"flow{i}", prefix)   # receivers time against the epoch
+            r_argv, s_argv, doc = bulk_commands(
+                transport, cc, topo.ip_of(b), 5001 + i, seconds, -1.0, f"flow{i}", prefix
+            )  # receivers time against the epoch
             recvs.append(Peer(net[b], r_argv, f"recv:flow{i}", q, cl))
             sends.append(Peer(net[a], s_argv, f"send:flow{i}", q, cl, doc=doc))
         start_together({p.tag: p for p in sends}, q, timeout_s=60)
-        got: dict[str, tuple[int, float, float]] = {}   # flow -> (bytes, first, last)
+        got: dict[str, tuple[int, float, float]] = {}  # flow -> (bytes, first, last)
         retrans = 0
         eofs = 0
         for tag, msg in messages(q, seconds + 30, lambda: f"bulk run ({label or cc}) did not finish in time"):
@@ -102,20 +133,30 @@ def run_bulk(bottleneck: LinkParams, transport: str, cc: str, flows: int = 2, se
             drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))
     if mode == "switch":
         from .softswitch import collect_stats
+
         drops, _ = collect_stats(*sources)
     # every flow's bytes over the common window (first byte of any flow .. last byte of any flow)
     window = (max(v[2] for v in got.values()) - min(v[1] for v in got.values())) if got else 0.0
-    mbps = [got[f"flow{i}"][0] * 8 / window / 1e6 if window > 0 and f"flow{i}" in got else 0.0
-            for i in range(flows)]
+    mbps = [got[f"flow{i}"][0] * 8 / window / 1e6 if window > 0 and f"flow{i}" in got else 0.0 for i in range(flows)]
     return BulkResult(label or f"{transport} {cc}", mbps, retrans, drops)
 
 
-def baseline_peer(bottleneck: LinkParams, plan: Plan | None, seconds: float = 10.0, flows: int = 2,
-                  link_mode: str = "auto", progress=None) -> dict:
+def baseline_peer(
+    bottleneck: LinkParams,
+    plan: Plan | None,
+    seconds: float = 10.0,
+    flows: int = 2,
+    link_mode: str = "auto",
+    progress=None,
+) -> dict:
     """The whole baseline-peer report as a JSON-able dict."""
     say = progress or (lambda msg: None)
-    out: dict = {"bottleneck": {"rate_mbps": bottleneck.rate_mbps, "buffer_bytes": bottleneck.buffer_bytes},
-                 "seconds": seconds, "fairness": [], "iterations": {}}
+    out: dict = {
+        "bottleneck": {"rate_mbps": bottleneck.rate_mbps, "buffer_bytes": bottleneck.buffer_bytes},
+        "seconds": seconds,
+        "fairness": [],
+        "iterations": {},
+    }
     for cc in ("reno", "cubic"):
         say(f"bulk: kernel {cc}, {flows} flows, {seconds:g} s")
         out["fairness"].append(run_bulk(bottleneck, "kernel", cc, flows, seconds, link_mode, f"kernel {cc}").as_dict())

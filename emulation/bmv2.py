@@ -11,6 +11,7 @@ Binaries come from :mod:`mltcp.tools`: the ``fast/bin`` build (no logging macros
 ``debug`` asks for ``bin/`` with its per-packet log (``--log-file``). Only the PIDs started here
 are ever stopped.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,19 +25,34 @@ from mltcp import nsexec, offloads, tools
 
 from .netns import stop_process
 
-FRAME_BYTES = 1514      # a full-sized Ethernet frame: the unit of a rate given in Mb/s
+FRAME_BYTES = 1514  # a full-sized Ethernet frame: the unit of a rate given in Mb/s
 
 
-def switch_argv(interfaces: dict[int, str], grpc_port: int, thrift_port: int, device_id: int = 0,
-                log_path: str | Path | None = None, debug: bool = False,
-                pcap_dir: str | Path | None = None, target_args: tuple[str, ...] = ()) -> list[str]:
+def switch_argv(
+    interfaces: dict[int, str],
+    grpc_port: int,
+    thrift_port: int,
+    device_id: int = 0,
+    log_path: str | Path | None = None,
+    debug: bool = False,
+    pcap_dir: str | Path | None = None,
+    target_args: tuple[str, ...] = (),
+) -> list[str]:
     """simple_switch_grpc's command line (pure apart from finding the binary); ``target_args``
     go after ``--`` with the gRPC address (e.g. ``("--priority-queues", "8")``)."""
     exe = tools.bmv2_switch(fast=not debug)
     # the notifications socket defaults to /tmp/bmv2-<device id>-...: one per instance instead
     ipc = f"ipc://{tempfile.gettempdir()}/mltcp-bmv2-{os.getpid()}-{thrift_port}-notifications.ipc"
-    argv = [exe, "--device-id", str(device_id), "--thrift-port", str(thrift_port), "--no-p4",
-            "--notifications-addr", ipc]
+    argv = [
+        exe,
+        "--device-id",
+        str(device_id),
+        "--thrift-port",
+        str(thrift_port),
+        "--no-p4",
+        "--notifications-addr",
+        ipc,
+    ]
     for n, ifname in sorted(interfaces.items()):
         argv += ["-i", f"{n}@{ifname}"]
     if debug and log_path:
@@ -73,17 +89,18 @@ def run_cli(thrift_port: int, commands: str, netns: str | None = None, timeout: 
     return out
 
 
-def _wait_ports(grpc_port: int, thrift_port: int, proc: subprocess.Popen, netns: str | None,
-                timeout: float) -> None:
-    probe = ("import socket, sys, time\n"
-             f"end = time.monotonic() + {timeout!r}\n"
-             f"for port in ({grpc_port}, {thrift_port}):\n"
-             "    while True:\n"
-             "        try:\n"
-             "            socket.create_connection(('127.0.0.1', port), 0.5).close(); break\n"
-             "        except OSError:\n"
-             "            if time.monotonic() > end: sys.exit(f'port {port} closed')\n"
-             "            time.sleep(0.05)\n")
+def _wait_ports(grpc_port: int, thrift_port: int, proc: subprocess.Popen, netns: str | None, timeout: float) -> None:
+    probe = (
+        "import socket, sys, time\n"
+        f"end = time.monotonic() + {timeout!r}\n"
+        f"for port in ({grpc_port}, {thrift_port}):\n"
+        "    while True:\n"
+        "        try:\n"
+        "            socket.create_connection(('127.0.0.1', port), 0.5).close(); break\n"
+        "        except OSError:\n"
+        "            if time.monotonic() > end: sys.exit(f'port {port} closed')\n"
+        "            time.sleep(0.05)\n"
+    )
     argv = [sys.executable, "-c", probe]
     argv = nsexec.argv(argv, netns)
     r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout + 10)
@@ -102,10 +119,16 @@ def stop(proc: subprocess.Popen, grace_s: float = 10) -> None:
             pass
 
 
-def start_in_netns(netns: str | None, interfaces: dict[int, str], log_path: str | Path | None = None,
-                   device_id: int = 0, debug: bool = False, timeout: float = 20,
-                   pcap_dir: str | Path | None = None, target_args: tuple[str, ...] = ()
-                   ) -> tuple[subprocess.Popen, int, int]:
+def start_in_netns(
+    netns: str | None,
+    interfaces: dict[int, str],
+    log_path: str | Path | None = None,
+    device_id: int = 0,
+    debug: bool = False,
+    timeout: float = 20,
+    pcap_dir: str | Path | None = None,
+    target_args: tuple[str, ...] = (),
+) -> tuple[subprocess.Popen, int, int]:
     """Start simple_switch_grpc on ``interfaces`` (inside ``netns`` if given) with its gRPC and
     thrift servers on free ports of 127.0.0.1 there; returns (process, grpc port, thrift port)."""
     from mltcp.emulation.switch.runtime import free_tcp_port
@@ -118,7 +141,7 @@ def start_in_netns(netns: str | None, interfaces: dict[int, str], log_path: str 
     log = open(log_path, "w") if log_path else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        proc.mltcp_ipc = next(a for a in argv if a.startswith("ipc://"))[len("ipc://"):]
+        proc.mltcp_ipc = next(a for a in argv if a.startswith("ipc://"))[len("ipc://") :]
     finally:
         if log_path:
             log.close()
@@ -146,14 +169,30 @@ def compiled_program(out_dir: str | Path | None = None) -> Path:
     return _compiled[key]
 
 
-def program(grpc_addr: str, device_id: int, config: str | Path, routes, ecn,
-            timeout_s: float = 120.0, progress: dict | None = None) -> None:
+def program(
+    grpc_addr: str,
+    device_id: int,
+    config: str | Path,
+    routes,
+    ecn,
+    timeout_s: float = 120.0,
+    progress: dict | None = None,
+) -> None:
     """Push mltcp.p4 (P4Info + BMv2 JSON) and the tables with mltcp.controlplane, in a child
     process (p4runtime-shell keeps global state and stream threads)."""
-    spec = json.dumps({"grpc": grpc_addr, "device_id": device_id, "config": str(config),
-                       "routes": routes, "ecn": ecn, "progress": progress})
-    r = subprocess.run([sys.executable, "-m", "mltcp.emulation.bmv2", spec], capture_output=True,
-                       text=True, timeout=timeout_s)
+    spec = json.dumps(
+        {
+            "grpc": grpc_addr,
+            "device_id": device_id,
+            "config": str(config),
+            "routes": routes,
+            "ecn": ecn,
+            "progress": progress,
+        }
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.emulation.bmv2", spec], capture_output=True, text=True, timeout=timeout_s
+    )
     if r.returncode != 0:
         raise RuntimeError(f"programming simple_switch_grpc at {grpc_addr} failed: {r.stderr.strip()[-800:]}")
 
@@ -163,6 +202,7 @@ def _program_one(spec: dict) -> None:
 
     from .softswitch import apply_progress_policy
     from mltcp.controlplane.topology import Route
+
     with connect(spec["grpc"], device_id=spec["device_id"]) as sw:
         sw.push_pipeline(config_path=spec["config"])
         sw.install_routes([Route(p, int(port), mac) for p, port, mac in spec["routes"]])
@@ -175,15 +215,17 @@ def read_stats(grpc_addr: str, thrift_port: int, device_id: int = 0, timeout_s: 
     """{"ecn_marks": total of MyEgress.job_ecn_marks, "tx_packets": of MyIngress.job_tx,
     "parse_errors": ...} read with mltcp.controlplane (a child process, read-only election id;
     the register over thrift)."""
-    code = ("import json, sys\n"
-            "from mltcp.controlplane.client import connect, reader_election_id\n"
-            "from mltcp.controlplane.bmv2 import read_counters\n"
-            f"with connect({grpc_addr!r}, device_id={device_id}, election_id=reader_election_id()) as sw:\n"
-            "    sw.attach()\n"
-            f"    s = read_counters(sw, {thrift_port})\n"
-            "print(json.dumps({'ecn_marks': sum(j.ecn_marks for j in s.jobs.values()),\n"
-            "                  'tx_packets': sum(j.tx_packets for j in s.jobs.values()),\n"
-            "                  'parse_errors': s.parse_errors}))\n")
+    code = (
+        "import json, sys\n"
+        "from mltcp.controlplane.client import connect, reader_election_id\n"
+        "from mltcp.controlplane.bmv2 import read_counters\n"
+        f"with connect({grpc_addr!r}, device_id={device_id}, election_id=reader_election_id()) as sw:\n"
+        "    sw.attach()\n"
+        f"    s = read_counters(sw, {thrift_port})\n"
+        "print(json.dumps({'ecn_marks': sum(j.ecn_marks for j in s.jobs.values()),\n"
+        "                  'tx_packets': sum(j.tx_packets for j in s.jobs.values()),\n"
+        "                  'parse_errors': s.parse_errors}))\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
     if r.returncode != 0:
         raise RuntimeError(f"reading counters of {grpc_addr} failed: {r.stderr.strip()[-800:]}")
@@ -212,10 +254,18 @@ class Bmv2Switch(_MnSwitch):
     debug (the bin/ build with a per-packet log instead of fast/bin/).
     """
 
-    def __init__(self, name, device_id: int = 0, log_dir: str | None = None, pcap: bool = False,
-                 debug: bool = False, topo=None, **params):
+    def __init__(
+        self,
+        name,
+        device_id: int = 0,
+        log_dir: str | None = None,
+        pcap: bool = False,
+        debug: bool = False,
+        topo=None,
+        **params,
+    ):
         super().__init__(name, **params)
-        self.topo = topo      # an emulated topology: queues, routes and ECN are taken from it in start()
+        self.topo = topo  # an emulated topology: queues, routes and ECN are taken from it in start()
         self.device_id = device_id
         self.keep_logs = log_dir is not None
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix=f"bmv2-{name}-"))
@@ -254,12 +304,11 @@ class Bmv2Switch(_MnSwitch):
         if pcaps:
             pcaps.mkdir(exist_ok=True)
         self.proc, self.grpc_port, self.thrift_port = start_in_netns(
-            None, interfaces, log_path=self.log_file, device_id=self.device_id, debug=self.debug,
-            pcap_dir=pcaps)
+            None, interfaces, log_path=self.log_file, device_id=self.device_id, debug=self.debug, pcap_dir=pcaps
+        )
         if self.queues:
             run_cli(self.thrift_port, queue_commands(self.queues))
-        program(self.grpc_address, self.device_id, compiled_program(), self.routes, self.ecn,
-                progress=self.progress)
+        program(self.grpc_address, self.device_id, compiled_program(), self.routes, self.ecn, progress=self.progress)
 
     def stop(self, deleteIntfs: bool = True) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -271,6 +320,7 @@ class Bmv2Switch(_MnSwitch):
         self.proc = None
         if not self.keep_logs:
             import shutil
+
             shutil.rmtree(self.log_dir, ignore_errors=True)
         super().stop(deleteIntfs)
 
@@ -281,9 +331,11 @@ if __name__ == "__main__":  # python -m mltcp.emulation.bmv2 '<json spec>'
 
 # --------------------------------------------------------------------------- link mode ``bmv2``
 
+
 def switch_class(log_dir: str | Path | None = None, pcap: bool = False):
     """Bmv2Switch with the run's log folder (logs kept there; per-port pcaps with ``pcap``)."""
     import functools
+
     if pcap and log_dir is None:
         raise ValueError("per-port pcaps need a folder to keep them in (--switch-logs DIR)")
     return functools.partial(Bmv2Switch, log_dir=str(log_dir) if log_dir else None, pcap=pcap)
@@ -294,6 +346,7 @@ def use_shim_port(jobs) -> bool:
     packets (job_tx) and ECN marks (job_ecn_marks) per job. Only when no two jobs share a
     receiver host (each receiver binds the port); True if done."""
     from mltcp.traffic.transport.wire import MLTCP_UDP_PORT
+
     if len({j.receiver for j in jobs}) != len(jobs):
         return False
     for j in jobs:
@@ -311,8 +364,10 @@ def configure(sw: Bmv2Switch, topo) -> None:
         p = port_params(intf)
         if p is None or (p.rate_mbps is None and p.buffer_bytes is None):
             continue
-        queues[port] = (None if p.rate_mbps is None else queue_rate_pps(p.rate_mbps),
-                        None if p.buffer_bytes is None else max(1, p.buffer_bytes // 1500))   # whole packets
+        queues[port] = (
+            None if p.rate_mbps is None else queue_rate_pps(p.rate_mbps),
+            None if p.buffer_bytes is None else max(1, p.buffer_bytes // 1500),
+        )  # whole packets
     tables = switch_tables(topo, sw)
     sw.queues, sw.routes, sw.ecn = queues, tables["routes"], tables["ecn"]
     sw.progress = tables.get("progress")
@@ -333,6 +388,5 @@ def estimated_drops(records, peer_stats: dict) -> int:
     controller can read. The userspace senders' retransmissions minus their tail-loss probes
     (a probe retransmits without a loss); else (kernel TCP) the records' retransmissions."""
     if peer_stats:
-        return sum(int(f.get("retransmits", 0)) - int(f.get("tlp", 0))
-                   for flows in peer_stats.values() for f in flows)
+        return sum(int(f.get("retransmits", 0)) - int(f.get("tlp", 0)) for flows in peer_stats.values() for f in flows)
     return sum(int(r.drops) for r in records)

@@ -1,5 +1,6 @@
 """RTT calibration: measure the round trip the emulated hosts and switch add (the model has no
 host delay), and take it off the links' one-way delay so the senders' base RTT is the scenario's."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,6 +9,7 @@ from .arm import run_arm
 from .plan import EmulationError, Plan
 from .report import rtt_seen
 from .topologies import features
+
 
 def calibrated_delay_ms(delay_ms: float, host_rtt_ms: float, hops: int) -> float:
     """One-way delay to configure on each link so that a sender's base RTT is the scenario's.
@@ -32,8 +34,9 @@ def measure_host_rtt(plan: Plan, transport: str, link_mode: str, iterations: int
     :data:`CALIBRATION_PACE` of the link rate so that it keeps no queue; the median RTT it sees (the
     link then adds only one frame's serialization, 0.12 ms at 100 Mb/s)."""
     first = plan.jobs[0]
-    short = dataclasses.replace(first.job, iterations=iterations, compute_s=min(first.job.compute_s, 0.05),
-                                start_offset_s=0.0)
+    short = dataclasses.replace(
+        first.job, iterations=iterations, compute_s=min(first.job.compute_s, 0.05), start_offset_s=0.0
+    )
     job = dataclasses.replace(first, spec=dataclasses.replace(first.spec, job=short), pace=CALIBRATION_PACE)
     cal = dataclasses.replace(plan, jobs=[job], bottleneck=dataclasses.replace(plan.bottleneck, delay_ms=0.0))
     arm = run_arm(cal, "reno", transport, mltcp=False, link_mode=link_mode)
@@ -54,8 +57,15 @@ def calibrate_rtt(plan: Plan, transport: str, mode: str) -> dict | None:
     got = measure_host_rtt(plan, transport, mode)
     link = calibrated_delay_ms(delay, got["host_rtt_ms"], hops)
     plan.bottleneck = dataclasses.replace(plan.bottleneck, delay_ms=round(link, 4))
-    plan.notes.append(f"RTT calibration: the hosts add {got['host_rtt_ms']:.2f} ms per round trip, so each link "
-                      f"runs {link:.3f} ms one way instead of {delay:g} ms (base RTT {2 * hops * delay:g} ms "
-                      "as in the scenario); --no-rtt-calibration turns this off")
-    return dict(got, scenario_rtt_ms=round(2 * hops * delay, 4), scenario_delay_ms=delay,
-                link_delay_ms=round(link, 4), hops=hops)
+    plan.notes.append(
+        f"RTT calibration: the hosts add {got['host_rtt_ms']:.2f} ms per round trip, so each link "
+        f"runs {link:.3f} ms one way instead of {delay:g} ms (base RTT {2 * hops * delay:g} ms "
+        "as in the scenario); --no-rtt-calibration turns this off"
+    )
+    return dict(
+        got,
+        scenario_rtt_ms=round(2 * hops * delay, 4),
+        scenario_delay_ms=delay,
+        link_delay_ms=round(link, 4),
+        hops=hops,
+    )

@@ -8,6 +8,7 @@ Mounted as ``main_app.add_typer(mltcp.emulation.cli.app, name="emulate")``:
 
 ``python -m mltcp.emulation.cli ...`` takes the same arguments.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,13 +30,18 @@ class _DefaultRun(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-app = typer.Typer(cls=_DefaultRun, add_completion=False, no_args_is_help=True,
-                  help="Mininet emulation of MLTCP scenarios: `emulate SCENARIO`, `emulate baseline-peer "
-                       "SCENARIO`, `emulate topo KIND`.")
+app = typer.Typer(
+    cls=_DefaultRun,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Mininet emulation of MLTCP scenarios: `emulate SCENARIO`, `emulate baseline-peer "
+    "SCENARIO`, `emulate topo KIND`.",
+)
 
 
 def _prereqs() -> None:
     from .netns import have_mininet_prereqs
+
     why = have_mininet_prereqs()
     if why:
         fail(f"emulation {why} (Mininet needs root, mnexec, ip, tc and brctl)")
@@ -44,6 +50,7 @@ def _prereqs() -> None:
 def _write(doc: dict, out: Path | None, as_json: bool) -> None:
     """The document to ``--out`` and, with ``--json``, on stdout (mltcp.console.print_json)."""
     from mltcp.records import write_text_atomic
+
     if out is not None:
         write_text_atomic(out, json.dumps(doc, indent=2, default=float) + "\n")
     if as_json:
@@ -51,7 +58,7 @@ def _write(doc: dict, out: Path | None, as_json: bool) -> None:
 
 
 # Limits of the command-line numbers (docs/hardening-inputs.md).
-MAX_RATE_MBPS = 100_000.0       # 100 Gb/s: more than a veth pair carries
+MAX_RATE_MBPS = 100_000.0  # 100 Gb/s: more than a veth pair carries
 MAX_DELAY_MS = 10_000.0
 MAX_BUFFER_KB = 1e9
 MAX_SECONDS = 86_400.0
@@ -60,17 +67,29 @@ MAX_TOPO_JOBS = 64
 
 def _check_number(v, opt: str, lo: float, hi: float, lo_open: bool = False) -> None:
     import math
+
     if v is None:
         return
     if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
         fail(f"{opt} must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v}")
 
 
-def _check_args(rate_mbps=None, delay_ms=None, iterations=None, buffer_kb=None, peer_seconds=None,
-                out=None, records=None, transport=None, topology=None, link_mode=None) -> None:
+def _check_args(
+    rate_mbps=None,
+    delay_ms=None,
+    iterations=None,
+    buffer_kb=None,
+    peer_seconds=None,
+    out=None,
+    records=None,
+    transport=None,
+    topology=None,
+    link_mode=None,
+) -> None:
     """Every option checked before a scenario is loaded or a namespace made (exit 2 naming it)."""
     from mltcp.records import output_problem
     from mltcp.scenario import MAX_ITERATIONS
+
     _check_number(rate_mbps, "--rate-mbps", 0.0, MAX_RATE_MBPS, lo_open=True)
     _check_number(delay_ms, "--delay-ms", 0.0, MAX_DELAY_MS)
     _check_number(buffer_kb, "--buffer-kb", 0.0, MAX_BUFFER_KB, lo_open=True)
@@ -82,6 +101,7 @@ def _check_args(rate_mbps=None, delay_ms=None, iterations=None, buffer_kb=None, 
     if topology is not None and topology not in ("auto", "dumbbell", "ring", "leafspine"):
         fail(f"--topology must be auto, dumbbell, ring or leafspine, got {topology!r}")
     from .topologies import LINK_MODES
+
     if link_mode is not None and link_mode not in LINK_MODES:
         fail(f"--link-mode: unknown link mode {link_mode!r}; choose from {', '.join(LINK_MODES)}")
     for opt, path, is_dir in (("--out", out, False), ("--records", records, True)):
@@ -101,10 +121,14 @@ OUT_OPT = typer.Option(None, "--out", help="write the JSON document to this file
 @app.command("run")
 def emulate(
     scenario: str = typer.Argument(..., help="scenario name (built-in) or TOML file"),
-    cc: str = typer.Option("", help="base congestion control: reno | cubic | dcqcn (udp only) | dctcp (default: the scenario's)"),
+    cc: str = typer.Option(
+        "", help="base congestion control: reno | cubic | dcqcn (udp only) | dctcp (default: the scenario's)"
+    ),
     compare: bool = typer.Option(False, "--compare", help="also run the MLTCP variant and report speedups"),
     transport: str = typer.Option("kernel", help="udp (userspace MLTCP transport) | kernel (Linux TCP)"),
-    link_mode: str = typer.Option("auto", help="auto | htb | linux-tc | switch | bmv2 (docs/design.md, Emulation: link modes)"),
+    link_mode: str = typer.Option(
+        "auto", help="auto | htb | linux-tc | switch | bmv2 (docs/design.md, Emulation: link modes)"
+    ),
     topology: str = typer.Option("auto", help="auto | dumbbell | ring | leafspine"),
     rate_mbps: float = RATE_OPT,
     delay_ms: float = typer.Option(None, help="one-way delay per link (needs link mode linux-tc or switch)"),
@@ -115,12 +139,17 @@ def emulate(
     records: Path = typer.Option(None, help="write each arm's per-iteration records to DIR/<arm>.csv"),
     as_json: bool = JSON_OPT,
     out: Path = OUT_OPT,
-    payload_rate: bool = typer.Option(True, "--payload-rate/--wire-rate",
-                                      help="links carry the scenario's rate in payload bytes, as in the "
-                                           "simulator (default), or in frame bytes"),
-    rtt_calibration: bool = typer.Option(True, "--rtt-calibration/--no-rtt-calibration",
-                                         help="measure the RTT the hosts add (udp transport) and take it "
-                                              "off the links' delay, so the base RTT is the scenario's"),
+    payload_rate: bool = typer.Option(
+        True,
+        "--payload-rate/--wire-rate",
+        help="links carry the scenario's rate in payload bytes, as in the simulator (default), or in frame bytes",
+    ),
+    rtt_calibration: bool = typer.Option(
+        True,
+        "--rtt-calibration/--no-rtt-calibration",
+        help="measure the RTT the hosts add (udp transport) and take it "
+        "off the links' delay, so the base RTT is the scenario's",
+    ),
     switch_logs: Path = typer.Option(None, help="link mode bmv2: keep each switch's log in DIR/<arm>/"),
     pcap: bool = typer.Option(False, "--pcap", help="link mode bmv2, with --switch-logs: per-port pcaps too"),
 ):
@@ -131,9 +160,29 @@ def emulate(
         fail("--pcap needs --switch-logs DIR (the folder the pcaps are kept in)")
     if switch_logs is not None and (switch_logs.exists() and not switch_logs.is_dir()):
         fail(f"--switch-logs: {switch_logs} exists and is not a folder")
-    _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, no_sim, False, 10.0, as_json, out, records, payload_rate, rtt_calibration,
-             switch_logs, pcap)
+    _emulate(
+        scenario,
+        cc,
+        compare,
+        transport,
+        link_mode,
+        topology,
+        rate_mbps,
+        delay_ms,
+        iterations,
+        buffer_kb,
+        dilate,
+        no_sim,
+        False,
+        10.0,
+        as_json,
+        out,
+        records,
+        payload_rate,
+        rtt_calibration,
+        switch_logs,
+        pcap,
+    )
 
 
 @app.command("baseline-peer")
@@ -153,21 +202,68 @@ def baseline_peer_cmd(
     index, retransmissions), then the scenario's jobs with kernel CC (does it interleave?)."""
     if link_mode == "bmv2":
         fail("baseline-peer runs on htb, linux-tc or switch links; --link-mode bmv2 is for `emulate SCENARIO`")
-    _emulate(scenario, "", False, "kernel", link_mode, "dumbbell", rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, True, True, peer_seconds, as_json, out, None)
+    _emulate(
+        scenario,
+        "",
+        False,
+        "kernel",
+        link_mode,
+        "dumbbell",
+        rate_mbps,
+        delay_ms,
+        iterations,
+        buffer_kb,
+        dilate,
+        True,
+        True,
+        peer_seconds,
+        as_json,
+        out,
+        None,
+    )
 
 
-def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, delay_ms, iterations, buffer_kb,
-             dilate, no_sim, baseline_peer, peer_seconds, as_json, out, records=None, payload_rate=True,
-             rtt_calibration=True, switch_logs=None, pcap=False):
+def _emulate(
+    scenario,
+    cc,
+    compare,
+    transport,
+    link_mode,
+    topology,
+    rate_mbps,
+    delay_ms,
+    iterations,
+    buffer_kb,
+    dilate,
+    no_sim,
+    baseline_peer,
+    peer_seconds,
+    as_json,
+    out,
+    records=None,
+    payload_rate=True,
+    rtt_calibration=True,
+    switch_logs=None,
+    pcap=False,
+):
     from mltcp import scenario as scn
 
     from .plan import EmulationError, check_emulatable, choose_topology, needs_ecn, plan_from_scenario, rescale
     from .network import resolve_link_mode
     from .topologies import TopologyError, features
 
-    _check_args(rate_mbps, delay_ms, iterations, buffer_kb, peer_seconds if baseline_peer else None, out,
-                records, transport, topology, link_mode)
+    _check_args(
+        rate_mbps,
+        delay_ms,
+        iterations,
+        buffer_kb,
+        peer_seconds if baseline_peer else None,
+        out,
+        records,
+        transport,
+        topology,
+        link_mode,
+    )
     try:
         sc = scn.load(scenario)
     except scn.ScenarioError as e:
@@ -185,18 +281,25 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     except (ValueError, TopologyError) as e:
         fail(str(e))
     if any(l.delay_s > 0 for l in sc.links.values()) and not features(mode)["delay"]:
-        err.print(f"[yellow]note:[/yellow] link mode {mode} has no delay on this kernel: links run without "
-                  "their propagation delay")
+        err.print(
+            f"[yellow]note:[/yellow] link mode {mode} has no delay on this kernel: links run without "
+            "their propagation delay"
+        )
     if ecn and not features(mode)["ecn"]:
-        err.print(f"[yellow]note:[/yellow] link mode {mode} cannot mark ECN on this kernel: the links only drop "
-                  "(--link-mode switch or bmv2 marks)")
+        err.print(
+            f"[yellow]note:[/yellow] link mode {mode} cannot mark ECN on this kernel: the links only drop "
+            "(--link-mode switch or bmv2 marks)"
+        )
     from mininet.log import setLogLevel
+
     setLogLevel("error")
     from . import netns
+
     try:
         with netns.signals_raise():
             if baseline_peer:
                 from .baseline import baseline_peer as run_bp
+
                 plan = plan_from_scenario(sc, "dumbbell" if topology == "auto" else topology)
                 say = (lambda m: None) if as_json else (lambda m: err.print(f"[cyan]{m}[/cyan]"))
                 doc = run_bp(plan.bottleneck, plan, seconds=peer_seconds, link_mode=mode, progress=say)
@@ -205,8 +308,21 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
                     _print_baseline(doc)
                 _write(doc, out, as_json)
                 return
-            doc = _run_with_progress(sc, cc or sc.cc, compare, transport, mode, topology, not no_sim, as_json,
-                                     records, payload_rate, rtt_calibration, switch_logs, pcap)
+            doc = _run_with_progress(
+                sc,
+                cc or sc.cc,
+                compare,
+                transport,
+                mode,
+                topology,
+                not no_sim,
+                as_json,
+                records,
+                payload_rate,
+                rtt_calibration,
+                switch_logs,
+                pcap,
+            )
     except KeyboardInterrupt:
         fail("interrupted; network and processes removed", 130)
     except (EmulationError, TopologyError) as e:
@@ -216,11 +332,25 @@ def _emulate(scenario, cc, compare, transport, link_mode, topology, rate_mbps, d
     _write(doc, out, as_json)
 
 
-def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, quiet, records=None,
-                       payload_rate=True, rtt_calibration=True, switch_logs=None, pcap=False) -> dict:
+def _run_with_progress(
+    sc,
+    cc,
+    compare,
+    transport,
+    mode,
+    topology,
+    with_sim,
+    quiet,
+    records=None,
+    payload_rate=True,
+    rtt_calibration=True,
+    switch_logs=None,
+    pcap=False,
+) -> dict:
     from rich.progress import Progress
 
     from .runner import run_experiment
+
     kw = dict(with_sim=with_sim, records_dir=records, payload_rate=payload_rate, rtt_calibration=rtt_calibration)
     if switch_logs is not None:
         kw.update(switch_logs=switch_logs, pcap=pcap)
@@ -231,25 +361,38 @@ def _run_with_progress(sc, cc, compare, transport, mode, topology, with_sim, qui
         tasks = {"baseline": prog.add_task(f"baseline {cc}", total=total)}
         if compare:
             tasks["mltcp"] = prog.add_task(f"mltcp-{cc}", total=total)
-        return run_experiment(sc, cc, compare, transport, mode, topology, **kw,
-                              on_record=lambda arm, r: prog.advance(tasks[arm]))
+        return run_experiment(
+            sc, cc, compare, transport, mode, topology, **kw, on_record=lambda arm, r: prog.advance(tasks[arm])
+        )
 
 
 def _print_summary(doc: dict) -> None:
-    t = Table(title=f"emulation: {doc['scenario']} ({doc['emulation']['topology']}, "
-                    f"{doc['emulation']['transport']}, {doc['emulation']['link_mode']})")
+    t = Table(
+        title=f"emulation: {doc['scenario']} ({doc['emulation']['topology']}, "
+        f"{doc['emulation']['transport']}, {doc['emulation']['link_mode']})"
+    )
     for c in ("arm", "cc", "avg iter s", "p99 iter s", "drops", "retrans", "converged at", "interleaved at (20 %)"):
         t.add_column(c)
     for arm in ("baseline", "mltcp"):
         a = doc.get(arm)
         if a:
-            t.add_row(arm, a["cc"], f"{a['avg_iter_s']:.4f}", f"{a['p99_iter_s']:.4f}", str(a["drops"]),
-                      str(a["retransmissions"]), str(a["converged_at_iteration"]), str(a["interleaved_at_iteration"]))
+            t.add_row(
+                arm,
+                a["cc"],
+                f"{a['avg_iter_s']:.4f}",
+                f"{a['p99_iter_s']:.4f}",
+                str(a["drops"]),
+                str(a["retransmissions"]),
+                str(a["converged_at_iteration"]),
+                str(a["interleaved_at_iteration"]),
+            )
     stdout.print(t)
     cal = doc["emulation"].get("rtt_calibration")
     if cal:
-        stdout.print(f"RTT calibration: hosts add {cal['host_rtt_ms']:.2f} ms per round trip; links run "
-                  f"{cal['link_delay_ms']:.3f} ms one way for a {cal['scenario_rtt_ms']:g} ms base RTT")
+        stdout.print(
+            f"RTT calibration: hosts add {cal['host_rtt_ms']:.2f} ms per round trip; links run "
+            f"{cal['link_delay_ms']:.3f} ms one way for a {cal['scenario_rtt_ms']:g} ms base RTT"
+        )
     if doc.get("speedup_avg"):
         stdout.print(f"speedup avg {doc['speedup_avg']:.3f}  p99 {doc['speedup_p99']:.3f}")
 
@@ -259,14 +402,22 @@ def _print_baseline(doc: dict) -> None:
     for c in ("stack", "per-flow Mb/s", "total Mb/s", "Jain", "retrans", "drops"):
         t.add_column(c)
     for r in doc["fairness"]:
-        t.add_row(r["label"], " / ".join(f"{x:.1f}" for x in r["flows_mbps"]), f"{r['total_mbps']:.1f}",
-                  f"{r['jain']:.3f}", str(r["retransmissions"]), str(r["drops"]))
+        t.add_row(
+            r["label"],
+            " / ".join(f"{x:.1f}" for x in r["flows_mbps"]),
+            f"{r['total_mbps']:.1f}",
+            f"{r['jain']:.3f}",
+            str(r["retransmissions"]),
+            str(r["drops"]),
+        )
     stdout.print(t)
     if "userspace_reno_error" in doc:
         stdout.print(f"userspace reno: {doc['userspace_reno_error']}")
     for cc, a in doc["iterations"].items():
-        stdout.print(f"kernel {cc} iterations: avg {a['avg_iter_s']:.4f} s, p99 {a['p99_iter_s']:.4f} s, "
-                  f"converged at {a['converged_at_iteration']}, interleaved (20 %) at {a['interleaved_at_iteration']}")
+        stdout.print(
+            f"kernel {cc} iterations: avg {a['avg_iter_s']:.4f} s, p99 {a['p99_iter_s']:.4f} s, "
+            f"converged at {a['converged_at_iteration']}, interleaved (20 %) at {a['interleaved_at_iteration']}"
+        )
 
 
 @app.command("topo")
@@ -283,6 +434,7 @@ def emulate_topo(
     from . import netns
     from .network import build_network, resolve_link_mode
     from .topologies import LinkParams, TopologyError, make_topology
+
     _check_args(rate_mbps=rate_mbps, link_mode=link_mode)
     if not 1 <= jobs <= MAX_TOPO_JOBS:
         fail(f"--jobs must be in [1, {MAX_TOPO_JOBS}], got {jobs}")
@@ -294,8 +446,10 @@ def emulate_topo(
         mode = resolve_link_mode(link_mode, kind)
         with netns.signals_raise(), netns.Cleanup(netns.run_prefix()) as cl:
             from .network import switch_class_for
-            topo = make_topology(kind, cl.prefix, LinkParams(rate_mbps=rate_mbps), n_jobs=jobs,
-                                 switch_cls=switch_class_for(mode))
+
+            topo = make_topology(
+                kind, cl.prefix, LinkParams(rate_mbps=rate_mbps), n_jobs=jobs, switch_cls=switch_class_for(mode)
+            )
             net = build_network(topo, mode, cl)
             rows = [ping_pair(net, topo, s, r) for s, r in topo.job_pairs]
     except TopologyError as e:
@@ -305,8 +459,10 @@ def emulate_topo(
         print_json(doc)
     else:
         for r in rows:
-            stdout.print(f"{r['sender']} -> {r['receiver']} ({r['dst']}): "
-                         f"{'ok' if r['ok'] else 'UNREACHABLE'}, {r['router_hops']} router hops")
+            stdout.print(
+                f"{r['sender']} -> {r['receiver']} ({r['dst']}): "
+                f"{'ok' if r['ok'] else 'UNREACHABLE'}, {r['router_hops']} router hops"
+            )
     if not doc["all_reachable"]:
         raise typer.Exit(1)
 
@@ -314,11 +470,17 @@ def emulate_topo(
 def ping_pair(net, topo, s: str, r: str) -> dict:
     """One ping sender -> receiver; router hops = 64 - received TTL (Linux default TTL 64)."""
     import re
+
     dst = topo.ip_of(r)
     out = net[s].cmd(f"ping -c 1 -W 2 {dst}")
     m = re.search(r"ttl=(\d+)", out)
-    return {"sender": s, "receiver": r, "dst": dst, "ok": m is not None,
-            "router_hops": (64 - int(m.group(1))) if m else None}
+    return {
+        "sender": s,
+        "receiver": r,
+        "dst": dst,
+        "ok": m is not None,
+        "router_hops": (64 - int(m.group(1))) if m else None,
+    }
 
 
 def main() -> None:  # `python -m mltcp.emulation.cli`

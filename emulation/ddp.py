@@ -15,6 +15,7 @@ the kernel MLTCP's map; with ``"idle"`` the kernel's idle-gap rule finds the ite
 A job's iteration records are its rank 0's (start before forward, first collective, optimizer
 step); every rank's per-step losses are reported, so the arms can be compared step by step.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,8 +51,10 @@ def check_ddp_scenario(sc) -> None:
         raise EmulationError(f"{sc.source}: torch-ddp jobs cannot be mixed with synthetic ones in one emulation")
     paths = {tuple(j.path) for j in sc.jobs}
     if len(paths) != 1 or len(next(iter(paths))) != 1:
-        raise EmulationError(f"{sc.source}: jobs[].path: torch-ddp jobs run on the dumbbell: every job's path "
-                             "must be the same single link")
+        raise EmulationError(
+            f"{sc.source}: jobs[].path: torch-ddp jobs run on the dumbbell: every job's path "
+            "must be the same single link"
+        )
 
 
 def rank_hosts(jobs) -> dict[str, list[str]]:
@@ -83,16 +86,56 @@ def rank_hosts(jobs) -> dict[str, list[str]]:
     return out
 
 
-def worker_argv(job, rank: int, hosts: list[str], ips: dict[str, str], ifname: str, port: int, seed: int,
-                mark: bool, prefix: str, cc: str, pacing_mbit: float = 0.0, nic_cap: bool = False) -> list[str]:
+def worker_argv(
+    job,
+    rank: int,
+    hosts: list[str],
+    ips: dict[str, str],
+    ifname: str,
+    port: int,
+    seed: int,
+    mark: bool,
+    prefix: str,
+    cc: str,
+    pacing_mbit: float = 0.0,
+    nic_cap: bool = False,
+) -> list[str]:
     d = job.extra["ddp"]
     extra = (["--pacing-mbit", repr(pacing_mbit)] if pacing_mbit else []) + (["--nic-cap"] if nic_cap else [])
-    return [sys.executable, "-m", "mltcp.ddp.worker", "--job", job.name, "--rank", str(rank),
-            "--world", str(d.ranks), "--master", f"{ips[hosts[0]]}:{port}", "--model", d.model,
-            "--iterations", str(job.iterations), "--gpu-ms", repr(d.gpu_ms), "--seed", str(seed),
-            "--bucket-mb", repr(d.bucket_mb), "--ifname", ifname, "--wait",
-            "--start-offset", repr(job.start_offset_s), "--mark" if mark else "--no-mark", "--run", prefix,
-            "--cc", cc, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "mltcp.ddp.worker",
+        "--job",
+        job.name,
+        "--rank",
+        str(rank),
+        "--world",
+        str(d.ranks),
+        "--master",
+        f"{ips[hosts[0]]}:{port}",
+        "--model",
+        d.model,
+        "--iterations",
+        str(job.iterations),
+        "--gpu-ms",
+        repr(d.gpu_ms),
+        "--seed",
+        str(seed),
+        "--bucket-mb",
+        repr(d.bucket_mb),
+        "--ifname",
+        ifname,
+        "--wait",
+        "--start-offset",
+        repr(job.start_offset_s),
+        "--mark" if mark else "--no-mark",
+        "--run",
+        prefix,
+        "--cc",
+        cc,
+        *extra,
+    ]
 
 
 @contextlib.contextmanager
@@ -103,6 +146,7 @@ def registered_variant(wire_cc: str | None):
         yield
         return
     from mltcp.traffic.kernel import loader
+
     mine = name not in loader.registered()
     if mine:
         loader.load([name])
@@ -125,12 +169,19 @@ def base_cc_name(cc: str, mltcp: bool) -> str:
 @dataclass
 class DdpArm:
     arm: ArmResult
-    ranks: dict[str, dict]      # job -> per rank: loss, cpu_s, gpu_s, buckets, retrans (so far) per step
+    ranks: dict[str, dict]  # job -> per rank: loss, cpu_s, gpu_s, buckets, retrans (so far) per step
 
 
-def run_ddp_arm(sc, cc: str, mltcp: bool, boundary: str | None = None,
-                on_record: Callable[[IterationRecord], None] | None = None, timeout_s: float | None = None,
-                prefix: str | None = None, fail_after_records: int | None = None) -> DdpArm:
+def run_ddp_arm(
+    sc,
+    cc: str,
+    mltcp: bool,
+    boundary: str | None = None,
+    on_record: Callable[[IterationRecord], None] | None = None,
+    timeout_s: float | None = None,
+    prefix: str | None = None,
+    fail_after_records: int | None = None,
+) -> DdpArm:
     """Build the dumbbell, run every job's ranks once on kernel ``cc`` (or its MLTCP variant), tear down.
     ``boundary`` overrides every job's (``idle`` or ``mark``); ``fail_after_records`` raises after
     that many records (tests check the cleanup with it)."""
@@ -147,7 +198,7 @@ def run_ddp_arm(sc, cc: str, mltcp: bool, boundary: str | None = None,
         wire_cc = kernel_cc_name(cc, mltcp)
         topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=n_side)
         net = build_network(topo, "htb", cl)
-        for h in net.hosts:   # where the kernel allows it; the ranks set it per socket anyway
+        for h in net.hosts:  # where the kernel allows it; the ranks set it per socket anyway
             h.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={wire_cc} 2>/dev/null")
         ips = {h: topo.ip_of(prefix + h) for hs in hosts.values() for h in hs}
         q: queue.Queue = queue.Queue()
@@ -158,29 +209,59 @@ def run_ddp_arm(sc, cc: str, mltcp: bool, boundary: str | None = None,
             pace = pacing_rate_for_link(bottleneck.rate_mbps) if d.pacing and bottleneck.rate_mbps else 0.0
             for r, h in enumerate(hosts[job.name]):
                 node = net[prefix + h]
-                argv = worker_argv(job, r, hosts[job.name], ips, node.defaultIntf().name, MASTER_PORT + k,
-                                   sc.seed + k, mark, prefix, wire_cc, pace, mltcp and d.nic_cap)
+                argv = worker_argv(
+                    job,
+                    r,
+                    hosts[job.name],
+                    ips,
+                    node.defaultIntf().name,
+                    MASTER_PORT + k,
+                    sc.seed + k,
+                    mark,
+                    prefix,
+                    wire_cc,
+                    pace,
+                    mltcp and d.nic_cap,
+                )
                 peers[f"{job.name}:{r}"] = Peer(node, argv, f"rank:{job.name}:{r}", q, cl)
         start_together(peers, q, timeout_s=120 + 10 * len(peers), lead_s=0.5)
-        setup_drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))   # DDP's first broadcast
+        setup_drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))  # DDP's first broadcast
         records, retrans, stats = collect(peers, q, sc, on_record, timeout_s, fail_after_records)
         drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo)) - setup_drops
-    return DdpArm(ArmResult(wire_cc, sorted(records, key=lambda r: (r.job, r.iteration)), drops, None, retrans,
-                            "htb", time.monotonic() - wall0), stats)
+    return DdpArm(
+        ArmResult(
+            wire_cc,
+            sorted(records, key=lambda r: (r.job, r.iteration)),
+            drops,
+            None,
+            retrans,
+            "htb",
+            time.monotonic() - wall0,
+        ),
+        stats,
+    )
 
 
-def collect(peers: dict[str, Peer], q: queue.Queue, sc, on_record, timeout_s: float | None,
-            fail_after_records: int | None = None):
+def collect(
+    peers: dict[str, Peer],
+    q: queue.Queue,
+    sc,
+    on_record,
+    timeout_s: float | None,
+    fail_after_records: int | None = None,
+):
     """Read the ranks' lines until every rank has exited: (rank-0 records, retransmissions per job,
     per-job rank statistics: losses and CPU/GPU seconds per step)."""
     records: list[IterationRecord] = []
     retrans: dict[str, int] = {j.name: 0 for j in sc.jobs}
-    stats: dict[str, dict] = {j.name: {"loss": {}, "cpu_s": {}, "gpu_s": {}, "buckets": {}, "retrans": {}}
-                              for j in sc.jobs}
+    stats: dict[str, dict] = {
+        j.name: {"loss": {}, "cpu_s": {}, "gpu_s": {}, "buckets": {}, "retrans": {}} for j in sc.jobs
+    }
     limit = timeout_s or 600 + 5 * sum(j.iterations * (j.compute_s + 1) for j in sc.jobs)
     done: set[str] = set()
-    for tag, msg in messages(q, limit, lambda: f"DDP emulation did not finish within {limit:.0f} s "
-                                               f"({len(records)} records collected)"):
+    for tag, msg in messages(
+        q, limit, lambda: f"DDP emulation did not finish within {limit:.0f} s ({len(records)} records collected)"
+    ):
         _, job, rank = tag.split(":")
         if msg["type"] == "iter":
             st = stats[job]
@@ -195,15 +276,16 @@ def collect(peers: dict[str, Peer], q: queue.Queue, sc, on_record, timeout_s: fl
                     raise EmulationError(f"injected failure after {len(records)} records")
         elif msg["type"] == "start":
             stats[job].setdefault("retrans_at_start", {})[rank] = int(msg.get("retrans", 0))
-        elif msg["type"] == "summary":   # retransmissions while iterating (not in DDP's setup)
+        elif msg["type"] == "summary":  # retransmissions while iterating (not in DDP's setup)
             retrans[job] += int(msg["retrans"]) - stats[job].get("retrans_at_start", {}).get(rank, 0)
             stats[job].setdefault("kernel_iterations", {})[rank] = msg.get("kernel_iterations")
         elif msg["type"] == "eof":
             p = peers[f"{job}:{rank}"].proc
             p.wait(timeout=30)
             if p.returncode != 0:
-                raise EmulationError(f"rank {rank} of {job} exited {p.returncode}: "
-                                     f"{' | '.join(peers[f'{job}:{rank}'].err[-3:])}")
+                raise EmulationError(
+                    f"rank {rank} of {job} exited {p.returncode}: {' | '.join(peers[f'{job}:{rank}'].err[-3:])}"
+                )
             done.add(tag)
             if len(done) == len(peers):
                 break
@@ -215,35 +297,64 @@ def losses(run: DdpArm) -> dict[str, dict[str, list[float]]]:
     return {job: st["loss"] for job, st in run.ranks.items()}
 
 
-def run_ddp_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, boundary: str | None = None,
-                       on_record: Callable[[str, IterationRecord], None] | None = None,
-                       prefix: str | None = None) -> dict:
+def run_ddp_experiment(
+    sc,
+    cc: str = "reno",
+    compare_mltcp: bool = False,
+    boundary: str | None = None,
+    on_record: Callable[[str, IterationRecord], None] | None = None,
+    prefix: str | None = None,
+) -> dict:
     """Both arms of a torch-ddp scenario: the usual report (mltcp.compare.report) plus each job's
     per-step losses per arm and whether they are identical, and a ``ddp`` section."""
     from .report import arm_summary
+
     if cc not in ("reno", "cubic", "dctcp"):
         raise EmulationError(f"torch-ddp jobs run on kernel TCP: --cc reno, cubic or dctcp, not {cc}")
-    cb = (lambda arm: (lambda r: on_record(arm, r))) if on_record else (lambda arm: None)
+    cb = (lambda arm: lambda r: on_record(arm, r)) if on_record else (lambda arm: None)
     base = run_ddp_arm(sc, cc, False, boundary, cb("baseline"), prefix=prefix)
     ml = run_ddp_arm(sc, cc, True, boundary, cb("mltcp"), prefix=prefix) if compare_mltcp else None
     out = compare.report(sc, arm_summary(base.arm, sc), arm_summary(ml.arm, sc) if ml else None)
     out["losses"] = {"baseline": losses(base), **({"mltcp": losses(ml)} if ml else {})}
     out["losses_identical"] = (losses(base) == losses(ml)) if ml else None
-    out["kernel_iterations"] = {arm: {job: st.get("kernel_iterations") for job, st in a.ranks.items()}
-                                for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
-    out["retransmits_by_step"] = {arm: {job: st["retrans"] for job, st in a.ranks.items()}
-                                  for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
+    out["kernel_iterations"] = {
+        arm: {job: st.get("kernel_iterations") for job, st in a.ranks.items()}
+        for arm, a in (("baseline", base), ("mltcp", ml))
+        if a is not None
+    }
+    out["retransmits_by_step"] = {
+        arm: {job: st["retrans"] for job, st in a.ranks.items()}
+        for arm, a in (("baseline", base), ("mltcp", ml))
+        if a is not None
+    }
     out["ddp"] = {
-        "jobs": {j.name: {"model": j.extra["ddp"].model, "boundary": boundary or j.extra["ddp"].boundary,
-                          "pacing": j.extra["ddp"].pacing, "nic_cap": j.extra["ddp"].nic_cap,
-                          "ranks": j.extra["ddp"].ranks,
-                          "gpu_ms": j.extra["ddp"].gpu_ms, "bucket_mb": j.extra["ddp"].bucket_mb,
-                          "gradient_bytes": j.extra["ddp"].gradient_bytes()} for j in sc.jobs},
-        "cpu_gpu_s_per_step": {arm: {job: _cpu_gpu(st) for job, st in a.ranks.items()}
-                               for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}}
-    out["emulation"] = {"topology": "dumbbell", "transport": "kernel", "link_mode": "htb",
-                        "bottleneck": link_params_of(sc.links[sc.jobs[0].path[0]], sc.mss).__dict__,
-                        "jobs": len(sc.jobs), "iterations": max(j.iterations for j in sc.jobs)}
+        "jobs": {
+            j.name: {
+                "model": j.extra["ddp"].model,
+                "boundary": boundary or j.extra["ddp"].boundary,
+                "pacing": j.extra["ddp"].pacing,
+                "nic_cap": j.extra["ddp"].nic_cap,
+                "ranks": j.extra["ddp"].ranks,
+                "gpu_ms": j.extra["ddp"].gpu_ms,
+                "bucket_mb": j.extra["ddp"].bucket_mb,
+                "gradient_bytes": j.extra["ddp"].gradient_bytes(),
+            }
+            for j in sc.jobs
+        },
+        "cpu_gpu_s_per_step": {
+            arm: {job: _cpu_gpu(st) for job, st in a.ranks.items()}
+            for arm, a in (("baseline", base), ("mltcp", ml))
+            if a is not None
+        },
+    }
+    out["emulation"] = {
+        "topology": "dumbbell",
+        "transport": "kernel",
+        "link_mode": "htb",
+        "bottleneck": link_params_of(sc.links[sc.jobs[0].path[0]], sc.mss).__dict__,
+        "jobs": len(sc.jobs),
+        "iterations": max(j.iterations for j in sc.jobs),
+    }
     out["sim_vs_emu"] = None
     return out
 
@@ -251,5 +362,7 @@ def run_ddp_experiment(sc, cc: str = "reno", compare_mltcp: bool = False, bounda
 def _cpu_gpu(st: dict) -> dict:
     cpu = [x for v in st["cpu_s"].values() for x in v[1:]]
     gpu = [x for v in st["gpu_s"].values() for x in v[1:]]
-    return {"cpu_s": round(sum(cpu) / len(cpu), 4) if cpu else None,
-            "gpu_s": round(sum(gpu) / len(gpu), 4) if gpu else None}
+    return {
+        "cpu_s": round(sum(cpu) / len(cpu), 4) if cpu else None,
+        "gpu_s": round(sum(gpu) / len(gpu), 4) if gpu else None,
+    }

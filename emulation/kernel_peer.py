@@ -12,6 +12,7 @@ bytes, the receiver's 16-byte answer once it holds them all, which ends the iter
 Every record is one JSON line on stdout; times are seconds since ``--t0`` (a wall-clock epoch
 shared by all peers of a run). The congestion control is set per socket with TCP_CONGESTION.
 """
+
 from __future__ import annotations
 
 import socket
@@ -20,8 +21,13 @@ import time
 import typer
 
 from mltcp.traffic.kernel.maps import MapsError
-from mltcp.traffic.kernel.transport import (KernelTransport, TransportError, pacing_rate_for_link, serve_iterations,
-                                            tcp_info)
+from mltcp.traffic.kernel.transport import (
+    KernelTransport,
+    TransportError,
+    pacing_rate_for_link,
+    serve_iterations,
+    tcp_info,
+)
 
 from .peer_io import emit as _emit
 from .peer_io import RUN_OPT, SPEC_OPT, T0_OPT, read_send_doc, run_iterations, start_at
@@ -34,10 +40,12 @@ app = typer.Typer(add_completion=False, help="Kernel-TCP job peer (runs inside e
 
 
 @app.command()
-def recv(port: int = typer.Option(..., help="TCP port to listen on"),
-         t0: float = T0_OPT,
-         bulk: bool = typer.Option(False, help="count bytes until EOF and report goodput"),
-         run: str = RUN_OPT):
+def recv(
+    port: int = typer.Option(..., help="TCP port to listen on"),
+    t0: float = T0_OPT,
+    bulk: bool = typer.Option(False, help="count bytes until EOF and report goodput"),
+    run: str = RUN_OPT,
+):
     """Accept one connection; answer each iteration (or count bulk bytes) until the peer closes."""
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -81,8 +89,7 @@ def _connect(host: str, port: int, cc: str, mark: bool, timeout_s: float, pacing
 
 
 @app.command()
-def send(spec: str = SPEC_OPT,
-         run: str = RUN_OPT):
+def send(spec: str = SPEC_OPT, run: str = RUN_OPT):
     """Connect to the receiver and run the job's iterations (or a bulk transfer)."""
     job, o = read_send_doc(spec, "kernel_peer", KERNEL_FIELDS)
     cc, nic = o["cc"], o["nic_rate_mbps"]
@@ -96,9 +103,16 @@ def send(spec: str = SPEC_OPT,
             while time.time() < end_at:
                 sent += tr.sock.send(payload)
             tr.sock.shutdown(socket.SHUT_WR)
-            tr.sock.recv(1)   # wait for the receiver's close so everything was delivered
-            _emit({"type": "summary", "job": job.label, "cc": cc, "bytes": sent,
-                   "retrans": tcp_info(tr.sock)["total_retrans"]})
+            tr.sock.recv(1)  # wait for the receiver's close so everything was delivered
+            _emit(
+                {
+                    "type": "summary",
+                    "job": job.label,
+                    "cc": cc,
+                    "bytes": sent,
+                    "retrans": tcp_info(tr.sock)["total_retrans"],
+                }
+            )
             return
         try:
             run_iterations(tr, job, o["t0"])
@@ -106,7 +120,7 @@ def send(spec: str = SPEC_OPT,
             raise SystemExit(f"kernel_peer send: {e}") from None
         _emit({"type": "summary", "job": job.label, "cc": cc, "retrans": tcp_info(tr.sock)["total_retrans"]})
     finally:
-        tr.close()   # half-close, wait for the receiver's end: everything was delivered
+        tr.close()  # half-close, wait for the receiver's end: everything was delivered
 
 
 if __name__ == "__main__":

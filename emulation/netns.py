@@ -8,6 +8,7 @@ still alive, or a child process we started still alive.
 
 Nothing here calls ``mn -c`` (it kills by name and would hit other runs).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -81,8 +82,9 @@ def tagged_pids(prefix: str) -> list[int]:
                 args = fh.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if any(a == prefix or a.startswith("mininet:" + prefix) or f"@{prefix}" in a for a in args) \
-                and pid_alive(int(d)):
+        if any(a == prefix or a.startswith("mininet:" + prefix) or f"@{prefix}" in a for a in args) and pid_alive(
+            int(d)
+        ):
             out.append(int(d))
     return out
 
@@ -196,8 +198,7 @@ class Cleanup:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
         try:
             if self.net is not None:
-                self.node_pids = [n.pid for n in self.net.hosts + self.net.switches
-                                  if getattr(n, "pid", None)]
+                self.node_pids = [n.pid for n in self.net.hosts + self.net.switches if getattr(n, "pid", None)]
             kill_pids([p.pid for p in self.procs])
             for p in self.procs:
                 with contextlib.suppress(Exception):
@@ -214,7 +215,8 @@ class Cleanup:
             delete_links(self.prefix)
             if self.remove_switch_logs:
                 import glob
-                for f in glob.glob(f"/tmp/mltcp-switch-{self.prefix}*"):   # logs and stats files
+
+                for f in glob.glob(f"/tmp/mltcp-switch-{self.prefix}*"):  # logs and stats files
                     with contextlib.suppress(OSError):
                         os.unlink(f)
         finally:
@@ -225,7 +227,7 @@ class Cleanup:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
-            self.remove_switch_logs = True   # nobody will read them
+            self.remove_switch_logs = True  # nobody will read them
         self.run()
 
 

@@ -4,17 +4,26 @@
 of the emulation; the software switch (:mod:`mltcp.emulation.softswitch`) and BMv2
 (:mod:`mltcp.emulation.bmv2`) build on it; this module sits above all three (no import cycle).
 """
+
 from __future__ import annotations
 
 from mininet.net import Mininet
 
-from .topologies import (LINK_MODES, EmuTopo, ShapedLink, TopologyError, configure_routing, disable_offloads,
-                         qdisc_available)
+from .topologies import (
+    LINK_MODES,
+    EmuTopo,
+    ShapedLink,
+    TopologyError,
+    configure_routing,
+    disable_offloads,
+    qdisc_available,
+)
 
 
 def software_switch_class():
     """The project's P4 software switch as a Mininet Switch class, or None if not importable."""
     from .softswitch import switch_class
+
     return switch_class()
 
 
@@ -25,6 +34,7 @@ def switch_class_for(mode: str, log_dir=None, pcap: bool = False):
         return software_switch_class()
     if mode == "bmv2":
         from . import bmv2
+
         return bmv2.switch_class(log_dir, pcap)
     return None
 
@@ -48,23 +58,31 @@ def resolve_link_mode(mode: str, topology: str | None = None, ecn: bool = False)
     if mode not in LINK_MODES:
         raise TopologyError(f"unknown link mode {mode!r}; choose from {', '.join(LINK_MODES)}")
     if mode == "auto":
-        if ((topology in (None, "dumbbell") or ecn) and software_switch_class() is not None
-                and _controlplane_available()):
+        if (
+            (topology in (None, "dumbbell") or ecn)
+            and software_switch_class() is not None
+            and _controlplane_available()
+        ):
             return "switch"
         return "htb"
     if mode == "switch" and (software_switch_class() is None or not _controlplane_available()):
-        raise TopologyError("link mode 'switch' needs the software switch (mltcp.emulation.switch) "
-                            "and the control plane (mltcp.controlplane), which are not importable")
+        raise TopologyError(
+            "link mode 'switch' needs the software switch (mltcp.emulation.switch) "
+            "and the control plane (mltcp.controlplane), which are not importable"
+        )
     if mode == "bmv2":
         from mltcp import tools
+
         why = tools.why_missing("p4c-bm2-ss", "simple_switch_grpc", "simple_switch_CLI")
         if why or not _controlplane_available():
             raise TopologyError(f"link mode 'bmv2' needs p4c and BMv2: {why or 'mltcp.controlplane not importable'}")
     if mode == "linux-tc":
         missing = [k for k in ("netem", "red") if not qdisc_available(k)]
         if missing:
-            raise TopologyError(f"link mode 'linux-tc' needs qdisc(s) {', '.join(missing)}, which this "
-                                "kernel lacks; use --link-mode htb (rate + buffer only) or switch")
+            raise TopologyError(
+                f"link mode 'linux-tc' needs qdisc(s) {', '.join(missing)}, which this "
+                "kernel lacks; use --link-mode htb (rate + buffer only) or switch"
+            )
     return mode
 
 
@@ -77,15 +95,15 @@ def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
     if mode not in LINK_MODES[1:]:
         raise TopologyError(f"build_network: link mode must be one of {', '.join(LINK_MODES[1:])}, got {mode!r}")
     topo.set_shaper(mode)
-    net = Mininet(topo=None, controller=None, link=ShapedLink, build=False, autoSetMacs=False,
-                  waitConnected=False)
+    net = Mininet(topo=None, controller=None, link=ShapedLink, build=False, autoSetMacs=False, waitConnected=False)
     cleanup.net = net
     net.topo = topo
     net.build()
     net.start()
     disable_offloads(net)
-    if mode in ("switch", "bmv2"):   # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
+    if mode in ("switch", "bmv2"):  # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
         from .softswitch import set_host_arp
+
         set_host_arp(net, topo)
         return net
     configure_routing(net, topo)

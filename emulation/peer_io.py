@@ -1,6 +1,7 @@
 """What the job peers inside emulated hosts share: the sender's job document (one JSON object,
 :func:`read_send_doc`), JSON lines to the runner, the run's start epoch, and the iteration loop
 (:func:`mltcp.traffic.driver.run_job`, with the scenario's compute jitter and stragglers)."""
+
 from __future__ import annotations
 
 import json
@@ -14,19 +15,21 @@ import typer
 from mltcp.traffic.driver import JobSpec, run_job
 
 # The command-line options both peers (kernel_peer, udp_peer) take.
-SPEC_OPT = typer.Option("-", "--spec", help="the job document (JSON, read_send_doc): a file, or - for one line of stdin")
+SPEC_OPT = typer.Option(
+    "-", "--spec", help="the job document (JSON, read_send_doc): a file, or - for one line of stdin"
+)
 T0_OPT = typer.Option(0.0, "--t0", help="epoch the run's times are relative to")
 RUN_OPT = typer.Option("", "--run", help="run tag (only marks the process as part of a run)")
 
 # The fields every sender document has (type, default; no default: required). A peer adds its own.
 SEND_FIELDS: dict[str, tuple[type | tuple, object]] = {
-    "spec": (dict, ...),                  # mltcp.traffic.driver.JobSpec.to_dict()
-    "host": (str, ...),                   # the receiver's address
+    "spec": (dict, ...),  # mltcp.traffic.driver.JobSpec.to_dict()
+    "host": (str, ...),  # the receiver's address
     "port": (int, ...),
     "cc": (str, "reno"),
-    "t0": ((int, float), 0.0),            # epoch of the run (< 0: read it from stdin after a ready line)
+    "t0": ((int, float), 0.0),  # epoch of the run (< 0: read it from stdin after a ready line)
     "nic_rate_mbps": ((int, float), 0.0),  # pace like a NIC of this rate (0: unpaced)
-    "bulk_s": ((int, float), 0.0),        # bulk mode: send for this many seconds instead of iterating
+    "bulk_s": ((int, float), 0.0),  # bulk mode: send for this many seconds instead of iterating
 }
 
 
@@ -106,7 +109,8 @@ def run_iterations(transport, spec: JobSpec, t0: float) -> None:
     """The job's compute/communicate loop over ``transport`` (anything with ``send_iteration``),
     from the run's epoch (:func:`sync_t0` of ``t0``) plus the job's start offset; one ``iter`` JSON
     line per iteration, times in seconds since that epoch."""
+
     def out(r):
-        emit({"type": "iter", **asdict(r)})   # the runner reads it back with IterationRecord.from_dict
+        emit({"type": "iter", **asdict(r)})  # the runner reads it back with IterationRecord.from_dict
 
     run_job(spec, transport, spec.job.iterations, clock=time.time, epoch=sync_t0(t0), on_record=out)

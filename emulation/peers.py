@@ -1,6 +1,7 @@
 """The job peers inside the emulated hosts, seen from the runner: their command lines, the kernel
 settings they need (TCP_CONGESTION name, per-route minimum RTO), and their supervision (one
 :class:`Peer` per subprocess, its stdout JSON lines on a shared queue, a common start epoch)."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ def peer_commands(job: JobPlan, transport: str, run: str = "", t0: float = 0.0) 
     if transport not in PEER_MODULES:
         raise EmulationError(f"unknown transport {transport!r}; choose from {', '.join(TRANSPORTS)}")
     if transport == "udp" and not udp_available():
-        raise EmulationError("--transport udp needs the userspace transport (mltcp.traffic.transport), "
-                             "which is not importable in this checkout")
+        raise EmulationError(
+            "--transport udp needs the userspace transport (mltcp.traffic.transport), "
+            "which is not importable in this checkout"
+        )
     m = [sys.executable, "-m", PEER_MODULES[transport]]
     tag = ["--run", run] if run else []
     return [*m, "recv", *tag, "--port", str(job.port), "--t0", repr(t0)], [*m, "send", *tag, "--spec", "-"]
@@ -59,6 +62,7 @@ def udp_hook_params(hook: dict, cc: str) -> dict:
     """The scenario's ``[mltcp]`` settings that ``cc``'s MLTCP variant takes on the userspace
     transport (F's shape, the decrease, history, DCQCN's ``dcqcn_f_*``); {} for a base algorithm."""
     from mltcp.cc import ALGORITHMS
+
     if not cc.startswith("mltcp-") or cc not in ALGORITHMS:
         return {}
     known = ALGORITHMS[cc].params
@@ -69,6 +73,7 @@ def udp_available() -> bool:
     """Whether the userspace MLTCP transport (mltcp.traffic.transport) can be imported: False when
     a third-party module it needs is missing; an error in the package itself is raised, not hidden."""
     import importlib
+
     try:
         importlib.import_module("mltcp.traffic.transport.transport")
         importlib.import_module("mltcp.traffic.transport.receiver")
@@ -84,7 +89,8 @@ def kernel_cc_name(cc: str, mltcp: bool) -> str:
     if not mltcp:
         if cc == "dctcp":
             from mltcp.traffic.kernel.base_cc import kernel_name
-            return kernel_name(cc)      # registered by the arm that runs it (run_arm)
+
+            return kernel_name(cc)  # registered by the arm that runs it (run_arm)
         if cc not in ("reno", "cubic"):
             raise EmulationError(f"kernel transport supports --cc reno, cubic or dctcp, not {cc}")
         return cc
@@ -94,8 +100,10 @@ def kernel_cc_name(cc: str, mltcp: bool) -> str:
     for name in (f"mltcp_{cc}", f"bpf_mltcp_{cc}"):
         if name in avail:
             return name
-    raise EmulationError(f"kernel MLTCP-{cc} is not registered (tcp_available_congestion_control: "
-                         f"{' '.join(avail)}); load the BPF congestion control from traffic/kernel first")
+    raise EmulationError(
+        f"kernel MLTCP-{cc} is not registered (tcp_available_congestion_control: "
+        f"{' '.join(avail)}); load the BPF congestion control from traffic/kernel first"
+    )
 
 
 _ROUTE_FLAGS = {"linkdown", "dead", "offload", "trap", "offload_failed", "rt_offload", "rt_trap"}
@@ -110,9 +118,9 @@ def route_rto_commands(route_lines: str, min_rto_s: float) -> list[str]:
         toks = [t for t in line.split() if t not in _ROUTE_FLAGS]
         if not toks or toks[0] in ("broadcast", "local", "multicast", "unreachable", "blackhole", "prohibit"):
             continue
-        if "rto_min" in toks:                      # replace an existing value
+        if "rto_min" in toks:  # replace an existing value
             i = toks.index("rto_min")
-            del toks[i:i + 2]
+            del toks[i : i + 2]
         out.append("ip route change " + " ".join(toks) + f" rto_min {max(1, round(min_rto_s * 1e3))}ms")
     return out
 
@@ -130,12 +138,16 @@ class Peer:
     """A subprocess in a host whose stdout JSON lines are pushed onto a shared queue; ``doc`` (a
     sender's job document, :func:`sender_doc`) goes to its stdin as one line first."""
 
-    def __init__(self, node, argv: list[str], tag: str, q: queue.Queue, cleanup: netns.Cleanup,
-                 doc: dict | None = None):
+    def __init__(
+        self, node, argv: list[str], tag: str, q: queue.Queue, cleanup: netns.Cleanup, doc: dict | None = None
+    ):
         self.tag = tag
-        self.proc = cleanup.add_proc(node.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, text=True, bufsize=1))
-        if doc is not None:   # the sender's job document: one line on its stdin
+        self.proc = cleanup.add_proc(
+            node.popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+            )
+        )
+        if doc is not None:  # the sender's job document: one line on its stdin
             self.proc.stdin.write(json.dumps(doc) + "\n")
             self.proc.stdin.flush()
         self.err: list[str] = []
@@ -183,8 +195,9 @@ def start_together(senders: dict, q: queue.Queue, timeout_s: float, lead_s: floa
     Messages other than ready that arrive meanwhile go back on the queue."""
     waiting = {p.tag for p in senders.values()}
     held = []
-    incoming = messages(q, timeout_s, lambda: f"peers not ready after {timeout_s:.0f} s: {', '.join(sorted(waiting))}",
-                        poll_s=0.5)
+    incoming = messages(
+        q, timeout_s, lambda: f"peers not ready after {timeout_s:.0f} s: {', '.join(sorted(waiting))}", poll_s=0.5
+    )
     for tag, msg in incoming if waiting else ():
         if msg["type"] == "ready":
             waiting.discard(tag)
@@ -193,8 +206,7 @@ def start_together(senders: dict, q: queue.Queue, timeout_s: float, lead_s: floa
         elif msg["type"] == "eof" and tag in waiting:
             p = next(p for p in senders.values() if p.tag == tag)
             p.proc.wait(timeout=5)
-            raise EmulationError(f"{tag} exited {p.proc.returncode} before it was ready: "
-                                 f"{' | '.join(p.err[-3:])}")
+            raise EmulationError(f"{tag} exited {p.proc.returncode} before it was ready: {' | '.join(p.err[-3:])}")
         else:
             held.append((tag, msg))
     for item in held:

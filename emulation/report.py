@@ -1,6 +1,7 @@
 """The emulation's report: per arm the simulator's keys (:func:`mltcp.compare.side`) plus what only
 the emulation measures (retransmissions, wall time, the senders' counters and RTTs), and the
 emulated/simulated ratio of each job's average iteration time."""
+
 from __future__ import annotations
 
 from mltcp import compare, metrics
@@ -8,6 +9,7 @@ from mltcp.records import IterationRecord
 
 from .arm import ArmResult
 from .topologies import LinkParams
+
 
 def arm_summary(arm: ArmResult, sc) -> dict:
     """The simulator's per-arm keys (mltcp.compare.side) plus what only the emulation measures.
@@ -21,13 +23,14 @@ def arm_summary(arm: ArmResult, sc) -> dict:
     paused = sum(f.get("paused_s", 0.0) for flows in (arm.peer_stats or {}).values() for f in flows)
     d = compare.side(sc, arm.cc, arm.records, arm.drops, arm.ecn_marks or 0, pfc_pause_s=paused)
     if arm.ecn_marks is None:
-        d["ecn_marks"] = None          # this link mode cannot mark: not "zero marks"
-    d.update(retransmissions=sum(arm.retrans.values()), retransmissions_per_job=arm.retrans,
-             wall_s=round(arm.wall_s, 2))
+        d["ecn_marks"] = None  # this link mode cannot mark: not "zero marks"
+    d.update(
+        retransmissions=sum(arm.retrans.values()), retransmissions_per_job=arm.retrans, wall_s=round(arm.wall_s, 2)
+    )
     if arm.peer_stats:
         d["sender_stats"] = arm.peer_stats
     if arm.stamp_stats:
-        d["stamp_stats"] = arm.stamp_stats   # the MLTCP IPv4 option on kernel TCP (stamp.bpf.c)
+        d["stamp_stats"] = arm.stamp_stats  # the MLTCP IPv4 option on kernel TCP (stamp.bpf.c)
     return d
 
 
@@ -35,6 +38,7 @@ def sim_vs_emu(sc, cc_name: str, emu_records: list[IterationRecord]) -> dict | N
     """Per-job ratio emulated/simulated average iteration time (simulator run in-process on the
     same, possibly rescaled, scenario)."""
     from mltcp.sim.engine import simulate
+
     try:
         res = simulate(sc, cc_name)
     except Exception as e:  # the simulator's failure must not lose a finished emulation
@@ -63,13 +67,17 @@ def regime_notes(link: LinkParams, mss: int, scenario_rtt_ms: float, host_rtt_ms
     if link.buffer_bytes is not None:
         buf = max(1, round(link.buffer_bytes / 1500))
         if k >= buf:
-            notes.append(f"ECN threshold {k} packets >= drop-tail buffer {buf} packets: the switch drops "
-                         "before it marks (raise --buffer-kb, or use --dilate instead of a plain --rate-mbps)")
+            notes.append(
+                f"ECN threshold {k} packets >= drop-tail buffer {buf} packets: the switch drops "
+                "before it marks (raise --buffer-kb, or use --dilate instead of a plain --rate-mbps)"
+            )
     bdp = lambda rtt_ms: link.rate_mbps * 1e6 / 8 * rtt_ms / 1e3 / mss
     if host_rtt_ms is not None and bdp(max(host_rtt_ms, scenario_rtt_ms)) > k >= bdp(scenario_rtt_ms):
-        notes.append(f"the hosts add {host_rtt_ms:.2f} ms per round trip: at {link.rate_mbps:g} Mb/s the "
-                     f"bandwidth-delay product is {bdp(max(host_rtt_ms, scenario_rtt_ms)):.0f} packets, above "
-                     f"the ECN threshold of {k} (the scenario's is {bdp(scenario_rtt_ms):.0f}), so a marked "
-                     "window-based sender cannot fill the link as in the simulator; a lower --rate-mbps with "
-                     "--dilate keeps the scenario's regime")
+        notes.append(
+            f"the hosts add {host_rtt_ms:.2f} ms per round trip: at {link.rate_mbps:g} Mb/s the "
+            f"bandwidth-delay product is {bdp(max(host_rtt_ms, scenario_rtt_ms)):.0f} packets, above "
+            f"the ECN threshold of {k} (the scenario's is {bdp(scenario_rtt_ms):.0f}), so a marked "
+            "window-based sender cannot fill the link as in the simulator; a lower --rate-mbps with "
+            "--dilate keeps the scenario's regime"
+        )
     return notes

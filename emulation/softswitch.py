@@ -11,6 +11,7 @@ resolved by a static ARP entry to :data:`GATEWAY_MAC`, a MAC no interface has: t
 live in the root namespace, and a frame addressed to one of their own MACs would also be taken up
 by the root namespace's IP stack.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ import zlib
 from .topologies import LinkParams, TopologyError, peer_intf, run_checked
 
 
-GATEWAY_MAC = "02:4d:4c:54:43:fe"   # locally administered; "MLTC" + fe
+GATEWAY_MAC = "02:4d:4c:54:43:fe"  # locally administered; "MLTC" + fe
 
 
 def switch_class():
@@ -56,8 +57,9 @@ def switch_class():
 
 def _linked_ports(sw):
     """(intf, port) of ``sw``'s ports that have a link."""
-    return [(intf, port) for intf, port in sw.ports.items()
-            if intf.name != "lo" and getattr(intf, "link", None) is not None]
+    return [
+        (intf, port) for intf, port in sw.ports.items() if intf.name != "lo" and getattr(intf, "link", None) is not None
+    ]
 
 
 def port_params(intf) -> LinkParams | None:
@@ -93,7 +95,7 @@ def port_spec(p: LinkParams) -> str:
     if p.delay_ms > 0:
         parts.append(f"delay={p.delay_ms:g}ms")
     if p.buffer_bytes is not None:
-        parts.append(f"buffer={max(1, p.buffer_bytes // 1500)}")     # whole packets, as max_queue_size
+        parts.append(f"buffer={max(1, p.buffer_bytes // 1500)}")  # whole packets, as max_queue_size
     return ",".join(parts)
 
 
@@ -120,7 +122,7 @@ def switch_tables(topo, sw) -> dict:
         if p is not None and p.ecn_threshold_pkts:
             ecn.append([port, p.ecn_threshold_pkts])
     out = {"grpc": sw.grpc_address, "device_id": sw.device_id, "routes": routes, "ecn": ecn}
-    pol = getattr(topo, "switch_policy", None)     # in-network MLTCP (docs/in-network.md)
+    pol = getattr(topo, "switch_policy", None)  # in-network MLTCP (docs/in-network.md)
     if pol is not None and pol.active:
         ports = ecn if pol.name == "ecn-by-progress" else [[port, None] for _, port, _ in routes]
         out["progress"] = {"policy": policy_spec(pol), "ports": sorted({tuple(p) for p in ports})}
@@ -131,7 +133,7 @@ def policy_spec(pol) -> dict:
     """A switch policy as JSON for the switch's programming step: its ``[switch]`` fields, which
     :func:`mltcp.progress_policy.from_table` reads back (``links`` is the simulator's only)."""
     table = {"name": pol.name, "bands": pol.bands, "ecn_scale_lo": pol.ecn_scale_lo, "ecn_scale_hi": pol.ecn_scale_hi}
-    if pol.name == "priority-by-progress":     # what its band queues mark, and how deep they are
+    if pol.name == "priority-by-progress":  # what its band queues mark, and how deep they are
         table.update(priority_ecn=pol.priority_ecn, priority_buffer=pol.priority_buffer, priority_pin=pol.priority_pin)
     if pol.name == "ecn-by-progress" and pol.contest_window_us:
         table["contest_window_us"] = pol.contest_window_us
@@ -145,8 +147,21 @@ def set_host_arp(net, topo) -> None:
         net.staticArp()
         return
     for h in net.hosts:
-        run_checked(h, ["ip", "neigh", "replace", topo.host_gw[h.name], "lladdr", GATEWAY_MAC,
-                 "dev", h.defaultIntf().name, "nud", "permanent"])
+        run_checked(
+            h,
+            [
+                "ip",
+                "neigh",
+                "replace",
+                topo.host_gw[h.name],
+                "lladdr",
+                GATEWAY_MAC,
+                "dev",
+                h.defaultIntf().name,
+                "nud",
+                "permanent",
+            ],
+        )
 
 
 def program_switch(spec: dict, name: str | None = None, timeout_s: float = 120.0) -> None:
@@ -155,10 +170,12 @@ def program_switch(spec: dict, name: str | None = None, timeout_s: float = 120.0
     # here, not at the top: the control plane's packages are only needed in link mode `switch`
     from mltcp.controlplane.client import ControlPlaneError, connect
     from mltcp.controlplane.topology import Route
+
     name = name or spec["grpc"]
     try:
-        with connect(spec["grpc"], device_id=spec["device_id"], name=name, timeout=timeout_s,
-                     retry_timeout=timeout_s) as conn:
+        with connect(
+            spec["grpc"], device_id=spec["device_id"], name=name, timeout=timeout_s, retry_timeout=timeout_s
+        ) as conn:
             conn.push_pipeline()
             conn.install_routes([Route(p, int(port), mac) for p, port, mac in spec["routes"]])
             for port, k in spec["ecn"]:
@@ -175,6 +192,7 @@ def apply_progress_policy(conn, spec: dict) -> None:
     if not pr:
         return
     from mltcp.progress_policy import from_table
+
     t = dict(pr["policy"])
     pol = from_table(t.pop("name"), t)
     for port, k in pr["ports"]:

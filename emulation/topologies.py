@@ -26,6 +26,7 @@ Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
 * ``bmv2`` – BMv2 ``simple_switch_grpc`` running p4c-compiled mltcp.p4 in place of mltcp-switch
   (mltcp.emulation.bmv2): rate and depth of each egress queue, queue-depth ECN; no delay.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,11 +55,11 @@ LINK_MODES = ("auto", "htb", "linux-tc", "switch", "bmv2")
 class LinkParams:
     """Parameters of one (bottleneck) link, both directions."""
 
-    rate_mbps: float | None = None       # None: unshaped
-    delay_ms: float = 0.0                # one-way
-    buffer_bytes: int | None = None      # drop-tail limit; None: qdisc default
+    rate_mbps: float | None = None  # None: unshaped
+    delay_ms: float = 0.0  # one-way
+    buffer_bytes: int | None = None  # drop-tail limit; None: qdisc default
     ecn_threshold_pkts: int | None = None  # mark CE at this queue depth; None: no marking
-    burst_bytes: int | None = None       # htb burst; None: 4 ms of the rate (>= 15 kB); 0: tc's own (one MTU)
+    burst_bytes: int | None = None  # htb burst; None: 4 ms of the rate (>= 15 kB); 0: tc's own (one MTU)
 
     def validate(self, where: str = "link") -> "LinkParams":
         if self.rate_mbps is not None and not (0 < self.rate_mbps <= 10_000):
@@ -94,8 +95,9 @@ class LinkParams:
         return opts
 
     @classmethod
-    def from_link_opts(cls, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, buffer_bytes=None,
-                       burst=None) -> "LinkParams":
+    def from_link_opts(
+        cls, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, buffer_bytes=None, burst=None
+    ) -> "LinkParams":
         """The inverse of :meth:`link_opts` (``delay`` as "2ms", "500us" or a number of ms;
         ``buffer_bytes``, when given, before ``max_queue_size``)."""
         d = 0.0
@@ -103,16 +105,19 @@ class LinkParams:
             txt = str(delay).strip()
             for unit, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1e3)):
                 if txt.endswith(unit):
-                    d = float(txt[:-len(unit)]) * scale
+                    d = float(txt[: -len(unit)]) * scale
                     break
             else:
                 d = float(txt)
         if buffer_bytes is None and max_queue_size is not None:
             buffer_bytes = int(max_queue_size) * 1500
-        return cls(rate_mbps=None if bw is None else float(bw), delay_ms=d,
-                   buffer_bytes=None if buffer_bytes is None else int(buffer_bytes),
-                   ecn_threshold_pkts=None if ecn_threshold is None else int(ecn_threshold),
-                   burst_bytes=None if burst is None else int(burst)).validate("link options")
+        return cls(
+            rate_mbps=None if bw is None else float(bw),
+            delay_ms=d,
+            buffer_bytes=None if buffer_bytes is None else int(buffer_bytes),
+            ecn_threshold_pkts=None if ecn_threshold is None else int(ecn_threshold),
+            burst_bytes=None if burst is None else int(burst),
+        ).validate("link options")
 
 
 class Router(Switch):
@@ -126,9 +131,12 @@ class Router(Switch):
         return dpid or "0" * 16
 
     def start(self, _controllers):
-        for key, val in (("net.ipv4.ip_forward", 1), ("net.ipv4.conf.all.rp_filter", 0),
-                         ("net.ipv4.conf.default.rp_filter", 0),
-                         ("net.ipv4.fib_multipath_hash_policy", 1)):
+        for key, val in (
+            ("net.ipv4.ip_forward", 1),
+            ("net.ipv4.conf.all.rp_filter", 0),
+            ("net.ipv4.conf.default.rp_filter", 0),
+            ("net.ipv4.fib_multipath_hash_policy", 1),
+        ):
             self.cmd(f"sysctl -qw {key}={val}")
         for intf in self.intfList():
             if intf.name != "lo":
@@ -166,10 +174,10 @@ class EmuTopo(Topo):
         self.link_params: dict[frozenset, LinkParams] = {}
         self.bottlenecks: list[tuple[str, str]] = []
         self.job_pairs: list[tuple[str, str]] = []
-        self.host_ip: dict[str, str] = {}          # name -> "a.b.c.d/len"
-        self.host_router: dict[str, str] = {}      # routed topologies: host -> its router
-        self.host_gw: dict[str, str] = {}          # routed topologies: host -> its gateway address
-        self.host_mac: dict[str, str] = {}         # fixed, so a P4 switch can program itself in start()
+        self.host_ip: dict[str, str] = {}  # name -> "a.b.c.d/len"
+        self.host_router: dict[str, str] = {}  # routed topologies: host -> its router
+        self.host_gw: dict[str, str] = {}  # routed topologies: host -> its gateway address
+        self.host_mac: dict[str, str] = {}  # fixed, so a P4 switch can program itself in start()
         self.switch_cls = switch_cls or (_PrefixBridge if self.layer2 else Router)
         self.make(**kw)
 
@@ -267,8 +275,14 @@ class Dumbbell(EmuTopo):
 
     layer2 = True
 
-    def make(self, n: int = 2, bottleneck: LinkParams = LinkParams(), access: LinkParams | None = None,
-             rx_bridge: bool = False, delay_node=None):
+    def make(
+        self,
+        n: int = 2,
+        bottleneck: LinkParams = LinkParams(),
+        access: LinkParams | None = None,
+        rx_bridge: bool = False,
+        delay_node=None,
+    ):
         """``rx_bridge``: s2 is a kernel bridge whatever ``switch_cls`` is, so a userspace switch
         runs once (s1) instead of twice. s1's egress towards s2 is the bottleneck (rate, buffer,
         delay); its egress towards each sender carries the bottleneck's delay for the return
@@ -340,8 +354,14 @@ class Ring3(_Routed):
 class LeafSpine(_Routed):
     """2 spines p1, p2; 2 leaves l1, l2 with `hosts_per_leaf` hosts; jobs cross from l1 to l2."""
 
-    def make(self, hosts_per_leaf: int = 2, bottleneck: LinkParams = LinkParams(),
-             access: LinkParams | None = None, spines: int = 2, leaves: int = 2):
+    def make(
+        self,
+        hosts_per_leaf: int = 2,
+        bottleneck: LinkParams = LinkParams(),
+        access: LinkParams | None = None,
+        spines: int = 2,
+        leaves: int = 2,
+    ):
         if not 1 <= hosts_per_leaf <= 20:
             raise TopologyError(f"leafspine: hosts_per_leaf must be 1..20, got {hosts_per_leaf}")
         sp = [self.add_sw(f"p{i}") for i in range(1, spines + 1)]
@@ -349,35 +369,39 @@ class LeafSpine(_Routed):
         for leaf in lf:
             for spine in sp:
                 self.add_link(leaf, spine, bottleneck, bottleneck=True)
-        hosts = {leaf: [self.attach_host(leaf, li + 1, hi, f"h{li + 1}{hi}", access)
-                        for hi in range(1, hosts_per_leaf + 1)] for li, leaf in enumerate(lf)}
+        hosts = {
+            leaf: [self.attach_host(leaf, li + 1, hi, f"h{li + 1}{hi}", access) for hi in range(1, hosts_per_leaf + 1)]
+            for li, leaf in enumerate(lf)
+        }
         self.job_pairs = list(zip(hosts[lf[0]], hosts[lf[1]]))
 
 
 TOPOLOGIES = {"dumbbell": Dumbbell, "ring": Ring3, "leafspine": LeafSpine}
 
 
-def make_topology(kind: str, prefix: str, bottleneck: LinkParams, n_jobs: int = 2,
-                  switch_cls=None, rx_bridge: bool | None = None) -> EmuTopo:
+def make_topology(
+    kind: str, prefix: str, bottleneck: LinkParams, n_jobs: int = 2, switch_cls=None, rx_bridge: bool | None = None
+) -> EmuTopo:
     """A topology by name with enough job endpoints for ``n_jobs``. With a userspace switch class
     the dumbbell's receiver side is a kernel bridge (``rx_bridge``, default on): one switch
     process instead of two on the data path."""
     if kind == "dumbbell":
         if rx_bridge is None:
             rx_bridge = switch_cls is not None
-        return Dumbbell(prefix=prefix, switch_cls=switch_cls, n=max(1, n_jobs), bottleneck=bottleneck,
-                        rx_bridge=rx_bridge)
+        return Dumbbell(
+            prefix=prefix, switch_cls=switch_cls, n=max(1, n_jobs), bottleneck=bottleneck, rx_bridge=rx_bridge
+        )
     if kind == "ring":
         if n_jobs > 3:
             raise TopologyError(f"ring topology carries 3 jobs, scenario has {n_jobs}")
         return Ring3(prefix=prefix, switch_cls=switch_cls, bottleneck=bottleneck)
     if kind == "leafspine":
-        return LeafSpine(prefix=prefix, switch_cls=switch_cls, hosts_per_leaf=max(1, n_jobs),
-                         bottleneck=bottleneck)
+        return LeafSpine(prefix=prefix, switch_cls=switch_cls, hosts_per_leaf=max(1, n_jobs), bottleneck=bottleneck)
     raise TopologyError(f"unknown topology {kind!r}; known: {', '.join(TOPOLOGIES)}")
 
 
 # --------------------------------------------------------------------------- link shaping
+
 
 def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
     """tc command lines that shape egress of ``dev`` per ``p`` in link mode ``mode`` (pure)."""
@@ -396,10 +420,34 @@ def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
         if p.ecn_threshold_pkts is not None:
             kmin = p.ecn_threshold_pkts * 1500
             limit = max(p.buffer_bytes or 0, kmin * 4)
-            cmds.append(["tc", "qdisc", "replace", "dev", dev, *parent, "handle", "6:", "red",
-                         "limit", str(limit), "min", str(kmin), "max", str(kmin + 1500),
-                         "avpkt", "1500", "burst", str(p.ecn_threshold_pkts + 1),
-                         "bandwidth", f"{p.rate_mbps or 1000}mbit", "probability", "1", "ecn"])
+            cmds.append(
+                [
+                    "tc",
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    dev,
+                    *parent,
+                    "handle",
+                    "6:",
+                    "red",
+                    "limit",
+                    str(limit),
+                    "min",
+                    str(kmin),
+                    "max",
+                    str(kmin + 1500),
+                    "avpkt",
+                    "1500",
+                    "burst",
+                    str(p.ecn_threshold_pkts + 1),
+                    "bandwidth",
+                    f"{p.rate_mbps or 1000}mbit",
+                    "probability",
+                    "1",
+                    "ecn",
+                ]
+            )
             parent = ["parent", "6:"]
         if p.delay_ms > 0 or (p.buffer_bytes is not None and p.ecn_threshold_pkts is None):
             netem = ["tc", "qdisc", "replace", "dev", dev, *parent, "handle", "10:", "netem"]
@@ -424,8 +472,17 @@ class ShapedIntf(Intf):
 
     link_params = LinkParams()
 
-    def config(self, bw=None, delay=None, max_queue_size=None, ecn_threshold=None, buffer_bytes=None, burst=None,
-               shaper=None, **params):
+    def config(
+        self,
+        bw=None,
+        delay=None,
+        max_queue_size=None,
+        ecn_threshold=None,
+        buffer_bytes=None,
+        burst=None,
+        shaper=None,
+        **params,
+    ):
         result = super().config(**params)
         p = LinkParams.from_link_opts(bw, delay, max_queue_size, ecn_threshold, buffer_bytes, burst)
         self.link_params = p
@@ -434,8 +491,11 @@ class ShapedIntf(Intf):
         if shaper is None:
             shaper = "linux-tc" if qdisc_available("netem") and qdisc_available("red") else "htb"
             if shaper == "htb" and (p.delay_ms > 0 or p.ecn_threshold_pkts is not None):
-                print(f"*** {self.name}: this kernel has no netem/red: delay and ECN not applied "
-                      "(rate and buffer are); use mltcp emulate --link-mode switch for them", file=sys.stderr)
+                print(
+                    f"*** {self.name}: this kernel has no netem/red: delay and ECN not applied "
+                    "(rate and buffer are); use mltcp emulate --link-mode switch for them",
+                    file=sys.stderr,
+                )
         for cmd in tc_commands(self.name, p, shaper):
             run_checked(self.node, cmd)
         return result
@@ -452,8 +512,9 @@ class ShapedLink(Link):
 
 # ``mn --custom emulation/topologies.py --topo dumbbell[,n,bw,delay_ms,buffer_bytes] --link shaped
 # --switch lxbr --controller none`` (names as Mininet's own TOPOS/LINKS dicts)
-def _mn_dumbbell(n: int = 2, bw: float = 100.0, delay_ms: float = 0.0, buffer_bytes: int = 150_000,
-                 prefix: str = "") -> Dumbbell:
+def _mn_dumbbell(
+    n: int = 2, bw: float = 100.0, delay_ms: float = 0.0, buffer_bytes: int = 150_000, prefix: str = ""
+) -> Dumbbell:
     return Dumbbell(prefix=prefix, n=int(n), bottleneck=LinkParams(float(bw), float(delay_ms), int(buffer_bytes)))
 
 
@@ -475,8 +536,24 @@ def features(mode: str) -> dict[str, bool]:
 
 _QDISC_PROBE = {
     "netem": ["netem", "delay", "1ms"],
-    "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1500", "burst", "30",
-            "bandwidth", "100mbit", "probability", "0.1", "ecn"],
+    "red": [
+        "red",
+        "limit",
+        "400000",
+        "min",
+        "30000",
+        "max",
+        "90000",
+        "avpkt",
+        "1500",
+        "burst",
+        "30",
+        "bandwidth",
+        "100mbit",
+        "probability",
+        "0.1",
+        "ecn",
+    ],
     "htb": ["htb", "default", "1"],
 }
 
@@ -484,12 +561,18 @@ _QDISC_PROBE = {
 def qdisc_available(kind: str) -> bool:
     """Whether the kernel accepts qdisc ``kind`` (tried as root qdisc of a throwaway veth pair)."""
     import os
+
     dev = f"mq{os.getpid() % 1000000}"
-    subprocess.run(["ip", "link", "add", dev + "a", "type", "veth", "peer", "name", dev + "b"],
-                   capture_output=True, check=False)
+    subprocess.run(
+        ["ip", "link", "add", dev + "a", "type", "veth", "peer", "name", dev + "b"], capture_output=True, check=False
+    )
     try:
-        r = subprocess.run(["tc", "qdisc", "add", "dev", dev + "a", "root", *_QDISC_PROBE.get(kind, [kind])],
-                           capture_output=True, text=True, check=False)
+        r = subprocess.run(
+            ["tc", "qdisc", "add", "dev", dev + "a", "root", *_QDISC_PROBE.get(kind, [kind])],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         return r.returncode == 0
     finally:
         subprocess.run(["ip", "link", "del", dev + "a"], capture_output=True, check=False)
@@ -516,7 +599,7 @@ def configure_routing(net: Mininet, topo: EmuTopo) -> None:
         return
     sw = set(topo.switches())
     # router <-> router links get 10.200.<i>.1/.2
-    peer_ip: dict[tuple[str, str], str] = {}   # (router, neighbour) -> neighbour's address on that link
+    peer_ip: dict[tuple[str, str], str] = {}  # (router, neighbour) -> neighbour's address on that link
     for i, link in enumerate(net.links, start=1):
         a, b = link.intf1.node, link.intf2.node
         if a.name in sw and b.name in sw:

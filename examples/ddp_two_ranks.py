@@ -6,6 +6,7 @@
 Each rank prints one JSON line per step: the loss, and the iteration's times as the hook saw them
 (start, first collective, last collective done, optimizer step; seconds since the rank started).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ import mltcp.torch
 
 
 def say(doc: dict) -> None:
-    os.write(1, (json.dumps(doc) + "\n").encode())     # one write: the two ranks' lines do not mix
+    os.write(1, (json.dumps(doc) + "\n").encode())  # one write: the two ranks' lines do not mix
 
 
 def train(rank: int, world: int, args) -> None:
@@ -31,21 +32,30 @@ def train(rank: int, world: int, args) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
     ddp = DistributedDataParallel(model, bucket_cap_mb=1)
-    hook = mltcp.torch.attach(ddp, cc=args.cc)          # <- the MLTCP line: cc per socket, marking hook
+    hook = mltcp.torch.attach(ddp, cc=args.cc)  # <- the MLTCP line: cc per socket, marking hook
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(rank)
     for _ in range(args.steps):
         x, y = torch.randn(8, 512, generator=gen), torch.randint(0, 10, (8,), generator=gen)
-        hook.begin()                                    # <- iteration starts
+        hook.begin()  # <- iteration starts
         loss = nn.functional.cross_entropy(ddp(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        t = hook.end()                                  # <- iteration ends: its times
-        say({"rank": rank, "step": t.iteration, "loss": round(loss.item(), 6), "cc": hook.cc,
-                          "start": t.start, "first_collective": t.first_collective,
-                          "last_collective_done": t.last_collective_done, "step_done": t.step_done,
-                          "buckets": t.buckets})
+        t = hook.end()  # <- iteration ends: its times
+        say(
+            {
+                "rank": rank,
+                "step": t.iteration,
+                "loss": round(loss.item(), 6),
+                "cc": hook.cc,
+                "start": t.start,
+                "first_collective": t.first_collective,
+                "last_collective_done": t.last_collective_done,
+                "step_done": t.step_done,
+                "buckets": t.buckets,
+            }
+        )
     dist.barrier()
     dist.destroy_process_group()
 

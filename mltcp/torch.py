@@ -13,6 +13,7 @@ MLTCP's mark map, so the kernel starts a new iteration exactly when the framewor
 and ``end`` around an iteration are optional: without them nothing is recorded or marked, and the
 hook all-reduces as DDP's default does.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,6 +32,7 @@ def marks_only(config=None):
     import dataclasses
 
     from mltcp.traffic.kernel.maps import Config
+
     return dataclasses.replace(config or Config(), min_idle=MARK_ONLY_MIN_IDLE_S)
 
 
@@ -44,11 +46,13 @@ def _mark_ports(variant: str, ports: list[int]):
     def mark() -> None:
         for p in ports:
             maps.mark_iteration_start(p, [variant])
+
     return mark
 
 
-def set_connections_cc(cc: str, exclude_ports: set[int], pacing_mbit: float | None = None,
-                       config=None) -> tuple[str, list[sockets.Conn]]:
+def set_connections_cc(
+    cc: str, exclude_ports: set[int], pacing_mbit: float | None = None, config=None
+) -> tuple[str, list[sockets.Conn]]:
     """Put this process's TCP connections (but the store's) on ``cc``, paced at ``pacing_mbit``
     if given, with MLTCP settings ``config`` (a mltcp.traffic.kernel.maps.Config, written for each
     connection's local port before the socket switches, so its init reads it); returns the
@@ -57,14 +61,19 @@ def set_connections_cc(cc: str, exclude_ports: set[int], pacing_mbit: float | No
     name = sockets.kernel_name(cc, avail)
     if name is None:
         how = ("sudo mltcp kernel load -v " + cc) if cc in MLTCP_VARIANTS else f"sudo modprobe tcp_{cc}"
-        raise AttachError(f"congestion control {cc!r} is not registered in this network namespace "
-                          f"(available: {' '.join(avail)}); run: {how}")
+        raise AttachError(
+            f"congestion control {cc!r} is not registered in this network namespace "
+            f"(available: {' '.join(avail)}); run: {how}"
+        )
     conns = sockets.own_connections(exclude_ports)
     if not conns:
-        raise AttachError("no established TCP connections in this process: call attach() after "
-                          "init_process_group(backend='gloo') and building DistributedDataParallel")
+        raise AttachError(
+            "no established TCP connections in this process: call attach() after "
+            "init_process_group(backend='gloo') and building DistributedDataParallel"
+        )
     if config is not None and name.removeprefix("bpf_") in MLTCP_VARIANTS:
         from mltcp.traffic.kernel.maps import _cached
+
         vm = _cached(name.removeprefix("bpf_"))
         for c in conns:
             vm.write_config(config, port=c.local_port)
@@ -73,19 +82,28 @@ def set_connections_cc(cc: str, exclude_ports: set[int], pacing_mbit: float | No
             sockets.set_pacing(c.fd, pacing_mbit)
         if sockets.get_cc(c.fd) == name and config is None:
             continue
-        if config is not None and sockets.get_cc(c.fd) == name:   # re-init with the new settings
+        if config is not None and sockets.get_cc(c.fd) == name:  # re-init with the new settings
             sockets.set_cc(c.fd, "reno" if name != "reno" else "cubic")
         try:
             sockets.set_cc(c.fd, name)
         except PermissionError:
-            raise AttachError(f"setting {name} on gloo's sockets needs CAP_NET_ADMIN or {name} in "
-                              "net.ipv4.tcp_allowed_congestion_control; run as root, or: sudo sysctl -w "
-                              f"net.ipv4.tcp_congestion_control={name} before starting the job") from None
+            raise AttachError(
+                f"setting {name} on gloo's sockets needs CAP_NET_ADMIN or {name} in "
+                "net.ipv4.tcp_allowed_congestion_control; run as root, or: sudo sysctl -w "
+                f"net.ipv4.tcp_congestion_control={name} before starting the job"
+            ) from None
     return name, conns
 
 
-def attach(ddp_model, cc: str | None = "mltcp_reno", mark: bool = True, store_port: int | None = None,
-           process_group=None, pacing_mbit: float | None = None, config=None) -> _hook.IterationHook:
+def attach(
+    ddp_model,
+    cc: str | None = "mltcp_reno",
+    mark: bool = True,
+    store_port: int | None = None,
+    process_group=None,
+    pacing_mbit: float | None = None,
+    config=None,
+) -> _hook.IterationHook:
     """Register MLTCP's iteration hook on ``ddp_model`` and put its gloo connections on ``cc``.
 
     ``cc``: a kernel congestion control name (reno, cubic, mltcp_reno, mltcp_cubic, ...); None

@@ -1,6 +1,7 @@
 """Real PyTorch DDP jobs in the emulation: `mltcp emulate run scenarios/ddp-tiny.toml --compare`
 (two jobs, 2 ranks each, gloo over kernel TCP through one htb bottleneck), and the cleanup when a
 run fails halfway. Root + Mininet + BPF; integration."""
+
 import json
 import subprocess
 import sys
@@ -14,8 +15,11 @@ from _kernel_prereq import missing as kernel_missing
 
 pytest.importorskip("torch", reason="torch not installed (Debian: python3-torch; pip: mltcp[torch])")
 why = have_mininet_prereqs() or kernel_missing()
-pytestmark = [pytest.mark.root, pytest.mark.integration,
-              pytest.mark.skipif(why is not None, reason=f"DDP emulation: {why}")]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.integration,
+    pytest.mark.skipif(why is not None, reason=f"DDP emulation: {why}"),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "scenarios" / "ddp-tiny.toml")
@@ -23,9 +27,14 @@ TINY = str(ROOT / "scenarios" / "ddp-tiny.toml")
 
 def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses():
     from mltcp.traffic.kernel import loader
+
     was = set(loader.registered())
-    p = subprocess.Popen([sys.executable, "-m", "mltcp.emulation.cli", "run", TINY, "--compare", "--json"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "mltcp.emulation.cli", "run", TINY, "--compare", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = p.communicate(timeout=400)
     finally:
@@ -33,7 +42,7 @@ def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses():
             p.kill()
             p.communicate()
     assert not netns.leftovers(netns.run_prefix(p.pid))
-    assert set(loader.registered()) == was        # a variant the run registered is gone again
+    assert set(loader.registered()) == was  # a variant the run registered is gone again
     assert p.returncode == 0, err[-3000:]
     d = json.loads(out)
     for k in ("speedup_avg", "speedup_p99", "baseline", "mltcp", "losses", "losses_identical", "ddp"):
@@ -41,9 +50,9 @@ def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses():
     assert d["baseline"]["cc"] == "reno" and d["mltcp"]["cc"].removeprefix("bpf_") == "mltcp_reno"
     for arm in ("baseline", "mltcp"):
         a = d[arm]
-        assert a["iterations"] == 2 * 8                       # both jobs, every iteration recorded
+        assert a["iterations"] == 2 * 8  # both jobs, every iteration recorded
         assert "interleaved_at_iteration" in a and a["retransmissions"] >= 0
-        assert a["avg_iter_s"] >= 0.05                       # not faster than the emulated GPU time
+        assert a["avg_iter_s"] >= 0.05  # not faster than the emulated GPU time
         for job in ("A", "B"):
             for rank in ("0", "1"):
                 assert len(d["losses"][arm][job][rank]) == 8
@@ -58,6 +67,7 @@ def test_a_failed_ddp_run_leaves_nothing_behind():
     from mltcp import scenario as scn
     from mltcp.emulation.ddp import run_ddp_arm
     from mltcp.emulation.plan import EmulationError
+
     prefix = netns.run_prefix() + "d"
     sc = scn.load(TINY)
     with pytest.raises(EmulationError, match="injected failure"):

@@ -1,5 +1,6 @@
 """mltcp.ddp without a network: model sizes, the GPU-time profile, the hook, the scenario fields,
 and two real DDP ranks over loopback (mltcp.torch.attach on gloo's sockets)."""
+
 import json
 import subprocess
 import sys
@@ -10,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed (Debian: python3-torch; pip: mltcp[torch])")
 
-from mltcp import scenario as scn                      # noqa: E402
-from mltcp.ddp import catalog, hook, models, profile, sockets   # noqa: E402
+from mltcp import scenario as scn  # noqa: E402
+from mltcp.ddp import catalog, hook, models, profile, sockets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,17 +71,20 @@ def test_hook_records_first_and_last_collective_and_marks_once_per_iteration():
 
 
 def test_proc_net_tcp_parser_keeps_established_connections():
-    text = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-            "   0: 0100007F:7378 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n"
-            "   1: 0100007F:A3C4 0100007F:7378 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n")
+    text = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:7378 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n"
+        "   1: 0100007F:A3C4 0100007F:7378 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n"
+    )
     assert sockets.parse_proc_net_tcp(text) == {222: (0xA3C4, 0x7378)}
 
 
 def _ddp_scenario(tmp_path, job_extra: str) -> Path:
     p = tmp_path / "s.toml"
-    p.write_text('name = "t"\niterations = 4\nwarmup_iterations = 1\n[[links]]\nname = "l"\nrate_mbps = 100\n'
-                 'delay_us = 0\nbuffer_kb = 100\n[[jobs]]\nname = "A"\nworkload = "torch-ddp"\npath = ["l"]\n'
-                 + job_extra)
+    p.write_text(
+        'name = "t"\niterations = 4\nwarmup_iterations = 1\n[[links]]\nname = "l"\nrate_mbps = 100\n'
+        'delay_us = 0\nbuffer_kb = 100\n[[jobs]]\nname = "A"\nworkload = "torch-ddp"\npath = ["l"]\n' + job_extra
+    )
     return p
 
 
@@ -93,17 +97,21 @@ def test_scenario_torch_ddp_job_is_gpu_time_then_the_ring_allreduce(tmp_path):
     assert j.bytes_per_iter == pytest.approx(2 * 3 / 4 * 4 * 25_557_032)
 
 
-@pytest.mark.parametrize("extra, field", [
-    ('model = "alexnet"\n', "jobs[0].model"),
-    ('model = "tiny"\nranks = 1\n', "jobs[0].ranks"),
-    ('model = "tiny"\nhosts = ["a1"]\n', "jobs[0].hosts"),
-    ('model = "tiny"\nboundary = "sometimes"\n', "jobs[0].boundary"),
-    ('model = "tiny"\nbytes = 5\n', "jobs[0].bytes"),
-])
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        ('model = "alexnet"\n', "jobs[0].model"),
+        ('model = "tiny"\nranks = 1\n', "jobs[0].ranks"),
+        ('model = "tiny"\nhosts = ["a1"]\n', "jobs[0].hosts"),
+        ('model = "tiny"\nboundary = "sometimes"\n', "jobs[0].boundary"),
+        ('model = "tiny"\nbytes = 5\n', "jobs[0].bytes"),
+    ],
+)
 def test_bad_torch_ddp_fields_exit_2_naming_file_and_field(tmp_path, extra, field):
     p = _ddp_scenario(tmp_path, extra)
-    r = subprocess.run([sys.executable, "-m", "mltcp.cli", "simulate", str(p)], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "simulate", str(p)], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2, r.stderr
     assert field in r.stderr and "s.toml" in r.stderr
 
@@ -111,11 +119,26 @@ def test_bad_torch_ddp_fields_exit_2_naming_file_and_field(tmp_path, extra, fiel
 def test_two_local_ranks_over_loopback_attach_and_train_identically():
     """examples/ddp_two_ranks.py twice: gloo's sockets on reno, every step recorded in order,
     the same losses both times (fixed seeds)."""
+
     def run():
-        r = subprocess.run([sys.executable, str(ROOT / "examples" / "ddp_two_ranks.py"), "--cc", "reno",
-                            "--steps", "4", "--port", "29541"], capture_output=True, text=True, timeout=180)
+        r = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "examples" / "ddp_two_ranks.py"),
+                "--cc",
+                "reno",
+                "--steps",
+                "4",
+                "--port",
+                "29541",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
     first, second = run(), run()
     assert len(first) == 8
     for row in first:

@@ -60,8 +60,8 @@ AUX_SPACE = socket.CMSG_SPACE(20) + socket.CMSG_SPACE(16)
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
 SOCKET_BUFFER = 16 << 20
-PFC_REFRESH_S = 0.1       # a pause is sent again this often while its queue stays above XON
-PFC_SRC_MAC = bytes.fromhex("024d4c5443fd")   # locally administered; "MLTC" + fd
+PFC_REFRESH_S = 0.1  # a pause is sent again this often while its queue stays above XON
+PFC_SRC_MAC = bytes.fromhex("024d4c5443fd")  # locally administered; "MLTC" + fd
 
 
 def complete_l4_checksum(frame: bytes) -> bytes:
@@ -85,7 +85,7 @@ def complete_l4_checksum(frame: bytes) -> bytes:
     if proto == 17 and csum == 0:
         csum = 0xFFFF
     b = bytearray(frame)
-    b[l4 + off:l4 + off + 2] = csum.to_bytes(2, "big")
+    b[l4 + off : l4 + off + 2] = csum.to_bytes(2, "big")
     return bytes(b)
 
 
@@ -186,7 +186,7 @@ class PortStats:
     csum_fixed: int = 0  # frames whose TCP/UDP checksum the switch finished (peer offload on)
     oversize: int = 0  # GSO/GRO super-frames above the MTU: dropped
     rx_socket_drops: int = 0  # frames the kernel dropped because the switch did not read in time
-    pfc_pause_sent: int = 0   # lossless priority queues: PFC pause frames sent for this egress port's queues
+    pfc_pause_sent: int = 0  # lossless priority queues: PFC pause frames sent for this egress port's queues
     pfc_resume_sent: int = 0  # ... and resume (quanta 0) frames
 
 
@@ -205,9 +205,13 @@ class Port:
 class Dataplane:
     """Forward between ``interfaces`` (port number -> ifname) through ``pipeline``."""
 
-    def __init__(self, pipeline: Pipeline, interfaces: dict[int, str],
-                 links: dict[int, LinkConfig] | LinkConfig | None = None,
-                 clock=time.monotonic) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        interfaces: dict[int, str],
+        links: dict[int, LinkConfig] | LinkConfig | None = None,
+        clock=time.monotonic,
+    ) -> None:
         if not interfaces:
             raise ValueError("no interfaces given")
         self.pipeline = pipeline
@@ -220,8 +224,9 @@ class Dataplane:
                 if not 0 <= num < 511:
                     raise ValueError(f"port number {num} not in 0..510 (bit<9>, 511 = drop)")
                 cfg = per_port.get(num, base)
-                self.ports[num] = Port(num, ifname, open_port_socket(ifname), EgressQueue(cfg),
-                                       max_frame=_mtu(ifname) + 18)  # + Ethernet and VLAN tag
+                self.ports[num] = Port(
+                    num, ifname, open_port_socket(ifname), EgressQueue(cfg), max_frame=_mtu(ifname) + 18
+                )  # + Ethernet and VLAN tag
         except BaseException:
             self.close()
             raise
@@ -242,8 +247,10 @@ class Dataplane:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         self._running = True
-        self._threads = [threading.Thread(target=self._ingress_loop, name="sw-ingress", daemon=True),
-                         threading.Thread(target=self._egress_loop, name="sw-egress", daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._ingress_loop, name="sw-ingress", daemon=True),
+            threading.Thread(target=self._egress_loop, name="sw-egress", daemon=True),
+        ]
         for t in self._threads:
             t.start()
 
@@ -337,8 +344,7 @@ class Dataplane:
             if pinned:
                 self._pins[key] = [prio, (pin[1] if pin is not None else 0) + 1]
             q.push(prio, n, (bytes(res.buf), key if pinned else None), now)
-            if cfg.pfc_headroom and in_port in self.ports and \
-                    q.prio_depth(prio) >= cfg.buffer_pkts - cfg.pfc_headroom:
+            if cfg.pfc_headroom and in_port in self.ports and q.prio_depth(prio) >= cfg.buffer_pkts - cfg.pfc_headroom:
                 sent = self._paused.get((port.number, prio), {}).get(in_port, -1e9)
                 if now - sent > PFC_REFRESH_S:
                     self._pfc(port, prio, in_port, MAX_QUANTA, now)
@@ -357,7 +363,7 @@ class Dataplane:
         else:
             paused = self._paused.get(key, {})
             paused.pop(in_port, None)
-            if not paused:              # nothing paused for this queue: no check at its departures
+            if not paused:  # nothing paused for this queue: no check at its departures
                 self._paused.pop(key, None)
             port.stats.pfc_resume_sent += 1
 
@@ -396,7 +402,7 @@ class Dataplane:
             if key is not None:
                 pin = self._pins[key]
                 pin[1] -= 1
-                if pin[1] == 0:         # none of that job's frames wait: it may change priority
+                if pin[1] == 0:  # none of that job's frames wait: it may change priority
                     del self._pins[key]
             if self._paused:
                 self._pfc_departure(port, now)
@@ -425,14 +431,14 @@ class Dataplane:
         poller.register(self._wake_r.fileno(), select.POLLIN)
         by_fd = self._by_fd
         clock = self.clock
-        stamped = clock is time.monotonic   # kernel stamps only make sense on the real clock
+        stamped = clock is time.monotonic  # kernel stamps only make sense on the real clock
         real_minus_mono = 0.0
         while self._running:
             try:
                 events = poller.poll(500)
             except InterruptedError:
                 continue
-            real_minus_mono = time.time() - time.monotonic()   # follows NTP steps
+            real_minus_mono = time.time() - time.monotonic()  # follows NTP steps
             batch: list[tuple[float, int, int, bytes]] = []
             for fd, _ev in events:
                 port = by_fd.get(fd)
@@ -462,9 +468,14 @@ class Dataplane:
                     if len(frame) > port.max_frame:
                         st.oversize += 1
                         if st.oversize == 1:
-                            log.warning("port %d (%s): %d-byte frame above the MTU dropped: turn "
-                                        "off TSO/GSO/GRO on the peer (ethtool -K PEER tso off gso "
-                                        "off gro off)", port.number, port.ifname, len(frame))
+                            log.warning(
+                                "port %d (%s): %d-byte frame above the MTU dropped: turn "
+                                "off TSO/GSO/GRO on the peer (ethtool -K PEER tso off gso "
+                                "off gro off)",
+                                port.number,
+                                port.ifname,
+                                len(frame),
+                            )
                         continue
                     now = clock()
                     if stamped:
@@ -500,7 +511,7 @@ class Dataplane:
                         continue
                     while heap and heap[0][0] <= now:
                         ev = heapq.heappop(heap)
-                        if ev[3] is None:   # a strict-priority line is free: its next frame, from then
+                        if ev[3] is None:  # a strict-priority line is free: its next frame, from then
                             self._start_tx(ev[2], ev[0])
                         else:
                             due.append(ev)
@@ -524,7 +535,13 @@ class Dataplane:
         for n, p in self.ports.items():
             self._socket_drops(p)
             q = p.queue
-            out[n] = dict(vars(p.stats), ifname=p.ifname, enqueued=q.enqueued,
-                          dropped=q.dropped, lost=q.lost, duplicated=q.duplicated,
-                          reordered=q.reordered)
+            out[n] = dict(
+                vars(p.stats),
+                ifname=p.ifname,
+                enqueued=q.enqueued,
+                dropped=q.dropped,
+                lost=q.lost,
+                duplicated=q.duplicated,
+                reordered=q.reordered,
+            )
         return out

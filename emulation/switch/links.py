@@ -25,10 +25,18 @@ import re
 from collections import deque
 from dataclasses import dataclass, replace
 
-_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-               "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
-_TIME_UNITS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "msec": 1e-3, "us": 1e-6, "usec": 1e-6,
-               "ns": 1e-9}
+_RATE_UNITS = {
+    "bit": 1,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+    "bps": 8,
+    "kbps": 8e3,
+    "mbps": 8e6,
+    "gbps": 8e9,
+}
+_TIME_UNITS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "msec": 1e-3, "us": 1e-6, "usec": 1e-6, "ns": 1e-9}
 
 
 def parse_rate(text: str) -> float | None:
@@ -67,7 +75,7 @@ class LinkConfig:
     duplicate_pct: float = 0.0
     reorder_gap_s: float = 0.001
     seed: int = 1
-    pfc_headroom: int = 0      # > 0: lossless strict-priority queues (PFC): a priority queue that
+    pfc_headroom: int = 0  # > 0: lossless strict-priority queues (PFC): a priority queue that
     #                            reaches buffer - pfc_headroom frames pauses the ports feeding it
     priority_pin: bool = True  # a job's frames go to the priority queue still holding frames of it
 
@@ -117,12 +125,14 @@ def parse_link_overrides(text: str, base: LinkConfig) -> LinkConfig:
                 raise ValueError(f"bad link setting pin={v!r} (0 or 1)")
             kw["priority_pin"] = v == "1"
         else:
-            raise ValueError(f"unknown link setting {k!r} (rate, delay, buffer, loss, reorder, "
-                             "duplicate, reorder-gap, seed, pfc, pin)")
+            raise ValueError(
+                f"unknown link setting {k!r} (rate, delay, buffer, loss, reorder, "
+                "duplicate, reorder-gap, seed, pfc, pin)"
+            )
     return replace(base, **kw)
 
 
-PRIORITIES = 8   # v1model's standard_metadata.priority is bit<3>
+PRIORITIES = 8  # v1model's standard_metadata.priority is bit<3>
 
 
 class EgressQueue:
@@ -132,7 +142,7 @@ class EgressQueue:
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
         self._waiting: deque[float] = deque()  # start-of-transmission times still in the future
-        self._prio: list[deque] = [deque() for _ in range(PRIORITIES)]   # strict priority: (bytes, arrival, item)
+        self._prio: list[deque] = [deque() for _ in range(PRIORITIES)]  # strict priority: (bytes, arrival, item)
         self._free_at = 0.0
         self.enqueued = 0
         self.dropped = 0  # drop-tail

@@ -44,15 +44,35 @@ def _unused_port() -> int:
 class MltcpSwitch(Switch):
     """A Mininet switch backed by the mltcp-switch software target."""
 
-    def __init__(self, name, grpc_port: int | None = None, device_id: int = 0, rate: str = "unlimited",
-                 delay: str = "0", buffer: int = 100, loss: float = 0.0, reorder: float = 0.0,
-                 duplicate: float = 0.0, seed: int = 1, port_config: dict[int, str] | None = None,
-                 log_file: str | None = None, **params):
+    def __init__(
+        self,
+        name,
+        grpc_port: int | None = None,
+        device_id: int = 0,
+        rate: str = "unlimited",
+        delay: str = "0",
+        buffer: int = 100,
+        loss: float = 0.0,
+        reorder: float = 0.0,
+        duplicate: float = 0.0,
+        seed: int = 1,
+        port_config: dict[int, str] | None = None,
+        log_file: str | None = None,
+        **params,
+    ):
         super().__init__(name, **params)
         self.grpc_port = grpc_port or _unused_port()
         self.device_id = device_id
-        self.link_opts = dict(rate=rate, delay=delay, buffer=buffer, loss=loss, reorder=reorder,
-                              duplicate=duplicate, seed=seed, port_config=port_config or {})
+        self.link_opts = dict(
+            rate=rate,
+            delay=delay,
+            buffer=buffer,
+            loss=loss,
+            reorder=reorder,
+            duplicate=duplicate,
+            seed=seed,
+            port_config=port_config or {},
+        )
         self.log_file = log_file or f"/tmp/mltcp-switch-{name}.log"
         self.proc: subprocess.Popen | None = None
 
@@ -70,8 +90,9 @@ class MltcpSwitch(Switch):
         # ports up; TX checksum offload off on both ends: a veth hands a partial checksum along,
         # which the switch would forward unfinished (the receiver then drops every UDP datagram)
         interfaces = offloads.ready_switch_ports(self)
-        cmd = switch_command(interfaces, grpc_port=self.grpc_port, device_id=self.device_id,
-                             grpc_host="127.0.0.1", **self.link_opts)
+        cmd = switch_command(
+            interfaces, grpc_port=self.grpc_port, device_id=self.device_id, grpc_host="127.0.0.1", **self.link_opts
+        )
         log = open(self.log_file, "w")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)
         log.close()

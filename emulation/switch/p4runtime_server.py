@@ -3,7 +3,8 @@
 Object ids come from the P4Info the controller pushes (looked up by name); the model itself only
 knows names. The server is generic over the P4Info: it checks entries against it (ids, widths,
 match kinds, action refs) and drives the tables the pipeline model offers by P4 name
-(``Pipeline.tables``: what an action means and what a table does is the pipeline's business). Anything the target cannot honour gets a gRPC status, never silence: the Write RPC
+(``Pipeline.tables``: what an action means and what a table does is the pipeline's business).
+Anything the target cannot honour gets a gRPC status, never silence: the Write RPC
 reports per-update errors the P4Runtime way (status UNKNOWN with one ``p4.v1.Error`` per update
 in ``grpc-status-details-bin``), the other RPCs use the canonical code directly.
 
@@ -87,8 +88,7 @@ def _to_int(value: bytes, bitwidth: int, what: str) -> int:
         raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{what}: empty bytestring")
     v = int.from_bytes(value, "big")
     if v >> bitwidth:
-        raise _err(grpc.StatusCode.OUT_OF_RANGE,
-                   f"{what}: value {v:#x} does not fit in bit<{bitwidth}>")
+        raise _err(grpc.StatusCode.OUT_OF_RANGE, f"{what}: value {v:#x} does not fit in bit<{bitwidth}>")
     return v
 
 
@@ -124,8 +124,7 @@ class _Stream:
 
     def send(self, item) -> None:
         if self.out.qsize() >= _STREAM_BACKLOG:
-            log.warning("stream client reads nothing (%d messages queued): closing it",
-                        self.out.qsize())
+            log.warning("stream client reads nothing (%d messages queued): closing it", self.out.qsize())
             self.context.cancel()
             return
         self.out.put(item)
@@ -151,9 +150,10 @@ class _Device:
     # ---------------------------------------------------------------- write
     def apply_update(self, u: p4runtime_pb2.Update) -> None:
         if u.type not in (Update.INSERT, Update.MODIFY, Update.DELETE):
-            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                       "update type UNSPECIFIED" if u.type == Update.UNSPECIFIED
-                       else f"unknown update type {u.type}")
+            raise _err(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "update type UNSPECIFIED" if u.type == Update.UNSPECIFIED else f"unknown update type {u.type}",
+            )
         kind = u.entity.WhichOneof("entity")
         if kind == "table_entry":
             self._write_table(u.type, u.entity.table_entry)
@@ -180,11 +180,9 @@ class _Device:
         for fm in e.match:
             mf = fields.get(fm.field_id)
             if mf is None:
-                raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                           f"table {tname}: unknown match field id {fm.field_id}")
+                raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"table {tname}: unknown match field id {fm.field_id}")
             if mf.name in seen:
-                raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                           f"table {tname}: match field {mf.name} given twice")
+                raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"table {tname}: match field {mf.name} given twice")
             seen[mf.name] = (mf, fm)
         key: list = []
         for mf in t.match_fields:  # one item per field, in P4Info order (TableModel.key)
@@ -198,27 +196,30 @@ class _Device:
                     raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{mf.name}: expected an lpm match")
                 plen = fm.lpm.prefix_len
                 if not 1 <= plen <= mf.bitwidth:
-                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"{mf.name}: prefix_len {plen} not in 1..{mf.bitwidth} (omit the "
-                               "field for /0)")
+                    raise _err(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"{mf.name}: prefix_len {plen} not in 1..{mf.bitwidth} (omit the field for /0)",
+                    )
                 v = _to_int(fm.lpm.value, mf.bitwidth, mf.name)
                 if v & ((1 << (mf.bitwidth - plen)) - 1):
-                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"{mf.name}: prefix {v:#0{2 + (mf.bitwidth + 3) // 4}x}/{plen} has "
-                               "bits set beyond the prefix length")
+                    raise _err(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"{mf.name}: prefix {v:#0{2 + (mf.bitwidth + 3) // 4}x}/{plen} has "
+                        "bits set beyond the prefix length",
+                    )
                 key.append((v, plen))
             elif kind == MatchType.EXACT:
                 if mf.name not in seen:
-                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"table {tname}: exact match on {mf.name} is required")
+                    raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"table {tname}: exact match on {mf.name} is required")
                 fm = seen[mf.name][1]
                 if fm.WhichOneof("field_match_type") != "exact":
                     raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"{mf.name}: expected an exact match")
                 key.append((_to_int(fm.exact.value, mf.bitwidth, mf.name),))
             else:
-                raise _err(grpc.StatusCode.UNIMPLEMENTED,
-                           f"table {tname}: {MatchType.Name(kind)} match on {mf.name} is not "
-                           "supported")
+                raise _err(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"table {tname}: {MatchType.Name(kind)} match on {mf.name} is not supported",
+                )
         return tuple(x for item in key for x in item)
 
     def _action(self, tname: str, t: p4info_pb2.Table, e: p4runtime_pb2.TableEntry):
@@ -226,8 +227,7 @@ class _Device:
         if which is None:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"table {tname}: entry has no action")
         if which != "action":
-            raise _err(grpc.StatusCode.UNIMPLEMENTED,
-                       f"table {tname}: {which} (action profiles) is not supported")
+            raise _err(grpc.StatusCode.UNIMPLEMENTED, f"table {tname}: {which} (action profiles) is not supported")
         act = e.action.action
         a = self.index.actions.get(act.action_id)
         if a is None:
@@ -275,24 +275,22 @@ class _Device:
             if e.HasField(fld):
                 raise _err(grpc.StatusCode.UNIMPLEMENTED, f"table {tname}: {fld} is not supported")
         if e.is_const:
-            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                       f"table {tname}: is_const is read-only (const entries come from the P4 "
-                       "program, a controller cannot write them)")
+            raise _err(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"table {tname}: is_const is read-only (const entries come from the P4 "
+                "program, a controller cannot write them)",
+            )
         if e.idle_timeout_ns:
             raise _err(grpc.StatusCode.UNIMPLEMENTED, f"table {tname}: idle timeout is not supported")
         if e.HasField("time_since_last_hit"):
-            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                       f"table {tname}: time_since_last_hit is read-only")
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"table {tname}: time_since_last_hit is read-only")
         if e.priority:
-            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                       f"table {tname}: priority must be 0 (no ternary/range fields)")
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"table {tname}: priority must be 0 (no ternary/range fields)")
         if e.is_default_action:
             if utype != Update.MODIFY:
-                raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                           f"table {tname}: the default entry can only be modified")
+                raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"table {tname}: the default entry can only be modified")
             if len(e.match):
-                raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                           f"table {tname}: the default entry has no match fields")
+                raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"table {tname}: the default entry has no match fields")
             if e.action.WhichOneof("type") is None:  # reset to the P4 program's default
                 value = None
                 self.defaults[tname] = None
@@ -313,8 +311,7 @@ class _Device:
             return
         value = self._action(tname, t, e)
         if utype == Update.INSERT and t.size and len(store) >= t.size:
-            raise _err(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                       f"table {tname} is full ({t.size} entries)")
+            raise _err(grpc.StatusCode.RESOURCE_EXHAUSTED, f"table {tname} is full ({t.size} entries)")
         store[key] = self._stored(e)
         self.pipeline.tables[tname].put(key, value)
 
@@ -324,8 +321,7 @@ class _Device:
         if c is None:
             raise _err(grpc.StatusCode.NOT_FOUND, f"unknown counter id {counter_id}")
         if c.preamble.name not in self.pipeline.counters:
-            raise _err(grpc.StatusCode.UNIMPLEMENTED,
-                       f"counter {c.preamble.name} is not implemented by this target")
+            raise _err(grpc.StatusCode.UNIMPLEMENTED, f"counter {c.preamble.name} is not implemented by this target")
         return c.preamble.name, c
 
     def _register(self, register_id: int) -> tuple[str, p4info_pb2.Register]:
@@ -333,8 +329,7 @@ class _Device:
         if r is None:
             raise _err(grpc.StatusCode.NOT_FOUND, f"unknown register id {register_id}")
         if r.preamble.name not in self.pipeline.registers:
-            raise _err(grpc.StatusCode.UNIMPLEMENTED,
-                       f"register {r.preamble.name} is not implemented by this target")
+            raise _err(grpc.StatusCode.UNIMPLEMENTED, f"register {r.preamble.name} is not implemented by this target")
         return r.preamble.name, r
 
     @staticmethod
@@ -412,8 +407,9 @@ class _Device:
         if q.counter_id:
             items = [self._counter(q.counter_id)]
         else:
-            items = [(c.preamble.name, c) for c in self.index.counters.values()
-                     if c.preamble.name in self.pipeline.counters]
+            items = [
+                (c.preamble.name, c) for c in self.index.counters.values() if c.preamble.name in self.pipeline.counters
+            ]
         res = []
         for name, c in items:
             arr = self.pipeline.counters[name]
@@ -436,8 +432,11 @@ class _Device:
         if q.register_id:
             items = [self._register(q.register_id)]
         else:
-            items = [(r.preamble.name, r) for r in self.index.registers.values()
-                     if r.preamble.name in self.pipeline.registers]
+            items = [
+                (r.preamble.name, r)
+                for r in self.index.registers.values()
+                if r.preamble.name in self.pipeline.registers
+            ]
         res = []
         for name, r in items:
             reg = self.pipeline.registers[name]
@@ -464,17 +463,17 @@ class _Device:
                 what = f"table {table} {'default entry' if e.is_default_action else 'entry'}"
                 try:
                     moved = self._translate(e, new_index, what)
-                    scratch._write_table(Update.MODIFY if e.is_default_action else Update.INSERT,
-                                         moved)
+                    scratch._write_table(Update.MODIFY if e.is_default_action else Update.INSERT, moved)
                 except P4RTError as ex:
-                    raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"the new P4Info cannot keep the forwarding state: {what}: "
-                               f"{ex.message}; nothing was changed") from None
+                    raise _err(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"the new P4Info cannot keep the forwarding state: {what}: {ex.message}; nothing was changed",
+                    ) from None
         return scratch
 
-    def _translate(self, e: p4runtime_pb2.TableEntry, new: P4InfoIndex,
-                   what: str) -> p4runtime_pb2.TableEntry:
+    def _translate(self, e: p4runtime_pb2.TableEntry, new: P4InfoIndex, what: str) -> p4runtime_pb2.TableEntry:
         """``e`` with its ids looked up by name in ``new`` (P4RTError if a name is missing)."""
+
         def missing(kind: str, name: str) -> P4RTError:
             return _err(grpc.StatusCode.NOT_FOUND, f"{kind} {name} is not in the new P4Info")
 
@@ -530,9 +529,13 @@ class _Device:
 class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
     """The P4Runtime service of one device. ``pipeline.active`` is False until a config is set."""
 
-    def __init__(self, pipeline: pl.Pipeline, device_id: int = 0,
-                 max_streams: int = DEFAULT_MAX_STREAMS,
-                 arbitration_grace_s: float = DEFAULT_ARBITRATION_GRACE_S) -> None:
+    def __init__(
+        self,
+        pipeline: pl.Pipeline,
+        device_id: int = 0,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        arbitration_grace_s: float = DEFAULT_ARBITRATION_GRACE_S,
+    ) -> None:
         self.pipeline = pipeline
         self.device_id = device_id
         self.max_streams = max_streams
@@ -540,9 +543,9 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.port: int | None = None  # set by serve()
         self.lock = threading.RLock()
         self.config: p4runtime_pb2.ForwardingPipelineConfig | None = None
-        self.dev: _Device | None = None          # the committed state (drives self.pipeline)
+        self.dev: _Device | None = None  # the committed state (drives self.pipeline)
         self.saved: p4runtime_pb2.ForwardingPipelineConfig | None = None  # VERIFY_AND_SAVE
-        self.staged: _Device | None = None       # writes since the save (private pipeline)
+        self.staged: _Device | None = None  # writes since the save (private pipeline)
         self.streams: list[_Stream] = []
         self.primary: _Stream | None = None
         self.election_id_past: int | None = None
@@ -568,9 +571,11 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
             a.status.message = "backup (another client is primary)"
         else:
             a.status.code = code_pb2.NOT_FOUND
-            a.status.message = ("backup (no primary: re-arbitrate with an election_id >= "
-                                f"{self.election_id_past})" if self.election_id_past is not None
-                                else "backup (no election_id given)")
+            a.status.message = (
+                f"backup (no primary: re-arbitrate with an election_id >= {self.election_id_past})"
+                if self.election_id_past is not None
+                else "backup (no election_id given)"
+            )
         return m
 
     def _notify_all(self) -> None:
@@ -580,19 +585,21 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
 
     def _arbitrate(self, s: _Stream, a: p4runtime_pb2.MasterArbitrationUpdate) -> None:
         if s.arbitrated and a.device_id != self.device_id:  # P4Runtime 1.4.1, 5.3
-            raise _err(grpc.StatusCode.FAILED_PRECONDITION,
-                       f"this stream is arbitrated for device {self.device_id}; it cannot "
-                       f"re-arbitrate for device {a.device_id} (open another stream)")
+            raise _err(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"this stream is arbitrated for device {self.device_id}; it cannot "
+                f"re-arbitrate for device {a.device_id} (open another stream)",
+            )
         if a.device_id != self.device_id:
-            raise _err(grpc.StatusCode.NOT_FOUND, f"unknown device_id {a.device_id} "
-                       f"(this target is device {self.device_id})")
+            raise _err(
+                grpc.StatusCode.NOT_FOUND, f"unknown device_id {a.device_id} (this target is device {self.device_id})"
+            )
         if a.HasField("role") and (a.role.name or a.role.id):
             raise _err(grpc.StatusCode.UNIMPLEMENTED, "roles are not supported (default role only)")
         eid = _election(a.election_id) if a.HasField("election_id") else None
         with self.lock:
             if eid is not None and any(o is not s and o.election == eid for o in self.streams):
-                raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                           f"election_id {eid} is already used by another client")
+                raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"election_id {eid} is already used by another client")
             s.arbitrated = True
             s.election = eid
             was_primary = s is self.primary
@@ -605,8 +612,12 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
                 self._notify_all()
             else:
                 s.send(self._status_msg(s))
-        log.info("arbitration: election_id %s, primary %s, election_id_past %s", eid,
-                 self.primary.election if self.primary else None, self.election_id_past)
+        log.info(
+            "arbitration: election_id %s, primary %s, election_id_past %s",
+            eid,
+            self.primary.election if self.primary else None,
+            self.election_id_past,
+        )
 
     def _handle_stream_msg(self, s: _Stream, req: p4runtime_pb2.StreamMessageRequest) -> None:
         kind = req.WhichOneof("update")
@@ -626,17 +637,21 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         s = _Stream(context)
         with self.lock:
             if len(self.streams) >= self.max_streams:
-                silent = [o for o in self.streams if not o.arbitrated
-                          and s.opened - o.opened >= self.arbitration_grace_s]
+                silent = [
+                    o for o in self.streams if not o.arbitrated and s.opened - o.opened >= self.arbitration_grace_s
+                ]
                 if not silent:
-                    log.warning("refusing a StreamChannel: %d streams open (--max-streams)",
-                                len(self.streams))
-                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                  f"too many StreamChannel streams ({self.max_streams} open, "
-                                  "all arbitrated)")
+                    log.warning("refusing a StreamChannel: %d streams open (--max-streams)", len(self.streams))
+                    context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"too many StreamChannel streams ({self.max_streams} open, all arbitrated)",
+                    )
                 oldest = min(silent, key=lambda o: o.opened)
-                log.warning("%d streams open: closing one that sent no arbitration for %.1f s",
-                            len(self.streams), s.opened - oldest.opened)
+                log.warning(
+                    "%d streams open: closing one that sent no arbitration for %.1f s",
+                    len(self.streams),
+                    s.opened - oldest.opened,
+                )
                 self.streams.remove(oldest)
                 oldest.context.cancel()
             self.streams.append(s)
@@ -673,16 +688,20 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
                     self.streams.remove(s)
                 if s is self.primary:  # nobody is promoted: the backups are told, stay backups
                     self.primary = None
-                    log.info("primary (election_id %s) disconnected; no primary until a client "
-                             "re-arbitrates with election_id >= %s", s.election,
-                             self.election_id_past)
+                    log.info(
+                        "primary (election_id %s) disconnected; no primary until a client "
+                        "re-arbitrates with election_id >= %s",
+                        s.election,
+                        self.election_id_past,
+                    )
                     self._notify_all()
 
     # ---------------------------------------------------------------- checks
     def _check_device(self, device_id: int) -> None:
         if device_id != self.device_id:
-            raise _err(grpc.StatusCode.NOT_FOUND,
-                       f"unknown device_id {device_id} (this target is device {self.device_id})")
+            raise _err(
+                grpc.StatusCode.NOT_FOUND, f"unknown device_id {device_id} (this target is device {self.device_id})"
+            )
 
     def _check_primary(self, request, role: str = "") -> None:
         if role:
@@ -691,13 +710,16 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise _err(grpc.StatusCode.PERMISSION_DENIED, "request has no election_id")
         eid = _election(request.election_id)
         if self.primary is None:
-            raise _err(grpc.StatusCode.PERMISSION_DENIED,
-                       f"election_id {eid}: there is no primary client; open a StreamChannel "
-                       "and send a MasterArbitrationUpdate with election_id >= "
-                       f"{self.election_id_past or 0} first")
+            raise _err(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"election_id {eid}: there is no primary client; open a StreamChannel "
+                "and send a MasterArbitrationUpdate with election_id >= "
+                f"{self.election_id_past or 0} first",
+            )
         if eid != self.primary.election:
-            raise _err(grpc.StatusCode.PERMISSION_DENIED,
-                       f"election_id {eid} is not the primary's ({self.primary.election})")
+            raise _err(
+                grpc.StatusCode.PERMISSION_DENIED, f"election_id {eid} is not the primary's ({self.primary.election})"
+            )
 
     @staticmethod
     def _abort(context, e: P4RTError):
@@ -708,8 +730,7 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         """The device reads and writes refer to: the staged one after VERIFY_AND_SAVE."""
         dev = self.staged or self.dev
         if dev is None:
-            raise _err(grpc.StatusCode.FAILED_PRECONDITION,
-                       "no forwarding pipeline config has been set")
+            raise _err(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config has been set")
         return dev
 
     # ---------------------------------------------------------------- pipeline config
@@ -727,16 +748,22 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         act = request.action
         if act == SetAction.UNSPECIFIED:
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, "action is UNSPECIFIED")
-        if act not in (SetAction.VERIFY, SetAction.VERIFY_AND_SAVE, SetAction.VERIFY_AND_COMMIT,
-                       SetAction.COMMIT, SetAction.RECONCILE_AND_COMMIT):
+        if act not in (
+            SetAction.VERIFY,
+            SetAction.VERIFY_AND_SAVE,
+            SetAction.VERIFY_AND_COMMIT,
+            SetAction.COMMIT,
+            SetAction.RECONCILE_AND_COMMIT,
+        ):
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, f"unknown action {act}")
         if act == SetAction.COMMIT:
             if request.HasField("config"):
-                raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                           "COMMIT carries no config: it realizes the one saved by VERIFY_AND_SAVE")
+                raise _err(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "COMMIT carries no config: it realizes the one saved by VERIFY_AND_SAVE",
+                )
             if self.saved is None:
-                raise _err(grpc.StatusCode.NOT_FOUND,
-                           "COMMIT without a config saved by VERIFY_AND_SAVE")
+                raise _err(grpc.StatusCode.NOT_FOUND, "COMMIT without a config saved by VERIFY_AND_SAVE")
             live = _Device(self.staged.index, self.pipeline)
             self.pipeline.reset_state()
             self.staged.copy_into(live)  # the writes made since the save
@@ -746,8 +773,7 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise _err(grpc.StatusCode.INVALID_ARGUMENT, "request carries no config.p4info")
         missing = missing_objects(request.config.p4info)
         if missing:
-            raise _err(grpc.StatusCode.INVALID_ARGUMENT,
-                       "P4Info is not mltcp.p4: missing " + "; ".join(missing))
+            raise _err(grpc.StatusCode.INVALID_ARGUMENT, "P4Info is not mltcp.p4: missing " + "; ".join(missing))
         cfg = p4runtime_pb2.ForwardingPipelineConfig()
         cfg.CopyFrom(request.config)
         new_index = P4InfoIndex.build(cfg.p4info)
@@ -767,8 +793,11 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
                 self.staged, kept = None, f"cleared ({e.message})"
             if self.staged is None:
                 self.staged = _Device(new_index, pl.Pipeline())
-            log.info("pipeline config saved; reads and writes now refer to it until COMMIT; "
-                     "the forwarding state at the save is %s", kept)
+            log.info(
+                "pipeline config saved; reads and writes now refer to it until COMMIT; "
+                "the forwarding state at the save is %s",
+                kept,
+            )
             return
         if act == SetAction.RECONCILE_AND_COMMIT and self.dev is not None:
             scratch = self.dev.rekeyed(new_index)  # raises before anything changes
@@ -784,9 +813,14 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.saved = None
         self.staged = None
         self.pipeline.active = True
-        log.info("pipeline config %s (%d tables, %d counters, %d registers, device config %d bytes)",
-                 how, len(cfg.p4info.tables), len(cfg.p4info.counters),
-                 len(cfg.p4info.registers), len(cfg.p4_device_config))
+        log.info(
+            "pipeline config %s (%d tables, %d counters, %d registers, device config %d bytes)",
+            how,
+            len(cfg.p4info.tables),
+            len(cfg.p4info.counters),
+            len(cfg.p4info.registers),
+            len(cfg.p4_device_config),
+        )
 
     def GetForwardingPipelineConfig(self, request, context):
         try:
@@ -794,8 +828,7 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
             with self.lock:
                 config = self.saved or self.config
                 if config is None:
-                    raise _err(grpc.StatusCode.FAILED_PRECONDITION,
-                               "no forwarding pipeline config has been set")
+                    raise _err(grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config has been set")
                 rep = p4runtime_pb2.GetForwardingPipelineConfigResponse()
                 rt = request.response_type
                 if config.HasField("cookie"):
@@ -820,8 +853,7 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
                 self._check_primary(request, request.role)
                 dev = self._current()
                 if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
-                    raise _err(grpc.StatusCode.UNIMPLEMENTED,
-                               "only atomicity CONTINUE_ON_ERROR is supported")
+                    raise _err(grpc.StatusCode.UNIMPLEMENTED, "only atomicity CONTINUE_ON_ERROR is supported")
                 for u in request.updates:
                     try:
                         dev.apply_update(u)
@@ -832,9 +864,9 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
         except P4RTError as e:
             self._abort(context, e)
         if any(errors):
-            st = status_pb2.Status(code=code_pb2.UNKNOWN,
-                                   message=f"{sum(e is not None for e in errors)} of "
-                                           f"{len(errors)} updates failed")
+            st = status_pb2.Status(
+                code=code_pb2.UNKNOWN, message=f"{sum(e is not None for e in errors)} of {len(errors)} updates failed"
+            )
             for e in errors:
                 perr = p4runtime_pb2.Error()
                 if e is None:
@@ -865,7 +897,7 @@ class P4RuntimeTarget(p4runtime_pb2_grpc.P4RuntimeServicer):
             return
         for i in range(0, len(out), 512):
             rep = p4runtime_pb2.ReadResponse()
-            rep.entities.extend(out[i:i + 512])
+            rep.entities.extend(out[i : i + 512])
             yield rep
         if not out:
             yield p4runtime_pb2.ReadResponse()
@@ -881,22 +913,28 @@ class TlsConfig:
     client_ca: bytes | None = None
 
     def credentials(self) -> grpc.ServerCredentials:
-        return grpc.ssl_server_credentials([(self.key, self.cert)],
-                                           root_certificates=self.client_ca,
-                                           require_client_auth=self.client_ca is not None)
+        return grpc.ssl_server_credentials(
+            [(self.key, self.cert)], root_certificates=self.client_ca, require_client_auth=self.client_ca is not None
+        )
 
 
-def serve(target: P4RuntimeTarget, address: str = "127.0.0.1:9559",
-          unary_workers: int = DEFAULT_UNARY_WORKERS, tls: TlsConfig | None = None) -> grpc.Server:
+def serve(
+    target: P4RuntimeTarget,
+    address: str = "127.0.0.1:9559",
+    unary_workers: int = DEFAULT_UNARY_WORKERS,
+    tls: TlsConfig | None = None,
+) -> grpc.Server:
     """Start a gRPC server for ``target`` on ``address``; returns the started server.
 
     The pool has one thread per allowed stream (``target.max_streams``) plus ``unary_workers``
     for the unary RPCs; ``tls`` switches the port to TLS (see :class:`TlsConfig`)."""
     workers = target.max_streams + unary_workers
     # no SO_REUSEPORT: a second switch on a used port must fail, not share connections
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
-                         options=[("grpc.so_reuseport", 0)],
-                         maximum_concurrent_rpcs=4 * workers)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
+        options=[("grpc.so_reuseport", 0)],
+        maximum_concurrent_rpcs=4 * workers,
+    )
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(target, server)
     try:
         if tls is None:
@@ -909,7 +947,12 @@ def serve(target: P4RuntimeTarget, address: str = "127.0.0.1:9559",
         raise OSError(f"cannot listen for P4Runtime on {address}")
     server.start()
     target.port = port  # the bound port (what port 0 became)
-    log.info("P4Runtime server on %s (port %d, device %d, %s, at most %d streams)", address, port,
-             target.device_id, "TLS" + (" with client certificates" if tls and tls.client_ca
-                                        else "") if tls else "plaintext", target.max_streams)
+    log.info(
+        "P4Runtime server on %s (port %d, device %d, %s, at most %d streams)",
+        address,
+        port,
+        target.device_id,
+        "TLS" + (" with client certificates" if tls and tls.client_ca else "") if tls else "plaintext",
+        target.max_streams,
+    )
     return server

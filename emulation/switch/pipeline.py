@@ -35,7 +35,8 @@ an IPv4 IHL below 5 or a shim version other than 1 is a parser error: ``parse_er
 the packet is dropped. Non-IPv4 frames parse fine but are dropped (no route).
 ``ipv4_forward`` sets the source MAC to the old destination MAC, the destination MAC to its
 parameter and decrements TTL; a packet that arrives with TTL 0 or 1 is dropped before the
-LPM lookup (RFC 1812 5.3.1; after the job counters, as in mltcp.p4); the IPv4 checksum is recomputed for every forwarded packet.
+LPM lookup (RFC 1812 5.3.1; after the job counters, as in mltcp.p4); the IPv4 checksum is
+recomputed for every forwarded packet.
 
 Byte counts are frame lengths as received (like v1model's ``standard_metadata.packet_length``).
 """
@@ -83,7 +84,7 @@ IPV4_MIN_LEN = 20
 UDP_LEN = 8
 TCP_MIN_LEN = 20
 SHIM_LEN = 12
-IPOPT_KIND = 0x5E          # the MLTCP IPv4 option (mltcp.traffic.header.mltcp_ipopt)
+IPOPT_KIND = 0x5E  # the MLTCP IPv4 option (mltcp.traffic.header.mltcp_ipopt)
 IPOPT_LEN = 8
 MLTCP_UDP_PORT = 9199
 MLTCP_VERSION = 1
@@ -170,7 +171,7 @@ def ipv4_checksum(header: bytes | bytearray | memoryview) -> int:
 
 
 def _fix_ipv4_checksum(buf: bytearray, off: int, ihl: int) -> None:
-    c = ipv4_checksum(memoryview(buf)[off:off + ihl])
+    c = ipv4_checksum(memoryview(buf)[off : off + ihl])
     buf[off + 10] = c >> 8
     buf[off + 11] = c & 0xFF
 
@@ -399,7 +400,7 @@ class ProgressContestTable(_EntryDictTable):
         return super().value(action, params)
 
 
-NO_MARK = -1      # progress_ecn's no_progress_ecn: the band is not marked at any depth
+NO_MARK = -1  # progress_ecn's no_progress_ecn: the band is not marked at any depth
 
 
 class ProgressEcnTable(_EntryDictTable):
@@ -441,7 +442,7 @@ class IngressResult:
     buf: bytearray
     port: int
     parsed: Parsed
-    priority: int = 0   # standard_metadata.priority: the egress port's strict-priority queue
+    priority: int = 0  # standard_metadata.priority: the egress port's strict-priority queue
 
 
 class Pipeline:
@@ -455,18 +456,20 @@ class Pipeline:
         self.lpm = LpmTable()
         self.ecn_thresholds: dict[int, int] = {}
         self.ecn_default: int | None = None  # threshold for ports without an entry; None = off
-        self.progress_ecn: dict[tuple[int, int], int] = {}   # (port, band) -> threshold
-        self.progress_priority: dict[tuple[int, int], int] = {}   # (port, band) -> priority
-        self.progress_contest: dict[int, int] = {}   # port -> window (us)
+        self.progress_ecn: dict[tuple[int, int], int] = {}  # (port, band) -> threshold
+        self.progress_priority: dict[tuple[int, int], int] = {}  # (port, band) -> priority
+        self.progress_contest: dict[int, int] = {}  # port -> window (us)
         self.counters = {name: CounterArray(size) for name, size in COUNTER_SIZES.items()}
         self.registers = {name: [0] * size for name, size in REGISTER_SIZES.items()}
         self.active = True  # the P4Runtime server clears this until a pipeline config is set
         # the match-action tables as a P4Runtime server drives them (by P4 name)
-        self.tables: dict[str, TableModel] = {T_IPV4_LPM: RouteTable(self),
-                                              T_ECN_THRESHOLD: EcnThresholdTable(self),
-                                              T_PROGRESS_ECN: ProgressEcnTable(self),
-                                              T_PROGRESS_CONTEST: ProgressContestTable(self),
-                                              T_PROGRESS_PRIORITY: ProgressPriorityTable(self)}
+        self.tables: dict[str, TableModel] = {
+            T_IPV4_LPM: RouteTable(self),
+            T_ECN_THRESHOLD: EcnThresholdTable(self),
+            T_PROGRESS_ECN: ProgressEcnTable(self),
+            T_PROGRESS_CONTEST: ProgressContestTable(self),
+            T_PROGRESS_PRIORITY: ProgressPriorityTable(self),
+        }
 
     def reset_state(self) -> None:
         """Forget all table entries, counters and registers (a new pipeline config)."""
@@ -496,9 +499,9 @@ class Pipeline:
         if p.ip_off < 0:
             return None
         off = p.ip_off
-        if data[off + 8] <= 1:   # TTL 0 or 1: a router drops it (RFC 1812 5.3.1), as mltcp.p4
+        if data[off + 8] <= 1:  # TTL 0 or 1: a router drops it (RFC 1812 5.3.1), as mltcp.p4
             return None
-        dst = int.from_bytes(data[off + 16:off + 20], "big")
+        dst = int.from_bytes(data[off + 16 : off + 20], "big")
         action = self.lpm.lookup(dst)
         if action is None:
             return None
@@ -538,8 +541,11 @@ class Pipeline:
         ``now`` (seconds, the switch's clock) is what progress_contest compares."""
         threshold = self.ecn_thresholds.get(res.port, self.ecn_default)
         p = res.parsed
-        if p.job_id >= 0 and self.progress_ecn and (not self.progress_contest
-                                                    or self.contested(res.port, p.job_id, now)):
+        if (
+            p.job_id >= 0
+            and self.progress_ecn
+            and (not self.progress_contest or self.contested(res.port, p.job_id, now))
+        ):
             # progress_ecn: the MLTCP packet's own threshold
             threshold = self.progress_ecn.get((res.port, p.bytes_ratio >> BAND_SHIFT), threshold)
         if threshold is None or threshold == NO_MARK or enq_qdepth < threshold:

@@ -47,10 +47,15 @@ def grpc_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-def start_switch(interfaces: dict[int, str], links: LinkConfig | dict[int, LinkConfig] | None = None,
-                 grpc_port: int = 9559, grpc_host: str = "127.0.0.1", device_id: int = 0,
-                 tls: TlsConfig | None = None,
-                 max_streams: int = DEFAULT_MAX_STREAMS) -> SwitchHandle:
+def start_switch(
+    interfaces: dict[int, str],
+    links: LinkConfig | dict[int, LinkConfig] | None = None,
+    grpc_port: int = 9559,
+    grpc_host: str = "127.0.0.1",
+    device_id: int = 0,
+    tls: TlsConfig | None = None,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+) -> SwitchHandle:
     """Open the ports, start forwarding threads and the P4Runtime server.
 
     The pipeline drops every frame until a controller sets a forwarding pipeline config.
@@ -70,12 +75,20 @@ def start_switch(interfaces: dict[int, str], links: LinkConfig | dict[int, LinkC
     dp.start()
     for n, p in sorted(dp.ports.items()):
         c = p.queue.cfg
-        log.info("port %d = %s: rate %s, delay %.6gs, buffer %d, loss %g%%, reorder %g%%, "
-                 "duplicate %g%%, seed %d%s%s", n, p.ifname,
-                 "unlimited" if c.rate_bps is None else f"{c.rate_bps:.6g} bit/s",
-                 c.delay_s, c.buffer_pkts, c.loss_pct, c.reorder_pct, c.duplicate_pct, c.seed,
-                 f", lossless (PFC, headroom {c.pfc_headroom})" if c.pfc_headroom else "",
-                 "" if c.priority_pin else ", priority queues unpinned")
+        log.info(
+            "port %d = %s: rate %s, delay %.6gs, buffer %d, loss %g%%, reorder %g%%, duplicate %g%%, seed %d%s%s",
+            n,
+            p.ifname,
+            "unlimited" if c.rate_bps is None else f"{c.rate_bps:.6g} bit/s",
+            c.delay_s,
+            c.buffer_pkts,
+            c.loss_pct,
+            c.reorder_pct,
+            c.duplicate_pct,
+            c.seed,
+            f", lossless (PFC, headroom {c.pfc_headroom})" if c.pfc_headroom else "",
+            "" if c.priority_pin else ", priority queues unpinned",
+        )
     return SwitchHandle(pipeline, dp, target, server, grpc_address(grpc_host, target.port))
 
 
@@ -85,23 +98,57 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def switch_command(interfaces: dict[int, str], grpc_port: int = 9559, device_id: int = 0,
-                   rate: str = "unlimited", delay: str = "0", buffer: int = 100,
-                   loss: float = 0.0, reorder: float = 0.0, duplicate: float = 0.0, seed: int = 1,
-                   port_config: dict[int, str] | None = None, grpc_host: str = "127.0.0.1",
-                   log_level: str = "info", stats_file: str | None = None,
-                   python: str | None = None, tls_cert: str | None = None,
-                   tls_key: str | None = None, tls_client_ca: str | None = None) -> list[str]:
+def switch_command(
+    interfaces: dict[int, str],
+    grpc_port: int = 9559,
+    device_id: int = 0,
+    rate: str = "unlimited",
+    delay: str = "0",
+    buffer: int = 100,
+    loss: float = 0.0,
+    reorder: float = 0.0,
+    duplicate: float = 0.0,
+    seed: int = 1,
+    port_config: dict[int, str] | None = None,
+    grpc_host: str = "127.0.0.1",
+    log_level: str = "info",
+    stats_file: str | None = None,
+    python: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
+) -> list[str]:
     """The ``mltcp-switch`` command line (run with this interpreter, so no PATH is needed)."""
-    cmd = [python or sys.executable, "-m", "mltcp.emulation.switch_cli",
-           "--grpc-port", str(grpc_port), "--grpc-host", grpc_host, "--device-id", str(device_id),
-           "--rate", rate, "--delay", delay, "--buffer", str(buffer), "--loss", str(loss),
-           "--reorder", str(reorder), "--duplicate", str(duplicate), "--seed", str(seed),
-           "--log-level", log_level]
+    cmd = [
+        python or sys.executable,
+        "-m",
+        "mltcp.emulation.switch_cli",
+        "--grpc-port",
+        str(grpc_port),
+        "--grpc-host",
+        grpc_host,
+        "--device-id",
+        str(device_id),
+        "--rate",
+        rate,
+        "--delay",
+        delay,
+        "--buffer",
+        str(buffer),
+        "--loss",
+        str(loss),
+        "--reorder",
+        str(reorder),
+        "--duplicate",
+        str(duplicate),
+        "--seed",
+        str(seed),
+        "--log-level",
+        log_level,
+    ]
     if stats_file:
         cmd += ["--stats-file", str(stats_file)]
-    for opt, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key),
-                      ("--tls-client-ca", tls_client_ca)):
+    for opt, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--tls-client-ca", tls_client_ca)):
         if path:
             cmd += [opt, str(path)]
     for n, ifname in sorted(interfaces.items()):
@@ -111,16 +158,19 @@ def switch_command(interfaces: dict[int, str], grpc_port: int = 9559, device_id:
     return cmd
 
 
-def wait_grpc(address: str, timeout: float = 15.0, proc: subprocess.Popen | None = None,
-              credentials: grpc.ChannelCredentials | None = None) -> None:
+def wait_grpc(
+    address: str,
+    timeout: float = 15.0,
+    proc: subprocess.Popen | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> None:
     """Block until a gRPC server answers on ``address`` (raise if ``proc`` dies first).
     ``credentials``: for a TLS port (the channel must complete the TLS handshake)."""
     deadline = time.monotonic() + timeout
     while True:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"switch exited with code {proc.returncode} before serving {address}")
-        ch = (grpc.secure_channel(address, credentials) if credentials is not None
-              else grpc.insecure_channel(address))
+        ch = grpc.secure_channel(address, credentials) if credentials is not None else grpc.insecure_channel(address)
         try:
             grpc.channel_ready_future(ch).result(timeout=0.5)
             return
@@ -131,9 +181,14 @@ def wait_grpc(address: str, timeout: float = 15.0, proc: subprocess.Popen | None
             ch.close()
 
 
-def spawn_switch(interfaces: dict[int, str], netns: str | None = None, grpc_port: int | None = None,
-                 stderr=None, credentials: grpc.ChannelCredentials | None = None,
-                 **kw) -> tuple[subprocess.Popen, int]:
+def spawn_switch(
+    interfaces: dict[int, str],
+    netns: str | None = None,
+    grpc_port: int | None = None,
+    stderr=None,
+    credentials: grpc.ChannelCredentials | None = None,
+    **kw,
+) -> tuple[subprocess.Popen, int]:
     """Run ``mltcp-switch`` in a subprocess (inside ``ip netns exec NETNS`` if given), wait until
     its P4Runtime port answers and return (process, grpc_port). Stop it with :func:`stop_switch`.
     The readiness probe connects from this process, so with ``netns`` the port is probed through
@@ -146,13 +201,17 @@ def spawn_switch(interfaces: dict[int, str], netns: str | None = None, grpc_port
     proc = subprocess.Popen(cmd, stderr=stderr, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
         if netns:
-            probe = [sys.executable, "-c",
-                     "import sys; from mltcp.emulation.switch.runtime import wait_grpc; "
-                     f"wait_grpc('127.0.0.1:{grpc_port}', 15)"]
+            probe = [
+                sys.executable,
+                "-c",
+                "import sys; from mltcp.emulation.switch.runtime import wait_grpc; "
+                f"wait_grpc('127.0.0.1:{grpc_port}', 15)",
+            ]
             r = subprocess.run(nsexec.argv(probe, netns), capture_output=True, timeout=30)
             if r.returncode != 0 or proc.poll() is not None:
-                raise RuntimeError(f"switch in netns {netns} did not come up: "
-                                   f"{r.stderr.decode(errors='replace')[-500:]}")
+                raise RuntimeError(
+                    f"switch in netns {netns} did not come up: {r.stderr.decode(errors='replace')[-500:]}"
+                )
         else:
             wait_grpc(f"127.0.0.1:{grpc_port}", 15, proc, credentials)
     except BaseException:

@@ -18,8 +18,9 @@ class TestbedError(RuntimeError):
     __test__ = False  # not a pytest test class
 
 
-def run(*cmd: str, ns: str | None = None, check: bool = True, timeout: float | None = None
-        ) -> subprocess.CompletedProcess:
+def run(
+    *cmd: str, ns: str | None = None, check: bool = True, timeout: float | None = None
+) -> subprocess.CompletedProcess:
     """``cmd`` (inside ``ip netns exec NS`` when ``ns``); :class:`TestbedError` with its output
     if it fails and ``check``."""
     full = nsexec.argv(cmd, ns)
@@ -67,8 +68,9 @@ class Testbed:
         _sysctl("net.ipv6.conf.default.disable_ipv6", "1", full)
         return full
 
-    def veth(self, a: str, b: str, ns_a: str | None = None, ns_b: str | None = None,
-             offloads_off: bool = True) -> tuple[str, str]:
+    def veth(
+        self, a: str, b: str, ns_a: str | None = None, ns_b: str | None = None, offloads_off: bool = True
+    ) -> tuple[str, str]:
         """Create veth a<->b (names used as given: keep them <= 15 chars), move the ends into
         the namespaces, bring them up with IPv6 off and (by default) offloads off."""
         run("ip", "link", "add", a, "type", "veth", "peer", "name", b)
@@ -86,8 +88,9 @@ class Testbed:
     def addr(self, ifname: str, cidr: str, netns: str | None = None) -> None:
         run("ip", "addr", "add", cidr, "dev", ifname, ns=netns)
 
-    def run(self, netns: str | None, *cmd: str, check: bool = False, timeout: float | None = None
-            ) -> subprocess.CompletedProcess:
+    def run(
+        self, netns: str | None, *cmd: str, check: bool = False, timeout: float | None = None
+    ) -> subprocess.CompletedProcess:
         return run(*cmd, ns=netns, check=check, timeout=timeout)
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ A torch-ddp job in a scenario::
 For the simulator the job is what the network sees: ``gpu_ms`` of compute, then the ring
 all-reduce of the gradients (2 (n-1)/n x 4 bytes per parameter per rank).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,17 +34,17 @@ RESNET50_MS_PER_IMAGE = 1e3 / 367
 
 @dataclass(frozen=True)
 class ModelSize:
-    params: int            # parameters = fp32 gradients all-reduced per iteration
-    published_ms: float    # emulated GPU time per iteration by default
-    gpu_batch: int         # the per-GPU batch that time is for
+    params: int  # parameters = fp32 gradients all-reduced per iteration
+    published_ms: float  # emulated GPU time per iteration by default
+    gpu_batch: int  # the per-GPU batch that time is for
 
 
 MODELS: dict[str, ModelSize] = {
     "resnet50": ModelSize(25_557_032, 64 * RESNET50_MS_PER_IMAGE, 64),
     "vgg16": ModelSize(138_357_544, 16 * RESNET50_MS_PER_IMAGE * 15.5 / 4.1, 16),
     "gpt2-small": ModelSize(124_439_808, 4 * RESNET50_MS_PER_IMAGE * 124e6 * 1024 / 4.1e9, 4),
-    "mlp8m": ModelSize(2_106_378, 400.0, 1),      # 8.4 MB of gradients, the hand-made two-job case
-    "tiny": ModelSize(199_946, 50.0, 1),          # tests
+    "mlp8m": ModelSize(2_106_378, 400.0, 1),  # 8.4 MB of gradients, the hand-made two-job case
+    "tiny": ModelSize(199_946, 50.0, 1),  # tests
 }
 MAX_RANKS = 16
 BOUNDARIES = ("idle", "mark")
@@ -70,8 +71,13 @@ def read_ddp_fields(r) -> DdpJob:
     """The torch-ddp fields of a job table (``r``: mltcp.scenario's field reader)."""
     model = r.get("model", str, ..., lambda v: v in MODELS, f"must be one of {', '.join(MODELS)}")
     ranks = r.get("ranks", int, 2, lambda v: 2 <= v <= MAX_RANKS, f"must be in [2, {MAX_RANKS}]")
-    hosts = r.get("hosts", list, None, lambda v: len(v) == ranks and all(isinstance(h, str) and h for h in v),
-                  "must list one host name per rank")
+    hosts = r.get(
+        "hosts",
+        list,
+        None,
+        lambda v: len(v) == ranks and all(isinstance(h, str) and h for h in v),
+        "must list one host name per rank",
+    )
     gpu = r.get("gpu_ms", float, MODELS[model].published_ms, lambda v: 0 <= v <= 600_000, "must be in [0, 600000]")
     bucket = r.get("bucket_mb", float, 25.0, lambda v: 0.01 <= v <= 4096, "must be in [0.01, 4096]")
     boundary = r.get("boundary", str, "mark", lambda v: v in BOUNDARIES, f"must be one of {', '.join(BOUNDARIES)}")

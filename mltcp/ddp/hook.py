@@ -7,6 +7,7 @@ mark map for each of gloo's local ports: an iteration boundary from the framewor
 kernel's idle-gap rule). :class:`IterationTimes` is the per-iteration result: the iteration start
 (set by the training loop), first and last collective, the optimizer step.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,8 +32,7 @@ class IterationTimes:
 class IterationHook:
     """State of the hook; ``clock`` gives the times recorded (default: time.time)."""
 
-    def __init__(self, mark: Callable[[], None] | None = None, clock: Callable[[], float] = time.time,
-                 group=None):
+    def __init__(self, mark: Callable[[], None] | None = None, clock: Callable[[], float] = time.time, group=None):
         self.mark = mark
         self.clock = clock
         self.group = group

@@ -6,6 +6,7 @@ nothing is downloaded) while it trains on small synthetic batches. Each :class:`
 gives the input at which its FLOPs are counted (the real training shape, on the meta device) and
 the small input it actually trains on.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ class Bottleneck(nn.Module):
         cout = width * self.expansion
         self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)   # v1.5: stride on the 3x3
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)  # v1.5: stride on the 3x3
         self.bn2 = nn.BatchNorm2d(width)
         self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(cout)
@@ -44,8 +45,12 @@ class Bottleneck(nn.Module):
 
 
 def resnet50(classes: int = 1000) -> nn.Module:
-    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                               nn.MaxPool2d(3, 2, 1)]
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+    ]
     cin = 64
     for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
         for b in range(blocks):
@@ -69,8 +74,15 @@ def vgg16(classes: int = 1000) -> nn.Module:
         else:
             layers += [nn.Conv2d(cin, v, 3, padding=1), nn.ReLU()]
             cin = v
-    layers += [nn.AdaptiveAvgPool2d(7), nn.Flatten(), nn.Linear(512 * 49, 4096), nn.ReLU(),
-               nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, classes)]
+    layers += [
+        nn.AdaptiveAvgPool2d(7),
+        nn.Flatten(),
+        nn.Linear(512 * 49, 4096),
+        nn.ReLU(),
+        nn.Linear(4096, 4096),
+        nn.ReLU(),
+        nn.Linear(4096, classes),
+    ]
     return nn.Sequential(*layers)
 
 
@@ -142,7 +154,7 @@ class ModelSpec:
 
     name: str
     build: Callable[[], nn.Module]
-    kind: str                          # "image", "tokens" or "vector": how inputs and targets are drawn
+    kind: str  # "image", "tokens" or "vector": how inputs and targets are drawn
     profile_shape: tuple[int, ...]
     train_shape: tuple[int, ...]
     classes: int

@@ -12,6 +12,7 @@ previous layer's ends or now, whichever is later, so the CPU's own work for a la
 emulated GPU time as kernel launches overlap kernels; only where the CPU is slower than the
 emulated GPU does it show.
 """
+
 from __future__ import annotations
 
 import threading
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-FORWARD_SHARE = 1 / 3      # forward : backward = 1 : 2 of a layer's training time
-MIN_SLEEP_S = 2e-4         # shorter waits are carried over to the next layer
+FORWARD_SHARE = 1 / 3  # forward : backward = 1 : 2 of a layer's training time
+MIN_SLEEP_S = 2e-4  # shorter waits are carried over to the next layer
 
 
 def _macs(mod: nn.Module, inp, out) -> float:
@@ -38,14 +39,14 @@ def _macs(mod: nn.Module, inp, out) -> float:
         return own + out.numel() * mod.in_features
     if isinstance(mod, nn.Embedding):
         return own + out.numel()
-    if not list(mod.children()):              # norms, activations, pooling: per element
+    if not list(mod.children()):  # norms, activations, pooling: per element
         return own + 2.0 * out.numel()
     return own
 
 
 def _attention_macs(inp, out) -> float:
     b, t, d = out.shape
-    return 2.0 * b * t * t * d                 # q @ k^T and att @ v
+    return 2.0 * b * t * t * d  # q @ k^T and att @ v
 
 
 def _lm_head_macs(mod):
@@ -56,6 +57,7 @@ def count_macs(model: nn.Module, sample: torch.Tensor) -> dict[str, float]:
     """Module name -> multiply-adds of one forward of ``sample``, counted on the meta device
     (nothing is computed; the model is not changed)."""
     from .models import GPT, CausalSelfAttention
+
     meta = _meta_copy(model)
     for mod in meta.modules():
         if isinstance(mod, CausalSelfAttention):
@@ -82,6 +84,7 @@ def count_macs(model: nn.Module, sample: torch.Tensor) -> dict[str, float]:
 
 def _meta_copy(model: nn.Module) -> nn.Module:
     import copy
+
     return copy.deepcopy(model).to("meta")
 
 
@@ -97,8 +100,10 @@ def layer_times(macs: dict[str, float], iteration_s: float) -> list[LayerTime]:
     total = sum(macs.values())
     if total <= 0 or iteration_s < 0:
         raise ValueError("layer_times needs some multiply-adds and a non-negative iteration time")
-    return [LayerTime(n, iteration_s * m / total * FORWARD_SHARE, iteration_s * m / total * (1 - FORWARD_SHARE))
-            for n, m in macs.items()]
+    return [
+        LayerTime(n, iteration_s * m / total * FORWARD_SHARE, iteration_s * m / total * (1 - FORWARD_SHARE))
+        for n, m in macs.items()
+    ]
 
 
 class GpuClock:
@@ -141,17 +146,20 @@ def instrument(model: nn.Module, times: list[LayerTime], clock: GpuClock) -> lis
     mods = dict(model.named_modules())
     handles = []
     for lt in times:
+
         def hook(mod, inp, out, lt=lt):
             if isinstance(out, torch.Tensor) and out.requires_grad:
                 return _GpuTime.apply(out, clock, lt.forward_s, lt.backward_s)
-            clock.run(lt.forward_s)      # no graph behind it (e.g. the first layer's input side)
+            clock.run(lt.forward_s)  # no graph behind it (e.g. the first layer's input side)
             return out
+
         handles.append(mods[lt.name].register_forward_hook(hook))
     return handles
 
 
 def profile_for(model: nn.Module, spec, iteration_s: float) -> list[LayerTime]:
     """The layer times of ``model`` (built from ``spec``) for ``iteration_s`` per iteration."""
-    sample = torch.zeros(spec.profile_shape, dtype=torch.long) if spec.kind == "tokens" \
-        else torch.zeros(spec.profile_shape)
+    sample = (
+        torch.zeros(spec.profile_shape, dtype=torch.long) if spec.kind == "tokens" else torch.zeros(spec.profile_shape)
+    )
     return layer_times(count_macs(model, sample), iteration_s)

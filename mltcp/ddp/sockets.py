@@ -5,6 +5,7 @@ file descriptors (``/proc/self/fd`` socket inodes matched against ``/proc/net/tc
 congestion control can be read and set on them afterwards (TCP_CONGESTION on an established
 socket), and their local ports are what the kernel MLTCP's mark map is keyed by.
 """
+
 from __future__ import annotations
 
 import os
@@ -83,6 +84,7 @@ def set_pacing(fd: int, mbit: float) -> None:
     """Pace the socket at ``mbit`` Mbit/s (SO_MAX_PACING_RATE: the kernel's internal TCP pacing,
     as a host whose NIC runs at that rate)."""
     from mltcp.traffic.kernel.transport import set_pacing as _set
+
     s = _borrow(fd)
     try:
         _set(s, mbit)

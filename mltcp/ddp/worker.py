@@ -16,6 +16,7 @@ then reads the run's start epoch from stdin); per iteration an ``iter`` line (th
 ``last_collective``, ``cpu_s``, ``gpu_s``); finally a ``summary`` (retransmissions of its gloo
 connections, their congestion control).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,6 +39,7 @@ def retransmits(conns) -> int:
     import socket
 
     from mltcp.traffic.kernel.transport import tcp_info
+
     total = 0
     for c in conns:
         s = socket.socket(fileno=c.fd)
@@ -56,6 +58,7 @@ def kernel_iterations(conns, cc: str | None) -> list[int] | None:
     import socket
 
     from mltcp.traffic.kernel import maps
+
     variant = (cc or "").removeprefix("bpf_")
     if variant not in maps.VARIANTS:
         return None
@@ -76,6 +79,7 @@ def build(model: str, seed: int, gpu_ms: float | None):
     import torch
 
     from . import models, profile
+
     spec = models.spec(model)
     torch.manual_seed(seed)
     net = spec.build()
@@ -84,22 +88,27 @@ def build(model: str, seed: int, gpu_ms: float | None):
 
 
 @app.command()
-def main(job: str = typer.Option(..., help="job name (records' job field)"),
-         rank: int = typer.Option(..., min=0), world: int = typer.Option(..., min=1),
-         master: str = typer.Option(..., help="ADDR:PORT of rank 0's rendezvous store"),
-         model: str = typer.Option("tiny"), iterations: int = typer.Option(10, min=1),
-         gpu_ms: float = typer.Option(-1.0, help="emulated GPU time per iteration, ms (< 0: the model's)"),
-         seed: int = typer.Option(1), bucket_mb: float = typer.Option(25.0, min=0.01),
-         lr: float = typer.Option(0.01),
-         cc: str = typer.Option("", help="congestion control for gloo's sockets ('' = the namespace default)"),
-         mark: bool = typer.Option(False, help="mark each iteration's first bucket in the kernel MLTCP map"),
-         pacing_mbit: float = typer.Option(0.0, help="pace gloo's sockets at this rate (0: unpaced)"),
-         nic_cap: bool = typer.Option(False, help="MLTCP variants: no growth past 2 x pacing rate x min RTT"),
-         ifname: str = typer.Option("", help="interface gloo binds to (GLOO_SOCKET_IFNAME)"),
-         wait: bool = typer.Option(False, help="after ready, read the start epoch from stdin"),
-         start_offset: float = typer.Option(0.0, help="start this many seconds after the epoch"),
-         timeout_s: float = typer.Option(300.0),
-         run: str = typer.Option("", "--run", help="run tag (only marks the process as part of a run)")):
+def main(
+    job: str = typer.Option(..., help="job name (records' job field)"),
+    rank: int = typer.Option(..., min=0),
+    world: int = typer.Option(..., min=1),
+    master: str = typer.Option(..., help="ADDR:PORT of rank 0's rendezvous store"),
+    model: str = typer.Option("tiny"),
+    iterations: int = typer.Option(10, min=1),
+    gpu_ms: float = typer.Option(-1.0, help="emulated GPU time per iteration, ms (< 0: the model's)"),
+    seed: int = typer.Option(1),
+    bucket_mb: float = typer.Option(25.0, min=0.01),
+    lr: float = typer.Option(0.01),
+    cc: str = typer.Option("", help="congestion control for gloo's sockets ('' = the namespace default)"),
+    mark: bool = typer.Option(False, help="mark each iteration's first bucket in the kernel MLTCP map"),
+    pacing_mbit: float = typer.Option(0.0, help="pace gloo's sockets at this rate (0: unpaced)"),
+    nic_cap: bool = typer.Option(False, help="MLTCP variants: no growth past 2 x pacing rate x min RTT"),
+    ifname: str = typer.Option("", help="interface gloo binds to (GLOO_SOCKET_IFNAME)"),
+    wait: bool = typer.Option(False, help="after ready, read the start epoch from stdin"),
+    start_offset: float = typer.Option(0.0, help="start this many seconds after the epoch"),
+    timeout_s: float = typer.Option(300.0),
+    run: str = typer.Option("", "--run", help="run tag (only marks the process as part of a run)"),
+):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -107,6 +116,7 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
     import mltcp.torch as mt
 
     from . import profile
+
     torch.set_num_threads(1)
     addr, port = master.rsplit(":", 1)
     os.environ.update(MASTER_ADDR=addr, MASTER_PORT=port)
@@ -115,11 +125,12 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
     spec, net, times = build(model, seed, None if gpu_ms < 0 else gpu_ms)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     cc = cc or mt.sockets.default_cc()
-    try:    # gloo connected every pair in init_process_group: on cc before DDP's first broadcast
+    try:  # gloo connected every pair in init_process_group: on cc before DDP's first broadcast
         from mltcp.traffic.kernel.maps import Config
+
         config = Config(nic_cap=True) if nic_cap else None
         if mark and cc.removeprefix("bpf_") in mt.MLTCP_VARIANTS:
-            config = mt.marks_only(config)      # marks alone end iterations
+            config = mt.marks_only(config)  # marks alone end iterations
         mt.set_connections_cc(cc, {int(port)}, pacing_mbit or None, config)
         ddp = DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
         hook = mt.attach(ddp, cc=cc, mark=mark, store_port=int(port), config=config)
@@ -133,7 +144,7 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
     conns = mt.sockets.own_connections({int(port)})
     emit({"type": "ready", "job": job, "rank": rank, "params": n_params, "cc": hook.cc, "ports": hook.ports})
     t0 = float(sys.stdin.readline()) if wait else time.time()
-    emit({"type": "start", "job": job, "rank": rank, "retrans": retransmits(conns)})   # DDP's setup's
+    emit({"type": "start", "job": job, "rank": rank, "retrans": retransmits(conns)})  # DDP's setup's
     hook.clock = lambda: time.time() - t0
     delay = t0 + start_offset - time.time()
     if delay > 0:
@@ -148,13 +159,35 @@ def main(job: str = typer.Option(..., help="job name (records' job field)"),
         loss.backward()
         opt.step()
         it = hook.end()
-        emit({"type": "iter", "job": job, "rank": rank, "iteration": it.iteration, "start": it.start,
-              "comm_start": it.first_collective if it.first_collective is not None else it.start,
-              "end": it.step_done, "bytes": it.bytes, "last_collective": it.last_collective_done,
-              "buckets": it.buckets, "loss": float(loss.item()), "cpu_s": time.process_time() - cpu0,
-              "gpu_s": clock.booked_s - booked0, "retrans": retransmits(conns)})
-    emit({"type": "summary", "job": job, "rank": rank, "retrans": retransmits(conns), "cc": hook.cc,
-          "mark_errors": hook.mark_errors, "kernel_iterations": kernel_iterations(conns, hook.cc)})
+        emit(
+            {
+                "type": "iter",
+                "job": job,
+                "rank": rank,
+                "iteration": it.iteration,
+                "start": it.start,
+                "comm_start": it.first_collective if it.first_collective is not None else it.start,
+                "end": it.step_done,
+                "bytes": it.bytes,
+                "last_collective": it.last_collective_done,
+                "buckets": it.buckets,
+                "loss": float(loss.item()),
+                "cpu_s": time.process_time() - cpu0,
+                "gpu_s": clock.booked_s - booked0,
+                "retrans": retransmits(conns),
+            }
+        )
+    emit(
+        {
+            "type": "summary",
+            "job": job,
+            "rank": rank,
+            "retrans": retransmits(conns),
+            "cc": hook.cc,
+            "mark_errors": hook.mark_errors,
+            "kernel_iterations": kernel_iterations(conns, hook.cc),
+        }
+    )
     dist.barrier()
     dist.destroy_process_group()
 

@@ -2,6 +2,7 @@
 ``bpf_dctcp`` (dctcp.bpf.c). Plain algorithms: no MLTCP hook, no maps to configure. The
 emulation registers one for a run that asks for it and unregisters it afterwards
 (:func:`ensure`, :func:`remove`)."""
+
 from __future__ import annotations
 
 from . import loader, tcprog

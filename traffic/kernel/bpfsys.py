@@ -4,6 +4,7 @@ bpftool does the loading (see :mod:`.loader`); per-iteration marks and per-socke
 often, so they go straight to the syscall instead of spawning bpftool each time. Linux x86-64 and
 arm64 only (the syscall number is looked up per machine).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -72,8 +73,15 @@ def map_info(fd: int) -> dict:
     _bpf(BPF_OBJ_GET_INFO_BY_FD, attr)
     typ, mid, ksz, vsz, maxe, flags = (ctypes.c_uint32.from_buffer(info, 4 * i).value for i in range(6))
     name = info.raw[24:40].split(b"\0", 1)[0].decode(errors="replace")
-    return {"type": typ, "id": mid, "bytes_key": ksz, "bytes_value": vsz, "max_entries": maxe,
-            "flags": flags, "name": name}
+    return {
+        "type": typ,
+        "id": mid,
+        "bytes_key": ksz,
+        "bytes_value": vsz,
+        "max_entries": maxe,
+        "flags": flags,
+        "name": name,
+    }
 
 
 def _elem_attr(fd: int, key: ctypes.Array, value: ctypes.Array, flags: int = 0) -> ctypes.Array:

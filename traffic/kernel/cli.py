@@ -1,4 +1,5 @@
 """`mltcp kernel`: MLTCP-Reno and MLTCP-CUBIC as BPF congestion control in the Linux kernel."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,11 @@ from mltcp.console import err, fail, out, print_json
 from . import loader
 from .maps import MAX_RESTART_SEGS, SCALE_DECREASE_DEFAULT, VARIANTS, Config, MapsError, mark_iteration_start
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="MLTCP as BPF struct_ops congestion control (mltcp_reno, mltcp_cubic).")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="MLTCP as BPF struct_ops congestion control (mltcp_reno, mltcp_cubic).",
+)
 
 
 def _variants(names: Optional[List[str]]) -> list[str]:
@@ -25,20 +29,32 @@ def _variants(names: Optional[List[str]]) -> list[str]:
         fail(str(e))
 
 
-SCALE_DECREASE_HELP = ("F also scales the window decrease: remove (0.8 - 0.6 r) x 2 x the base fraction on loss "
-                       "(default: on for mltcp_cubic, off for mltcp_reno; docs/kernel.md)")
+SCALE_DECREASE_HELP = (
+    "F also scales the window decrease: remove (0.8 - 0.6 r) x 2 x the base fraction on loss "
+    "(default: on for mltcp_cubic, off for mltcp_reno; docs/kernel.md)"
+)
 
 
-RESTART_WINDOW_HELP = ("segments: at each iteration's first send a larger window restarts at this "
-                       "(ssthresh kept >= 3/4 of the old window); 0 = off")
+RESTART_WINDOW_HELP = (
+    "segments: at each iteration's first send a larger window restarts at this "
+    "(ssthresh kept >= 3/4 of the old window); 0 = off"
+)
 
 
-def _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap=False, variant=None,
-            restart_window=0) -> Config:
+def _config(
+    slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap=False, variant=None, restart_window=0
+) -> Config:
     if scale_decrease is None:
         scale_decrease = SCALE_DECREASE_DEFAULT.get(variant, False)
-    cfg = Config(slope=slope, intercept=intercept, idle_fraction=idle_fraction, min_idle=min_idle_ms / 1e3,
-                 scale_decrease=scale_decrease, nic_cap=nic_cap, restart_window=restart_window)
+    cfg = Config(
+        slope=slope,
+        intercept=intercept,
+        idle_fraction=idle_fraction,
+        min_idle=min_idle_ms / 1e3,
+        scale_decrease=scale_decrease,
+        nic_cap=nic_cap,
+        restart_window=restart_window,
+    )
     try:
         cfg.validate()
     except ValueError as e:
@@ -50,10 +66,12 @@ VARIANT_OPT = typer.Option(None, "--variant", "-v", help="mltcp_reno or mltcp_cu
 
 
 @app.command()
-def build(variant: Optional[List[str]] = VARIANT_OPT,
-          out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="default ~/.cache/mltcp/bpf/<kernel release>"),
-          clang: str = typer.Option("clang", help="clang binary"),
-          force: bool = typer.Option(False, help="rebuild even if up to date")):
+def build(
+    variant: Optional[List[str]] = VARIANT_OPT,
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="default ~/.cache/mltcp/bpf/<kernel release>"),
+    clang: str = typer.Option("clang", help="clang binary"),
+    force: bool = typer.Option(False, help="rebuild even if up to date"),
+):
     """Compile the BPF programs (vmlinux.h from the running kernel's BTF, clang -target bpf)."""
     try:
         objs = loader.build(_variants(variant), out_dir=out_dir, clang=clang, force=force)
@@ -64,20 +82,27 @@ def build(variant: Optional[List[str]] = VARIANT_OPT,
 
 
 @app.command()
-def load(variant: Optional[List[str]] = VARIANT_OPT,
-         slope: float = typer.Option(4.0, help="F(r) = slope * r + intercept"),
-         intercept: float = typer.Option(0.25),
-         idle_fraction: float = typer.Option(0.9, help="idle gap > fraction x last compute gap starts an iteration"),
-         min_idle_ms: float = typer.Option(1.0, help="shortest idle gap that can start an iteration (ms)"),
-         scale_decrease: Optional[bool] = typer.Option(None, "--scale-decrease/--no-scale-decrease",
-                                                       help=SCALE_DECREASE_HELP),
-         nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
-         restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
-         clang: str = typer.Option("clang")):
+def load(
+    variant: Optional[List[str]] = VARIANT_OPT,
+    slope: float = typer.Option(4.0, help="F(r) = slope * r + intercept"),
+    intercept: float = typer.Option(0.25),
+    idle_fraction: float = typer.Option(0.9, help="idle gap > fraction x last compute gap starts an iteration"),
+    min_idle_ms: float = typer.Option(1.0, help="shortest idle gap that can start an iteration (ms)"),
+    scale_decrease: Optional[bool] = typer.Option(
+        None, "--scale-decrease/--no-scale-decrease", help=SCALE_DECREASE_HELP
+    ),
+    nic_cap: bool = typer.Option(
+        False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"
+    ),
+    restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
+    clang: str = typer.Option("clang"),
+):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
-    names = _variants(variant)           # one configuration per variant (their defaults differ)
-    cfgs = {v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v, restart_window)
-            for v in names}
+    names = _variants(variant)  # one configuration per variant (their defaults differ)
+    cfgs = {
+        v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v, restart_window)
+        for v in names
+    }
     try:
         regs = loader.load(names, config=cfgs, clang=clang)
     except loader.KernelCCError as e:
@@ -88,8 +113,10 @@ def load(variant: Optional[List[str]] = VARIANT_OPT,
 
 
 @app.command()
-def unload(variant: Optional[List[str]] = VARIANT_OPT,
-           wait: float = typer.Option(3.0, help="seconds to wait for the kernel to free them")):
+def unload(
+    variant: Optional[List[str]] = VARIANT_OPT,
+    wait: float = typer.Option(3.0, help="seconds to wait for the kernel to free them"),
+):
     """Unregister the algorithms (needs root)."""
     try:
         removed, held = loader.unload(_variants(variant), wait=wait)
@@ -97,8 +124,10 @@ def unload(variant: Optional[List[str]] = VARIANT_OPT,
         fail(str(e))
     out.print(f"unregistered: {', '.join(removed) or 'nothing was registered'}")
     if held:
-        err.print(f"[yellow]warning:[/] {', '.join(held)} no longer selectable, but still held by open "
-                  "sockets or map fds; the kernel frees them when those close")
+        err.print(
+            f"[yellow]warning:[/] {', '.join(held)} no longer selectable, but still held by open "
+            "sockets or map fds; the kernel frees them when those close"
+        )
 
 
 @app.command()
@@ -115,17 +144,22 @@ def status(as_json: bool = typer.Option(False, "--json", help="print JSON")):
     if not st["registered"]:
         out.print("no MLTCP algorithm registered (`mltcp kernel load`)")
     for v, e in st["registered"].items():
-        out.print(f"{v}: struct_ops id {e['struct_ops_id']}, config {e.get('config', e.get('error'))}, "
-                  f"stats {e.get('stats', {})}")
+        out.print(
+            f"{v}: struct_ops id {e['struct_ops_id']}, config {e.get('config', e.get('error'))}, "
+            f"stats {e.get('stats', {})}"
+        )
     for v, ids in st.get("lingering", {}).items():
         out.print(f"{v}: unregistered, still held by sockets (struct_ops ids {ids})")
 
 
 @app.command()
-def mark(port: int = typer.Argument(..., help="local TCP port of the sending socket"),
-         repeat: int = typer.Option(1, help="mark this many times and print the mean cost of one mark")):
+def mark(
+    port: int = typer.Argument(..., help="local TCP port of the sending socket"),
+    repeat: int = typer.Option(1, help="mark this many times and print the mean cost of one mark"),
+):
     """Tell the kernel MLTCP that the flow on PORT starts a training iteration now."""
     import time
+
     if repeat < 1:
         fail(f"--repeat must be >= 1, got {repeat}")
     try:
@@ -140,39 +174,64 @@ def mark(port: int = typer.Argument(..., help="local TCP port of the sending soc
         fail(str(e))
     if n == 0:
         fail("no MLTCP algorithm is registered")
-    out.print(f"marked port {port} in {n} variant(s), {repeat} time(s); first mark (finds the maps) "
-              f"{first * 1e3:.2f} ms" + (f", then {rest / (repeat - 1) * 1e6:.1f} us per mark" if repeat > 1 else ""))
+    out.print(
+        f"marked port {port} in {n} variant(s), {repeat} time(s); first mark (finds the maps) "
+        f"{first * 1e3:.2f} ms" + (f", then {rest / (repeat - 1) * 1e6:.1f} us per mark" if repeat > 1 else "")
+    )
 
 
 @app.command()
 def experiment(
     variant: str = typer.Option("mltcp_reno", help="mltcp_reno (vs reno) or mltcp_cubic (vs cubic)"),
     rate_mbit: float = typer.Option(100.0, help="bottleneck rate (htb)"),
-    payload_rate: bool = typer.Option(True, "--payload-rate/--wire-rate",
-                                      help="the rate counts payload bytes, as in the simulator (htb at rate x "
-                                           "1514/1448), or frame bytes"),
+    payload_rate: bool = typer.Option(
+        True,
+        "--payload-rate/--wire-rate",
+        help="the rate counts payload bytes, as in the simulator (htb at rate x 1514/1448), or frame bytes",
+    ),
     buffer_kb: float = typer.Option(150.0, help="bottleneck drop-tail buffer (bfifo)"),
     mbytes: float = typer.Option(1.0, help="MB per iteration per job"),
-    compute_ms: Optional[float] = typer.Option(None, help="compute time; default = the iteration's transfer time alone"),
+    compute_ms: Optional[float] = typer.Option(
+        None, help="compute time; default = the iteration's transfer time alone"
+    ),
     iterations: int = typer.Option(60),
     warmup: int = typer.Option(10, help="iterations left out of avg/p99"),
     offset_ms: float = typer.Option(5.0, help="job B starts this much after job A"),
-    delay_ms: float = typer.Option(0.0, help="one-way propagation delay (a C delay line between router and "
-                                             "receiver; base RTT = 2 x this)"),
-    min_rto_ms: float = typer.Option(0.0, help="senders' minimum RTO (route rto_min); 0: Linux's 200 ms. Above the "
-                                               "compute time TCP keeps its window over the idle gap"),
-    ecn_k_pkts: int = typer.Option(0, help="step ECN at the bottleneck: CE when >= K full frames are queued "
-                                           "(a tc BPF marker; hosts get tcp_ecn=1); 0: drop-tail only"),
-    idle_restart: bool = typer.Option(True, "--idle-restart/--no-idle-restart",
-                                      help="senders' tcp_slow_start_after_idle: after an idle gap longer than the "
-                                           "RTO the window restarts (Linux default on)"),
+    delay_ms: float = typer.Option(
+        0.0, help="one-way propagation delay (a C delay line between router and receiver; base RTT = 2 x this)"
+    ),
+    min_rto_ms: float = typer.Option(
+        0.0,
+        help="senders' minimum RTO (route rto_min); 0: Linux's 200 ms. Above the "
+        "compute time TCP keeps its window over the idle gap",
+    ),
+    ecn_k_pkts: int = typer.Option(
+        0,
+        help="step ECN at the bottleneck: CE when >= K full frames are queued "
+        "(a tc BPF marker; hosts get tcp_ecn=1); 0: drop-tail only",
+    ),
+    idle_restart: bool = typer.Option(
+        True,
+        "--idle-restart/--no-idle-restart",
+        help="senders' tcp_slow_start_after_idle: after an idle gap longer than the "
+        "RTO the window restarts (Linux default on)",
+    ),
     mark_iterations: bool = typer.Option(False, "--mark", help="explicit iteration marks instead of idle detection"),
-    pacing: bool = typer.Option(True, "--pacing/--no-pacing",
-                                help="senders paced at the bottleneck rate, as NICs of that rate (SO_MAX_PACING_RATE)"),
-    slope: float = typer.Option(4.0), intercept: float = typer.Option(0.25),
-    idle_fraction: float = typer.Option(0.9), min_idle_ms: float = typer.Option(1.0),
-    scale_decrease: Optional[bool] = typer.Option(None, "--scale-decrease/--no-scale-decrease", help=SCALE_DECREASE_HELP),
-    nic_cap: bool = typer.Option(False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"),
+    pacing: bool = typer.Option(
+        True,
+        "--pacing/--no-pacing",
+        help="senders paced at the bottleneck rate, as NICs of that rate (SO_MAX_PACING_RATE)",
+    ),
+    slope: float = typer.Option(4.0),
+    intercept: float = typer.Option(0.25),
+    idle_fraction: float = typer.Option(0.9),
+    min_idle_ms: float = typer.Option(1.0),
+    scale_decrease: Optional[bool] = typer.Option(
+        None, "--scale-decrease/--no-scale-decrease", help=SCALE_DECREASE_HELP
+    ),
+    nic_cap: bool = typer.Option(
+        False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"
+    ),
     restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
@@ -186,14 +245,28 @@ def experiment(
     from .experiment import Case, run
     from .netns import NetnsError
 
-    setLogLevel("error")     # Mininet's warnings (as `mltcp emulate`): errors still show
+    setLogLevel("error")  # Mininet's warnings (as `mltcp emulate`): errors still show
 
     cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant, restart_window)
     try:
-        case = Case(rate_mbit=rate_mbit, payload_rate=payload_rate, buffer_bytes=int(buffer_kb * 1e3), nbytes=int(mbytes * 1e6),
-                    compute_s=None if compute_ms is None else compute_ms / 1e3, iterations=iterations,
-                    warmup=warmup, offset_s=offset_ms / 1e3, delay_ms=delay_ms, min_rto_ms=min_rto_ms, idle_restart=idle_restart, ecn_k_pkts=ecn_k_pkts, variant=variant, mark=mark_iterations, pacing=pacing,
-                    config=cfg)
+        case = Case(
+            rate_mbit=rate_mbit,
+            payload_rate=payload_rate,
+            buffer_bytes=int(buffer_kb * 1e3),
+            nbytes=int(mbytes * 1e6),
+            compute_s=None if compute_ms is None else compute_ms / 1e3,
+            iterations=iterations,
+            warmup=warmup,
+            offset_s=offset_ms / 1e3,
+            delay_ms=delay_ms,
+            min_rto_ms=min_rto_ms,
+            idle_restart=idle_restart,
+            ecn_k_pkts=ecn_k_pkts,
+            variant=variant,
+            mark=mark_iterations,
+            pacing=pacing,
+            config=cfg,
+        )
     except ValueError as e:
         fail(str(e))
     if out_path is not None and out_path.is_dir():
@@ -213,23 +286,38 @@ def experiment(
     if as_json:
         print_json(summary)
         return
-    table = Table(title=f"two jobs, {rate_mbit:g} Mbit/s, {2 * delay_ms:g} ms base RTT, {buffer_kb:g} kB buffer, {mbytes:g} MB/iteration, "
-                        f"compute {case.compute * 1e3:.0f} ms (ideal iteration {doc['ideal_iter_s'] * 1e3:.0f} ms)")
+    table = Table(
+        title=f"two jobs, {rate_mbit:g} Mbit/s, {2 * delay_ms:g} ms base RTT, {buffer_kb:g} kB buffer, "
+        f"{mbytes:g} MB/iteration, "
+        f"compute {case.compute * 1e3:.0f} ms (ideal iteration {doc['ideal_iter_s'] * 1e3:.0f} ms)"
+    )
     for col in ("cc", "job", "avg iter (ms)", "p99 iter (ms)", "interleaved at", "overlap", "retransmits"):
         table.add_column(col)
     for cc, r in doc["results"].items():
         for j, s in r["jobs"].items():
-            table.add_row(cc, j, f"{s['avg_iter_s'] * 1e3:.1f}", f"{s['p99_iter_s'] * 1e3:.1f}", "", "",
-                          str(s["retransmits"]))
-        table.add_row(cc, "both", f"{r['avg_iter_s'] * 1e3:.1f}", f"{r['p99_iter_s'] * 1e3:.1f}",
-                      str(r["interleaved_at"]), f"{r['steady_overlap']:.0%}", str(r["retransmits"]))
+            table.add_row(
+                cc, j, f"{s['avg_iter_s'] * 1e3:.1f}", f"{s['p99_iter_s'] * 1e3:.1f}", "", "", str(s["retransmits"])
+            )
+        table.add_row(
+            cc,
+            "both",
+            f"{r['avg_iter_s'] * 1e3:.1f}",
+            f"{r['p99_iter_s'] * 1e3:.1f}",
+            str(r["interleaved_at"]),
+            f"{r['steady_overlap']:.0%}",
+            str(r["retransmits"]),
+        )
     out.print(table)
-    out.print(f"speedup {variant} vs {list(doc['results'])[0]}: avg {doc['speedup_avg']:.2f}x, "
-              f"p99 {doc['speedup_p99']:.2f}x; wall {doc['wall_s']:.0f} s")
+    out.print(
+        f"speedup {variant} vs {list(doc['results'])[0]}: avg {doc['speedup_avg']:.2f}x, "
+        f"p99 {doc['speedup_p99']:.2f}x; wall {doc['wall_s']:.0f} s"
+    )
     if doc.get("simulation"):
         for cc, s in doc["simulation"].items():
-            out.print(f"simulate {cc}: avg {s['avg_iter_s'] * 1e3:.1f} ms, p99 {s['p99_iter_s'] * 1e3:.1f} ms, "
-                      f"interleaved at {s['interleaved_at']}")
+            out.print(
+                f"simulate {cc}: avg {s['avg_iter_s'] * 1e3:.1f} ms, p99 {s['p99_iter_s'] * 1e3:.1f} ms, "
+                f"interleaved at {s['interleaved_at']}"
+            )
 
 
 def main() -> None:  # `python -m mltcp.traffic.kernel.cli`

@@ -7,6 +7,7 @@ namespace between the bottleneck switch and the receivers' switch (:class:`Delay
 direction (AF_PACKET), so the base RTT is twice the delay plus the stack's few tens of
 microseconds, and rate and buffer stay in the kernel (htb + bfifo on the bottleneck switch's port).
 """
+
 from __future__ import annotations
 
 import os
@@ -43,20 +44,24 @@ class DelayLine:
     """``delayline IF_A IF_B DELAY_US`` started by ``popen`` (a Mininet node's, to run in its
     namespace; default: here); start() waits for it."""
 
-    def __init__(self, if_a: str, if_b: str, delay_us: int, popen=subprocess.Popen, nice: int = -10,
-                 rt_priority: int = 10):
+    def __init__(
+        self, if_a: str, if_b: str, delay_us: int, popen=subprocess.Popen, nice: int = -10, rt_priority: int = 10
+    ):
         if delay_us < 0:
             raise DelayLineError(f"delay line: delay must be >= 0 us, got {delay_us}")
         self.if_a, self.if_b, self.delay_us, self.nice, self.popen = if_a, if_b, int(delay_us), nice, popen
-        self.rt_priority = rt_priority    # SCHED_FIFO (chrt) when > 0: it sleeps in ppoll between frames
+        self.rt_priority = rt_priority  # SCHED_FIFO (chrt) when > 0: it sleeps in ppoll between frames
         self.proc: subprocess.Popen | None = None
         self.stats_path = Path(f"/tmp/mltcp-delayline-{if_a}.stats")
         self.stats: dict[str, int] | None = None
 
     def start(self) -> "DelayLine":
         binary = build()
-        sched = (["chrt", "-f", str(self.rt_priority)] if self.rt_priority > 0 and shutil.which("chrt")
-                 else ["nice", "-n", str(self.nice)])
+        sched = (
+            ["chrt", "-f", str(self.rt_priority)]
+            if self.rt_priority > 0 and shutil.which("chrt")
+            else ["nice", "-n", str(self.nice)]
+        )
         cmd = [*sched, str(binary), self.if_a, self.if_b, str(self.delay_us), str(self.stats_path)]
         self.proc = self.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().strip()

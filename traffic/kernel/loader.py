@@ -5,6 +5,7 @@ variant, into a cache directory (never the source tree). load: ``bpftool struct_
 then the configuration is written into the variant's cfg map. unload: ``bpftool struct_ops
 unregister``. Every step checks its preconditions and raises :class:`KernelCCError` with the reason.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,8 +58,10 @@ def require_tools(*tools: str) -> None:
 
 def require_btf() -> None:
     if not BTF_PATH.exists():
-        raise KernelCCError(f"{BTF_PATH} missing: the kernel has no BTF (CONFIG_DEBUG_INFO_BTF), "
-                            "BPF congestion control cannot be built or loaded")
+        raise KernelCCError(
+            f"{BTF_PATH} missing: the kernel has no BTF (CONFIG_DEBUG_INFO_BTF), "
+            "BPF congestion control cannot be built or loaded"
+        )
 
 
 def require_root(action: str) -> None:
@@ -80,8 +83,9 @@ def check_variants(variants: list[str] | tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys(variants))
 
 
-def build(variants=tuple(VARIANTS), out_dir: Path | None = None, clang: str = "clang",
-          force: bool = False) -> dict[str, Path]:
+def build(
+    variants=tuple(VARIANTS), out_dir: Path | None = None, clang: str = "clang", force: bool = False
+) -> dict[str, Path]:
     """Compile the variants; returns variant -> object file. Rebuilds only what is out of date."""
     variants = check_variants(variants)
     require_tools(clang, "bpftool")
@@ -104,8 +108,25 @@ def build(variants=tuple(VARIANTS), out_dir: Path | None = None, clang: str = "c
         newest = max(c_file.stat().st_mtime, header.stat().st_mtime, vmlinux_h.stat().st_mtime)
         if force or not obj.exists() or obj.stat().st_mtime < newest:
             tmp = obj.with_suffix(".o.tmp")
-            _run([clang, "-O2", "-g", "-target", "bpf", f"-D__TARGET_ARCH_{arch}", "-I", str(out),
-                  "-I", str(src), "-c", str(c_file), "-o", str(tmp)], f"compiling {c_file.name}")
+            _run(
+                [
+                    clang,
+                    "-O2",
+                    "-g",
+                    "-target",
+                    "bpf",
+                    f"-D__TARGET_ARCH_{arch}",
+                    "-I",
+                    str(out),
+                    "-I",
+                    str(src),
+                    "-c",
+                    str(c_file),
+                    "-o",
+                    str(tmp),
+                ],
+                f"compiling {c_file.name}",
+            )
             tmp.replace(obj)
         objs[v] = obj
     return objs
@@ -145,7 +166,9 @@ def _unregister(name: str) -> None:
         _run(["bpftool", "struct_ops", "unregister", "id", str(sid)], f"unregistering {name}")
 
 
-def load(variants=tuple(VARIANTS), config: Config | dict[str, Config] = Config(), clang: str = "clang") -> dict[str, int]:
+def load(
+    variants=tuple(VARIANTS), config: Config | dict[str, Config] = Config(), clang: str = "clang"
+) -> dict[str, int]:
     """Build if needed, register the variants and write ``config`` (one for all, or one per
     variant). Replaces loaded copies.
 
@@ -164,7 +187,7 @@ def load(variants=tuple(VARIANTS), config: Config | dict[str, Config] = Config()
     require_tools("bpftool")
     require_struct_ops()
     objs = build(variants, clang=clang)
-    close_cached()      # mark_iteration_start's open maps would belong to the old copies
+    close_cached()  # mark_iteration_start's open maps would belong to the old copies
     done: list[str] = []
     try:
         for v in variants:
@@ -199,7 +222,7 @@ def unload(variants=tuple(VARIANTS), wait: float = 3.0) -> tuple[list[str], list
     variants = check_variants(variants)
     require_root("unloading BPF congestion control")
     require_tools("bpftool")
-    close_cached()      # open map fds (mark_iteration_start's) would keep the maps alive
+    close_cached()  # open map fds (mark_iteration_start's) would keep the maps alive
     removed = []
     for v in variants:
         if v in registered():
@@ -234,10 +257,16 @@ def status() -> dict:
                 entry["maps"] = vm.ids
                 entry["stats"] = vm.stats()
                 if valid:
-                    entry["config"] = {"slope": round(slope / 1024, 4), "intercept": round(icpt / 1024, 4),
-                                       "idle_fraction": round(idle / 1024, 4), "min_idle": min_idle / 1e6,
-                                       "scale_decrease": bool(flags & 1), "nic_cap": bool(flags & 4),
-                                       "trace_port": trace, "restart_window": restart}
+                    entry["config"] = {
+                        "slope": round(slope / 1024, 4),
+                        "intercept": round(icpt / 1024, 4),
+                        "idle_fraction": round(idle / 1024, 4),
+                        "min_idle": min_idle / 1e6,
+                        "scale_decrease": bool(flags & 1),
+                        "nic_cap": bool(flags & 4),
+                        "trace_port": trace,
+                        "restart_window": restart,
+                    }
                 else:
                     entry["config"] = "built-in defaults"
         except (MapsError, OSError) as e:

@@ -3,6 +3,7 @@
 The C structs and the struct formats below must stay in step; :func:`check_layouts` compares them
 with the value sizes the kernel reports and is called before any map is used.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,17 +25,23 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "mltcp_cubic": ("mltcp_cubic.bpf.c", "mcubic_"),
 }
 
-CFG = struct.Struct("<9I")        # struct mltcp_cfg
-SK = struct.Struct("<7Q12I")      # struct mltcp_sk
-EV = struct.Struct("<2Q14IQ")     # struct mltcp_trace_ev
+CFG = struct.Struct("<9I")  # struct mltcp_cfg
+SK = struct.Struct("<7Q12I")  # struct mltcp_sk
+EV = struct.Struct("<2Q14IQ")  # struct mltcp_trace_ev
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 FLAG_SCALE_DECREASE = 1
 FLAG_TRACE_ALL = 2
 FLAG_NIC_CAP = 4
 EV_GROW, EV_FRIENDLY, EV_SSTHRESH, EV_STATE = 1, 2, 3, 4
-STAT_NAMES = ("ssthresh_repairs", "repairs_not_ours", "cwnd_repairs", "ssthresh_calls", "state_calls",
-              "iteration_restarts")
+STAT_NAMES = (
+    "ssthresh_repairs",
+    "repairs_not_ours",
+    "cwnd_repairs",
+    "ssthresh_calls",
+    "state_calls",
+    "iteration_restarts",
+)
 STAT_SSTHRESH_REPAIRS, STAT_REPAIRS_NOT_OURS, STAT_ITERATION_RESTARTS = 0, 1, 5
 EV_REPAIR, EV_ACK, EV_RESTART = 5, 6, 7
 MAX_RESTART_SEGS = 1_000_000
@@ -60,12 +67,12 @@ class Config:
     slope: float = 4.0
     intercept: float = 0.25
     idle_fraction: float = 0.9
-    min_idle: float = 1e-3          # seconds
+    min_idle: float = 1e-3  # seconds
     scale_decrease: bool = False
-    trace_port: int = 0             # local port whose growth steps are traced (0 = none)
-    trace_all: bool = False         # trace every socket (global configuration only)
-    nic_cap: bool = False           # no growth past 2 x pacing rate x min RTT (paced senders only)
-    restart_window: int = 0         # segments: cwnd at an iteration's first send is at most this (0 = off)
+    trace_port: int = 0  # local port whose growth steps are traced (0 = none)
+    trace_all: bool = False  # trace every socket (global configuration only)
+    nic_cap: bool = False  # no growth past 2 x pacing rate x min RTT (paced senders only)
+    restart_window: int = 0  # segments: cwnd at an iteration's first send is at most this (0 = off)
 
     def validate(self) -> None:
         for name in ("slope", "intercept", "idle_fraction"):
@@ -82,15 +89,25 @@ class Config:
             raise ValueError(f"trace_port must be a port number, got {self.trace_port}")
         rw = self.restart_window
         if isinstance(rw, bool) or not isinstance(rw, int) or not 0 <= rw <= MAX_RESTART_SEGS:
-            raise ValueError(f"restart_window must be a whole number of segments from 0 to {MAX_RESTART_SEGS}, got {rw!r}")
+            raise ValueError(
+                f"restart_window must be a whole number of segments from 0 to {MAX_RESTART_SEGS}, got {rw!r}"
+            )
 
     def pack(self) -> bytes:
         self.validate()
-        return CFG.pack(1, round(self.slope * Q10), round(self.intercept * Q10),
-                        round(self.idle_fraction * Q10), round(self.min_idle * 1e6),
-                        (FLAG_SCALE_DECREASE if self.scale_decrease else 0)
-                        | (FLAG_TRACE_ALL if self.trace_all else 0)
-                        | (FLAG_NIC_CAP if self.nic_cap else 0), self.trace_port, self.restart_window, 0)
+        return CFG.pack(
+            1,
+            round(self.slope * Q10),
+            round(self.intercept * Q10),
+            round(self.idle_fraction * Q10),
+            round(self.min_idle * 1e6),
+            (FLAG_SCALE_DECREASE if self.scale_decrease else 0)
+            | (FLAG_TRACE_ALL if self.trace_all else 0)
+            | (FLAG_NIC_CAP if self.nic_cap else 0),
+            self.trace_port,
+            self.restart_window,
+            0,
+        )
 
 
 @dataclass(frozen=True)
@@ -117,7 +134,7 @@ class SocketState:
     @classmethod
     def unpack(cls, raw: bytes) -> "SocketState":
         v = SK.unpack(raw)
-        return cls(v[0], v[1], v[2], tuple(v[3:6]), *v[6:-1])     # the last u32 is padding
+        return cls(v[0], v[1], v[2], tuple(v[3:6]), *v[6:-1])  # the last u32 is padding
 
     @property
     def bytes_ratio(self) -> float:
@@ -171,22 +188,29 @@ def find_maps(variant: str) -> dict[str, dict]:
         try:
             fd = bpfsys.map_fd_by_id(mid)
         except bpfsys.BpfError:
-            continue            # freed meanwhile
+            continue  # freed meanwhile
         try:
             m = bpfsys.map_info(fd)
         finally:
             os.close(fd)
         name = m["name"]
         if name.startswith(prefix):
-            short = name[len(prefix):]
+            short = name[len(prefix) :]
             if short not in found or m["id"] > found[short]["id"]:
                 found[short] = m
     return found
 
 
 def check_layouts(maps: dict[str, dict]) -> None:
-    want = {"cfg": CFG.size, "pcfg": CFG.size, "state": SK.size, "trace": EV.size, "mark": U32.size,
-            "tcount": U64.size, "stats": U64.size}
+    want = {
+        "cfg": CFG.size,
+        "pcfg": CFG.size,
+        "state": SK.size,
+        "trace": EV.size,
+        "mark": U32.size,
+        "tcount": U64.size,
+        "stats": U64.size,
+    }
     for short, size in want.items():
         if short not in maps:
             raise MapsError(f"map {short!r} not found: is the variant loaded?")
@@ -261,8 +285,10 @@ class VariantMaps:
 
     def stats(self) -> dict[str, int]:
         """Counters kept by the BPF programs (see mltcp_guard in mltcp_cc.bpf.h)."""
+
         def get(i):
             return U64.unpack(bpfsys.map_lookup(self.fds["stats"], U32.pack(i), U64.size))[0]
+
         return {name: get(i) for i, name in enumerate(STAT_NAMES)}
 
     def reset_trace(self) -> None:

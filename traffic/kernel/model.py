@@ -3,6 +3,7 @@
 Tests replay traced kernel steps through these functions, and compare them with the float model
 in :mod:`mltcp.cc` to show both implement the same MLTCP rules.
 """
+
 from __future__ import annotations
 
 SHIFT = 10
@@ -80,7 +81,7 @@ def ssthresh(cwnd: int, keep: int) -> int:
 
 
 RENO_KEEP_Q16 = R_ONE // 2
-CUBIC_KEEP_Q16 = 45875      # 0.7
+CUBIC_KEEP_Q16 = 45875  # 0.7
 
 
 def restart(cwnd: int, ssthresh: int, restart_segs: int) -> tuple[int, int]:

@@ -11,6 +11,7 @@ through :func:`.netns.in_netns` on ``/proc/<host pid>/ns/net`` (:meth:`KernelNet
 Everything is removed by :meth:`KernelNet.destroy` (mltcp.emulation.netns.Cleanup), also after a
 partial build.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,10 @@ from .netns import NetnsError, netns_path
 
 def build_ecn_marker(rate_mbit: float, k_pkts: int, limit_bytes: int) -> Path:
     """ecn_mark.bpf.c compiled for this bottleneck (its numbers are constants), into the cache."""
-    return tcprog.build("ecn_mark.bpf.c", {"RATE_BPS": f"{round(rate_mbit * 1e6)}ULL", "K_BYTES": k_pkts * 1514,
-                                           "LIMIT_BYTES": limit_bytes})
+    return tcprog.build(
+        "ecn_mark.bpf.c",
+        {"RATE_BPS": f"{round(rate_mbit * 1e6)}ULL", "K_BYTES": k_pkts * 1514, "LIMIT_BYTES": limit_bytes},
+    )
 
 
 @dataclass
@@ -50,7 +53,7 @@ class KernelNet:
     ecn_k_pkts: int = 0
     prefix: str = field(default_factory=run_prefix)
     topo: Dumbbell | None = None
-    wire: DelayLine | None = None     # the delay line (its counters stay after destroy)
+    wire: DelayLine | None = None  # the delay line (its counters stay after destroy)
     _cleanup: Cleanup | None = None
 
     @property
@@ -82,8 +85,9 @@ class KernelNet:
     def build(self) -> "KernelNet":
         if os.geteuid() != 0:
             raise NetnsError("network namespaces need root")
-        bottleneck = LinkParams(rate_mbps=self.rate_mbit, delay_ms=self.delay_us / 1e3, buffer_bytes=self.buffer_bytes,
-                                burst_bytes=0)     # tc's own htb burst (one MTU)
+        bottleneck = LinkParams(
+            rate_mbps=self.rate_mbit, delay_ms=self.delay_us / 1e3, buffer_bytes=self.buffer_bytes, burst_bytes=0
+        )  # tc's own htb burst (one MTU)
         self.topo = Dumbbell(prefix=self.prefix, n=self.n, bottleneck=bottleneck, delay_node=DelayLineSwitch)
         self._cleanup = Cleanup(self.prefix)
         try:
@@ -126,9 +130,9 @@ class KernelNet:
         if self._cleanup is None:
             return
         net = self._cleanup.net
-        for sw in (net.switches if net is not None else []):
+        for sw in net.switches if net is not None else []:
             if isinstance(sw, DelayLineSwitch) and sw.line is not None:
-                sw.line.stop()      # first: its process would keep the namespace alive
+                sw.line.stop()  # first: its process would keep the namespace alive
         self._cleanup.run()
 
     def __enter__(self) -> "KernelNet":

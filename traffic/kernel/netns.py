@@ -4,6 +4,7 @@ one process (BPF socket storage can then be read by socket fd). The namespaces a
 hosts' of the experiment's network (:mod:`.net`), named by a file such as ``/proc/<pid>/ns/net``
 (:func:`netns_path`).
 """
+
 from __future__ import annotations
 
 import contextlib

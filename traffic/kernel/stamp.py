@@ -7,6 +7,7 @@ an MSS that leaves room), segmentation offloads off (as on every emulated interf
 super-packets still reach tc egress, and the program keeps their segment size), then the program
 attached. :func:`stats` reads its counters.
 """
+
 from __future__ import annotations
 
 import struct
@@ -34,17 +35,27 @@ class StampConfig:
     link_mtu: int = 1500
 
     def __post_init__(self):
-        checks = {"job_id": 0 <= self.job_id <= 0xFFFF, "min_idle_s": 0 < self.min_idle_s <= 60,
-                  "idle_fraction": 0 <= self.idle_fraction <= 4, "link_mtu": 576 <= self.link_mtu <= 9000}
+        checks = {
+            "job_id": 0 <= self.job_id <= 0xFFFF,
+            "min_idle_s": 0 < self.min_idle_s <= 60,
+            "idle_fraction": 0 <= self.idle_fraction <= 4,
+            "link_mtu": 576 <= self.link_mtu <= 9000,
+        }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"stamper: bad {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
 
 
 def build(cfg: StampConfig) -> Path:
-    return tcprog.build("stamp.bpf.c", {"JOB_ID": cfg.job_id, "MIN_IDLE_NS": f"{round(cfg.min_idle_s * 1e9)}ULL",
-                                        "IDLE_FRAC_Q10": round(cfg.idle_fraction * 1024),
-                                        "MAX_FRAME": cfg.link_mtu + ETH_HLEN})
+    return tcprog.build(
+        "stamp.bpf.c",
+        {
+            "JOB_ID": cfg.job_id,
+            "MIN_IDLE_NS": f"{round(cfg.min_idle_s * 1e9)}ULL",
+            "IDLE_FRAC_Q10": round(cfg.idle_fraction * 1024),
+            "MAX_FRAME": cfg.link_mtu + ETH_HLEN,
+        },
+    )
 
 
 def install(ns: str, dev: str, cfg: StampConfig) -> None:
@@ -57,4 +68,4 @@ def install(ns: str, dev: str, cfg: StampConfig) -> None:
 
 def stats(ns: str, dev: str) -> dict[str, int]:
     val = tcprog.array_map(ns, dev, "stamp_stats")
-    return dict(zip(STATS, struct.unpack(f"<{len(STATS)}Q", val[:8 * len(STATS)])))
+    return dict(zip(STATS, struct.unpack(f"<{len(STATS)}Q", val[: 8 * len(STATS)])))

@@ -6,6 +6,7 @@ array map back through bpftool. ``ns`` names the network namespace by a file
 ``tc`` runs in that network namespace but this process's mount namespace (nsenter --net): a Mininet
 host has a private mount namespace without the BPF filesystem, where tc cannot load
 an object with maps ("mkdir /sys/fs/bpf/tc/ failed ... Unable to load program")."""
+
 from __future__ import annotations
 
 import json
@@ -26,12 +27,28 @@ def build(source: str, defines: dict[str, int | str]) -> Path:
     out = loader.cache_dir() / f"{source.removesuffix('.bpf.c')}{tag}.bpf.o"
     if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
         return out
-    loader.build([])      # vmlinux.h into the cache directory
+    loader.build([])  # vmlinux.h into the cache directory
     arch = {"x86_64": "x86", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
     tmp = out.with_suffix(".o.tmp")
-    p = subprocess.run(["clang", "-O2", "-g", "-target", "bpf", f"-D__TARGET_ARCH_{arch}", "-I", str(out.parent),
-                        *(f"-D{k}={v}" for k, v in defines.items()), "-c", str(src), "-o", str(tmp)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            "clang",
+            "-O2",
+            "-g",
+            "-target",
+            "bpf",
+            f"-D__TARGET_ARCH_{arch}",
+            "-I",
+            str(out.parent),
+            *(f"-D{k}={v}" for k, v in defines.items()),
+            "-c",
+            str(src),
+            "-o",
+            str(tmp),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if p.returncode != 0:
         tmp.unlink(missing_ok=True)
         raise NetnsError(f"clang failed on {src}:\n{p.stderr.strip()}")

@@ -8,6 +8,7 @@ nbytes u64, network order) and ``nbytes`` of payload; the receiver reads them al
 16 bytes (iteration u64, first 8 bytes of the payload's BLAKE2b digest or zeros), so
 :meth:`KernelTransport.send_iteration` returns only once the peer holds every byte.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,13 +24,35 @@ HDR = struct.Struct("!IIQ")
 ACK = struct.Struct("!Q8s")
 MAGIC = 0x4D4C5443  # "MLTC"
 CHUNK = 1 << 20
-KERNEL_CCS = ("reno", "cubic", "dctcp", "mltcp_reno", "mltcp_cubic")   # dctcp: bpf_dctcp where the kernel has none
+KERNEL_CCS = ("reno", "cubic", "dctcp", "mltcp_reno", "mltcp_cubic")  # dctcp: bpf_dctcp where the kernel has none
 
 # struct tcp_info: 8 bytes of u8 fields, then u32 fields in this order (linux/tcp.h).
-_TI_FIELDS = ("rto", "ato", "snd_mss", "rcv_mss", "unacked", "sacked", "lost", "retrans", "fackets",
-              "last_data_sent", "last_ack_sent", "last_data_recv", "last_ack_recv", "pmtu",
-              "rcv_ssthresh", "rtt", "rttvar", "snd_ssthresh", "snd_cwnd", "advmss", "reordering",
-              "rcv_rtt", "rcv_space", "total_retrans")
+_TI_FIELDS = (
+    "rto",
+    "ato",
+    "snd_mss",
+    "rcv_mss",
+    "unacked",
+    "sacked",
+    "lost",
+    "retrans",
+    "fackets",
+    "last_data_sent",
+    "last_ack_sent",
+    "last_data_recv",
+    "last_ack_recv",
+    "pmtu",
+    "rcv_ssthresh",
+    "rtt",
+    "rttvar",
+    "snd_ssthresh",
+    "snd_cwnd",
+    "advmss",
+    "reordering",
+    "rcv_rtt",
+    "rcv_space",
+    "total_retrans",
+)
 _TI = struct.Struct("=8B%dI" % len(_TI_FIELDS))
 
 
@@ -41,14 +64,14 @@ def tcp_info(sock: socket.socket) -> dict[str, int]:
     """The fields of TCP_INFO up to tcpi_total_retrans (rtt in us, cwnd in segments), and the
     state, ca_state and options bytes."""
     raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TI.size)
-    v = _TI.unpack(raw[:_TI.size].ljust(_TI.size, b"\0"))
+    v = _TI.unpack(raw[: _TI.size].ljust(_TI.size, b"\0"))
     d = dict(zip(_TI_FIELDS, v[8:]))
-    d["state"], d["ca_state"], d["options"] = v[0], v[1], v[5]   # options: TCPI_OPT_* (ECN = 8)
+    d["state"], d["ca_state"], d["options"] = v[0], v[1], v[5]  # options: TCPI_OPT_* (ECN = 8)
     return d
 
 
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
-WIRE_PER_PAYLOAD = 1514 / 1448     # Ethernet frame bytes per payload byte of a full TCP segment
+WIRE_PER_PAYLOAD = 1514 / 1448  # Ethernet frame bytes per payload byte of a full TCP segment
 
 
 def pacing_rate_for_link(link_mbit: float) -> float:
@@ -135,8 +158,9 @@ def serve_iterations(conn: socket.socket, verify: bool = False, on_iteration=Non
 class Receiver:
     """Accepts connections and acknowledges each complete iteration. One thread per connection."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, ns: str | None = None, verify: bool = False,
-                 cc: str | None = None):
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, ns: str | None = None, verify: bool = False, cc: str | None = None
+    ):
         self.verify = verify
         with in_netns(ns):
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -146,7 +170,7 @@ class Receiver:
         self.sock.bind((host, port))
         self.sock.listen(64)
         self.port = self.sock.getsockname()[1]
-        self.received: dict[int, int] = {}     # connection number -> payload bytes received
+        self.received: dict[int, int] = {}  # connection number -> payload bytes received
         self.errors: list[str] = []
         self._stop = False
         self._threads: list[threading.Thread] = []
@@ -172,6 +196,7 @@ class Receiver:
 
         def got(nbytes: int) -> None:
             self.received[n] += nbytes
+
         try:
             with conn:
                 serve_iterations(conn, self.verify, got)
@@ -187,7 +212,7 @@ class Receiver:
         self.sock.close()
         for t in self._threads:
             t.join(timeout=5)
-        for c in self._conns:   # peers that never closed: unblock and drop
+        for c in self._conns:  # peers that never closed: unblock and drop
             try:
                 c.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -200,8 +225,8 @@ class IterationStats:
     nbytes: int
     start: float
     end: float
-    retransmits: int      # tcpi_total_retrans increase during the iteration (read by run_job)
-    cwnd: int             # cwnd (segments) at the end of the iteration
+    retransmits: int  # tcpi_total_retrans increase during the iteration (read by run_job)
+    cwnd: int  # cwnd (segments) at the end of the iteration
 
 
 class KernelTransport:
@@ -212,9 +237,17 @@ class KernelTransport:
     paces the socket at that rate (its NIC's, :func:`set_pacing`); None: unpaced.
     """
 
-    def __init__(self, host: str, port: int, cc: str = "mltcp_reno", ns: str | None = None,
-                 verify: bool = False, mark: bool = False, connect_timeout: float = 10.0,
-                 pacing_mbit: float | None = None):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        cc: str = "mltcp_reno",
+        ns: str | None = None,
+        verify: bool = False,
+        mark: bool = False,
+        connect_timeout: float = 10.0,
+        pacing_mbit: float | None = None,
+    ):
         if cc.removeprefix("bpf_") not in KERNEL_CCS:
             raise TransportError(f"unknown congestion control {cc!r}; choose from {', '.join(KERNEL_CCS)}")
         if mark and not cc.removeprefix("bpf_").startswith("mltcp_"):
@@ -237,6 +270,7 @@ class KernelTransport:
         self._maps = None
         if mark:
             from .maps import VariantMaps
+
             self._maps = VariantMaps(cc.removeprefix("bpf_"))
         self._pattern = memoryview(payload_pattern())
         self.history: list[IterationStats] = []
@@ -254,7 +288,7 @@ class KernelTransport:
         self.sock.sendall(HDR.pack(MAGIC, iteration & 0xFFFFFFFF, nbytes), socket.MSG_MORE if nbytes else 0)
         left = nbytes
         while left:
-            chunk = self._pattern[:min(left, CHUNK)]
+            chunk = self._pattern[: min(left, CHUNK)]
             self.sock.sendall(chunk)
             if h:
                 h.update(chunk)
@@ -265,8 +299,9 @@ class KernelTransport:
         if h and digest != h.digest():
             raise TransportError(f"iteration {iteration}: payload digest mismatch")
         info = tcp_info(self.sock)
-        st = IterationStats(iteration, nbytes, start, time.monotonic(), info["total_retrans"] - before,
-                            info["snd_cwnd"])
+        st = IterationStats(
+            iteration, nbytes, start, time.monotonic(), info["total_retrans"] - before, info["snd_cwnd"]
+        )
         self.history.append(st)
         return st
 
