@@ -210,3 +210,15 @@ def test_dctcp_keeps_a_shallow_ecn_link_busy_where_ecn_reno_halves_below_the_bdp
     comm = lambda r: np.mean([rec.end - rec.comm_start for rec in r.records[4:]])
     assert reno.ecn_marks > 0 and dctcp.ecn_marks > 0 and reno.drops == dctcp.drops == 0
     assert comm(reno) / comm(dctcp) > 1.15  # measured: 51.9 / 42.4 ms
+
+
+def test_a_flow_with_many_feedback_entries_in_one_slot_does_not_overflow_the_ring():
+    """circular, seed 25: a flow filed more than two entries into one ring row and filled it; the
+    next flow's feedback for that slot now goes one slot later instead of failing the run."""
+    from mltcp import sweep
+    from mltcp.scenario import from_dict
+
+    t = sweep.Task("circular", "reno", 25, 300)
+    sc = from_dict(sweep.scenario_tables(t), "circular")
+    res = simulate(sc, "reno")
+    assert len(res.records) == sum(j.iterations for j in sc.jobs)

@@ -5,18 +5,9 @@ import numpy as np
 import pytest
 
 from mltcp.scenario import ScenarioError, from_dict
-from mltcp.sim.engine import (
-    LR_HOLE,
-    LR_LEN,
-    LR_PROBE,
-    LR_PROBED,
-    LR_RTO_AT,
-    LR_RTX,
-    TLP_EXTRA,
-    _arm_timer,
-    _split_loss,
-    simulate,
-)
+from mltcp.sim.engine import simulate
+from mltcp.sim.recovery import _arm_timer, _split_loss
+from mltcp.sim.state import LR_HOLE, LR_LEN, LR_PROBE, LR_PROBED, LR_RTO_AT, LR_RTX, TLP_EXTRA
 
 MSS = 1448.0
 

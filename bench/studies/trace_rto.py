@@ -21,7 +21,7 @@ import json
 
 from mltcp import compare, tracker as trk, tune_eval
 from mltcp.cc.base import CWND, SSTHRESH
-from mltcp.sim import engine
+from mltcp.sim import engine, state
 from mltcp.sim.engine import simulate
 
 
@@ -38,7 +38,7 @@ def traced(sc, cc_name: str, chunk_s: float, keep: int, window: tuple[float, flo
         return {
             "t": t,
             "q": float(v["ls"][0, engine.Q] / mss),
-            "drops": float(v["fs"][engine.F_TOT_DROP] / mss),
+            "drops": float(v["fs"][state.F_TOT_DROP] / mss),
             "flows": [
                 {
                     "job": int(v["flow_job"][f]),
@@ -48,10 +48,10 @@ def traced(sc, cc_name: str, chunk_s: float, keep: int, window: tuple[float, flo
                     "ssth": v["tcp"][f, SSTHRESH] / mss,
                     "inflight": v["inflight"][f] / mss,
                     "to_send": v["to_send"][f] / mss,
-                    "hole": v["lr"][f, engine.LR_HOLE] / mss,
-                    "rto_at": v["lr"][f, engine.LR_RTO_AT],
-                    "probe": v["lr"][f, engine.LR_PROBE],
-                    "probed": v["lr"][f, engine.LR_PROBED],
+                    "hole": v["lr"][f, state.LR_HOLE] / mss,
+                    "rto_at": v["lr"][f, state.LR_RTO_AT],
+                    "probe": v["lr"][f, state.LR_PROBE],
+                    "probed": v["lr"][f, state.LR_PROBED],
                     "r": trk.ratio(v["tr"], f) if v["mltcp"] else float("nan"),
                     "srtt_ms": v["srtt"][f] * 1e3,
                 }
@@ -72,25 +72,25 @@ def traced(sc, cc_name: str, chunk_s: float, keep: int, window: tuple[float, flo
             "fs": fs,
             "ks": ks,
         }
-        t = float(v["fs"][engine.F_T])
+        t = float(v["fs"][state.F_T])
         while True:
-            rto0, tlp0 = v["fs"][engine.F_TOT_RTO], v["fs"][engine.F_TOT_TLP]
-            held0 = v["lr"][:, engine.LR_HOLE].copy()
+            rto0, tlp0 = v["fs"][state.F_TOT_RTO], v["fs"][state.F_TOT_TLP]
+            held0 = v["lr"][:, state.LR_HOLE].copy()
             t = min(t + chunk_s, t_end)
             orig(t, *groups)
-            s = snap(v, float(v["fs"][engine.F_T]))
-            held = [f for f in range(len(held0)) if held0[f] == 0 and v["lr"][f, engine.LR_HOLE] > 0]
+            s = snap(v, float(v["fs"][state.F_T]))
+            held = [f for f in range(len(held0)) if held0[f] == 0 and v["lr"][f, state.LR_HOLE] > 0]
             if held:  # a loss now waits for a timer (no later segment can reveal it)
                 events.append(("HOLD", held, list(hist), s))
-            for kind, n0, n1 in (("RTO", rto0, v["fs"][engine.F_TOT_RTO]), ("TLP", tlp0, v["fs"][engine.F_TOT_TLP])):
+            for kind, n0, n1 in (("RTO", rto0, v["fs"][state.F_TOT_RTO]), ("TLP", tlp0, v["fs"][state.F_TOT_TLP])):
                 if n1 > n0:
                     # the flows whose held bytes went out in this pause
-                    fl = [f for f in range(len(held0)) if held0[f] > 0 and v["lr"][f, engine.LR_HOLE] == 0]
+                    fl = [f for f in range(len(held0)) if held0[f] > 0 and v["lr"][f, state.LR_HOLE] == 0]
                     events.append((kind, fl, list(hist), s))
             hist.append(s)
             if window and window[0] <= s["t"] <= window[1]:
                 timeline.append(s)
-            if v["ks"][engine.I_STATUS] != engine.PAUSED or t >= t_end:
+            if v["ks"][state.I_STATUS] != state.PAUSED or t >= t_end:
                 return
 
     engine._run = run

@@ -50,18 +50,29 @@ from .. import tracker as trk
 from .loop import _heap_push, _run
 from .queues import _priority_queues, _push_feedback, _serve_bands  # noqa: F401  (tests reach them here)
 from .recovery import _arm_timer, _split_loss, _until_rto  # noqa: F401
+
+# The API, and the loop's constants and kernels that tests and bench/studies reach through this module.
+__all__ = [
+    "SimResult", "build_cc", "simulate",
+    "L_K", "LR_HOLE", "LR_LEN", "LR_PROBE", "LR_PROBED", "LR_RTO_AT", "LR_RTX", "PQ_ARR", "PQ_DROP", "PQ_MARK",
+    "PQ_Q", "Q", "TLP_EXTRA", "_priority_queues", "_push_feedback", "_serve_bands", "_arm_timer", "_split_loss",
+]  # fmt: skip
 from .state import (
     BUF,
+    Cc,
     CDT,
+    Config,
     F_T,
     F_TOT_ACKED,
     F_TOT_DROP,
     F_TOT_MARK,
     F_TOT_PAUSE,
-    F_TOT_REORDER,  # noqa: F401
+    F_TOT_REORDER,
     F_TOT_RTO,
     F_TOT_SENT,
     F_TOT_TLP,
+    Feedback,
+    Flows,
     FS_LEN,
     I_HEAP,
     I_K,
@@ -69,26 +80,32 @@ from .state import (
     I_STATUS,
     I_STEPS,
     INV_RATE,
+    Jobs,
     KS_LEN,
     L_BUF,
+    L_K,
     L_MODE,
     L_RATE,
     L_XOFF,
+    Links,
     LR_HOLE,
     LR_LEN,
+    LR_PROBE,
+    LR_PROBED,
     LR_RTO_AT,
+    LR_RTX,
     OVER_HORIZON,
     PAUSED,
     PC_SEEN,
-    TRACE_FULL,
-    Cc,
-    Config,
-    Feedback,
-    Flows,
-    Jobs,
-    Links,
+    PQ_ARR,
+    PQ_DROP,
+    PQ_MARK,
+    PQ_Q,
+    Q,
     Records,
+    TLP_EXTRA,
     Topology,
+    TRACE_FULL,
 )
 
 

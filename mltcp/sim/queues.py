@@ -131,32 +131,39 @@ def _priority_queues(lp, pp, pq, lk, dt):
 @njit(cache=True, _nrt=False)
 def _push_feedback(ring, ring_v, ring_n, last_slot, last_entry, f, due, deliv, lost, mkd, lost_rtx, rtt):
     """File flow f's feedback (acked, lost, marked bytes, RTT, lost retransmissions) for slot
-    ``due``; returns the number of ring entries it added (0 or 1)."""
+    ``due``; returns the number of ring entries it added (0 or 1).
+
+    A row holds 2 entries per flow. A flow whose feedback alternates between slots can hold more
+    than two in one row; when that fills the row and the flow has no entry there, its feedback is
+    filed one slot later (``due + 1``; the ring is 3 slots taller than the longest round trip)."""
     H = ring.shape[0]
     sl = due % H
     added = 0
     if last_slot[f] == due:  # adds to this flow's entry for that slot
         e = last_entry[f]
     else:
-        # a new entry (on a multi-hop path whose queues drain fast a flow can have two
-        # in one slot: then it gets two feedback events there)
-        e = ring_n[sl]
-        if e == ring.shape[1]:  # row full: add to an entry of this flow
-            e = -1
+        while True:
+            # a new entry (on a multi-hop path whose queues drain fast a flow can have two
+            # in one slot: then it gets two feedback events there)
+            sl = due % H
+            e = ring_n[sl]
+            if e < ring.shape[1]:
+                ring_n[sl] = e + 1
+                ring[sl, e] = f
+                ring_v[sl, e, 0] = 0.0
+                ring_v[sl, e, 1] = 0.0
+                ring_v[sl, e, 2] = 0.0
+                ring_v[sl, e, 4] = 0.0
+                added = 1
+                break
+            e = -1  # row full: add to an entry of this flow
             for y in range(ring_n[sl]):
                 if ring[sl, y] == f:
                     e = y
                     break
-            if e < 0:
-                raise RuntimeError("feedback ring row overflow")
-        else:
-            ring_n[sl] = e + 1
-            ring[sl, e] = f
-            ring_v[sl, e, 0] = 0.0
-            ring_v[sl, e, 1] = 0.0
-            ring_v[sl, e, 2] = 0.0
-            ring_v[sl, e, 4] = 0.0
-            added = 1
+            if e >= 0:
+                break
+            due += 1
         last_slot[f] = due
         last_entry[f] = e
     ring_v[sl, e, 0] += deliv
