@@ -1,6 +1,7 @@
 """A sweep of many short simulations (scenarios x arms x seeds) on Dask: 2 workers against 1 on this
-machine, and the same sweep through a separately started ``dask scheduler`` + 2 ``dask worker``
-processes over TCP loopback (records must equal the embedded run's). Also: the cost of one run
+machine, with an embedded LocalCluster started inside the time, and through a separately started
+``dask scheduler`` + 1 or 2 ``dask worker`` processes over TCP loopback, already up (as a cluster
+runs a sweep; records must equal the embedded run's). Also: the cost of one run
 (wall time, memory), and a worker's first run with numba's cache warm and with it empty.
 
     .venv/bin/python bench/bench_sweep.py                 # 1,000 runs (about 10 minutes on 2 idle cores)
@@ -118,20 +119,28 @@ def main() -> None:
         dask_1_worker_s=t1, dask_2_workers_s=t2, speedup_2_vs_1=t1 / t2, identical_1_vs_2=sweep.records_equal(one, two)
     )
 
-    # the same sweep through a separately started scheduler + 2 workers over TCP loopback
+    # the same sweep through a separately started scheduler + 1, then 2 workers over TCP loopback, as a
+    # cluster runs it: each cluster up and warm (one run per worker) before the clock starts
     from mltcp.dask_local import LoopbackCluster
 
-    with LoopbackCluster(workers=2) as c:
-        tt, ext = timed(lambda: sweep.run_tasks(tasks, scheduler=c.address, progress=True))
-        sweep.close_clients()
-        res["worker_rss_mb"] = worker_rss_mb(c.address)
+    up: dict[int, float] = {}
+    for n in (1, 2):
+        with LoopbackCluster(workers=n) as c:
+            sweep.run_tasks(tasks[:n], scheduler=c.address, progress=False)
+            up[n], ext = timed(lambda: sweep.run_tasks(tasks, scheduler=c.address, progress=True))
+            sweep.close_clients()
+            if n == 2:
+                res["worker_rss_mb"] = worker_rss_mb(c.address)
+        print(f"dask scheduler + {n} dask worker(s) over TCP loopback, already up: {up[n]:.1f} s", flush=True)
     res.update(
-        tcp_2_workers_s=tt,
+        tcp_1_worker_s=up[1],
+        tcp_2_workers_s=up[2],
+        tcp_speedup_2_vs_1=up[1] / up[2],
         identical_tcp_vs_embedded=sweep.records_equal(ext, two),
         failed=sum(not r["ok"] for r in two),
     )
     print(
-        f"dask scheduler + 2 dask workers over TCP loopback: {tt:.1f} s (cluster already up); "
+        f"clusters already up: 2 workers vs 1 {res['tcp_speedup_2_vs_1']:.2f}x; "
         f"records identical to the embedded run: {res['identical_tcp_vs_embedded']}; "
         f"worker RSS after the sweep {', '.join(f'{m:.0f}' for m in res['worker_rss_mb'])} MB",
         flush=True,
