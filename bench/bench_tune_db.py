@@ -19,27 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _postgres import PostgresServer, missing_reason  # noqa: E402
 
-TINY = """name = "tiny"
-iterations = 4
-warmup_iterations = 1
-cc = "reno"
-[[links]]
-name = "b"
-rate_gbps = 1.0
-delay_us = 50
-buffer_bdp = 4.0
-[[jobs]]
-name = "A"
-compute_ms = 2
-bytes = 120_000
-path = ["b"]
-[[jobs]]
-name = "B"
-compute_ms = 2
-bytes = 120_000
-start_offset_ms = 0.2
-path = ["b"]
-"""
+TINY = (Path(__file__).resolve().parents[1] / "tests" / "data" / "tiny.toml").read_text()  # two jobs
 
 STATS = (
     "select xact_commit, xact_rollback, tup_inserted, tup_updated, tup_fetched, blks_hit + blks_read "

@@ -223,27 +223,7 @@ def test_ctrl_c_cancels_the_sweep_and_leaves_no_worker(tmp_path):
     assert not (tmp_path / "o").exists()  # nothing half-written
 
 
-TINY = """name = "tiny"
-iterations = 4
-warmup_iterations = 1
-cc = "reno"
-[[links]]
-name = "b"
-rate_gbps = 1.0
-delay_us = 50
-buffer_bdp = 4.0
-[[jobs]]
-name = "A"
-compute_ms = 2
-bytes = 120_000
-path = ["b"]
-[[jobs]]
-name = "B"
-compute_ms = 2
-bytes = 120_000
-start_offset_ms = 0.2
-path = ["b"]
-"""
+TINY = (Path(__file__).parent / "data" / "tiny.toml").read_text()  # two jobs, 4 iterations
 
 
 @pytest.mark.timeout(600)

@@ -21,27 +21,7 @@ from mltcp.tune import app  # noqa: E402
 from mltcp.tune_eval import DIRECTIONS, dominates, pareto_front, pick  # noqa: E402
 from mltcp.tune_space import SpaceError, apply, from_dict, load  # noqa: E402
 
-TINY = """name = "tiny"
-iterations = 4
-warmup_iterations = 1
-cc = "reno"
-[[links]]
-name = "b"
-rate_gbps = 1.0
-delay_us = 50
-buffer_bdp = 4.0
-[[jobs]]
-name = "A"
-compute_ms = 2
-bytes = 120_000
-path = ["b"]
-[[jobs]]
-name = "B"
-compute_ms = 2
-bytes = 120_000
-start_offset_ms = 0.2
-path = ["b"]
-"""
+TINY = (Path(__file__).parent / "data" / "tiny.toml").read_text()  # two jobs, 4 iterations
 
 
 @pytest.fixture

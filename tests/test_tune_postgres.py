@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,27 +18,7 @@ from _postgres import PostgresServer, missing_reason  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-TINY = """name = "tiny"
-iterations = 4
-warmup_iterations = 1
-cc = "reno"
-[[links]]
-name = "b"
-rate_gbps = 1.0
-delay_us = 50
-buffer_bdp = 4.0
-[[jobs]]
-name = "A"
-compute_ms = 2
-bytes = 120_000
-path = ["b"]
-[[jobs]]
-name = "B"
-compute_ms = 2
-bytes = 120_000
-start_offset_ms = 0.2
-path = ["b"]
-"""
+TINY = (Path(__file__).parent / "data" / "tiny.toml").read_text()  # two jobs, 4 iterations
 
 
 @pytest.fixture(scope="module")
