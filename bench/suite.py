@@ -25,7 +25,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from mltcp import sweep
+from mltcp import reference as reference_mod, sweep
 from mltcp.suite import parse_seeds
 
 ARM_BASE, ARM_MLTCP, ARM_REF, ARM_FIFO, ARM_FAIR = "base", "mltcp", "ref-best", "ref-fifo", "ref-fair"
@@ -49,11 +49,21 @@ def build_tasks(files: list[Path], seeds: list[int], config: dict, reference: bo
         for seed in seeds:
             out.append((ARM_BASE, sweep.Task(str(f), cc, seed)))
             out.append((ARM_MLTCP, sweep.Task(str(f), f"mltcp-{cc}", seed, config=config or None)))
-            if reference:
-                out.append((ARM_REF, sweep.Task(str(f), ARM_REF, seed)))
-                out.append((ARM_FIFO, sweep.Task(str(f), ARM_FIFO, seed)))
-                out.append((ARM_FAIR, sweep.Task(str(f), ARM_FAIR, seed)))
+            if reference:  # ref-best is chosen from these and the base (per_scenario), not run again
+                out += [(f"ref-{n}", sweep.Task(str(f), f"ref-{n}", seed)) for n in reference_mod.CANDIDATES]
     return out
+
+
+def with_best(roles: list[str], records: list[dict]) -> tuple[list[str], list[dict]]:
+    """The roles and records with a ref-best record per scenario and seed that has the references:
+    :func:`mltcp.reference.best_of` over the candidates' records and the base's."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for role, rec in zip(roles, records):
+        if role == ARM_BASE or role.startswith("ref-"):
+            groups[(rec["source"], rec["seed"])].append(rec)
+    # (a group with a failed run gets none: per_scenario reports the failure)
+    best = [reference_mod.best_of(g) for g in groups.values() if len(g) > 1 and all(r.get("ok") for r in g)]
+    return roles + [ARM_REF] * len(best), records + best
 
 
 def per_scenario(roles: list[str], records: list[dict]) -> dict[str, dict[str, dict]]:
@@ -236,8 +246,9 @@ def main(argv=None) -> int:
             return 2
         pairs = build_tasks(files, seeds, config, a.reference)
         recs = sweep.run_tasks([t for _, t in pairs], scheduler=a.scheduler, workers=a.workers)
+        roles, recs = with_best([r for r, _ in pairs], recs)
         ecn = scenario_cc(files[0]) in ("dctcp", "dcqcn")
-        summaries[str(d)] = summarize(per_scenario([r for r, _ in pairs], recs), ecn)
+        summaries[str(d)] = summarize(per_scenario(roles, recs), ecn)
         print_summary(str(d), summaries[str(d)])
     print(f"\nseeds {a.seeds}; config {json.dumps(config)}")
     if a.json:

@@ -41,6 +41,7 @@ from .records import IterationRecord
 from .scenario import Scenario
 
 REFERENCES = ("fifo", "srf", "fair", "cassini", "best")
+CANDIDATES = REFERENCES[:-1]  # what ref-best chooses from, beside the base's own run
 
 
 def compute_draws(sc: Scenario) -> list[np.ndarray]:
@@ -208,25 +209,27 @@ def shifted(sc: Scenario, offsets: list[float]) -> Scenario:
     return out
 
 
-def reference_side(sc: Scenario, name: str, base_side: dict | None = None, simulate=None) -> dict:
+def best_of(sides: list[dict]) -> dict:
+    """ref-best from the candidates' summaries and the base's: the lowest steady-state average."""
+    best = min(sides, key=lambda s: s["avg_iter_s"])
+    return {**best, "cc": "ref-best", "reference_pick": best["cc"]}
+
+
+def reference_side(sc: Scenario, name: str, base_side: dict | None = None) -> dict:
     """One reference's summary, with the keys of any other arm (:func:`mltcp.compare.side`).
-    ``simulate(sc, cc) -> SimResult`` runs the packet simulator (for cassini and best);
     ``base_side`` is the base arm's summary when the caller already has it (for best)."""
     if name in ("fifo", "srf"):
         return compare.side(sc, f"ref-{name}", serialize(sc, name), 0.0, 0.0)
     if name == "fair":
         return compare.side(sc, "ref-fair", fair_share(sc), 0.0, 0.0)
-    if simulate is None:
-        from .sim.engine import simulate
+    from .sim.engine import simulate
+
     if name == "cassini":
         res = simulate(shifted(sc, cassini_offsets(sc)), sc.cc)
-        out = compare.side(sc, "ref-cassini", res.records, res.drops, res.ecn_marks)
-        return out
+        return compare.side(sc, "ref-cassini", res.records, res.drops, res.ecn_marks)
     if name != "best":
         raise ValueError(f"unknown reference {name!r} (choose from {', '.join(REFERENCES)})")
     if base_side is None:
         res = simulate(sc, sc.cc)
         base_side = compare.side(sc, sc.cc, res.records, res.drops, res.ecn_marks)
-    sides = [reference_side(sc, n, simulate=simulate) for n in ("fifo", "srf", "fair", "cassini")] + [base_side]
-    best = min(sides, key=lambda s: s["avg_iter_s"])
-    return {**best, "cc": "ref-best", "reference_pick": best["cc"]}
+    return best_of([reference_side(sc, n) for n in CANDIDATES] + [base_side])

@@ -86,3 +86,16 @@ def test_end_to_end_on_a_tiny_suite(tmp_path):
         timeout=60,
     )
     assert bad.returncode == 2 and "no scenario files" in bad.stderr
+
+
+def test_ref_best_is_picked_from_the_candidates_and_the_base_of_each_seed():
+    roles = ["base", "mltcp", "ref-fifo", "ref-fair"]
+    recs = [
+        dict(_rec("a.toml", 1, 1.0, 1.0, 9), cc="reno"),
+        dict(_rec("a.toml", 1, 0.8, 0.8, 1), cc="mltcp-reno"),
+        dict(_rec("a.toml", 1, 0.9, 0.9, 0), cc="ref-fifo"),
+        dict(_rec("a.toml", 1, 1.1, 1.1, 0), cc="ref-fair"),
+    ]
+    roles2, recs2 = suite.with_best(roles, recs)
+    assert roles2[-1] == "ref-best" and len(recs2) == 5
+    assert recs2[-1]["avg_iter_s"] == 0.9 and recs2[-1]["reference_pick"] == "ref-fifo"  # MLTCP is no candidate
