@@ -74,6 +74,8 @@ def main() -> None:
         default=300,
         help="iterations per run (the scenarios cut to this; 300: about 0.2 s a run on an idle core)",
     )
+    ap.add_argument("--repeat", type=int, default=2, help="times the 1-vs-2 pair on clusters already up is timed")
+    ap.add_argument("--ceiling-runs", type=int, default=200, help="runs timed in 1 vs 2 plain processes")
     ap.add_argument("--no-cold", action="store_true", help="skip the empty-cache compile measurement (~1-2 min)")
     a = ap.parse_args()
     tasks = make_tasks(a.runs, a.iterations)
@@ -120,29 +122,47 @@ def main() -> None:
     )
 
     # the same sweep through a separately started scheduler + 1, then 2 workers over TCP loopback, as a
-    # cluster runs it: each cluster up and warm (one run per worker) before the clock starts
+    # cluster runs it: each cluster up and warm (one run per worker) before the clock starts; the pair
+    # timed --repeat times, 1 and 2 alternating, since this machine's speed drifts by 10-20 % over minutes
     from mltcp.dask_local import LoopbackCluster
 
-    up: dict[int, float] = {}
-    for n in (1, 2):
-        with LoopbackCluster(workers=n) as c:
-            sweep.run_tasks(tasks[:n], scheduler=c.address, progress=False)
-            up[n], ext = timed(lambda: sweep.run_tasks(tasks, scheduler=c.address, progress=True))
-            sweep.close_clients()
-            if n == 2:
-                res["worker_rss_mb"] = worker_rss_mb(c.address)
-        print(f"dask scheduler + {n} dask worker(s) over TCP loopback, already up: {up[n]:.1f} s", flush=True)
+    up: dict[int, list[float]] = {1: [], 2: []}
+    for rep in range(a.repeat):
+        for n in (1, 2):
+            with LoopbackCluster(workers=n) as c:
+                sweep.run_tasks(tasks[:n], scheduler=c.address, progress=False)
+                t, ext = timed(lambda: sweep.run_tasks(tasks, scheduler=c.address, progress=True))
+                up[n].append(t)
+                sweep.close_clients()
+                if n == 2 and rep == 0:
+                    res["worker_rss_mb"] = worker_rss_mb(c.address)
+                    res["identical_tcp_vs_embedded"] = sweep.records_equal(ext, two)
+            print(f"[{rep + 1}] dask scheduler + {n} dask worker(s) over TCP, already up: {t:.1f} s", flush=True)
+    pairs = [one_s / two_s for one_s, two_s in zip(up[1], up[2])]
     res.update(
         tcp_1_worker_s=up[1],
         tcp_2_workers_s=up[2],
-        tcp_speedup_2_vs_1=up[1] / up[2],
-        identical_tcp_vs_embedded=sweep.records_equal(ext, two),
+        tcp_speedup_2_vs_1_each=pairs,
+        tcp_speedup_2_vs_1=sorted(pairs)[len(pairs) // 2] if len(pairs) % 2 else sum(pairs) / len(pairs),
         failed=sum(not r["ok"] for r in two),
     )
     print(
-        f"clusters already up: 2 workers vs 1 {res['tcp_speedup_2_vs_1']:.2f}x; "
+        f"clusters already up: 2 workers vs 1 {res['tcp_speedup_2_vs_1']:.2f}x "
+        f"(pairs: {', '.join(f'{p:.2f}' for p in pairs)}); "
         f"records identical to the embedded run: {res['identical_tcp_vs_embedded']}; "
         f"worker RSS after the sweep {', '.join(f'{m:.0f}' for m in res['worker_rss_mb'])} MB",
+        flush=True,
+    )
+
+    # the machine's own ceiling for this work: part of the sweep in this process, then in a plain
+    # pool of 2 forked processes (no Dask), timed the same way
+    part = tasks[: min(len(tasks), a.ceiling_runs)]
+    c1, _ = timed(lambda: sweep.run_tasks(part, workers=1, progress=False))
+    c2, _ = timed(lambda: sweep.run_tasks(part, workers=2, engine="processes", progress=False))
+    res.update(ceiling_runs=len(part), ceiling_1_s=c1, ceiling_2_s=c2, ceiling_2_vs_1=c1 / c2)
+    print(
+        f"this machine's ceiling: {len(part)} runs in 1 process {c1:.1f} s, in 2 plain processes {c2:.1f} s "
+        f"-> {c1 / c2:.2f}x; Dask reaches {res['tcp_speedup_2_vs_1'] / (c1 / c2):.0%} of it",
         flush=True,
     )
     res["load_after"] = os.getloadavg()[0]

@@ -15,6 +15,10 @@ Where the runs go:
 * without it: a ``ProcessPoolExecutor`` of as many processes;
 * ``workers=1`` without a scheduler: in this process, one run after another.
 
+A large sweep goes to Dask in batches of a few runs per task (:func:`batch_size`: up to
+``MAX_BATCH`` while every worker still gets ``TASKS_PER_WORKER`` tasks), so the scheduler handles
+fewer, longer tasks; records come back per run all the same.
+
 The simulations are deterministic for a given scenario and seed, so every engine gives the same
 records (only ``wall_s``, the time one run took, differs). A worker process that dies mid-run
 (SIGKILL, out of memory) has its task re-run on another worker by Dask; a task that kills
@@ -132,6 +136,21 @@ def _run_payload(d: dict) -> dict:
     return run_task(Task(**d))
 
 
+def _run_batch(ds: list[dict]) -> list[dict]:
+    """A Dask task of several runs, one after another on one worker (fewer, longer tasks)."""
+    return [_run_payload(d) for d in ds]
+
+
+MAX_BATCH = 4  # runs per Dask task at most (a 0.2 s run: 0.8 s a task)
+TASKS_PER_WORKER = 50  # batch only where every worker still gets at least this many tasks
+
+
+def batch_size(runs: int, workers: int) -> int:
+    """Runs per Dask task: 1 for a small sweep; up to MAX_BATCH while each worker keeps
+    TASKS_PER_WORKER tasks, so the scheduler handles fewer messages and the tail stays short."""
+    return max(1, min(MAX_BATCH, runs // (max(1, workers) * TASKS_PER_WORKER)))
+
+
 def check(tasks: Sequence[Task]) -> None:
     """Every arm known and every scenario valid (each distinct one built once): else ScenarioError
     (the file and field named) or ValueError (the arm). Nothing runs before this passes."""
@@ -174,13 +193,15 @@ def run_tasks(
     connect_timeout: float = CONNECT_TIMEOUT_S,
     checked: bool = False,
     check_in: Callable[..., None] | None = None,
+    batch: int | None = None,
 ) -> list[dict]:
     """Run the tasks; one record per task, in task order.
 
     ``engine``: "dask", "processes" or "serial" to force one (default: as the module says).
     ``progress``: True for a progress bar on stderr, False for none, or a function (done, total).
     ``checked``: the caller already ran :func:`check` on these tasks. ``check_in(sim_t, fraction)``:
-    called now and then inside each run of the serial engine (it may raise to abandon the sweep)."""
+    called now and then inside each run of the serial engine (it may raise to abandon the sweep).
+    ``batch``: runs per Dask task (default :func:`batch_size`; a cluster's worker count where known)."""
     tasks = list(tasks)
     if not checked:
         check(tasks)
@@ -203,10 +224,14 @@ def run_tasks(
             return out
         if engine == "processes":
             return _run_processes(tasks, payloads, n, tick)
-        return _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout)
+        return _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout, batch)
 
 
-def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout) -> list[dict]:
+def _batches(count: int, size: int) -> list[range]:
+    return [range(i, min(i + size, count)) for i in range(0, count, size)]
+
+
+def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout, batch=None) -> list[dict]:
     import logging
 
     from distributed import Client, LocalCluster, as_completed
@@ -227,23 +252,29 @@ def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout) -> list[dict
                 silence_logs=logging.ERROR,
             )
             client = Client(cluster)
+        if batch is None:
+            batch = batch_size(len(payloads), len(client.scheduler_info(n_workers=-1).get("workers", {})) or n)
+        groups = _batches(len(payloads), batch)
         run = uuid.uuid4().hex[:8]
-        keys = [f"mltcp-task-{run}-{i}" for i in range(len(payloads))]
-        futures = client.map(_run_payload, payloads, key=keys, pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
+        keys = [f"mltcp-task-{run}-{g.start}" for g in groups]
+        futures = client.map(_run_batch, [[payloads[i] for i in g] for g in groups], key=keys, pure=False)
+        index = {f.key: g for f, g in zip(futures, groups)}
         out: list[dict | None] = [None] * len(payloads)
         for fut in as_completed(futures):
-            i = index[fut.key]
+            g = index[fut.key]
             try:
-                out[i] = fut.result()
+                for i, rec in zip(g, fut.result()):
+                    out[i] = rec
             except KilledWorker as e:
-                out[i] = failed(
-                    tasks[i], f"KilledWorker: every worker process that ran this task died ({str(e).splitlines()[0]})"
-                )
+                why = f"KilledWorker: every worker process that ran this task died ({str(e).splitlines()[0]})"
+                for i in g:
+                    out[i] = failed(tasks[i], why)
             except Exception as e:  # raised by the worker outside the simulation
-                out[i] = failed(tasks[i], f"{type(e).__name__}: {e}")
+                for i in g:
+                    out[i] = failed(tasks[i], f"{type(e).__name__}: {e}")
             fut.release()
-            tick()
+            for _ in g:
+                tick()
         return out
     finally:
         if client is not None and futures:

@@ -45,6 +45,20 @@ def test_every_engine_gives_the_serial_records(serial, engine):
     assert sweep.records_equal(got, serial)
 
 
+def test_batched_dask_tasks_give_the_serial_records_and_tick_per_run(serial):
+    seen = []
+    got = sweep.run_tasks(SMALL, workers=2, engine="dask", batch=3, progress=lambda d, t: seen.append(d))
+    assert sweep.records_equal(got, serial)  # 8 runs in tasks of 3, 3 and 2
+    assert seen == list(range(1, len(SMALL) + 1))
+
+
+def test_batch_size_grows_only_where_every_worker_keeps_many_tasks():
+    assert sweep.batch_size(40, 2) == 1
+    assert sweep.batch_size(2 * sweep.TASKS_PER_WORKER * 2, 2) == 2
+    assert sweep.batch_size(1000, 2) == sweep.MAX_BATCH
+    assert sweep.batch_size(1000, 64) == 1
+
+
 def test_progress_function_sees_every_task(serial):
     seen = []
     sweep.run_tasks(SMALL[:3], workers=1, progress=lambda d, t: seen.append((d, t)))
