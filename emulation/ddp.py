@@ -198,8 +198,9 @@ def run_ddp_arm(
         wire_cc = kernel_cc_name(cc, mltcp)
         topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=n_side)
         net = build_network(topo, "htb", cl)
-        for h in net.hosts:  # where the kernel allows it; the ranks set it per socket anyway
-            h.cmd(f"sysctl -qw net.ipv4.tcp_congestion_control={wire_cc} 2>/dev/null")
+        # Not the namespaces' default: the ranks set it on their sockets. (Setting an algorithm that
+        # is not in tcp_allowed_congestion_control as a namespace's default fails with EPERM, and on
+        # this kernel the failed call keeps a reference: the variant's struct_ops outlives unload.)
         ips = {h: topo.ip_of(prefix + h) for hs in hosts.values() for h in hs}
         q: queue.Queue = queue.Queue()
         peers: dict[str, Peer] = {}

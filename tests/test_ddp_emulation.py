@@ -5,6 +5,7 @@ run fails halfway. Root + Mininet + BPF; integration."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "scenarios" / "ddp-tiny.toml")
 
 
+def _held_struct_ops() -> set[int]:
+    from mltcp.traffic.kernel import loader
+
+    return {i for ids in loader.lingering().values() for i in ids}
+
+
 def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses():
     from mltcp.traffic.kernel import loader
 
     was = set(loader.registered())
+    held_before = _held_struct_ops()
     p = subprocess.Popen(
         [sys.executable, "-m", "mltcp.emulation.cli", "run", TINY, "--compare", "--json"],
         stdout=subprocess.PIPE,
@@ -43,6 +51,10 @@ def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses():
             p.communicate()
     assert not netns.leftovers(netns.run_prefix(p.pid))
     assert set(loader.registered()) == was  # a variant the run registered is gone again
+    deadline = time.monotonic() + 10  # ...and nothing holds its struct_ops once the sockets are closed
+    while (new := _held_struct_ops() - held_before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not new, f"struct_ops {sorted(new)} still held after the run"
     assert p.returncode == 0, err[-3000:]
     d = json.loads(out)
     for k in ("speedup_avg", "speedup_p99", "baseline", "mltcp", "losses", "losses_identical", "ddp"):

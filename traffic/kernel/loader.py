@@ -218,7 +218,10 @@ def unload(variants=tuple(VARIANTS), wait: float = 3.0) -> tuple[list[str], list
     The name leaves tcp_available_congestion_control at once (checked; an error otherwise). The
     struct_ops map, its programs and maps are freed when the last socket using it is gone:
     ``lingering`` names the variants whose struct_ops map or maps are still there after ``wait``
-    seconds, because open (or orphaned, still retransmitting) sockets or open map fds hold them."""
+    seconds, because open (or orphaned, still retransmitting) sockets or open map fds hold them, or
+    a reference the kernel never returned: setting a variant that is not in
+    tcp_allowed_congestion_control as a network namespace's default fails with EPERM and keeps one
+    (seen on 6.18), so never try that."""
     variants = check_variants(variants)
     require_root("unloading BPF congestion control")
     require_tools("bpftool")
