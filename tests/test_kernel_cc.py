@@ -60,6 +60,19 @@ def dumbbell():
 
 
 @pytest.fixture
+def long_dumbbell():
+    """The dumbbell with 2 ms of round trip and a 120 kB buffer: a window of a few dozen segments."""
+    if why := have_mininet_prereqs():
+        pytest.skip(f"the kernel dumbbell is a Mininet net: {why}")
+    d = KernelNet(n=1, rate_mbit=50, delay_us=1000, buffer_bytes=120_000, prefix=run_prefix() + "l")
+    try:
+        yield d.build()
+    finally:
+        d.destroy()
+        assert not leftovers(d.prefix)
+
+
+@pytest.fixture
 def traced(loaded):
     """Open maps of a variant with tracing reset; tracing and config restored afterwards."""
     opened = []
@@ -237,7 +250,7 @@ def test_reno_growth_matches_models(loaded, dumbbell, traced):
 
 
 def _paced_grow_cwnds(d, traced, cfg, pace_mbit, iterations=3, nbytes=1_500_000):
-    """cwnd at every congestion-avoidance step of a mltcp_reno sender paced at ``pace_mbit``."""
+    """(cwnd, F in Q10) at every congestion-avoidance step of a mltcp_reno sender paced at ``pace_mbit``."""
     b = d.receivers[0]
     rx = Receiver("0.0.0.0", 0, ns=d.ns(b))
     tr = None
@@ -249,7 +262,7 @@ def _paced_grow_cwnds(d, traced, cfg, pace_mbit, iterations=3, nbytes=1_500_000)
         for i in range(iterations):
             tr.send_iteration(nbytes, i)
             time.sleep(0.08)
-        grow = [e.cwnd_in for e in vm.read_trace() if e.port == tr.local_port and e.kind == maps.EV_GROW]
+        grow = [(e.cwnd_in, e.f_q10) for e in vm.read_trace() if e.port == tr.local_port and e.kind == maps.EV_GROW]
         # struct tcp_info: tcpi_min_rtt follows 8 u8, 24 u32, 4 u64, segs_out, segs_in, notsent_bytes
         raw = tr.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
         min_rtt_us = struct.unpack_from("=I", raw, 8 + 24 * 4 + 4 * 8 + 3 * 4)[0]
@@ -260,19 +273,23 @@ def _paced_grow_cwnds(d, traced, cfg, pace_mbit, iterations=3, nbytes=1_500_000)
     return grow, min_rtt_us
 
 
-def test_nic_cap_stops_growth_past_twice_the_paced_window(loaded, dumbbell, traced):
-    """With nic_cap a paced sender never grows its window (congestion avoidance) past 2 x its
-    pacing rate x min RTT (+2); without it the same transfer grows well past that. Paced at 1.5x
-    the bottleneck, so that the queue fills and the flow leaves slow start."""
-    pace = 1.5 * dumbbell.rate_mbit
-    base = maps.Config(slope=4.0, intercept=0.25, min_idle=0.02)
-    free, _ = _paced_grow_cwnds(dumbbell, traced, base, pace)
-    capped, min_rtt_us = _paced_grow_cwnds(dumbbell, traced, dataclasses.replace(base, nic_cap=True), pace)
-    assert 0 < min_rtt_us < 1000, "the no-delay dumbbell's min RTT is below 1 ms"
-    # the running min RTT at any step is at most 1 ms here, so the cap never exceeded:
-    bound = 2 * (pace * 1e6 / 8 * 1e-3 / 1448) + 2
-    assert free and max(free) > bound + 5, f"uncapped sender should grow past {bound:.0f}: {max(free, default=0)}"
-    assert all(c < bound for c in capped), f"capped sender grew at cwnd {max(capped)} >= {bound:.1f}"
+def test_nic_cap_stops_growth_past_twice_f_times_the_paced_window(loaded, long_dumbbell, traced):
+    """With nic_cap a paced sender's window grows (congestion avoidance) only below 2 F(r) x its
+    pacing rate x min RTT (at least 1 x; +2), so the flow further into its iteration may hold more
+    of a shared link: growth at a high F goes past what a fixed 2 x cap would ever allow. Paced at
+    1.5x the bottleneck, so that the queue fills and the flow leaves slow start."""
+    d = long_dumbbell
+    pace = 1.5 * d.rate_mbit
+    cfg = maps.Config(slope=4.0, intercept=0.25, min_idle=0.02, nic_cap=True)
+    capped, min_rtt_us = _paced_grow_cwnds(d, traced, cfg, pace, iterations=4)
+    assert 2000 <= min_rtt_us < 3000, f"min RTT {min_rtt_us} us on a 2 ms path"
+    # the running min RTT at any step is at most 3 ms: the BDP in segments at most
+    bdp_hi = pace * 1e6 / 8 * 3e-3 / 1448
+    assert len(capped) > 50, f"too few congestion-avoidance steps to judge: {capped}"
+    over = [(c, f) for c, f in capped if c >= max(bdp_hi, 2 * bdp_hi * f / 1024) + 2]
+    assert not over, f"grew past the cap at (cwnd, F Q10) {over[:5]}"
+    beyond_fixed = [(c, f) for c, f in capped if c >= 2 * bdp_hi + 2]
+    assert beyond_fixed and all(f > 1024 for _, f in beyond_fixed), f"no growth past 2 BDP at F > 1: {capped}"
 
 
 def test_cubic_growth_matches_model(loaded, dumbbell, traced):

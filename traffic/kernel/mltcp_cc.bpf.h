@@ -444,19 +444,25 @@ static __always_inline void mltcp_on_tx_start(struct sock *sk)
  */
 /*
  * MLTCP_FLAG_NIC_CAP: a sender paced at its NIC's rate (SO_MAX_PACING_RATE) fills the path with
- * rate x min RTT; a window beyond twice that only queues at the bottleneck. Such growth happens
- * in the kernel when scheduling jitter lets the pacer catch up in bursts (a standing queue makes
- * the flow cwnd-limited), and at F up to 4.25 it overruns a shallow buffer with no competitor.
+ * rate x min RTT (one BDP); a window far beyond that only queues at the bottleneck. Such growth
+ * happens in the kernel when scheduling jitter lets the pacer catch up in bursts (a standing queue
+ * makes the flow cwnd-limited), and at F up to 4.25 it overruns a shallow buffer with no
+ * competitor. The cap is 2 x F(r) BDPs, at least one: with a fixed cap every flow sharing a link
+ * sits at it and they share equally, so the flow ahead in its iteration could not take the link.
  */
 static __always_inline int mltcp_nic_capped(const struct tcp_sock *tp, const struct mltcp_sk *m)
 {
 	__u64 rate = ((const struct sock *)tp)->sk_max_pacing_rate;     /* bytes/s; ~0: not paced */
-	__u64 min_rtt_us = tp->rtt_min.s[0].v, mss = tp->mss_cache;
+	__u64 min_rtt_us = tp->rtt_min.s[0].v, mss = tp->mss_cache, bdp, cap;
 
 	if (!m || !(m->flags & MLTCP_FLAG_NIC_CAP) || rate >= 0xffffffffULL || !min_rtt_us || !mss ||
 	    min_rtt_us == ~0U)
 		return 0;
-	return tp->snd_cwnd >= 2 * (rate * min_rtt_us / 1000000 / mss) + 2;
+	bdp = rate * min_rtt_us / 1000000 / mss;
+	cap = (2 * bdp * mltcp_f(m)) >> MLTCP_SHIFT;    /* 2 x F(r) BDPs: the flow ahead may take more */
+	if (cap < bdp)
+		cap = bdp;                               /* never below what fills the path alone */
+	return tp->snd_cwnd >= cap + 2;
 }
 
 static __always_inline void mltcp_grow(struct tcp_sock *tp, const struct mltcp_sk *m, __u32 w,
