@@ -272,6 +272,7 @@ def _emulate(
         check_emulatable(sc)
     except TopologyError as e:
         fail(str(e))
+    _refuse_options_ddp_ignores(sc, transport, link_mode, topology, switch_logs, baseline_peer)
     _prereqs()
     try:
         sc = rescale(sc, rate_mbps, delay_ms, iterations, buffer_kb, dilate)
@@ -330,6 +331,23 @@ def _emulate(
     if not as_json:
         _print_summary(doc)
     _write(doc, out, as_json)
+
+
+def _refuse_options_ddp_ignores(sc, transport, link_mode, topology, switch_logs, baseline_peer) -> None:
+    """torch-ddp jobs run on kernel TCP over the htb dumbbell only: other choices exit 2."""
+    from .ddp import is_ddp
+
+    if not is_ddp(sc):
+        return
+    for opt, got, ok in (
+        ("--transport", transport, ("kernel",)),
+        ("--link-mode", link_mode, ("auto", "htb")),
+        ("--topology", topology, ("auto", "dumbbell")),
+    ):
+        if got not in ok:
+            fail(f"{sc.source}: torch-ddp jobs run on kernel TCP over the htb dumbbell, not {opt} {got}")
+    if switch_logs is not None or baseline_peer:
+        fail(f"{sc.source}: torch-ddp jobs run over htb links: --switch-logs and --baseline-peer do not apply")
 
 
 def _run_with_progress(

@@ -23,10 +23,11 @@ import queue
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from mltcp import compare
-from mltcp.records import IterationRecord
+from mltcp.records import IterationRecord, write_csv
 
 from . import netns
 from .arm import ArmResult
@@ -305,9 +306,11 @@ def run_ddp_experiment(
     boundary: str | None = None,
     on_record: Callable[[str, IterationRecord], None] | None = None,
     prefix: str | None = None,
+    records_dir=None,
 ) -> dict:
     """Both arms of a torch-ddp scenario: the usual report (mltcp.compare.report) plus each job's
-    per-step losses per arm and whether they are identical, and a ``ddp`` section."""
+    per-step losses per arm and whether they are identical, and a ``ddp`` section. With
+    ``records_dir`` each arm's rank-0 iteration records go to ``<dir>/<arm>.csv``."""
     from .report import arm_summary
 
     if cc not in ("reno", "cubic", "dctcp"):
@@ -315,6 +318,11 @@ def run_ddp_experiment(
     cb = (lambda arm: lambda r: on_record(arm, r)) if on_record else (lambda arm: None)
     base = run_ddp_arm(sc, cc, False, boundary, cb("baseline"), prefix=prefix)
     ml = run_ddp_arm(sc, cc, True, boundary, cb("mltcp"), prefix=prefix) if compare_mltcp else None
+    if records_dir is not None:
+        Path(records_dir).mkdir(parents=True, exist_ok=True)
+        for arm, run in (("baseline", base), ("mltcp", ml)):
+            if run is not None:
+                write_csv(run.arm.records, Path(records_dir) / f"{arm}.csv")
     out = compare.report(sc, arm_summary(base.arm, sc), arm_summary(ml.arm, sc) if ml else None)
     out["losses"] = {"baseline": losses(base), **({"mltcp": losses(ml)} if ml else {})}
     out["losses_identical"] = (losses(base) == losses(ml)) if ml else None

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mltcp.emulation import netns
+from mltcp.records import read_csv
 from mltcp.emulation.netns import have_mininet_prereqs
 from _kernel_prereq import missing as kernel_missing
 
@@ -32,13 +33,13 @@ def _held_struct_ops() -> set[int]:
     return {i for ids in loader.lingering().values() for i in ids}
 
 
-def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses():
+def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses(tmp_path):
     from mltcp.traffic.kernel import loader
 
     was = set(loader.registered())
     held_before = _held_struct_ops()
     p = subprocess.Popen(
-        [sys.executable, "-m", "mltcp.emulation.cli", "run", TINY, "--compare", "--json"],
+        [sys.executable, "-m", "mltcp.emulation.cli", "run", TINY, "--compare", "--json", "--records", str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -72,6 +73,9 @@ def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses():
     assert d["losses"]["baseline"] == d["losses"]["mltcp"] and d["losses_identical"] is True
     # the two ranks of a job train on different data: their losses differ
     assert d["losses"]["baseline"]["A"]["0"] != d["losses"]["baseline"]["A"]["1"]
+    for arm in ("baseline", "mltcp"):  # --records: rank 0's records of every job, as the report's
+        rows = read_csv(tmp_path / f"{arm}.csv")
+        assert len(rows) == d[arm]["iterations"] and {r.job for r in rows} == {"A", "B"}
     assert d["speedup_avg"] == pytest.approx(d["baseline"]["avg_iter_s"] / d["mltcp"]["avg_iter_s"], rel=1e-3)
 
 

@@ -116,6 +116,19 @@ def test_bad_torch_ddp_fields_exit_2_naming_file_and_field(tmp_path, extra, fiel
     assert field in r.stderr and "s.toml" in r.stderr
 
 
+@pytest.mark.parametrize("opt", [["--transport", "udp"], ["--link-mode", "bmv2"], ["--topology", "ring"]])
+def test_emulate_options_ddp_jobs_cannot_honour_exit_2(opt):
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "emulate", "run", "scenarios/ddp-tiny.toml", *opt],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert r.returncode == 2, r.stderr
+    assert "ddp-tiny.toml" in r.stderr and " ".join(opt) in r.stderr
+
+
 def test_two_local_ranks_over_loopback_attach_and_train_identically():
     """examples/ddp_two_ranks.py twice: gloo's sockets on reno, every step recorded in order,
     the same losses both times (fixed seeds)."""
