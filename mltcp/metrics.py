@@ -99,7 +99,7 @@ def reform_after_stragglers(
     threshold: float = OVERLAP_THRESHOLD,
     slow: float = 1.25,
 ) -> list[int]:
-    """Iterations the interleave needs to re-form after each straggler (issue 10).
+    """Iterations the interleave needs to re-form after each straggler.
 
     A straggler is an iteration whose compute phase is over ``slow`` x its job's nominal compute
     time; it counts when the job's previous iteration was interleaved (overlap <= ``threshold``).
