@@ -13,7 +13,7 @@ A torch-ddp job in a scenario::
     bucket_mb = 25            # DDP's bucket_cap_mb
     boundary = "mark"         # MLTCP arm: the hook marks each first bucket (idle rule off), or "idle"
     pacing = true             # pace gloo's sockets at the link's rate (hosts with a NIC of that rate), both arms
-    nic_cap = true            # MLTCP arm, with pacing: no window growth past 2 x pacing rate x min RTT
+    nic_cap = true            # MLTCP arm, with pacing: no window growth past 2 F(r) x pacing rate x min RTT
     path = ["bottleneck"]
     start_offset_ms = 0
 

@@ -102,7 +102,7 @@ def main(
     cc: str = typer.Option("", help="congestion control for gloo's sockets ('' = the namespace default)"),
     mark: bool = typer.Option(False, help="mark each iteration's first bucket in the kernel MLTCP map"),
     pacing_mbit: float = typer.Option(0.0, help="pace gloo's sockets at this rate (0: unpaced)"),
-    nic_cap: bool = typer.Option(False, help="MLTCP variants: no growth past 2 x pacing rate x min RTT"),
+    nic_cap: bool = typer.Option(False, help="MLTCP variants: no growth past 2 F(r) x pacing rate x min RTT"),
     ifname: str = typer.Option("", help="interface gloo binds to (GLOO_SOCKET_IFNAME)"),
     wait: bool = typer.Option(False, help="after ready, read the start epoch from stdin"),
     start_offset: float = typer.Option(0.0, help="start this many seconds after the epoch"),

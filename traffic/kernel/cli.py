@@ -92,7 +92,7 @@ def load(
         None, "--scale-decrease/--no-scale-decrease", help=SCALE_DECREASE_HELP
     ),
     nic_cap: bool = typer.Option(
-        False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"
+        False, "--nic-cap", help="no window growth past 2 F(r) x pacing rate x min RTT, at least 1 x (paced senders)"
     ),
     restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
     clang: str = typer.Option("clang"),
@@ -230,7 +230,7 @@ def experiment(
         None, "--scale-decrease/--no-scale-decrease", help=SCALE_DECREASE_HELP
     ),
     nic_cap: bool = typer.Option(
-        False, "--nic-cap", help="no window growth past 2 x pacing rate x min RTT (paced senders)"
+        False, "--nic-cap", help="no window growth past 2 F(r) x pacing rate x min RTT, at least 1 x (paced senders)"
     ),
     restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),

@@ -71,7 +71,7 @@ class Config:
     scale_decrease: bool = False
     trace_port: int = 0  # local port whose growth steps are traced (0 = none)
     trace_all: bool = False  # trace every socket (global configuration only)
-    nic_cap: bool = False  # no growth past 2 x pacing rate x min RTT (paced senders only)
+    nic_cap: bool = False  # no growth past 2 F(r) x pacing rate x min RTT, at least 1 x (paced senders only)
     restart_window: int = 0  # segments: cwnd at an iteration's first send is at most this (0 = off)
 
     def validate(self) -> None:
