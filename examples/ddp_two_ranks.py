@@ -10,6 +10,7 @@ Each rank prints one JSON line per step: the loss, and the iteration's times as 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 
@@ -28,7 +29,8 @@ def say(doc: dict) -> None:
 
 def train(rank: int, world: int, args) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a rank that never comes: an error after a minute, not torch's default half hour
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
     ddp = DistributedDataParallel(model, bucket_cap_mb=1)

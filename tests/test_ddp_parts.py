@@ -2,6 +2,9 @@
 and two real DDP ranks over loopback (mltcp.torch.attach on gloo's sockets)."""
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -129,28 +132,34 @@ def test_emulate_options_ddp_jobs_cannot_honour_exit_2(opt):
     assert "ddp-tiny.toml" in r.stderr and " ".join(opt) in r.stderr
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_two_local_ranks_over_loopback_attach_and_train_identically():
     """examples/ddp_two_ranks.py twice: gloo's sockets on reno, every step recorded in order,
     the same losses both times (fixed seeds)."""
 
     def run():
-        r = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "examples" / "ddp_two_ranks.py"),
-                "--cc",
-                "reno",
-                "--steps",
-                "4",
-                "--port",
-                "29541",
-            ],
-            capture_output=True,
+        # its own session, so that a hang kills both ranks too (no orphan rank holding the port)
+        p = subprocess.Popen(
+            [sys.executable, str(ROOT / "examples" / "ddp_two_ranks.py"), "--cc", "reno", "--steps", "4"]
+            + ["--port", str(_free_port())],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=180,
+            start_new_session=True,
         )
-        assert r.returncode == 0, r.stderr[-2000:]
-        return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        try:
+            out, err = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            pytest.fail(f"the two ranks did not finish in 180 s; stdout: {out[-1500:]}; stderr: {err[-1500:]}")
+        assert p.returncode == 0, err[-2000:]
+        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
     first, second = run(), run()
     assert len(first) == 8

@@ -1,0 +1,156 @@
+"""Real PyTorch DDP jobs in the emulation, several runs of the base against its MLTCP variant: one
+`mltcp emulate run SCENARIO --cc CC --compare --json` per run (root, Mininet, BPF), a row per run
+and the tallies the DDP targets are judged by (do no harm: avg >= 0.98x and p99 >= 0.95x with no
+more retransmissions; the interleave; identical losses).
+
+    sudo .venv/bin/python bench/bench_ddp.py scenarios/ddp-mlp-compatible.toml --runs 5
+    sudo .venv/bin/python bench/bench_ddp.py scenarios/ddp-mlp-compatible.toml --cc cubic --runs 3 --markdown t.md
+
+Each run takes about two minutes here. The machine's load is printed with every run: these are
+timings of real processes on 2 cores, so run it idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from mltcp import scenario
+from mltcp.metrics import overlap_fractions
+from mltcp.records import read_csv
+
+
+def one_run(scenario: str, cc: str, records: Path) -> dict:
+    """One --compare run's JSON document (and its records under ``records``)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "emulate", "run", scenario, "--cc", cc, "--compare", "--json"]
+        + ["--records", str(records)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        raise SystemExit(f"bench_ddp: the run failed (exit {r.returncode}): {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout)
+
+
+def median_overlap(records: Path, arm: str, warmup: int) -> float:
+    """The median over steady iterations of the largest communication overlap among the jobs."""
+    worst: dict[int, float] = {}
+    for (_, it), f in overlap_fractions(read_csv(records / f"{arm}.csv")).items():
+        if it >= warmup:
+            worst[it] = max(worst.get(it, 0.0), f)
+    v = sorted(worst.values())
+    return v[len(v) // 2] if v else float("nan")
+
+
+def row_of(doc: dict, records: Path, load: float, warmup: int) -> dict:
+    b, m = doc["baseline"], doc["mltcp"]
+    return {
+        "load": load,
+        "base_avg": b["avg_iter_s"],
+        "base_p99": b["p99_iter_s"],
+        "mltcp_avg": m["avg_iter_s"],
+        "mltcp_p99": m["p99_iter_s"],
+        "speedup_avg": doc["speedup_avg"],
+        "speedup_p99": doc["speedup_p99"],
+        "interleaved_at": m["interleaved_at_iteration"],
+        "overlap_base": median_overlap(records, "baseline", warmup),
+        "overlap_mltcp": median_overlap(records, "mltcp", warmup),
+        "retrans_base": b["retransmissions"],
+        "retrans_mltcp": m["retransmissions"],
+        "drops_base": b["drops"],
+        "drops_mltcp": m["drops"],
+        "losses_identical": doc["losses_identical"],
+    }
+
+
+def tallies(rows: list[dict], avg_target: float, p99_target: float) -> dict:
+    def no_harm(r):
+        return r["speedup_avg"] >= 0.98 and r["speedup_p99"] >= 0.95 and r["retrans_mltcp"] <= r["retrans_base"]
+
+    def target(r):
+        return (
+            r["speedup_avg"] >= avg_target
+            and r["speedup_p99"] >= p99_target
+            and r["interleaved_at"] is not None
+            and r["interleaved_at"] <= 10
+            and r["retrans_mltcp"] <= r["retrans_base"]
+        )
+
+    return {
+        "runs": len(rows),
+        "no_harm": sum(map(no_harm, rows)),
+        "target": sum(map(target, rows)),
+        "losses_identical": sum(bool(r["losses_identical"]) for r in rows),
+    }
+
+
+HEAD = (
+    "| run | load | base avg / p99 (s) | MLTCP avg / p99 (s) | speedup avg / p99 | interleaved at "
+    "| median overlap base -> MLTCP | retransmissions | drops |"
+)
+
+
+def markdown_row(i: int, r: dict) -> str:
+    at = "-" if r["interleaved_at"] is None else str(r["interleaved_at"])
+    return (
+        f"| {i} | {r['load']:.1f} | {r['base_avg']:.3f} / {r['base_p99']:.3f} | {r['mltcp_avg']:.3f} / "
+        f"{r['mltcp_p99']:.3f} | {r['speedup_avg']:.3f} / {r['speedup_p99']:.3f} | {at} "
+        f"| {r['overlap_base']:.2f} -> {r['overlap_mltcp']:.2f} | {r['retrans_base']:,} -> {r['retrans_mltcp']:,} "
+        f"| {r['drops_base']:,.0f} -> {r['drops_mltcp']:,.0f} |"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenario", help="a torch-ddp scenario (TOML file or built-in name)")
+    ap.add_argument("--cc", default="reno", help="base congestion control: reno or cubic")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--avg-target", type=float, default=1.2, help="the avg speedup a run must reach")
+    ap.add_argument("--p99-target", type=float, default=1.3, help="the p99 speedup a run must reach")
+    ap.add_argument("--markdown", type=Path, help="write the rows and tallies as markdown to this file")
+    ap.add_argument("--json", type=Path, help="write every run's row to this file")
+    a = ap.parse_args()
+    if a.cc not in ("reno", "cubic"):
+        ap.error(f"--cc must be reno or cubic (the kernel has MLTCP variants of those), not {a.cc}")
+    if a.runs < 1:
+        ap.error("--runs must be at least 1")
+    try:
+        warmup = scenario.load(a.scenario).warmup_iterations
+    except scenario.ScenarioError as e:
+        ap.error(str(e))
+    rows = []
+    print(HEAD, flush=True)
+    for i in range(1, a.runs + 1):
+        load = os.getloadavg()[0]
+        with tempfile.TemporaryDirectory() as d:
+            doc = one_run(a.scenario, a.cc, Path(d))
+            rows.append(row_of(doc, Path(d), load, warmup))
+        print(markdown_row(i, rows[-1]), flush=True)
+    t = tallies(rows, a.avg_target, a.p99_target)
+    summary = (
+        f"{a.scenario}, {a.cc} vs mltcp_{a.cc}: do no harm (avg >= 0.98x, p99 >= 0.95x, retransmissions <= base) "
+        f"in {t['no_harm']} of {t['runs']} runs; avg >= {a.avg_target}x, p99 >= {a.p99_target}x, interleaved "
+        f"within 10 iterations and retransmissions <= base in {t['target']} of {t['runs']}; losses identical "
+        f"between the arms in {t['losses_identical']} of {t['runs']}"
+    )
+    print(summary)
+    if a.markdown:
+        a.markdown.write_text(
+            "\n".join(
+                [HEAD, "|---|---|---|---|---|---|---|---|---|"]
+                + [markdown_row(i, r) for i, r in enumerate(rows, 1)]
+                + ["", summary, ""]
+            )
+        )
+    if a.json:
+        a.json.write_text(json.dumps({"rows": rows, "tallies": t}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
