@@ -25,11 +25,12 @@ from mltcp.metrics import overlap_fractions
 from mltcp.records import read_csv
 
 
-def one_run(scenario: str, cc: str, records: Path) -> dict:
-    """One --compare run's JSON document (and its records under ``records``)."""
+def one_run(scenario: str, cc: str, records: Path | None, compare: bool = True) -> dict:
+    """One run's JSON document (with ``compare`` both arms; the records under ``records``)."""
     r = subprocess.run(
-        [sys.executable, "-m", "mltcp.cli", "emulate", "run", scenario, "--cc", cc, "--compare", "--json"]
-        + ["--records", str(records)],
+        [sys.executable, "-m", "mltcp.cli", "emulate", "run", scenario, "--cc", cc, "--json"]
+        + (["--compare"] if compare else [])
+        + (["--records", str(records)] if records else []),
         capture_output=True,
         text=True,
     )
@@ -46,6 +47,20 @@ def median_overlap(records: Path, arm: str, warmup: int) -> float:
             worst[it] = max(worst.get(it, 0.0), f)
     v = sorted(worst.values())
     return v[len(v) // 2] if v else float("nan")
+
+
+def first_job_alone(path: str, out: Path) -> str:
+    """The scenario with its first job only: what that job takes with the link to itself (the
+    perfect-interleave bound of an iteration, with the hosts' own CPU time in it)."""
+    import tomllib
+
+    import tomli_w
+
+    raw = tomllib.loads(scenario.resolve(path).read_text())
+    raw["jobs"] = raw["jobs"][:1]
+    raw["name"] = f"{raw.get('name', 'scenario')}-first-job-alone"
+    out.write_text(tomli_w.dumps(raw))
+    return str(out)
 
 
 def row_of(doc: dict, records: Path, load: float, warmup: int) -> dict:
@@ -113,6 +128,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--avg-target", type=float, default=1.2, help="the avg speedup a run must reach")
     ap.add_argument("--p99-target", type=float, default=1.3, help="the p99 speedup a run must reach")
+    ap.add_argument("--no-alone", action="store_true", help="skip the run of the first job alone")
     ap.add_argument("--markdown", type=Path, help="write the rows and tallies as markdown to this file")
     ap.add_argument("--json", type=Path, help="write every run's row to this file")
     a = ap.parse_args()
@@ -124,6 +140,16 @@ def main() -> None:
         warmup = scenario.load(a.scenario).warmup_iterations
     except scenario.ScenarioError as e:
         ap.error(str(e))
+    alone = None
+    if not a.no_alone:
+        with tempfile.TemporaryDirectory() as d:
+            doc = one_run(first_job_alone(a.scenario, Path(d) / "alone.toml"), a.cc, None, compare=False)
+        alone = doc["baseline"]
+        print(
+            f"the first job alone on {a.cc}: {alone['avg_iter_s']:.3f} / {alone['p99_iter_s']:.3f} s "
+            "(avg / p99: the perfect-interleave bound)",
+            flush=True,
+        )
     rows = []
     print(HEAD, flush=True)
     for i in range(1, a.runs + 1):
@@ -139,6 +165,14 @@ def main() -> None:
         f"within 10 iterations and retransmissions <= base in {t['target']} of {t['runs']}; losses identical "
         f"between the arms in {t['losses_identical']} of {t['runs']}"
     )
+    if alone:
+        near = sum(r["mltcp_avg"] <= 1.05 * alone["avg_iter_s"] for r in rows)
+        base_x = [r["base_avg"] / alone["avg_iter_s"] for r in rows]
+        summary += (
+            f"; MLTCP's avg within 5 % of the first job alone in {near} of {t['runs']} runs; the base's avg "
+            f"{min(base_x):.2f}-{max(base_x):.2f}x the job alone (the most any scheduling can gain)"
+        )
+        t.update(alone_avg=alone["avg_iter_s"], alone_p99=alone["p99_iter_s"], mltcp_near_alone=near)
     print(summary)
     if a.markdown:
         a.markdown.write_text(
