@@ -74,9 +74,9 @@ class InputError(Exception):
 # ---- storage and the study's own description --------------------------------------------------------
 
 
-def open_storage(url: str):
+def open_storage(url: str, retry: bool = False):
     try:
-        return _open_rdb(url)
+        return _open_rdb(url, retry)
     except Exception as e:  # sqlalchemy's URL, driver or connection errors
         raise InputError(
             f"--storage: cannot open {url!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -328,7 +328,7 @@ def _worker(
     if os.getppid() != parent:  # the parent died before that was armed
         return
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(url)
+    storage = open_storage(url, retry=True)  # the parent opened it: an outage now is a restart
     study = optuna.load_study(study_name=study_name, storage=storage, sampler=make_sampler(sampler))
     spec = spec_of(study)
     space, cases = load_spec(spec)

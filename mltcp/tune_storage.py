@@ -101,31 +101,37 @@ def is_connection_error(e: BaseException) -> bool:
     return False
 
 
+def retry_while_unreachable(call, notify, on_retry=lambda: None):
+    """``call()``, made again while it fails for a lost or refused connection, for up to RETRY_S."""
+    deadline, wait, told = time.monotonic() + RETRY_S, 0.5, False
+    while True:
+        try:
+            result = call()
+            if told:
+                notify("database reachable again; going on")
+            return result
+        except Exception as e:
+            if not is_connection_error(e) or time.monotonic() + wait > deadline:
+                raise
+            if not told:
+                notify(
+                    f"database unreachable ({type(e.__cause__ or e).__name__}: "
+                    f"{str(e.__cause__ or e).strip().splitlines()[0][:160]}); retrying for up to {RETRY_S:.0f} s"
+                )
+                told = True
+            try:
+                on_retry()
+            except Exception:
+                pass
+            time.sleep(wait)
+            wait = min(5.0, wait * 2)
+
+
 def _retrying(fn, notify):
     @functools.wraps(fn)
     def call(self, *args, **kwargs):
-        deadline, wait, told = time.monotonic() + RETRY_S, 0.5, False
-        while True:
-            try:
-                result = fn(self, *args, **kwargs)
-                if told:
-                    notify("database reachable again; going on")
-                return result
-            except Exception as e:
-                if not is_connection_error(e) or time.monotonic() + wait > deadline:
-                    raise
-                if not told:
-                    notify(
-                        f"database unreachable ({type(e.__cause__ or e).__name__}: "
-                        f"{str(e.__cause__ or e).strip().splitlines()[0][:160]}); retrying for up to {RETRY_S:.0f} s"
-                    )
-                    told = True
-                try:
-                    self.remove_session()  # drop the session bound to the dead connection
-                except Exception:
-                    pass
-                time.sleep(wait)
-                wait = min(5.0, wait * 2)
+        # on a retry, drop the session bound to the dead connection
+        return retry_while_unreachable(lambda: fn(self, *args, **kwargs), notify, self.remove_session)
 
     return call
 
@@ -145,8 +151,10 @@ for _name in _CALLS:
         setattr(RetryingRDBStorage, _name, _retrying(getattr(optuna.storages.RDBStorage, _name), _notify))
 
 
-def open_storage(url: str) -> RetryingRDBStorage:
-    """The storage at ``url``; raises whatever SQLAlchemy or the driver raise if it cannot open."""
+def open_storage(url: str, retry: bool = False) -> RetryingRDBStorage:
+    """The storage at ``url``; raises whatever SQLAlchemy or the driver raise if it cannot open.
+    ``retry``: a server that is unreachable is tried again as a storage call is (a worker joining a
+    study its parent already opened); without it, it fails at once (a mistyped URL)."""
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if url.startswith("sqlite"):
         kw = {"connect_args": {"timeout": 60}}
@@ -159,4 +167,8 @@ def open_storage(url: str) -> RetryingRDBStorage:
                     import psycopg2  # noqa: F401  (SQLAlchemy's default PostgreSQL driver)
                 except ImportError:
                     raise ImportError("PostgreSQL needs the psycopg2 driver: pip install 'mltcp[tune]'") from None
-    return RetryingRDBStorage(url, engine_kwargs=kw, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+
+    def make() -> RetryingRDBStorage:
+        return RetryingRDBStorage(url, engine_kwargs=kw, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+
+    return retry_while_unreachable(make, _notify) if retry else make()

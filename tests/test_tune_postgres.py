@@ -172,3 +172,36 @@ def test_a_database_restart_mid_study_is_ridden_out(pg, tiny, tmp_path):
         assert t.state.name == "COMPLETE" or t.user_attrs.get("error") or t.system_attrs.get("fail_reason"), t
     assert states.count("COMPLETE") >= n - 2
     assert json.loads(so.strip().splitlines()[-1])["trials"] == n
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_opening_the_storage_during_an_outage_waits_for_the_server(pg, capsys):
+    """A study worker that starts while the server is down (spawned just as it restarts) waits for
+    it and opens the storage; a first open (the parent's, a mistyped URL) fails at once instead."""
+    import threading
+
+    from mltcp.tune_storage import open_storage
+
+    url = pg.url
+    open_storage(url).remove_session()  # the tables exist: what a worker joins
+    pg.stop("fast")
+    restart = threading.Timer(3.0, pg.start)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(Exception):
+            open_storage(url)
+        assert time.monotonic() - t0 < 30
+        restart.start()
+        t0 = time.monotonic()
+        storage = open_storage(url, retry=True)
+        waited = time.monotonic() - t0
+    finally:
+        if restart.is_alive() or restart.finished.is_set():
+            restart.join()
+        else:
+            restart.cancel()
+            pg.start()
+    assert waited >= 2.5  # it waited for the server rather than failing
+    assert storage.get_all_studies() is not None
+    err = capsys.readouterr().err
+    assert "database unreachable" in err and "reachable again" in err
