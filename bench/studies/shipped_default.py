@@ -13,12 +13,12 @@ is >= 0.97), and the drops.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tomllib
 
 from mltcp import sweep
 from mltcp.scenario import ScenarioError, resolve
+from mltcp.suite import InputError, gmean, parse_seeds
 
 SHIPPED = [
     "two-jobs",
@@ -35,19 +35,10 @@ SHIPPED = [
 ]
 
 
-def seeds_of(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
 def variants(name: str) -> tuple[dict, dict]:
     """The scenario's tables as shipped, and without its [mltcp] table."""
     raw = tomllib.loads(resolve(name).read_text())
     return raw, {k: v for k, v in raw.items() if k != "mltcp"}
-
-
-def geo(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def main() -> None:
@@ -56,13 +47,17 @@ def main() -> None:
     ap.add_argument("--seeds", default="1-5")
     ap.add_argument("--workers", type=int, default=None)
     a = ap.parse_args()
-    seeds = seeds_of(a.seeds)
-    tasks, index = [], []
+    try:
+        seeds = parse_seeds(a.seeds)
+    except InputError as e:
+        ap.error(str(e))
+    tasks, index, has_table = [], [], {}
     for name in a.scenarios:
         try:
             shipped, untuned = variants(name)
         except ScenarioError as e:
             sys.exit(f"shipped_default: {e}")
+        has_table[name] = "mltcp" in shipped
         cc = shipped.get("cc", "reno")
         for seed in seeds:
             for kind, raw, arm in (
@@ -89,14 +84,13 @@ def main() -> None:
         if not by_seed:
             continue
         sp = {
-            (kind, q): geo([v["base"][f"{q}_iter_s"] / v[kind][f"{q}_iter_s"] for v in by_seed])
+            (kind, q): gmean([v["base"][f"{q}_iter_s"] / v[kind][f"{q}_iter_s"] for v in by_seed])
             for kind in ("tuned", "default")
             for q in ("avg", "p99")
         }
         drops = {k: sum(v[k]["drops"] for v in by_seed) / len(by_seed) for k in ("base", "tuned", "default")}
-        has = "mltcp" in variants(name)[0]
         print(
-            f"| {name} | {'yes' if has else 'no'} | {sp['tuned', 'avg']:.3f}x / {sp['tuned', 'p99']:.3f}x "
+            f"| {name} | {'yes' if has_table[name] else 'no'} | {sp['tuned', 'avg']:.3f}x / {sp['tuned', 'p99']:.3f}x "
             f"| {sp['default', 'avg']:.3f}x / {sp['default', 'p99']:.3f}x "
             f"| {sp['default', 'avg'] / sp['tuned', 'avg']:.3f} / {sp['default', 'p99'] / sp['tuned', 'p99']:.3f} "
             f"| {drops['base']:.0f} / {drops['tuned']:.0f} / {drops['default']:.0f} |",
