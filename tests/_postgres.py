@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from _ports import free_tcp_port
 
 PG_BIN = Path(os.environ.get("MLTCP_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -30,18 +31,12 @@ def missing_reason() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PostgresServer:
     def __init__(self, dbname: str = "mltcp"):
         self.dbname = dbname
         self.root = Path(tempfile.mkdtemp(prefix="mltcp-pg-", dir="/tmp"))
         self.data, self.sock, self.log = self.root / "data", self.root / "sock", self.root / "server.log"
-        self.port = _free_port()
+        self.port = free_tcp_port()
         self.user = "nobody" if os.geteuid() == 0 else None
         self.sock.mkdir()
         if self.user:

@@ -4,7 +4,6 @@ and two real DDP ranks over loopback (mltcp.torch.attach on gloo's sockets)."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch not installed (Debian: python3-torch; pip: mltcp[torch])")
 
+from _ports import free_tcp_port  # noqa: E402
 from mltcp import scenario as scn  # noqa: E402
 from mltcp.ddp import catalog, hook, models, profile, sockets  # noqa: E402
 
@@ -132,12 +132,6 @@ def test_emulate_options_ddp_jobs_cannot_honour_exit_2(opt):
     assert "ddp-tiny.toml" in r.stderr and " ".join(opt) in r.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_local_ranks_over_loopback_attach_and_train_identically():
     """examples/ddp_two_ranks.py twice: gloo's sockets on reno, every step recorded in order,
     the same losses both times (fixed seeds)."""
@@ -146,7 +140,7 @@ def test_two_local_ranks_over_loopback_attach_and_train_identically():
         # its own session, so that a hang kills both ranks too (no orphan rank holding the port)
         p = subprocess.Popen(
             [sys.executable, str(ROOT / "examples" / "ddp_two_ranks.py"), "--cc", "reno", "--steps", "4"]
-            + ["--port", str(_free_port())],
+            + ["--port", str(free_tcp_port())],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

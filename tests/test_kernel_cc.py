@@ -47,29 +47,27 @@ def loaded(foreign_bpf):
             loader.load(before)
 
 
-@pytest.fixture
-def dumbbell():
+def _one_pair_dumbbell(tag: str, **kw):
+    """A built one-sender 50 Mb/s KernelNet (``kw``: its other settings), removed afterwards."""
     if why := have_mininet_prereqs():
         pytest.skip(f"the kernel dumbbell is a Mininet net: {why}")
-    d = KernelNet(n=1, rate_mbit=50, buffer_bytes=60_000, prefix=run_prefix() + "t")
+    d = KernelNet(n=1, rate_mbit=50, prefix=run_prefix() + tag, **kw)
     try:
         yield d.build()
     finally:
         d.destroy()
         assert not leftovers(d.prefix)
+
+
+@pytest.fixture
+def dumbbell():
+    yield from _one_pair_dumbbell("t", buffer_bytes=60_000)
 
 
 @pytest.fixture
 def long_dumbbell():
     """The dumbbell with 2 ms of round trip and a 120 kB buffer: a window of a few dozen segments."""
-    if why := have_mininet_prereqs():
-        pytest.skip(f"the kernel dumbbell is a Mininet net: {why}")
-    d = KernelNet(n=1, rate_mbit=50, delay_us=1000, buffer_bytes=120_000, prefix=run_prefix() + "l")
-    try:
-        yield d.build()
-    finally:
-        d.destroy()
-        assert not leftovers(d.prefix)
+    yield from _one_pair_dumbbell("l", delay_us=1000, buffer_bytes=120_000)
 
 
 @pytest.fixture
