@@ -4,7 +4,9 @@ bytes_ratio = bytes acked in the current iteration / learned bytes per iteration
 
 Iteration boundaries are found without help from the training framework: an idle gap (no acked
 data) longer than ``max(min_idle, idle_fraction x the previous compute gap)`` starts a new
-iteration (the public MLTCP-Reno uses 0.9 x compute time). The rule is checked at the ACK that
+iteration (the public MLTCP-Reno uses 0.9 x compute time); once the learned bytes per iteration
+are all acked, any idle gap longer than ``min_idle`` does, so one long stall (a timeout seen at the
+ACK, a straggler) cannot raise the threshold above every later compute gap for good. The rule is checked at the ACK that
 ends the gap, or (``boundary = "tx_start"``, the kernel tracker's way) at the send that ends it,
 where the sender has nothing in flight: then a stall waiting for a retransmission timeout, which
 has data in flight, never counts as a compute gap (at the ACK it does, and the 200 ms gap it
@@ -26,7 +28,12 @@ import math
 import numpy as np
 from numba import njit
 
-BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, PREV_GAP, HISTORY = range(7)  # HISTORY..: newest first
+# per flow: the iteration's bytes so far, the learned bytes per iteration, the last ACK's time, the
+# boundary gaps, the iteration count, the iteration's first ACK, the last closed iteration's
+# communication time (first to last ACK) and the best delivery rate seen; then the online switch's
+# state (:mod:`mltcp.engage`); HISTORY..: bytes of the last iterations, newest first
+(BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, PREV_GAP, FIRST_ACK, LAST_COMM, BEST_RATE,
+ ENGAGED, IN_MODE, CONTENDED, HOLD, SEEN, HISTORY) = range(15)  # fmt: skip
 BOUNDARIES = (
     "idle",
     "mark",
@@ -62,6 +69,10 @@ def close(a, i):
     for j in range(h - 1, 0, -1):
         a[i, HISTORY + j] = a[i, HISTORY + j - 1]
     a[i, HISTORY] = a[i, BYTES_CUR]
+    comm = a[i, LAST_ACTIVE] - a[i, FIRST_ACK]
+    a[i, LAST_COMM] = comm
+    if comm > 0.0:
+        a[i, BEST_RATE] = max(a[i, BEST_RATE], a[i, BYTES_CUR] / comm)
     n = 0
     for j in range(h):
         n += not math.isnan(a[i, HISTORY + j])
@@ -73,9 +84,14 @@ def close(a, i):
 @njit(cache=True)
 def is_boundary(a, i, gap, idle_fraction, min_idle, min2=False):
     """Whether an idle ``gap`` (s) of flow i starts a new iteration: gap > max(min_idle, idle_fraction
-    x the reference gap: the last boundary gap, or with ``min2`` the shorter of the last two)."""
+    x the reference gap: the last boundary gap, or with ``min2`` the shorter of the last two), or
+    gap > min_idle when the iteration already holds the learned bytes per iteration."""
+    if math.isnan(gap) or not gap > min_idle:
+        return False
+    if 0.0 < a[i, BYTES_PER_ITER] <= a[i, BYTES_CUR]:  # a whole iteration's bytes are in: any idle gap ends it
+        return True
     ref = min(a[i, LAST_GAP], a[i, PREV_GAP]) if min2 and a[i, PREV_GAP] > 0.0 else a[i, LAST_GAP]
-    return not math.isnan(gap) and gap > max(min_idle, idle_fraction * ref)
+    return gap > idle_fraction * ref
 
 
 @njit(cache=True)
@@ -97,6 +113,8 @@ def on_ack(a, i, acked, now, idle_fraction, min_idle, min2=False):
     if acked <= 0.0:
         return
     idle_gap(a, i, now - a[i, LAST_ACTIVE], idle_fraction, min_idle, min2)
+    if a[i, BYTES_CUR] == 0.0:
+        a[i, FIRST_ACK] = now
     a[i, BYTES_CUR] += acked
     a[i, LAST_ACTIVE] = now
 
@@ -148,6 +166,7 @@ class IterationTracker:
         self.idle_fraction, self.min_idle = float(idle_fraction), float(min_idle)
         self.a = np.zeros((n, HISTORY + history))
         self.a[:, LAST_ACTIVE] = np.nan
+        self.a[:, ENGAGED] = 1.0
         self.a[:, HISTORY:] = np.nan
 
     bytes_cur = _column(BYTES_CUR)

@@ -58,9 +58,12 @@ def test_reno_timeout_resets_to_one_segment():
     assert st.cwnd[0] == MSS and st.ssthresh[0] == 20 * MSS
 
 
+PUBLIC_F = {"slope": 4.0, "intercept": 0.25}  # the hook's arithmetic, checked with the public MLTCP-Reno's F
+
+
 def mltcp_at_ratio(r, **kw):
     """An MLTCP-Reno flow that has learned 100 kB iterations and is r of the way through one."""
-    cc = MLTCPReno(**kw)
+    cc = MLTCPReno(**{**PUBLIC_F, **kw})
     st = cc.new_state(1, mss=1000)
     ack(cc, st, 100_000, now=0.0)  # first iteration
     ack(cc, st, 100_000 * r or 1e-9, now=0.5)  # idle 0.5 s > min_idle: a new iteration
@@ -212,7 +215,9 @@ def test_dcqcn_fast_recovery_then_additive_then_hyper():
 def test_mltcp_dcqcn_scales_rate_increase():
     from mltcp.cc import MLTCPDcqcn
 
-    cc = MLTCPDcqcn(line_rate=1000.0, rai=10.0, rhai=10.0, timer=1.0, fast_recovery_steps=0, alpha_interval=1e9)
+    cc = MLTCPDcqcn(
+        line_rate=1000.0, rai=10.0, rhai=10.0, timer=1.0, fast_recovery_steps=0, alpha_interval=1e9, **PUBLIC_F
+    )
     st = cc.new_state(1)
     cc.on_ack(st, np.array([100.0]), RTT, 0.0)
     cc.on_ack(st, np.array([50.0]), RTT, 1.0)  # r = 0.5 -> F = 2.25
@@ -485,7 +490,7 @@ def test_dctcp_cuts_by_alpha_over_two_on_ecn_and_halves_on_loss_and_timeout():
 def test_mltcp_dctcp_is_dctcp_plus_the_hook():
     from mltcp.cc import MLTCPDctcp
 
-    cc = MLTCPDctcp(scale_decrease=True)
+    cc = MLTCPDctcp(scale_decrease=True, **PUBLIC_F)
     st = cc.new_state(1, mss=1000)
     ack(cc, st, 100_000, now=0.0)  # first iteration learns 100 kB
     ack(cc, st, 50_000, now=0.5)  # idle gap: the next one, half sent

@@ -146,6 +146,11 @@ def test_20mib_over_loopback_intact_and_iterations_learned(loaded, variant):
     assert state.hist == (per_iter + 16,) * 3
     assert state.bytes_ratio == 1.0
     assert state.last_gap_ns > 0.29e9
+    # The online switch's bookkeeping (mltcp.engage, on by default): each iteration's first-to-last
+    # ACK time and the best rate; one flow alone over loopback is never contended, so it stays
+    # engaged, one trial (4 iterations) not yet complete
+    assert state.flags & maps.FLAG_ADAPTIVE and state.engaged == 1 and state.in_mode == 3 and state.hold == 0
+    assert 0 < state.last_comm_us < 300_000 and state.best_rate_q10 >= ((per_iter << 10) // state.last_comm_us)
 
 
 def test_explicit_mark_starts_an_iteration(loaded):

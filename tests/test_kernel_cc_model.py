@@ -56,10 +56,19 @@ def test_scaled_decrease_matches_mltcp_cc_rule():
 
 
 def test_config_pack_and_errors():
-    raw = Config(slope=4.0, intercept=0.25, idle_fraction=0.9, min_idle=0.001, scale_decrease=True).pack()
-    valid, slope, icpt, idle, min_idle, flags, trace, restart, _ = CFG.unpack(raw)
+    raw = Config(
+        slope=4.0, intercept=0.25, idle_fraction=0.9, min_idle=0.001, scale_decrease=True, adaptive=False
+    ).pack()
+    valid, slope, icpt, idle, min_idle, flags, trace, restart, trial, cont, hold_max, _ = CFG.unpack(raw)
     assert (valid, slope, icpt, idle, min_idle, flags, trace, restart) == (1, 4096, 256, 922, 1000, 1, 0, 0)
+    assert (trial, cont, hold_max) == (4, 1280, 32)
     assert CFG.unpack(Config(restart_window=12).pack())[7] == 12
+    switch = CFG.unpack(Config(trial=6, contended_above=1.5, hold_max=20).pack())
+    assert switch[5] == 8 and switch[8:11] == (6, 1536, 20)  # the online switch on by default: its flag alone
+    assert CFG.unpack(Config(adaptive=False).pack())[5] == 0
+    for bad in ({"trial": 0}, {"hold_max": 2.5}, {"contended_above": 1.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Config(**bad).pack()
     with pytest.raises(ValueError, match="idle_fraction"):
         Config(idle_fraction=0).pack()
     with pytest.raises(ValueError, match="slope"):
@@ -82,7 +91,7 @@ def test_restart_keeps_three_quarters_of_the_window_in_ssthresh():
 
 def test_layout_sizes_match_the_c_structs():
     # Sizes the C header's structs have (all naturally aligned, no padding holes).
-    assert (CFG.size, SK.size, EV.size) == (36, 104, 80)
+    assert (CFG.size, SK.size, EV.size) == (48, 152, 80)
 
 
 def test_loader_refuses_clearly(monkeypatch, tmp_path):
@@ -120,3 +129,29 @@ def test_load_wants_a_configuration_for_every_variant_before_touching_the_kernel
         loader.load(["mltcp_reno", "mltcp_cubic"], config={"mltcp_reno": Config()})
     with pytest.raises(loader.KernelCCError, match="bad configuration"):
         loader.load(["mltcp_cubic"], config={"mltcp_cubic": Config(slope=0.0, intercept=0.0)})
+
+
+def test_the_kernel_switch_takes_the_decisions_of_mltcp_engage():
+    """The BPF online switch (integer, microseconds) against mltcp.engage (float seconds), on the
+    same iterations: clean ones at 1 GB/s, contended ones 1.1x-3x slower, in random runs."""
+    import random
+
+    import numpy as np
+
+    from mltcp import engage, tracker as trk
+
+    rng = random.Random(7)
+    for _ in range(20):
+        a = trk.IterationTracker(1).a
+        k = {"engaged": 1, "in_mode": 0, "contended": 0, "hold": 0, "last_comm_us": 0, "best_rate_q10": 0}
+        for _ in range(120):
+            done = rng.randrange(100_000, 2_000_000)
+            slow = 1.0 if rng.random() < 0.4 else rng.uniform(1.1, 3.0)
+            comm_us = max(1, round(done / 1000 * slow))  # 1000 bytes per microsecond, or slower
+            model.close_iteration(k, done, 1_000_000, 1_000_000 + comm_us * 1000)
+            model.judge(k, done, 4, model.q10(1.25), 32)
+            a[0, trk.BYTES_CUR], a[0, trk.FIRST_ACK], a[0, trk.LAST_ACTIVE] = done, 1.0, 1.0 + comm_us * 1e-6
+            trk.close(a, 0)
+            assert engage.engaged(a, 0, 4, 1.25, 32) == bool(k["engaged"])
+            assert (a[0, trk.HOLD], a[0, trk.IN_MODE]) == (k["hold"], k["in_mode"])
+        assert np.isfinite(a[0, trk.BEST_RATE])

@@ -1,6 +1,7 @@
 """The source work adds 30-60 lines to each base algorithm. Keep ours that small: the MLTCP code a
 variant adds (the tracker settings and feed, the shared hook, the aggressiveness function and the variant's
-own class) must stay within 60 lines of code, docstrings and comments not counted."""
+own class) must stay within 60 lines of code, docstrings and comments not counted. The optional
+online switch's settings (``adaptive``, mltcp.engage) are counted apart: at most 15 more."""
 
 import ast
 import inspect
@@ -44,6 +45,8 @@ def test_each_mltcp_variant_adds_at_most_60_lines():
     for variant in ("MLTCPReno", "MLTCPCubic", "MLTCPDctcp", "MLTCPDcqcn"):
         total = shared + code_lines(classes[variant], source) + (restart if variant != "MLTCPDcqcn" else 0)
         assert 5 < total <= LIMIT, f"{variant}: {total} lines of MLTCP code (limit {LIMIT})"
+    switch = code_lines(classes["OnlineSwitch"], source)
+    assert 5 < switch <= 15, f"OnlineSwitch: {switch} lines (limit 15)"
 
 
 def test_line_counter_counts_code_not_docs():
@@ -72,7 +75,8 @@ def test_a_derived_variant_is_its_base_plus_the_hook():
         KINDS[:] = kinds
         REGISTRY.clear()
         REGISTRY.update(registry)
-    assert v.__mro__[1:4] == (mod.IterationRestart, mod.MLTCPHook, mod.IterationTracking) and v.__mro__[4] is Plain
+    hook = (mod.IterationRestart, mod.MLTCPHook, mod.OnlineSwitch, mod.IterationTracking)
+    assert v.__mro__[1:5] == hook and v.__mro__[5] is Plain
     assert v.name == "mltcp-plain-for-variant-test" and v.kind == Plain.kind
     assert set(v.params) == set(Plain.params) | set(mod.MLTCPReno.params) - set(mod.Reno.params)
     tree = ast.parse(inspect.getsource(mod))

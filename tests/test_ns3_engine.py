@@ -112,14 +112,19 @@ def test_the_hook_table_reaches_the_ns3_ops_as_the_fast_engine_reads_it():
             "idle_fraction": 0.34,
             "min_idle_ms": 0.27,
             "restart_window": 12,
+            "adaptive": True,
+            "trial": 6,
+            "contended_above": 1.4,
+            "hold_max": 20,
         }
     )
     hook, marks = ns3_engine.hook_numbers(sc, "mltcp-cubic")
-    assert (
-        hook == [8.4, 0.11, 2.0, float("inf"), 1.3, 0.55, 0.14, 0.34, float("inf"), 5.0, 1.0, 1.0, 12.0, 0.0] and marks
-    )
+    inf = float("inf")
+    assert hook == [8.4, 0.11, 2.0, inf, 1.3, 0.55, 0.14, 0.34, inf, 5.0, 1.0, 1.0, 12.0, 0.0, 1.0, 6.0, 1.4, 20.0]
+    assert marks
     hook, marks = ns3_engine.hook_numbers(_dumbbell(), "mltcp-reno")  # the hook's declared defaults
-    assert hook == [4.0, 0.25, 0.0, float("inf"), 2.0, 0.8, 0.2, 0.9, 1e-3, 3.0, 0.0, 0.0, 0.0, 0.0] and not marks
+    assert hook == [1.78, 0.11, 0.0, inf, 2.0, 0.8, 0.2, 0.9, 1e-3, 3.0, 0.0, 0.0, 0.0, 0.0, 1.0, 4.0, 1.25, 32.0]
+    assert not marks
     assert ns3_engine.hook_numbers(sc, "reno") == ([], False)
     for cc in ("mltcp-reno", "mltcp-cubic"):  # every knob of the Reno/CUBIC variants is modelled
         ns3_engine.check(sc, cc)
@@ -376,17 +381,18 @@ def test_ns3_restart_window_restarts_each_iteration_s_window_as_the_fast_engine_
     """restart_window: every iteration after the first starts from at most that window (ns-3's
     Mltcp<Base>::IterationRestart, the fast engine's iteration_restart), and not without the knob.
     Here J1's first iteration waits for two RTOs: with the idle rule at the ACK those stalls are taken
-    for compute gaps, the threshold rises above the real ones and J1 finds no boundary again (wrong
-    size learned, no restart); at TX_START (``boundary = "tx_start"``) or with marks it finds all."""
+    for compute gaps and split an iteration (fewer restarts); the whole-iteration rule finds the later
+    boundaries, so the size learned is right. At TX_START (``boundary = "tx_start"``) or with marks
+    J1 finds every boundary."""
     kw = dict(iterations=4, nbytes=1_000_000, buffer_pkts=200)
 
     def stats(**mltcp):
-        r = ns3_engine.run(_dumbbell(**kw, mltcp=mltcp), "mltcp-reno").ns3_stats
+        r = ns3_engine.run(_dumbbell(**kw, mltcp={"adaptive": False, **mltcp}), "mltcp-reno").ns3_stats
         return r["iteration_restarts"], r["bytes_per_iter_learned"], r["timeouts"]
 
     assert stats()[0] == [0, 0]
     restarts, learned, timeouts = stats(restart_window=4)
-    assert timeouts[1] >= 1 and restarts[0] == 3 and restarts[1] < 3 and learned[1] != 1_000_000
+    assert timeouts[1] >= 1 and restarts[0] == 3 and restarts[1] < 3 and learned[1] == 1_000_000
     for boundary in ("tx_start", "mark"):
         restarts, learned, _ = stats(restart_window=4, boundary=boundary)
         assert restarts == [3, 3] and learned == [1_000_000, 1_000_000], boundary
@@ -525,3 +531,26 @@ def test_ns3_prr_counts_dupacks_twice_and_prr_rfc_does_not():
         assert len(t) == len(job) == r.drops > 0
         assert set(job.tolist()) == {0, 1} and (t[1:] >= t[:-1]).all()
     assert prr.drops >= 2 * rfc.drops, (prr.drops, rfc.drops)
+
+
+@needs_ns3
+def test_the_online_switch_gives_up_in_ns3_as_in_the_fast_engine():
+    """J0 runs alone for 300 ms (its best rate: the link's), then J1 joins and their communication
+    cannot fit the periods (40 ms each per 42 ms). J0 sees every iteration contended, gives up after
+    its trial, tries again after the hold, gives up again: after 24 iterations it is at its base
+    algorithm with a hold of 8, in both engines. J1 has never run alone, so its best rate is the
+    shared one and it sees no contention: it stays engaged (the switch's blind spot). With the switch
+    off both stay engaged."""
+    from mltcp import tracker as trk
+    from mltcp.sim import engine
+
+    late = {"name": "J1", "compute_ms": 2, "bytes": 500_000, "path": ["bn"], "start_offset_ms": 300}
+
+    def case(**mltcp):
+        return _dumbbell(jobs=1, iterations=24, compute_ms=2, extra_jobs=[late], mltcp=mltcp)
+
+    assert ns3_engine.run(case(), "mltcp-reno").ns3_stats["mltcp_engaged"] == [0, 1]
+    run, _ = engine._setup(case(), "mltcp-reno", 0.0, None, True)
+    engine._run_chunks(run, None, None)
+    assert list(run.cc.tr[:, trk.ENGAGED]) == [0.0, 1.0] and run.cc.tr[0, trk.HOLD] == 8.0
+    assert ns3_engine.run(case(adaptive=False), "mltcp-reno").ns3_stats["mltcp_engaged"] == [1, 1]

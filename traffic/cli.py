@@ -12,6 +12,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
+from mltcp import defaults
 from mltcp.cc import ALGORITHMS
 from mltcp.console import err, fail, out, print_json
 
@@ -87,8 +88,8 @@ def send(
     trace: Optional[Path] = typer.Option(None, help="take --bytes/--compute/--jitter from a trace CSV"),
     trace_line_rate: str = typer.Option("10gbit", help="line rate the trace was measured at (> 0)"),
     line_rate: str = typer.Option("100mbit", help="DCQCN line rate (start rate and rate scale)"),
-    slope: Optional[float] = typer.Option(None, help="MLTCP slope (default 4.0)"),
-    intercept: Optional[float] = typer.Option(None, help="MLTCP intercept (default 0.25)"),
+    slope: Optional[float] = typer.Option(None, help=f"MLTCP slope (default {defaults.SLOPE})"),
+    intercept: Optional[float] = typer.Option(None, help=f"MLTCP intercept (default {defaults.INTERCEPT})"),
     min_rto: str = typer.Option("200ms", help="minimum retransmission timeout"),
     payload: int = typer.Option(
         1400, help="payload bytes per datagram (1400 = 1500-byte IP packets with the MAC and key)"

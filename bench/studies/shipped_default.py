@@ -13,12 +13,14 @@ is >= 0.97), and the drops.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tomllib
 
 from mltcp import sweep
 from mltcp.scenario import ScenarioError, resolve
 from mltcp.suite import InputError, gmean, parse_seeds
+from mltcp.tune_space import apply
 
 SHIPPED = [
     "two-jobs",
@@ -46,10 +48,11 @@ def main() -> None:
     ap.add_argument("scenarios", nargs="*", default=SHIPPED)
     ap.add_argument("--seeds", default="1-5")
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--config", default="{}", help="MLTCP settings for the untuned runs, JSON (mltcp.slope, ...)")
     a = ap.parse_args()
     try:
-        seeds = parse_seeds(a.seeds)
-    except InputError as e:
+        seeds, config = parse_seeds(a.seeds), json.loads(a.config)
+    except (InputError, json.JSONDecodeError) as e:
         ap.error(str(e))
     tasks, index, has_table = [], [], {}
     for name in a.scenarios:
@@ -58,6 +61,7 @@ def main() -> None:
         except ScenarioError as e:
             sys.exit(f"shipped_default: {e}")
         has_table[name] = "mltcp" in shipped
+        untuned = apply(untuned, config) if config else untuned
         cc = shipped.get("cc", "reno")
         for seed in seeds:
             for kind, raw, arm in (

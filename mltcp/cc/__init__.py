@@ -16,12 +16,13 @@ def _jit_cache_dir() -> str:
     numba's on-disk cache checks only the file of the function it compiled, not the files of the
     functions it calls, so after an edit of a CC kernel the simulator's cached loop would keep
     running the old one. The cache directory is therefore named by a hash of every source whose
-    code ends up in it (mltcp/cc, mltcp/tracker.py, the simulator's loop modules, the algorithm
-    files of MLTCP_CC_PATH): any edit compiles afresh."""
+    code ends up in it (mltcp/cc, mltcp/tracker.py, engage.py and defaults.py, the simulator's loop
+    modules, the algorithm files of MLTCP_CC_PATH): any edit compiles afresh."""
     from .registry import plugin_files
 
     pkg = Path(__file__).resolve().parent.parent
-    files = sorted(pkg.glob("cc/*.py")) + [pkg / "tracker.py"] + [pkg / "sim" / f"{m}.py" for m in LOOP_MODULES]
+    files = sorted(pkg.glob("cc/*.py")) + [pkg / "tracker.py", pkg / "engage.py", pkg / "defaults.py"]
+    files += [pkg / "sim" / f"{m}.py" for m in LOOP_MODULES]
     files += plugin_files()
     digest = hashlib.sha1(b"".join(str(f).encode() + f.read_bytes() for f in files if f.exists())).hexdigest()[:12]
     base = os.environ.get("NUMBA_CACHE_DIR") or str(pkg / "__pycache__")

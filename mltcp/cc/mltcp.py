@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
+from .. import defaults, engage
 from .. import tracker as trk
 from ..tracker import BOUNDARIES, GAP_RULES, IterationTracker
 from .base import CWND, REGISTRY, SSTHRESH, CongestionOps, Param, _vec
@@ -48,8 +49,12 @@ SHAPES = ("linear", "capped", "convex")
     BOUNDARY,
     GAP_MIN2,
     RESTART,
-) = range(13)
-HOOK_LEN = 13
+    ADAPTIVE,
+    TRIAL,
+    CONTENDED_ABOVE,
+    HOLD_MAX,
+) = range(17)
+HOOK_LEN = 17
 
 
 @njit(cache=True)
@@ -80,12 +85,19 @@ def dscale(mp, r):
 
 
 @njit(cache=True)
+def active(mp, tr, i):
+    """Whether the hook acts on flow i: always, or with ``adaptive`` while the online switch
+    (:mod:`mltcp.engage`) has it engaged; otherwise the flow is its base algorithm exactly."""
+    return mp[ADAPTIVE] == 0.0 or engage.engaged(tr, i, mp[TRIAL], mp[CONTENDED_ABOVE], mp[HOLD_MAX])
+
+
+@njit(cache=True)
 def iteration_restart(mp, tr, tcp, i, idle, mss):
     """``restart_window``: the first send of a new iteration (an idle gap the tracker's rule counts
     as a boundary, or an iteration a mark has just started) restarts the window as Linux does after
     an idle RTO: cwnd = min(cwnd, restart_window), ssthresh >= 3/4 of the old cwnd. The starting job
     then ramps up instead of landing its whole carried-over window on the finishing one's tail."""
-    if mp[RESTART] <= 0.0:
+    if mp[RESTART] <= 0.0 or not active(mp, tr, i):
         return False
     if mp[BOUNDARY] == 0.0:
         start = trk.is_boundary(tr, i, idle, mp[IDLE_FRACTION], mp[MIN_IDLE], mp[GAP_MIN2] != 0.0)
@@ -100,9 +112,9 @@ def iteration_restart(mp, tr, tcp, i, idle, mss):
 
 
 class Linear:
-    """F(r) = slope * r + intercept (defaults from the public MLTCP-Reno: 4.0 and 0.25)."""
+    """F(r) = slope * r + intercept (defaults: the shipped default's, :mod:`mltcp.defaults`)."""
 
-    def __init__(self, slope: float = 4.0, intercept: float = 0.25):
+    def __init__(self, slope: float = defaults.SLOPE, intercept: float = defaults.INTERCEPT):
         self.slope, self.intercept = slope, intercept
 
     def __call__(self, r):
@@ -155,11 +167,32 @@ class IterationTracking:
         st.tracker.iteration_start(mask)
 
 
-class MLTCPHook(IterationTracking):
+class OnlineSwitch:
+    """``adaptive``: the hook acts on a flow only while that makes its iterations interleave
+    (:mod:`mltcp.engage`); elsewhere the flow is its base algorithm."""
+    adaptive = Param(defaults.ADAPTIVE, "bool", "online switch: act only while it makes iterations interleave")
+    trial = Param(defaults.TRIAL, "iterations", "adaptive: engaged, judge every this many iterations",
+                  bounds="[1, 1000]")
+    contended_above = Param(defaults.CONTENDED_ABOVE, "1", "adaptive: contended = comm > this x bytes at the best rate",
+                            bounds="(1, 100]")
+    hold_max = Param(defaults.HOLD_MAX, "iterations", "adaptive: longest wait before engaging again",
+                     bounds="[1, 1e6]")
+
+    def with_switch(self, mp):
+        mp[[ADAPTIVE, TRIAL, CONTENDED_ABOVE, HOLD_MAX]] = (self.adaptive, self.trial, self.contended_above,
+                                                        self.hold_max)
+        return mp
+
+    def where_engaged(self, st, values):
+        """``values`` (one per flow) where the hook acts, 1 (the base's own step) elsewhere."""
+        return np.where([active(self.hook_vector(), st.tracker.a, i) for i in range(st.n)], values, 1.0)
+
+
+class MLTCPHook(OnlineSwitch, IterationTracking):
     """Mixed in before a base algorithm: F(bytes_ratio) scales its increase (and optionally its
     decrease); everything else is the base algorithm unchanged."""
-    slope = Param(4.0, "1", "F(r) = slope * r + intercept", bounds="[0, 1000]")
-    intercept = Param(0.25, "1", "F(0): the gain at the start of an iteration", bounds="(0, 1000]")
+    slope = Param(defaults.SLOPE, "1", "F(r) = slope * r + intercept", bounds="[0, 1000]")
+    intercept = Param(defaults.INTERCEPT, "1", "F(0): the gain at the start of an iteration", bounds="(0, 1000]")
     shape = Param("linear", "", "F: linear, capped (min(cap, linear)), convex (slope r^exp + b)", choices=SHAPES)
     cap = Param(math.inf, "1", "the capped shape's ceiling", bounds="(0, inf]")
     exponent = Param(2.0, "1", "the convex shape's power", bounds="(0, 1000]")
@@ -179,13 +212,13 @@ class MLTCPHook(IterationTracking):
             self.idle_fraction, self.idle_rule_min(), getattr(self, "restart_window", 0.0))
         mp[[SCALE_DECREASE, SHAPE, BOUNDARY, GAP_MIN2]] = (
             self.scale_decrease, SHAPES.index(self.shape), BOUNDARIES.index(self.boundary), self.idle_gap == "min2")
-        return mp
+        return self.with_switch(mp)
 
     def increase_gain(self, st):
-        return self.F(st.tracker.bytes_ratio)
+        return self.where_engaged(st, self.F(st.tracker.bytes_ratio))
 
     def decrease_scale(self, st):                   # dscale is 1 without scale_decrease
-        return np.array([dscale(self.hook_vector(), float(r)) for r in st.tracker.bytes_ratio])
+        return self.where_engaged(st, [dscale(self.hook_vector(), float(r)) for r in st.tracker.bytes_ratio])
 
 
 class IterationRestart:
@@ -244,6 +277,7 @@ def hook_fields() -> dict[str, Param]:
         if not issubclass(cls, MLTCPHook):
             continue
         for name, prm in cls.params.items():
-            if name in cls.__dict__ or any(name in vars(k) for k in (MLTCPHook, IterationTracking, IterationRestart)):
+            hook_classes = (MLTCPHook, OnlineSwitch, IterationTracking, IterationRestart)
+            if name in cls.__dict__ or any(name in vars(k) for k in hook_classes):
                 out[prm.key] = prm
     return out

@@ -99,12 +99,12 @@ from .state import (
 
 @njit(cache=True, _nrt=False)
 def _gain(mltcp, mp, tr, f):
-    return hook.gain(mp, trk.ratio(tr, f)) if mltcp else 1.0
+    return hook.gain(mp, trk.ratio(tr, f)) if mltcp and hook.active(mp, tr, f) else 1.0
 
 
 @njit(cache=True, _nrt=False)
 def _dscale(mltcp, mp, tr, f):
-    return hook.dscale(mp, trk.ratio(tr, f)) if mltcp else 1.0
+    return hook.dscale(mp, trk.ratio(tr, f)) if mltcp and hook.active(mp, tr, f) else 1.0
 
 
 @njit(cache=True, _nrt=False)

@@ -204,6 +204,10 @@ HOOK_KNOBS = (
     "scale_decrease",
     "boundary",
     "restart_window",
+    "adaptive",
+    "trial",
+    "contended_above",
+    "hold_max",
 )
 
 
@@ -218,7 +222,7 @@ def _unmodelled_knobs(cc_name: str) -> list[str]:
 
 
 def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
-    """The ``[mltcp]`` table as the 14 numbers ``MakeCc`` takes (order in ns3_cxx.SetHook), from
+    """The ``[mltcp]`` table as the 18 numbers ``MakeCc`` takes (order in ns3_cxx.SetHook), from
     the same Param declarations and defaults the fast engine uses, and whether the flows mark
     iteration starts (boundary = mark); ([], False) for a base algorithm."""
     if not cc_name.startswith("mltcp-"):
@@ -241,6 +245,10 @@ def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
         float(bool(c.scale_decrease)),
         float(c.restart_window),
         float(c.boundary == "tx_start"),
+        float(bool(c.adaptive)),
+        float(c.trial),
+        float(c.contended_above),
+        float(c.hold_max),
     ], c.boundary == "mark"
 
 
@@ -566,6 +574,7 @@ def _ns3_stats(net: _Net, counters, flow_objs, ccs, src_job) -> dict:
         "iteration_restarts": [int(f.iterationRestarts) for f in flow_objs],
         "flow_job": [sc.jobs[ji].name for ji, _ in net.flows],
         "bytes_per_iter_learned": [float(cx.MltcpBytesPerIter(c)) for c in ccs],
+        "mltcp_engaged": [int(cx.MltcpEngaged(c)) for c in ccs],  # the online switch at the end (-1: not MLTCP)
         "other_drops": float(counters.otherDrops),
         "growth_held_nic_limited": [int(cx.HeldGrowths(c)) for c in ccs],
         # per RTO: bytes of the iteration still unacknowledged, and never sent (0 = tail loss)

@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
+from mltcp import defaults
 from mltcp.console import err, fail, out, print_json
 
 from . import loader
@@ -41,8 +42,19 @@ RESTART_WINDOW_HELP = (
 )
 
 
+ADAPTIVE_HELP = "the online switch (mltcp.engage): F acts only while the flow's iterations interleave"
+
+
 def _config(
-    slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap=False, variant=None, restart_window=0
+    slope,
+    intercept,
+    idle_fraction,
+    min_idle_ms,
+    scale_decrease,
+    nic_cap=False,
+    variant=None,
+    restart_window=0,
+    adaptive=defaults.ADAPTIVE,
 ) -> Config:
     if scale_decrease is None:
         scale_decrease = SCALE_DECREASE_DEFAULT.get(variant, False)
@@ -54,6 +66,7 @@ def _config(
         scale_decrease=scale_decrease,
         nic_cap=nic_cap,
         restart_window=restart_window,
+        adaptive=adaptive,
     )
     try:
         cfg.validate()
@@ -84,8 +97,8 @@ def build(
 @app.command()
 def load(
     variant: Optional[List[str]] = VARIANT_OPT,
-    slope: float = typer.Option(4.0, help="F(r) = slope * r + intercept"),
-    intercept: float = typer.Option(0.25),
+    slope: float = typer.Option(defaults.SLOPE, help="F(r) = slope * r + intercept"),
+    intercept: float = typer.Option(defaults.INTERCEPT),
     idle_fraction: float = typer.Option(0.9, help="idle gap > fraction x last compute gap starts an iteration"),
     min_idle_ms: float = typer.Option(1.0, help="shortest idle gap that can start an iteration (ms)"),
     scale_decrease: Optional[bool] = typer.Option(
@@ -95,12 +108,13 @@ def load(
         False, "--nic-cap", help="no window growth past 2 F(r) x pacing rate x min RTT, at least 1 x (paced senders)"
     ),
     restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
+    adaptive: bool = typer.Option(defaults.ADAPTIVE, "--adaptive/--no-adaptive", help=ADAPTIVE_HELP),
     clang: str = typer.Option("clang"),
 ):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
     names = _variants(variant)  # one configuration per variant (their defaults differ)
     cfgs = {
-        v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v, restart_window)
+        v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v, restart_window, adaptive)
         for v in names
     }
     try:
@@ -222,8 +236,8 @@ def experiment(
         "--pacing/--no-pacing",
         help="senders paced at the bottleneck rate, as NICs of that rate (SO_MAX_PACING_RATE)",
     ),
-    slope: float = typer.Option(4.0),
-    intercept: float = typer.Option(0.25),
+    slope: float = typer.Option(defaults.SLOPE),
+    intercept: float = typer.Option(defaults.INTERCEPT),
     idle_fraction: float = typer.Option(0.9),
     min_idle_ms: float = typer.Option(1.0),
     scale_decrease: Optional[bool] = typer.Option(
@@ -233,6 +247,7 @@ def experiment(
         False, "--nic-cap", help="no window growth past 2 F(r) x pacing rate x min RTT, at least 1 x (paced senders)"
     ),
     restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
+    adaptive: bool = typer.Option(defaults.ADAPTIVE, "--adaptive/--no-adaptive", help=ADAPTIVE_HELP),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),
@@ -247,7 +262,9 @@ def experiment(
 
     setLogLevel("error")  # Mininet's warnings (as `mltcp emulate`): errors still show
 
-    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant, restart_window)
+    cfg = _config(
+        slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant, restart_window, adaptive
+    )
     try:
         case = Case(
             rate_mbit=rate_mbit,

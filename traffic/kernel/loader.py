@@ -256,7 +256,7 @@ def status() -> dict:
         entry: dict = {"struct_ops_id": sid}
         try:
             with VariantMaps(v) as vm:
-                valid, slope, icpt, idle, min_idle, flags, trace, restart, _ = vm.read_config()
+                valid, slope, icpt, idle, min_idle, flags, trace, restart, trial, cont, hold_max, _ = vm.read_config()
                 entry["maps"] = vm.ids
                 entry["stats"] = vm.stats()
                 if valid:
@@ -269,6 +269,10 @@ def status() -> dict:
                         "nic_cap": bool(flags & 4),
                         "trace_port": trace,
                         "restart_window": restart,
+                        "adaptive": bool(flags & 8),
+                        "trial": trial,
+                        "contended_above": round(cont / 1024, 4),
+                        "hold_max": hold_max,
                     }
                 else:
                     entry["config"] = "built-in defaults"

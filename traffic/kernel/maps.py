@@ -14,6 +14,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from mltcp import defaults
+
 from . import bpfsys
 
 Q10 = 1 << 10
@@ -25,14 +27,15 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "mltcp_cubic": ("mltcp_cubic.bpf.c", "mcubic_"),
 }
 
-CFG = struct.Struct("<9I")  # struct mltcp_cfg
-SK = struct.Struct("<7Q12I")  # struct mltcp_sk
+CFG = struct.Struct("<12I")  # struct mltcp_cfg
+SK = struct.Struct("<9Q20I")  # struct mltcp_sk
 EV = struct.Struct("<2Q14IQ")  # struct mltcp_trace_ev
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 FLAG_SCALE_DECREASE = 1
 FLAG_TRACE_ALL = 2
 FLAG_NIC_CAP = 4
+FLAG_ADAPTIVE = 8
 EV_GROW, EV_FRIENDLY, EV_SSTHRESH, EV_STATE = 1, 2, 3, 4
 STAT_NAMES = (
     "ssthresh_repairs",
@@ -64,8 +67,8 @@ SCALE_DECREASE_DEFAULT = {"mltcp_reno": False, "mltcp_cubic": True}
 class Config:
     """MLTCP parameters written into the cfg map (global) or the pcfg map (one job's port)."""
 
-    slope: float = 4.0
-    intercept: float = 0.25
+    slope: float = defaults.SLOPE
+    intercept: float = defaults.INTERCEPT
     idle_fraction: float = 0.9
     min_idle: float = 1e-3  # seconds
     scale_decrease: bool = False
@@ -73,6 +76,10 @@ class Config:
     trace_all: bool = False  # trace every socket (global configuration only)
     nic_cap: bool = False  # no growth past 2 F(r) x pacing rate x min RTT, at least 1 x (paced senders only)
     restart_window: int = 0  # segments: cwnd at an iteration's first send is at most this (0 = off)
+    adaptive: bool = defaults.ADAPTIVE  # the online switch (mltcp.engage): F only while the iterations interleave
+    trial: int = defaults.TRIAL  # adaptive: judge every this many engaged iterations
+    contended_above: float = defaults.CONTENDED_ABOVE  # adaptive: contended = comm > this x bytes at the best rate
+    hold_max: int = defaults.HOLD_MAX  # adaptive: longest wait (iterations) before engaging again
 
     def validate(self) -> None:
         for name in ("slope", "intercept", "idle_fraction"):
@@ -92,6 +99,12 @@ class Config:
             raise ValueError(
                 f"restart_window must be a whole number of segments from 0 to {MAX_RESTART_SEGS}, got {rw!r}"
             )
+        for name in ("trial", "hold_max"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
+                raise ValueError(f"{name} must be a whole number of iterations from 1 to 1000000, got {v!r}")
+        if not 1 < self.contended_above <= 100:
+            raise ValueError(f"contended_above must be in (1, 100], got {self.contended_above}")
 
     def pack(self) -> bytes:
         self.validate()
@@ -103,9 +116,13 @@ class Config:
             round(self.min_idle * 1e6),
             (FLAG_SCALE_DECREASE if self.scale_decrease else 0)
             | (FLAG_TRACE_ALL if self.trace_all else 0)
-            | (FLAG_NIC_CAP if self.nic_cap else 0),
+            | (FLAG_NIC_CAP if self.nic_cap else 0)
+            | (FLAG_ADAPTIVE if self.adaptive else 0),
             self.trace_port,
             self.restart_window,
+            self.trial,
+            round(self.contended_above * Q10),
+            self.hold_max,
             0,
         )
 
@@ -119,6 +136,8 @@ class SocketState:
     last_gap_ns: int
     hist: tuple[int, int, int]
     learned: int
+    first_ack_ns: int
+    best_rate_q10: int  # bytes per microsecond, Q10
     completed: int
     mark_gen: int
     r_q16: int
@@ -130,6 +149,14 @@ class SocketState:
     port: int
     last_ssthresh: int
     restart_segs: int
+    last_comm_us: int
+    engaged: int  # the online switch: 1 = F acts
+    in_mode: int
+    contended: int
+    hold: int
+    trial: int
+    contended_q10: int
+    hold_max: int
 
     @classmethod
     def unpack(cls, raw: bytes) -> "SocketState":

@@ -10,7 +10,8 @@
  *     iteration (from tp->bytes_acked), the learned bytes per iteration (median of the last up to
  *     3 completed iterations), the last activity time and the last idle ("compute") gap;
  *   - iteration boundaries: CA_EVENT_TX_START after an idle gap longer than
- *     max(min_idle, idle_fraction * last gap), or a new generation number written by user space
+ *     max(min_idle, idle_fraction * last gap) (or than min_idle once the learned bytes per
+ *     iteration are all acked), or a new generation number written by user space
  *     into the mark map under the socket's local port;
  *   - F(r) = slope * r + intercept in fixed point (r in Q16, F in Q10);
  *   - optionally (restart_segs), a window restart at each iteration's first send;
@@ -39,15 +40,23 @@
 #define MLTCP_ONE (1U << MLTCP_SHIFT)        /* 1.0 in Q10 */
 #define MLTCP_R_ONE (1U << 16)               /* 1.0 in Q16 */
 
-/* Defaults used when user space has written no configuration (Q10 / microseconds). */
-#define MLTCP_DEF_SLOPE (4U * MLTCP_ONE)     /* 4.0  */
-#define MLTCP_DEF_INTERCEPT (MLTCP_ONE / 4)  /* 0.25 */
+/*
+ * Defaults used when user space has written no configuration (Q10 / microseconds): the shipped
+ * default of mltcp/defaults.py (a test holds them equal): F = 1.78 r + 0.11, the online switch on.
+ */
+#define MLTCP_DEF_SLOPE 1823U                /* 1.78 (round(1.78 * 1024)) */
+#define MLTCP_DEF_INTERCEPT 113U             /* 0.11 */
+#define MLTCP_DEF_FLAGS MLTCP_FLAG_ADAPTIVE
 #define MLTCP_DEF_IDLE_FRAC 922U             /* 0.9 (round(0.9 * 1024)) */
 #define MLTCP_DEF_MIN_IDLE_US 1000U          /* 1 ms, as mltcp.tracker */
+#define MLTCP_DEF_TRIAL 4U                   /* the online switch's settings (mltcp.cc.mltcp.OnlineSwitch) */
+#define MLTCP_DEF_CONTENDED_Q10 1280U        /* 1.25 */
+#define MLTCP_DEF_HOLD_MAX 32U
 
 #define MLTCP_FLAG_SCALE_DECREASE 1U
 #define MLTCP_FLAG_TRACE_ALL 2U          /* global cfg only: trace every socket */
 #define MLTCP_FLAG_NIC_CAP 4U            /* no growth past 2 x the window the pacing rate fills at min RTT */
+#define MLTCP_FLAG_ADAPTIVE 8U           /* the online switch (mltcp/engage.py): F only while it interleaves */
 #define MLTCP_TRACE_SLOTS 65536
 #define MLTCP_EV_GROW 1      /* tcp_cong_avoid_ai(tp, w, inc) step */
 #define MLTCP_EV_FRIENDLY 2  /* CUBIC Reno-friendly region: cwnd set to W_est (aux = W_est) */
@@ -67,6 +76,9 @@ struct mltcp_cfg {
 	__u32 flags;          /* MLTCP_FLAG_* */
 	__u32 trace_port;     /* local port whose growth steps are traced, 0 = none (read live) */
 	__u32 restart_segs;   /* cwnd at an iteration's first send is at most this, 0 = off */
+	__u32 trial;          /* adaptive: judge every this many engaged iterations */
+	__u32 contended_q10;  /* adaptive: contended = comm time > this x bytes at the best rate */
+	__u32 hold_max;       /* adaptive: longest wait (iterations) before engaging again */
 	__u32 pad;
 };
 
@@ -76,6 +88,8 @@ struct mltcp_sk {
 	__u64 last_gap_ns;       /* idle gap of the previous boundary ("last compute gap") */
 	__u64 hist[3];           /* bytes of the last completed iterations, newest first */
 	__u64 learned;           /* median of hist (0 until one iteration completed) */
+	__u64 first_ack_ns;      /* the current iteration's first ACK (0: none yet) */
+	__u64 best_rate_q10;     /* best delivery rate of a completed iteration, bytes/us in Q10 */
 	__u32 completed;         /* iterations completed on this socket */
 	__u32 mark_gen;          /* last generation seen in the mark map */
 	__u32 r_q16;             /* current bytes_ratio */
@@ -87,6 +101,14 @@ struct mltcp_sk {
 	__u32 port;              /* local port (host order) */
 	__u32 last_ssthresh;     /* what our ssthresh() last returned (for mltcp_guard) */
 	__u32 restart_segs;
+	__u32 last_comm_us;      /* the last completed iteration's first to last ACK */
+	__u32 engaged;           /* the online switch: 1 = F acts, 0 = the base algorithm */
+	__u32 in_mode;           /* iterations since the switch last changed (or last judged a trial) */
+	__u32 contended;         /* contended iterations in the current trial */
+	__u32 hold;              /* disengaged: iterations to wait before engaging again */
+	__u32 trial;
+	__u32 contended_q10;
+	__u32 hold_max;
 	__u32 pad;
 };
 
@@ -208,9 +230,17 @@ static __always_inline struct mltcp_sk *mltcp_get(struct sock *sk)
 	return bpf_sk_storage_get(&MLTCP_MAP(state), sk, 0, 0);
 }
 
-/* F(r) in Q10. */
+/* Whether the hook acts: always, or with MLTCP_FLAG_ADAPTIVE while the online switch is engaged. */
+static __always_inline int mltcp_engaged(const struct mltcp_sk *m)
+{
+	return !(m->flags & MLTCP_FLAG_ADAPTIVE) || m->engaged;
+}
+
+/* F(r) in Q10; 1.0 (the base's own step) while the online switch has the hook off. */
 static __always_inline __u32 mltcp_f(const struct mltcp_sk *m)
 {
+	if (!mltcp_engaged(m))
+		return MLTCP_ONE;
 	return m->intercept_q10 + (__u32)(((__u64)m->slope_q10 * m->r_q16) >> 16);
 }
 
@@ -253,6 +283,40 @@ static __always_inline __u64 mltcp_median(const struct mltcp_sk *m)
 }
 
 /*
+ * The online switch after one more completed iteration of `done` bytes (mltcp.engage.judge): the
+ * iteration is contended when its first-to-last-ACK time exceeds contended_q10 x its bytes at the
+ * best rate seen. Engaged, every `trial` iterations: mostly contended -> disengage for `hold`
+ * iterations (trial, doubled after each failed engagement, at most hold_max), else hold = 0.
+ * Disengaged: engage again at the first contended iteration once the hold is over.
+ */
+static __always_inline void mltcp_judge(struct mltcp_sk *m, __u64 done)
+{
+	__u32 contended = 0, hold;
+
+	if (m->best_rate_q10 && m->last_comm_us && done)
+		contended = (__u64)m->last_comm_us * m->best_rate_q10 / done > m->contended_q10;
+	m->in_mode++;
+	if (m->engaged) {
+		m->contended += contended;
+		if (m->in_mode < m->trial)
+			return;
+		if (2 * m->contended > m->in_mode) {
+			hold = 2 * m->hold;
+			if (hold < m->trial)
+				hold = m->trial;
+			m->hold = hold < m->hold_max ? hold : m->hold_max;
+			m->engaged = 0;
+		} else {
+			m->hold = 0;
+		}
+		m->in_mode = m->contended = 0;
+	} else if (contended && m->in_mode >= (m->hold > 1 ? m->hold : 1)) {
+		m->engaged = 1;
+		m->in_mode = m->contended = 0;
+	}
+}
+
+/*
  * Close the current iteration and start a new one, if it carried bytes (as the Python tracker,
  * an idle period before any data is no boundary). An idle boundary records its gap as the
  * "last compute gap"; an explicit one (set_gap = 0) leaves it.
@@ -264,6 +328,18 @@ static __always_inline void mltcp_boundary(const struct tcp_sock *tp, struct mlt
 
 	if (!done)
 		return;
+	m->last_comm_us = 0;
+	if (m->first_ack_ns && m->last_act_ns > m->first_ack_ns) {
+		__u64 comm_us = (m->last_act_ns - m->first_ack_ns) / 1000, rate;
+
+		if (comm_us && comm_us < 0xffffffffULL) {
+			m->last_comm_us = (__u32)comm_us;
+			rate = (done << MLTCP_SHIFT) / comm_us;
+			if (rate > m->best_rate_q10)
+				m->best_rate_q10 = rate;
+		}
+	}
+	m->first_ack_ns = 0;
 	m->hist[2] = m->hist[1];
 	m->hist[1] = m->hist[0];
 	m->hist[0] = done;
@@ -273,6 +349,8 @@ static __always_inline void mltcp_boundary(const struct tcp_sock *tp, struct mlt
 	if (set_gap)
 		m->last_gap_ns = gap_ns;
 	m->r_q16 = 0;
+	if (m->flags & MLTCP_FLAG_ADAPTIVE)
+		mltcp_judge(m, done);
 }
 
 /* An explicit start from user space: returns 1 if a new generation was found. */
@@ -309,13 +387,19 @@ static __always_inline void mltcp_init(struct sock *sk)
 		m->min_idle_us = cfg->min_idle_us;
 		m->flags = cfg->flags;
 		m->restart_segs = cfg->restart_segs;
+		m->trial = cfg->trial ? cfg->trial : MLTCP_DEF_TRIAL;
+		m->contended_q10 = cfg->contended_q10 ? cfg->contended_q10 : MLTCP_DEF_CONTENDED_Q10;
+		m->hold_max = cfg->hold_max ? cfg->hold_max : MLTCP_DEF_HOLD_MAX;
 	} else {
 		m->slope_q10 = MLTCP_DEF_SLOPE;
 		m->intercept_q10 = MLTCP_DEF_INTERCEPT;
 		m->idle_frac_q10 = MLTCP_DEF_IDLE_FRAC;
 		m->min_idle_us = MLTCP_DEF_MIN_IDLE_US;
-		m->flags = 0;
+		m->flags = MLTCP_DEF_FLAGS;
 		m->restart_segs = 0;
+		m->trial = MLTCP_DEF_TRIAL;
+		m->contended_q10 = MLTCP_DEF_CONTENDED_Q10;
+		m->hold_max = MLTCP_DEF_HOLD_MAX;
 	}
 	m->port = port;
 	m->iter_start_acked = tp->bytes_acked;
@@ -325,6 +409,9 @@ static __always_inline void mltcp_init(struct sock *sk)
 	m->learned = 0;
 	m->completed = 0;
 	m->r_q16 = 0;
+	m->first_ack_ns = m->best_rate_q10 = 0;
+	m->last_comm_us = m->in_mode = m->contended = m->hold = 0;
+	m->engaged = 1;
 	gen = bpf_map_lookup_elem(&MLTCP_MAP(mark), &port);
 	m->mark_gen = gen ? *gen : 0;
 }
@@ -339,6 +426,8 @@ static __always_inline void mltcp_on_acked(struct sock *sk)
 	if (!m)
 		return;
 	mltcp_check_mark(tp, m, now);
+	if (!m->first_ack_ns)
+		m->first_ack_ns = now;
 	m->last_act_ns = now;
 	mltcp_update_ratio(tp, m);
 }
@@ -402,7 +491,7 @@ static __always_inline void mltcp_restart(struct tcp_sock *tp, struct mltcp_sk *
 	__u32 cwnd = tp->snd_cwnd, ssthresh = tp->snd_ssthresh, w = (__u32)(((__u64)cwnd * 3) / 4);
 	struct mltcp_trace_ev *ev;
 
-	if (!m->restart_segs || cwnd <= m->restart_segs || tp->bytes_acked != m->iter_start_acked)
+	if (!m->restart_segs || !mltcp_engaged(m) || cwnd <= m->restart_segs || tp->bytes_acked != m->iter_start_acked)
 		return;
 	if (w < ssthresh)
 		w = ssthresh;
@@ -431,7 +520,10 @@ static __always_inline void mltcp_on_tx_start(struct sock *sk)
 		thr = (m->last_gap_ns * m->idle_frac_q10) >> MLTCP_SHIFT;
 		if (thr < min_idle)
 			thr = min_idle;
-		if (gap > thr)
+		/* a whole iteration's bytes are in: any gap > min_idle ends it (the threshold of an
+		 * earlier long stall must not hide every boundary after it) */
+		if (gap > thr || (gap > min_idle && m->learned &&
+				  tp->bytes_acked - m->iter_start_acked >= m->learned))
 			mltcp_boundary(tp, m, gap, 1);
 	}
 	mltcp_restart(tp, m);
@@ -488,7 +580,7 @@ static __always_inline __u32 mltcp_ssthresh(struct sock *sk, __u32 keep_q16)
 	__u32 w;
 
 	mltcp_stat(MLTCP_STAT_SSTHRESH_CALLS);
-	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE))
+	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE) && mltcp_engaged(m))
 		keep_q16 = mltcp_keep_q16(m, keep_q16);
 	w = (__u32)(((__u64)tp->snd_cwnd * keep_q16) >> 16);
 	if (w < 2)
@@ -553,7 +645,7 @@ static __always_inline void mltcp_guard(struct sock *sk, __u32 base_keep_q16)
 	if (state < TCP_CA_CWR || tp->snd_ssthresh <= tp->prior_cwnd || tp->snd_ssthresh == 0x7fffffff)
 		return;
 	m = mltcp_get(sk);
-	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE))
+	if (m && (m->flags & MLTCP_FLAG_SCALE_DECREASE) && mltcp_engaged(m))
 		keep = mltcp_keep_q16(m, base_keep_q16);
 	w = (__u32)(((__u64)tp->prior_cwnd * keep) >> 16);
 	if (w < 2)

@@ -89,3 +89,33 @@ def restart(cwnd: int, ssthresh: int, restart_segs: int) -> tuple[int, int]:
     if not restart_segs or cwnd <= restart_segs:
         return cwnd, ssthresh
     return restart_segs, max(ssthresh, cwnd * 3 // 4)
+
+
+def judge(state: dict, done: int, trial: int, contended_q10: int, hold_max: int) -> None:
+    """The online switch after an iteration of ``done`` bytes (mltcp_judge); ``state`` holds
+    engaged, in_mode, contended, hold, last_comm_us and best_rate_q10 as the socket storage does."""
+    s = state
+    c = bool(s["best_rate_q10"] and s["last_comm_us"] and done) and (
+        s["last_comm_us"] * s["best_rate_q10"] // done > contended_q10
+    )
+    s["in_mode"] += 1
+    if s["engaged"]:
+        s["contended"] += c
+        if s["in_mode"] < trial:
+            return
+        if 2 * s["contended"] > s["in_mode"]:
+            s["hold"], s["engaged"] = min(max(2 * s["hold"], trial), hold_max), 0
+        else:
+            s["hold"] = 0
+        s["in_mode"] = s["contended"] = 0
+    elif c and s["in_mode"] >= max(s["hold"], 1):
+        s["engaged"], s["in_mode"], s["contended"] = 1, 0, 0
+
+
+def close_iteration(state: dict, done: int, first_ack_ns: int, last_act_ns: int) -> None:
+    """mltcp_boundary's bookkeeping for the switch: the iteration's comm time and the best rate."""
+    state["last_comm_us"] = 0
+    comm_us = (last_act_ns - first_ack_ns) // 1000 if first_ack_ns and last_act_ns > first_ack_ns else 0
+    if 0 < comm_us < U32:
+        state["last_comm_us"] = comm_us
+        state["best_rate_q10"] = max(state["best_rate_q10"], (done << SHIFT) // comm_us)

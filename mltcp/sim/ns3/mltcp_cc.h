@@ -26,7 +26,8 @@ class Mltcp : public Base {
     double carry = 0;
 
     std::string GetName() const override { return name; }
-    double F() const {
+    double F() const {                 // 1 (the base) while the online switch has the hook off
+        if (!tracker.Engaged()) return 1.0;
         double r = tracker.Ratio();
         if (shape == 2) return slope * std::pow(r, exponent) + intercept;
         double f = slope * r + intercept;
@@ -62,7 +63,7 @@ class Mltcp : public Base {
     }
     uint32_t GetSsThresh(Ptr<const TcpSocketState> tcb, uint32_t bytesInFlight) override {
         uint32_t ss = Base::GetSsThresh(tcb, bytesInFlight);
-        if (!scaleDecrease) return ss;
+        if (!scaleDecrease || !tracker.Engaged()) return ss;
         double ref = ss / baseKeep;                  // what the base reduced from
         double r = tracker.Ratio();
         double removed = (ref - ss) * (decStart + (decEnd - decStart) * r) / 0.5;
@@ -71,7 +72,7 @@ class Mltcp : public Base {
     }
     // restart_window: an iteration's first send restarts the window (Linux's restart after idle)
     bool IterationRestart(Ptr<TcpSocketState> tcb, double idle) {
-        if (restartWindow <= 0) return false;
+        if (restartWindow <= 0 || !tracker.Engaged()) return false;
         bool start = (std::isinf(tracker.minIdle) || tracker.atTx) ? tracker.bytesCur == 0 : tracker.IsBoundary(idle);
         double w = restartWindow * tcb->m_segmentSize;
         if (!start || double(tcb->m_cWnd.Get()) <= w) return false;
@@ -84,7 +85,7 @@ class Mltcp : public Base {
 
 // the hook's numbers: slope, intercept, shape, cap, exponent, decrease_at_start, decrease_at_end,
 // idle_fraction, min_idle (inf with explicit marks), history, idle_gap == min2, scale_decrease,
-// restart_window, boundary == tx_start
+// restart_window, boundary == tx_start, adaptive, trial, contended_above, hold_max
 template <class M>
 void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
     m->slope = h[0]; m->intercept = h[1]; m->shape = int(h[2]); m->cap = h[3]; m->exponent = h[4];
@@ -92,6 +93,8 @@ void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
     m->tracker.idleFraction = h[7]; m->tracker.minIdle = h[8]; m->tracker.history = size_t(h[9]);
     m->tracker.min2 = h[10] != 0.0; m->scaleDecrease = h[11] != 0.0; m->restartWindow = h[12];
     m->tracker.atTx = h[13] != 0.0;
+    m->tracker.adaptive = h[14] != 0.0; m->tracker.trial = h[15]; m->tracker.contendedAbove = h[16];
+    m->tracker.holdMax = h[17];
     m->baseKeep = baseKeep;
 }
 
@@ -99,7 +102,7 @@ Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double 
     if (name == "reno" && !linuxReno) return CreateObject<HostNewReno>();
     if (name == "reno") return CreateObject<HostReno>();
     if (name == "cubic") return CreateObject<HostCubic>();
-    NS_ABORT_MSG_IF(hook.size() != 14, "MakeCc: 14 hook numbers expected");
+    NS_ABORT_MSG_IF(hook.size() != 18, "MakeCc: 18 hook numbers expected");
     if (name == "mltcp-reno" && !linuxReno) {
         Ptr<Mltcp<HostNewReno>> m = CreateObject<Mltcp<HostNewReno>>();
         SetHook(m, hook, baseKeep); m->name = "MltcpNewReno";
@@ -151,6 +154,11 @@ bool MltcpIterationRestart(Ptr<TcpCongestionOps> cc, Ptr<TcpSocketState> tcb, do
 
 double MltcpRatio(Ptr<TcpCongestionOps> cc) {
     return WithMltcp(cc, -1.0, [](auto& m) { return m.tracker.Ratio(); });
+}
+
+// the online switch at the end of the run: 1 engaged, 0 the base algorithm, -1 not MLTCP
+double MltcpEngaged(Ptr<TcpCongestionOps> cc) {
+    return WithMltcp(cc, -1.0, [](auto& m) { return m.tracker.Engaged() ? 1.0 : 0.0; });
 }
 
 double MltcpBytesPerIter(Ptr<TcpCongestionOps> cc) {
