@@ -35,7 +35,9 @@ def pair_interleaved_at(records, a: str, b: str, threshold: float = 0.10) -> int
     later = b if rb[0].start >= ra[0].start else a
     its = sorted(i for (j, i) in ov if j == later)
     bad_t = [r.start for r in both if ov[(r.job, r.iteration)] > threshold]
-    clean = [i for i in its if not bad_t or next(r for r in both if r.job == later and r.iteration == i).start > max(bad_t)]
+    clean = [
+        i for i in its if not bad_t or next(r for r in both if r.job == later and r.iteration == i).start > max(bad_t)
+    ]
     if len(clean) < 5:
         return None
     first_iter = min(r.iteration for r in both if r.job == later)
