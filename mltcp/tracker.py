@@ -4,9 +4,11 @@ bytes_ratio = bytes acked in the current iteration / learned bytes per iteration
 
 Iteration boundaries are found without help from the training framework: an idle gap (no acked
 data) longer than ``max(min_idle, idle_fraction x the previous compute gap)`` starts a new
-iteration (the public MLTCP-Reno uses 0.9 x compute time); once the learned bytes per iteration
-are all acked, any idle gap longer than ``min_idle`` does, so one long stall (a timeout seen at the
-ACK, a straggler) cannot raise the threshold above every later compute gap for good. The rule is checked at the ACK that
+iteration (the public MLTCP-Reno uses 0.9 x compute time); once twice the learned bytes per
+iteration are acked (a boundary was missed), any idle gap longer than ``min_idle`` does, so one
+long stall (a timeout seen at the ACK, a straggler) cannot raise the threshold above every later
+compute gap for good. (Once is not enough: a stall that split an early iteration leaves a small
+learned size, and every later stall past it would split again.) The rule is checked at the ACK that
 ends the gap, or (``boundary = "tx_start"``, the kernel tracker's way) at the send that ends it,
 where the sender has nothing in flight: then a stall waiting for a retransmission timeout, which
 has data in flight, never counts as a compute gap (at the ACK it does, and the 200 ms gap it
@@ -85,10 +87,10 @@ def close(a, i):
 def is_boundary(a, i, gap, idle_fraction, min_idle, min2=False):
     """Whether an idle ``gap`` (s) of flow i starts a new iteration: gap > max(min_idle, idle_fraction
     x the reference gap: the last boundary gap, or with ``min2`` the shorter of the last two), or
-    gap > min_idle when the iteration already holds the learned bytes per iteration."""
+    gap > min_idle when the iteration already holds twice the learned bytes per iteration."""
     if math.isnan(gap) or not gap > min_idle:
         return False
-    if 0.0 < a[i, BYTES_PER_ITER] <= a[i, BYTES_CUR]:  # a whole iteration's bytes are in: any idle gap ends it
+    if 0.0 < 2.0 * a[i, BYTES_PER_ITER] <= a[i, BYTES_CUR]:  # two iterations' bytes: a boundary was missed
         return True
     ref = min(a[i, LAST_GAP], a[i, PREV_GAP]) if min2 and a[i, PREV_GAP] > 0.0 else a[i, LAST_GAP]
     return gap > idle_fraction * ref

@@ -381,7 +381,7 @@ def test_ns3_restart_window_restarts_each_iteration_s_window_as_the_fast_engine_
     """restart_window: every iteration after the first starts from at most that window (ns-3's
     Mltcp<Base>::IterationRestart, the fast engine's iteration_restart), and not without the knob.
     Here J1's first iteration waits for two RTOs: with the idle rule at the ACK those stalls are taken
-    for compute gaps and split an iteration (fewer restarts); the whole-iteration rule finds the later
+    for compute gaps and split an iteration (fewer restarts); the missed-boundary rule finds the later
     boundaries, so the size learned is right. At TX_START (``boundary = "tx_start"``) or with marks
     J1 finds every boundary."""
     kw = dict(iterations=4, nbytes=1_000_000, buffer_pkts=200)
@@ -540,14 +540,14 @@ def test_the_online_switch_gives_up_in_ns3_as_in_the_fast_engine():
     its trial, tries again after the hold, gives up again: after 24 iterations it is at its base
     algorithm with a hold of 8, in both engines. J1 has never run alone, so its best rate is the
     shared one and it sees no contention: it stays engaged (the switch's blind spot). With the switch
-    off both stay engaged."""
+    off both stay engaged. Iterations are marked, so both trackers see the same boundaries."""
     from mltcp import tracker as trk
     from mltcp.sim import engine
 
     late = {"name": "J1", "compute_ms": 2, "bytes": 500_000, "path": ["bn"], "start_offset_ms": 300}
 
     def case(**mltcp):
-        return _dumbbell(jobs=1, iterations=24, compute_ms=2, extra_jobs=[late], mltcp=mltcp)
+        return _dumbbell(jobs=1, iterations=24, compute_ms=2, extra_jobs=[late], mltcp={"boundary": "mark", **mltcp})
 
     assert ns3_engine.run(case(), "mltcp-reno").ns3_stats["mltcp_engaged"] == [0, 1]
     run, _ = engine._setup(case(), "mltcp-reno", 0.0, None, True)

@@ -38,16 +38,17 @@ def test_boundary_threshold_follows_the_previous_compute_gap():
     assert tr.iteration[0] == 2
 
 
-def test_once_the_learned_bytes_are_in_any_gap_over_min_idle_ends_the_iteration():
+def test_once_twice_the_learned_bytes_are_in_any_gap_over_min_idle_ends_the_iteration():
     tr = IterationTracker(1, idle_fraction=0.9, min_idle=1e-3)
     feed(tr, 200, 0.0)
     feed(tr, 100, 0.100)  # 100 ms gap: boundary, threshold now 90 ms, 200 bytes learned
-    feed(tr, 100, 0.110)  # 10 ms: half the bytes, under the threshold: same iteration
+    feed(tr, 200, 0.110)  # 10 ms, under the threshold: same iteration (300 bytes, 1.5x the learned)
+    feed(tr, 100, 0.125)  # 15 ms: still under it, and not yet twice the learned bytes: same iteration
     assert tr.iteration[0] == 1
-    feed(tr, 100, 0.1105)  # 0.5 ms after the learned 200 bytes are in: under min_idle, no boundary
+    feed(tr, 100, 0.1255)  # 0.5 ms after twice the learned bytes are in: under min_idle, no boundary
     assert tr.iteration[0] == 1
-    feed(tr, 100, 0.1255)  # 15 ms < 90 ms, but the iteration holds its learned bytes: boundary
-    assert tr.iteration[0] == 2 and tr.history[0, 0] == 300
+    feed(tr, 100, 0.1405)  # 15 ms < 90 ms, but 500 bytes >= 2 x 200: a boundary was missed, this is one
+    assert tr.iteration[0] == 2 and tr.history[0, 0] == 500
 
 
 def test_median_of_history_resists_one_misdetected_boundary_and_follows_size_changes():
@@ -117,14 +118,15 @@ def _iterations_with_a_stall(tr, tx_start):
 def test_a_timeout_stall_splits_one_iteration_at_the_ack_and_not_at_tx_start():
     """At the ACK the 200 ms stall looks like a compute gap: it closes iteration 2 in the middle and,
     as the last gap, raises the threshold to 180 ms, above every later 20 ms compute gap. The
-    whole-iteration rule finds the next boundary anyway (the second half of iteration 2 and
-    iteration 3 run together, then every iteration closes at its own boundary again). Checked at
+    missed-boundary rule finds the next boundary once twice the learned bytes are in (the second
+    half of iteration 2 and iterations 3 and 4 run together, then every iteration closes at its own
+    boundary again). Checked at
     TX_START (the kernel tracker's rule) the stall, with data in flight, is no gap, and every
     iteration closes at its own boundary."""
     ack = IterationTracker(1, idle_fraction=0.9, min_idle=1e-3, history=3)
     _iterations_with_a_stall(ack, tx_start=False)
-    assert ack.iteration[0] == 7 and ack.last_gap[0] == pytest.approx(0.020, abs=2e-4)
-    assert ack.bytes_cur[0] == 1000 and list(ack.history[0]) == [1000, 1000, 1000]
+    assert ack.iteration[0] == 6 and ack.last_gap[0] == pytest.approx(0.020, abs=2e-4)
+    assert ack.bytes_cur[0] == 1000 and list(ack.history[0]) == [1000, 1000, 2500]
     tx = IterationTracker(1, idle_fraction=0.9, min_idle=1e-3, history=3, boundary="tx_start")
     _iterations_with_a_stall(tx, tx_start=True)
     assert tx.iteration[0] == 7 and tx.bytes_per_iter[0] == 1000 and tx.bytes_ratio[0] == 1.0

@@ -10,8 +10,8 @@
  *     iteration (from tp->bytes_acked), the learned bytes per iteration (median of the last up to
  *     3 completed iterations), the last activity time and the last idle ("compute") gap;
  *   - iteration boundaries: CA_EVENT_TX_START after an idle gap longer than
- *     max(min_idle, idle_fraction * last gap) (or than min_idle once the learned bytes per
- *     iteration are all acked), or a new generation number written by user space
+ *     max(min_idle, idle_fraction * last gap) (or than min_idle once twice the learned bytes
+ *     per iteration are acked), or a new generation number written by user space
  *     into the mark map under the socket's local port;
  *   - F(r) = slope * r + intercept in fixed point (r in Q16, F in Q10);
  *   - optionally (restart_segs), a window restart at each iteration's first send;
@@ -520,10 +520,11 @@ static __always_inline void mltcp_on_tx_start(struct sock *sk)
 		thr = (m->last_gap_ns * m->idle_frac_q10) >> MLTCP_SHIFT;
 		if (thr < min_idle)
 			thr = min_idle;
-		/* a whole iteration's bytes are in: any gap > min_idle ends it (the threshold of an
-		 * earlier long stall must not hide every boundary after it) */
+		/* twice the learned bytes are in, so a boundary was missed: any gap > min_idle ends
+		 * the iteration (the threshold of an earlier long stall must not hide every boundary
+		 * after it) */
 		if (gap > thr || (gap > min_idle && m->learned &&
-				  tp->bytes_acked - m->iter_start_acked >= m->learned))
+				  tp->bytes_acked - m->iter_start_acked >= 2 * m->learned))
 			mltcp_boundary(tp, m, gap, 1);
 	}
 	mltcp_restart(tp, m);

@@ -34,7 +34,7 @@ struct Tracker {
     }
     bool IsBoundary(double gap) const {       // does an idle gap start an iteration (tracker.is_boundary)
         if (!(gap > minIdle)) return false;
-        if (bytesPerIter > 0 && bytesCur >= bytesPerIter) return true;   // a whole iteration's bytes are in
+        if (bytesPerIter > 0 && bytesCur >= 2 * bytesPerIter) return true;   // two iterations' bytes: one missed
         double ref = (min2 && prevGap > 0) ? std::min(lastGap, prevGap) : lastGap;
         return gap > std::max(minIdle, idleFraction * ref);
     }
