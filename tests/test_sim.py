@@ -109,7 +109,7 @@ def test_multi_link_path_uses_the_slowest_link():
 @pytest.mark.integration
 def test_mltcp_interleaves_two_compatible_jobs_and_reno_does_not():
     """The headline behaviour on a reduced two-jobs case, with the shipped default (60 iterations: the
-    default's F, a mean of 1, interleaves these jobs by iteration ~27; the public F by ~3)."""
+    default's F, a mean of 1, interleaves these jobs by iteration ~28; the public F by ~3)."""
     sc = scenario(iterations=60)
     sc.warmup_iterations = 10
     reno, ml = simulate(sc, "reno"), simulate(sc, "mltcp-reno")
