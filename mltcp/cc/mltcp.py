@@ -185,7 +185,8 @@ class OnlineSwitch:
 
     def where_engaged(self, st, values):
         """``values`` (one per flow) where the hook acts, 1 (the base's own step) elsewhere."""
-        return np.where([active(self.hook_vector(), st.tracker.a, i) for i in range(st.n)], values, 1.0)
+        mp = self.hook_vector()
+        return np.where([active(mp, st.tracker.a, i) for i in range(st.n)], values, 1.0)
 
 
 class MLTCPHook(OnlineSwitch, IterationTracking):
