@@ -482,6 +482,11 @@ def demo(
         fail(str(e))
     _check_outdir(outdir)
     out.print(f"[bold]{sc.name}[/]: {sc.description}")
+    if sc.mltcp_params:
+        out.print(
+            "MLTCP runs this scenario's own \\[mltcp] table, tuned for it: an experiment, not the shipped "
+            "default (the default on scenarios nobody tuned for: docs/results-suites.md)."
+        )
     with _interruptible():
         results = run_simulations(sc, _algorithms(sc, None, True), quiet=False, trace_interval=_trace_interval(sc))
     rep = build_report(sc, results)

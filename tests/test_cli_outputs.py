@@ -264,3 +264,19 @@ def test_simulate_out_writes_everything_atomically(tmp_path):
     names = sorted(os.listdir(out))  # no temporary file left behind
     assert names == ["iteration_cdf.png", "records-reno.csv", "summary.json", "throughput.png"]
     assert json.loads((out / "summary.json").read_text())["scenario"] == "small"
+
+
+def test_demo_says_when_mltcp_runs_a_table_tuned_for_the_scenario(tmp_path):
+    """two-jobs ships a tuned [mltcp] table: the demo says its MLTCP figures are that experiment's;
+    join-leave has none and runs the shipped default, so nothing is said."""
+    tuned = subprocess.run([*CLI, "demo", "--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=600)
+    assert tuned.returncode == 0, tuned.stderr
+    assert "[mltcp] table, tuned for it" in " ".join(tuned.stdout.split()) and "speedup" in tuned.stdout
+    plain = subprocess.run(
+        [*CLI, "demo", "--scenario", "join-leave", "--out", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert "tuned for it" not in plain.stdout and "speedup" in plain.stdout
