@@ -105,6 +105,7 @@ def test_registered_and_selectable(loaded):
     st = loader.status()
     for v in maps.VARIANTS:
         assert st["registered"][v]["config"]["min_idle"] == pytest.approx(0.02)
+        assert st["registered"][v]["config"]["adaptive"] is True  # the shipped default: the switch on
         s = socket.socket()
         try:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, v.encode())

@@ -16,7 +16,18 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from .maps import VARIANTS, Config, MapsError, VariantMaps, _bpftool_json, close_cached, find_maps
+from .maps import (
+    FLAG_ADAPTIVE,
+    FLAG_NIC_CAP,
+    FLAG_SCALE_DECREASE,
+    VARIANTS,
+    Config,
+    MapsError,
+    VariantMaps,
+    _bpftool_json,
+    close_cached,
+    find_maps,
+)
 
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
@@ -265,11 +276,11 @@ def status() -> dict:
                         "intercept": round(icpt / 1024, 4),
                         "idle_fraction": round(idle / 1024, 4),
                         "min_idle": min_idle / 1e6,
-                        "scale_decrease": bool(flags & 1),
-                        "nic_cap": bool(flags & 4),
+                        "scale_decrease": bool(flags & FLAG_SCALE_DECREASE),
+                        "nic_cap": bool(flags & FLAG_NIC_CAP),
                         "trace_port": trace,
                         "restart_window": restart,
-                        "adaptive": bool(flags & 8),
+                        "adaptive": bool(flags & FLAG_ADAPTIVE),
                         "trial": trial,
                         "contended_above": round(cont / 1024, 4),
                         "hold_max": hold_max,
