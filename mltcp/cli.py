@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import compare, records as rec_io
+from . import compare, defaults, records as rec_io
 from .cc import BASES
 from .console import err, fail, out, print_json
 from .reference import REFERENCES, reference_side
@@ -486,6 +486,11 @@ def demo(
         out.print(
             "MLTCP runs this scenario's own \\[mltcp] table, tuned for it: an experiment, not the shipped "
             "default (the default on scenarios nobody tuned for: docs/results-suites.md)."
+        )
+    else:
+        out.print(
+            f"MLTCP runs the shipped default (no \\[mltcp] table): F = {defaults.SLOPE:g} r + "
+            f"{defaults.INTERCEPT:g}" + (", behind the online switch" if defaults.ADAPTIVE else "") + "."
         )
     with _interruptible():
         results = run_simulations(sc, _algorithms(sc, None, True), quiet=False, trace_interval=_trace_interval(sc))

@@ -118,7 +118,10 @@ def builtin_dir() -> Path:
 
 
 def builtin_names() -> list[str]:
-    return sorted(p.stem for p in builtin_dir().glob("*.toml"))
+    """The shipped scenarios, and the experiments in scenarios/tuned/ as ``tuned/NAME`` (each a
+    shipped scenario with the ``[mltcp]`` table tuned on it)."""
+    d = builtin_dir()
+    return sorted(p.stem for p in d.glob("*.toml")) + sorted(f"tuned/{p.stem}" for p in d.glob("tuned/*.toml"))
 
 
 def resolve(name_or_path: str) -> Path:

@@ -266,17 +266,23 @@ def test_simulate_out_writes_everything_atomically(tmp_path):
     assert json.loads((out / "summary.json").read_text())["scenario"] == "small"
 
 
-def test_demo_says_when_mltcp_runs_a_table_tuned_for_the_scenario(tmp_path):
-    """two-jobs ships a tuned [mltcp] table: the demo says its MLTCP figures are that experiment's;
-    join-leave has none and runs the shipped default, so nothing is said."""
-    tuned = subprocess.run([*CLI, "demo", "--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=600)
-    assert tuned.returncode == 0, tuned.stderr
-    assert "[mltcp] table, tuned for it" in " ".join(tuned.stdout.split()) and "speedup" in tuned.stdout
-    plain = subprocess.run(
-        [*CLI, "demo", "--scenario", "join-leave", "--out", str(tmp_path / "b")],
+def test_demo_says_which_mltcp_it_runs(tmp_path):
+    """The demo runs scenarios/two-jobs.toml, which has no [mltcp] table: it says MLTCP runs the
+    shipped default (with its F from mltcp/defaults.py). Given the tuned experiment
+    (scenarios/tuned/two-jobs.toml) it says its MLTCP figures are that table's."""
+    from mltcp import defaults
+
+    shipped = subprocess.run([*CLI, "demo", "--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=600)
+    assert shipped.returncode == 0, shipped.stderr
+    said = " ".join(shipped.stdout.split())
+    assert "runs the shipped default" in said and f"F = {defaults.SLOPE:g} r + {defaults.INTERCEPT:g}" in said
+    assert "tuned for it" not in said and "speedup" in said
+    tuned = subprocess.run(
+        [*CLI, "demo", "--scenario", "tuned/two-jobs", "--out", str(tmp_path / "b")],
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert plain.returncode == 0, plain.stderr
-    assert "tuned for it" not in plain.stdout and "speedup" in plain.stdout
+    assert tuned.returncode == 0, tuned.stderr
+    said = " ".join(tuned.stdout.split())
+    assert "[mltcp] table, tuned for it" in said and "runs the shipped default" not in said and "speedup" in said

@@ -1,6 +1,6 @@
-"""MLTCP-DCTCP's shipped tables (scenarios/dctcp-{two,three}-jobs.toml, docs/in-network.md "DCTCP in
-the CC core"): host MLTCP on DCTCP, through a plain step-ECN switch, is faster than DCTCP without
-more drops or marks. Simulator, seeded; the floors sit below the measured values (seeds 1-3:
+"""MLTCP-DCTCP's tuned tables (scenarios/tuned/dctcp-{two,three}-jobs.toml, experiments;
+docs/in-network.md "DCTCP in the CC core"): host MLTCP on DCTCP, through a plain step-ECN switch, is
+faster than DCTCP without more drops or marks. Simulator, seeded; the floors sit below the measured values (seeds 1-3:
 two-jobs 1.25-1.33x / 1.37-1.48x with the same drops, three-jobs 1.32-1.36x / 1.55-1.58x with
 0.17-0.22 of the drops)."""
 
@@ -9,7 +9,7 @@ import pytest
 from mltcp import compare, metrics, tune_eval
 from mltcp.sim.engine import simulate
 
-FLOOR = {"dctcp-two-jobs": (1.2, 1.3), "dctcp-three-jobs": (1.25, 1.45)}
+FLOOR = {"tuned/dctcp-two-jobs": (1.2, 1.3), "tuned/dctcp-three-jobs": (1.25, 1.45)}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -579,7 +579,7 @@ def test_host_rtt_calibration_paces_its_sender_below_the_link_rate(monkeypatch):
 
 
 def test_udp_sender_gets_the_scenario_s_mltcp_table_and_builds_that_hook(tmp_path):
-    """dcqcn-two-jobs' tuned [mltcp] table reaches the userspace sender (F on R_HAI, the stage
+    """tuned/dcqcn-two-jobs' [mltcp] table reaches the userspace sender (F on R_HAI, the stage
     thresholds and the timer, not R_AI); the tracker's own knobs stay the sender's (it marks each
     iteration itself), and a base algorithm's document carries no hook settings."""
     import json
@@ -588,7 +588,7 @@ def test_udp_sender_gets_the_scenario_s_mltcp_table_and_builds_that_hook(tmp_pat
     from mltcp.emulation.peer_io import read_send_doc
     from mltcp.traffic.transport.sender import build_cc
 
-    sc = scn.load("dcqcn-two-jobs")
+    sc = scn.load("tuned/dcqcn-two-jobs")
     sc.mltcp_params["min_idle"] = 0.5
     job = plan_from_scenario(sc).jobs[0]
     job.dst_ip, job.port, job.line_rate_mbps = "10.0.0.4", 5002, 100.0

@@ -1,5 +1,6 @@
 """The *-no-rack scenarios: the same jobs on a sender without RACK-TLP (loss_recovery = "ns3"),
-with the MLTCP tables tuned for it (docs/tuning.md, "MLTCP without RACK-TLP"). Issue 10 asks that
+with the MLTCP tables tuned for it (scenarios/tuned/*-no-rack.toml, experiments; docs/tuning.md,
+"MLTCP without RACK-TLP"). Issue 10 asks that
 MLTCP hold up with fewer drops than its base; with Linux's tables and no RACK-TLP it does not
 (docs/tuning.md: two-jobs 0.90x on seed 1, three-jobs 0.99x on seed 2). Simulator, seeded; the
 thresholds sit below the measured values (two-jobs 1.21-1.27x, three-jobs 1.01-1.11x, CUBIC
@@ -10,7 +11,7 @@ import pytest
 from mltcp import compare, metrics, tune_eval
 from mltcp.sim.engine import simulate
 
-FLOOR = {"two-jobs-no-rack": 1.15, "three-jobs-no-rack": 1.0, "cubic-two-jobs-no-rack": 1.03}
+FLOOR = {"tuned/two-jobs-no-rack": 1.15, "tuned/three-jobs-no-rack": 1.0, "tuned/cubic-two-jobs-no-rack": 1.03}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

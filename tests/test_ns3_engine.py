@@ -473,12 +473,13 @@ def test_cli_host_jitter_reaches_ns3_and_changes_the_drop_split(tmp_path):
 
 @needs_ns3
 def test_no_rack_mltcp_reno_beats_reno_in_jittered_ns3():
-    """two-jobs-no-rack as shipped, seed 1, in ns-3 with jittered hosts (ns-3 3.44 recovers without
-    RACK-TLP, which is what that table is tuned for): MLTCP-Reno is faster than Reno with fewer
-    drops (measured 62.6 -> 46.4 ms, 1.35x; drops 432 -> 172; docs/tuning.md "MLTCP without RACK-TLP")."""
+    """scenarios/tuned/two-jobs-no-rack.toml (an experiment: the table tuned for a sender without
+    RACK-TLP), seed 1, in ns-3 with jittered hosts (ns-3 3.44 recovers without RACK-TLP): MLTCP-Reno
+    is faster than Reno with fewer drops (measured 62.6 -> 46.4 ms, 1.35x; drops 432 -> 172;
+    docs/tuning.md "MLTCP without RACK-TLP")."""
     from mltcp import metrics
 
-    sc = load("two-jobs-no-rack")
+    sc = load("tuned/two-jobs-no-rack")
     opt = ns3_engine.Ns3Options(host_jitter=1.0)
     base = ns3_engine.run(sc, "reno", options=opt)
     ml = ns3_engine.run(sc, "mltcp-reno", options=opt)

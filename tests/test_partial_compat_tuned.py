@@ -1,6 +1,6 @@
-"""partial-compat ships a retuned [mltcp] table (docs/tuning.md, "partial-compat retuned"); issue 10
-asks that MLTCP be no worse than 0.98x there and drop no more than the baseline. Seeded runs of the
-scenario as shipped, simulator."""
+"""The [mltcp] table tuned on partial-compat (scenarios/tuned/partial-compat.toml, an experiment;
+docs/tuning.md, "partial-compat retuned"): issue 10 asked that MLTCP be no worse than 0.98x there and
+drop no more than the baseline. Seeded runs of the tuned file, simulator."""
 
 import pytest
 
@@ -10,7 +10,7 @@ from mltcp.sim.engine import simulate
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_partial_compat_no_slower_and_fewer_drops_than_reno(seed):
-    case = tune_eval.make_cases(["partial-compat"], [seed])[0]
+    case = tune_eval.make_cases(["tuned/partial-compat"], [seed])[0]
     sc = case.scenario()
     base = simulate(sc, sc.cc)
     ml = simulate(sc, compare.mltcp_name(sc.cc))
