@@ -215,7 +215,11 @@ def test_results_table_rows_and_block_replacement():
     }
     row = rt.row_from_reports("x", [1, 2], [rep(1.2, 1.5, 3, 100.0), rep(1.3, 1.5, None, 300.0)])
     line = rt.readme_table([row])[2]
-    assert line.startswith("| `x` | reno | 1.25x | 1.50x | 3, never | drops 200 → 20 |"), line
+    assert line == "| `x` | reno | 1.25x | 1.50x | 3, never | drops 200 → 20 | none |", line
+    exp = rt.row_from_reports("tuned/x", [1, 2], [rep(1.4, 1.6, 2, 100.0), rep(1.4, 1.6, 2, 300.0)])
+    line = rt.readme_table([row], {"x": exp})[2]
+    assert line.endswith("| drops 200 → 20 | 1.40x / 1.60x |"), line  # the tuned experiment's, in its column
+    assert rt.tuned_of("two-jobs") == "tuned/two-jobs" and rt.tuned_of("no-such-scenario") is None
     full = rt.results_table([row])[2]
     assert "| 1.20–1.30x | 1.25x |" in full and "100 → 10; 300 → 30" in full, full
     text = f"a\n{rt.RESULTS_START}\nold\n{rt.RESULTS_END}\nb\n"
