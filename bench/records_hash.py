@@ -2,7 +2,8 @@
 the engine's structure changes no result (not a test: it prints hashes to compare across commits).
 
 The list covers the loop's code paths: every shipped scenario that runs in seconds (iterations
-cut to ``--iterations``) with its base algorithm and the MLTCP variant; extra scenarios for what
+cut to ``--iterations``) and every tuned experiment (scenarios/tuned/, the tables tuned on them,
+pinned without the online switch) with its base algorithm and the MLTCP variant; extra scenarios for what
 no shipped one exercises (lossless PFC links, the fluid loss model, MLTCP's knobs: boundaries,
 shapes, the scaled decrease, the window restart, DCQCN's ``dcqcn_f_*`` flags); and the run modes
 (no slot skipping, chunked runs with progress reports, cwnd samples, rate traces).
@@ -41,6 +42,11 @@ innet-dcqcn-three-jobs innet-dcqcn-two-jobs innet-ecn-reno-partial-compat innet-
 innet-ecn-reno-two-jobs ns3-dumbbell-100m-shared ns3-dumbbell-100m ns3-dumbbell-1g-deep ns3-dumbbell-1g-shallow
 ns3-dumbbell-1g-shared-deep ns3-dumbbell-1g-shared-mid paper-like paper-slack partial-compat resnet50-pair
 ring-allreduce straggler three-jobs-no-rack three-jobs two-jobs-no-rack two-jobs""".split()
+SCENARIOS += [
+    f"tuned/{n}"
+    for n in """cubic-two-jobs-no-rack cubic-two-jobs dcqcn-two-jobs dctcp-three-jobs dctcp-two-jobs paper-slack
+partial-compat straggler three-jobs-no-rack three-jobs two-jobs-no-rack two-jobs""".split()
+]
 
 
 def cut(sc: Scenario, iterations: int) -> Scenario:

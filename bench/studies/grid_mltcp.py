@@ -1,9 +1,11 @@
 """A small grid over a scenario's [mltcp] / [cc_params] keys (as `mltcp tune` writes them): per
 configuration, over the seeds, the geometric-mean avg / p99 speedups, the worst seed's, the
 MLTCP runs' retransmission timeouts per seed, the worst drops ratio and the worst interleave
-iteration. Prints what it measured, one line (or one JSON object) per configuration.
+iteration. Prints what it measured, one line (or one JSON object) per configuration. The grid
+changes the keys it names and keeps the scenario's others: on a shipped scenario those of the
+shipped default, on a tuned experiment (tuned/NAME) those of the table tuned on it.
 
-    python bench/studies/grid_mltcp.py two-jobs --seeds 1,2,3,4,5 \\
+    python bench/studies/grid_mltcp.py tuned/two-jobs --seeds 1,2,3,4,5 \\
         --grid '{"mltcp.slope": [2, 4], "mltcp.decrease_at_end": [0.2, 0.35]}' --base '{"mltcp.cap": 3}'
 """
 

@@ -2,7 +2,7 @@
 iteration, where in it (bytes_ratio), and the flows' cwnd / ssthresh / in flight / held bytes and
 the bottleneck queue in the milliseconds before. Prints what it saw; nothing is asserted.
 
-    python bench/studies/trace_rto.py two-jobs --seed 7                       # MLTCP, the scenario's [mltcp]
+    python bench/studies/trace_rto.py two-jobs --seed 7                       # MLTCP, the shipped default
     python bench/studies/trace_rto.py two-jobs --seed 7 --cc reno             # the baseline
     python bench/studies/trace_rto.py two-jobs --seed 7 --config '{"mltcp.slope": 2.0}' --before-ms 3
     python bench/studies/trace_rto.py cubic-two-jobs --rate-mbps 50 --dilate --iterations 30 --chunk-us 2000

@@ -1,8 +1,11 @@
 """Issue 10's must-show table in the simulator: each scenario under its base algorithm and under
 MLTCP with a configuration (a JSON object of [mltcp] / [cc_params] keys, as `mltcp tune` writes
-them), over several seeds. Prints per seed and the geometric means; nothing is asserted.
+them, over the scenario's own tables), over several seeds. Prints per seed and the geometric means;
+nothing is asserted. A shipped scenario has no [mltcp] table ('{}': the shipped default); its tuned
+experiment tuned/NAME (scenarios/tuned/NAME.toml) carries the table tuned on it.
 
-    python bench/studies/tune_mustshow.py --seeds 1,2,3,4,5 two-jobs='{}' cubic-two-jobs='{"mltcp.boundary": "mark"}'
+    python bench/studies/tune_mustshow.py --seeds 1,2,3,4,5 two-jobs='{}' tuned/two-jobs='{}'
+    python bench/studies/tune_mustshow.py tuned/cubic-two-jobs='{"mltcp.boundary": "mark"}'
 """
 
 from __future__ import annotations
