@@ -200,12 +200,17 @@ def _policy_arrays(sc: Scenario, names: list[str]):
     return int(pol.code), pp, on_pol, pq
 
 
-def _band_fifos(sc: Scenario, names: list[str], pol: int, on_pol: np.ndarray, flows: int):
+FIFO_ROOMS = (1, 8, 64)  # band FIFO sizes simulate() tries, in multiples of _band_fifos' room
+
+
+def _band_fifos(sc: Scenario, names: list[str], pol: int, on_pol: np.ndarray, flows: int, room: int = 1):
     """The band queues' FIFOs of sends (see PE_*): room for a full buffer of one-segment sends
-    plus a slot's sends of every flow, per band of every priority link."""
+    plus a slot's sends of every flow, per band of every priority link, times ``room``. A send is a
+    slot's worth of a flow, less than a segment on a slow link, so a full buffer can hold more
+    sends than segments: simulate() runs again with more room when a FIFO overflows."""
     if pol != 2:
         return np.zeros((1, 1, 1), dtype=np.int64), np.zeros((1, 1, 1, 7)), np.zeros((1, 1, 2), dtype=np.int64)
-    cap = int(max(sc.links[n].buffer_bytes for n, on in zip(names, on_pol) if on) / sc.mss) + 2 * flows + 8
+    cap = (int(max(sc.links[n].buffer_bytes for n, on in zip(names, on_pol) if on) / sc.mss) + 2 * flows + 8) * room
     L, B = len(names), sc.switch.bands
     return np.zeros((L, B, cap), dtype=np.int64), np.zeros((L, B, cap, 7)), np.zeros((L, B, 2), dtype=np.int64)
 
@@ -339,7 +344,9 @@ class _Run:
     ks: np.ndarray
 
 
-def _setup(sc: Scenario, cc_name: str, trace_interval: float, max_sim_time: float | None, skip: bool):
+def _setup(
+    sc: Scenario, cc_name: str, trace_interval: float, max_sim_time: float | None, skip: bool, fifo_room: int = 1
+):
     """(the loop's state, the ops, its flow state) for ``sc`` run with ``cc_name``."""
     jobs = sc.jobs
     paths = [(j, path) for j, job in enumerate(jobs) for path in job.paths()]
@@ -361,7 +368,7 @@ def _setup(sc: Scenario, cc_name: str, trace_interval: float, max_sim_time: floa
         on_pol,
         pp,
         pq,
-        *_band_fifos(sc, names, pol, on_pol, F),
+        *_band_fifos(sc, names, pol, on_pol, F, fifo_room),
         np.empty(len(lp) + 1, dtype=np.int64),  # touched: one spare (a hop of a link already listed)
         np.empty(pq.shape[1]),
     )
@@ -480,8 +487,14 @@ def simulate(
     wall0 = time.perf_counter()
     jobs = sc.jobs
     trace_interval = float(trace_interval or 0.0)
-    run, _ = _setup(sc, cc_name, trace_interval, max_sim_time, skip)
-    loop_time, samples = _run_chunks(run, progress, cwnd_sample_s)
+    for fifo_room in FIFO_ROOMS:  # the same seed: a run with more room replays the same run
+        run, _ = _setup(sc, cc_name, trace_interval, max_sim_time, skip, fifo_room)
+        try:
+            loop_time, samples = _run_chunks(run, progress, cwnd_sample_s)
+            break
+        except RuntimeError as e:
+            if str(e) != "band FIFO overflow" or fifo_room == FIFO_ROOMS[-1]:
+                raise
     fs, ks, rc, mss = run.fs, run.ks, run.rc, run.cfg.mss
     t_end = float(fs[F_T])
     if ks[I_STATUS] == OVER_HORIZON:
