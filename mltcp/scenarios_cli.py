@@ -40,16 +40,21 @@ def generate(
     compatible: bool = typer.Option(
         False, "--compatible", help="equal periods, shares that fit one period (a perfect interleave exists)"
     ),
+    ecn: bool = typer.Option(
+        False, "--ecn", help="reno/cubic: the links mark ECN (a step at max(20 packets, 1 BDP)): ECN-Reno hosts"
+    ),
 ):
     """Write N random scenarios nobody tuned for (distributions: docs/references.md)."""
     if cc not in BASES:
         fail(f"--cc: unknown base algorithm {cc!r} (choose from {', '.join(BASES)})")
     if topology not in suitegen.TOPOLOGIES:
         fail(f"--topology: unknown {topology!r} (choose from {', '.join(suitegen.TOPOLOGIES)})")
+    if ecn and cc not in suitegen.ECN_OPTIONAL:
+        fail(f"--ecn: {cc} suites always mark ECN; --ecn is for {' and '.join(suitegen.ECN_OPTIONAL)}")
     if outdir.exists() and not outdir.is_dir():
         fail(f"{outdir}: exists and is not a folder")
     try:
-        files = suitegen.generate(outdir, n, seed, cc, topology, compatible)
+        files = suitegen.generate(outdir, n, seed, cc, topology, compatible, ecn)
     except ScenarioError as e:  # a draw the loader refuses is a bug of the generator: say which field
         fail(f"generated scenario refused: {e}", 1)
     err.print(f"wrote {len(files)} scenarios into {outdir}")

@@ -16,7 +16,9 @@ its command line. The distributions (docs/references.md has the table):
   access link of their own, 1-4x faster, adding 0-1x the one-way delay), leaf-spine (2-3 leaves,
   each job from one leaf's uplink to another's downlink) and circular (job k crosses links k and k+1 of a ring);
 - ECN by base algorithm: DCTCP a step at max(20 packets, 0.2 BDP); DCQCN RED with the 25G
-  Kmin/Kmax (100/400 KB) scaled to the rate, Pmax 0.2, a buffer of at least 4 Kmax, 1000-byte MTU.
+  Kmin/Kmax (100/400 KB) scaled to the rate, Pmax 0.2, a buffer of at least 4 Kmax, 1000-byte MTU;
+  Reno and CUBIC none, or with ``--ecn`` (ECN-Reno / ECN-CUBIC hosts) a step at max(20 packets,
+  1 BDP) capped at half the buffer: a window halved at one BDP of queue still fills the link.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import tomli_w
 from .scenario import BASES, ScenarioError, load
 
 TOPOLOGIES = ("dumbbell", "leaf-spine", "circular")
+ECN_OPTIONAL = ("reno", "cubic")  # the bases whose suites mark ECN only with --ecn
 BUFFER_FLOOR_BYTES = 30_000
 ITERATIONS, WARMUP = 40, 10
 
@@ -92,7 +95,7 @@ def _link(name: str, rate_bps: float, delay_s: float, buffer_bytes: float, ecn: 
     }
 
 
-def _ecn(cc: str, rate_bps: float, bdp: float, mss: int) -> dict:
+def _ecn(cc: str, rate_bps: float, bdp: float, mss: int, buffer_bytes: float, ecn: bool) -> dict:
     if cc == "dctcp":
         return {"ecn": "step", "ecn_k_kb": round(max(20 * mss, 0.2 * bdp) / 1e3, 3)}
     if cc == "dcqcn":
@@ -103,14 +106,18 @@ def _ecn(cc: str, rate_bps: float, bdp: float, mss: int) -> dict:
             "red_kmax_kb": round(max(400 * scale, 20 * mss / 1e3), 3),
             "red_pmax": 0.2,
         }
+    if ecn:  # ECN-Reno / ECN-CUBIC
+        return {"ecn": "step", "ecn_k_kb": round(max(20 * mss, min(bdp, buffer_bytes / 2)) / 1e3, 3)}
     return {}
 
 
-def _topology_links(topology: str, d: Draw, n: int, rng: np.random.Generator, cc: str, mss: int, multi_link: bool):
+def _topology_links(
+    topology: str, d: Draw, n: int, rng: np.random.Generator, cc: str, mss: int, multi_link: bool, marks: bool
+):
     """(links, each job's path): one-way delay split evenly over a path's hops."""
     bdp = d.rate_bps / 8 * d.rtt_s
     buf = max(d.buffer_bdp * bdp, BUFFER_FLOOR_BYTES)
-    ecn = _ecn(cc, d.rate_bps, bdp, mss)
+    ecn = _ecn(cc, d.rate_bps, bdp, mss, buf, marks)
     if cc == "dcqcn":
         buf = max(buf, 4 * ecn["red_kmax_kb"] * 1e3)
     one_way = d.rtt_s / 2
@@ -137,11 +144,13 @@ def _topology_links(topology: str, d: Draw, n: int, rng: np.random.Generator, cc
     return links, [[f"l{k}", f"l{(k + 1) % n}"] for k in range(n)]
 
 
-def scenario_dict(index: int, seed: int, cc: str, topology: str, compatible: bool, rng: np.random.Generator) -> dict:
+def scenario_dict(
+    index: int, seed: int, cc: str, topology: str, compatible: bool, rng: np.random.Generator, ecn: bool = False
+) -> dict:
     n = int(rng.integers(3 if topology == "circular" else 2, 6))
     d = draw(rng, n, compatible)
     mss = 1000 if cc == "dcqcn" else 1448
-    links, paths = _topology_links(topology, d, n, rng, cc, mss, multi_link=not compatible)
+    links, paths = _topology_links(topology, d, n, rng, cc, mss, not compatible, ecn)
     step_us = float(np.clip(round(d.rtt_s * 1e6 / 8), 2, 20))
     jobs = []
     for k in range(n):
@@ -165,7 +174,7 @@ def scenario_dict(index: int, seed: int, cc: str, topology: str, compatible: boo
         f"{n} jobs, {d.rate_bps / 1e9:.3g} Gb/s, {d.rtt_s * 1e6:.0f} us RTT, {d.buffer_bdp:.2f} BDP buffer."
     )
     return {
-        "name": f"rand-{cc}-{topology}-{kind}-{seed}-{index:04d}",
+        "name": f"rand-{cc}{'-ecn' if ecn else ''}-{topology}-{kind}-{seed}-{index:04d}",
         "description": desc,
         "seed": seed * 100_000 + index,
         "iterations": ITERATIONS,
@@ -178,19 +187,28 @@ def scenario_dict(index: int, seed: int, cc: str, topology: str, compatible: boo
 
 
 def generate(
-    outdir: Path, n: int, seed: int, cc: str = "reno", topology: str = "dumbbell", compatible: bool = False
+    outdir: Path,
+    n: int,
+    seed: int,
+    cc: str = "reno",
+    topology: str = "dumbbell",
+    compatible: bool = False,
+    ecn: bool = False,
 ) -> list[Path]:
     """Write ``n`` scenarios into ``outdir`` (created); each is loaded back before the next is drawn,
-    and a file the loader refuses is not kept (a ScenarioError names its field)."""
+    and a file the loader refuses is not kept (a ScenarioError names its field). ``ecn``: Reno or
+    CUBIC hosts behind marking switches (DCTCP and DCQCN suites always mark)."""
     if cc not in BASES:
         raise ValueError(f"cc: unknown base algorithm {cc!r} (choose from {', '.join(BASES)})")
+    if ecn and cc not in ECN_OPTIONAL:
+        raise ValueError(f"ecn: {cc} suites always mark ECN; --ecn is for {' and '.join(ECN_OPTIONAL)}")
     if topology not in TOPOLOGIES:
         raise ValueError(f"topology: unknown {topology!r} (choose from {', '.join(TOPOLOGIES)})")
     rng = np.random.default_rng(seed)
     outdir.mkdir(parents=True, exist_ok=True)
     written = []
     for i in range(n):
-        d = scenario_dict(i, seed, cc, topology, compatible, rng)
+        d = scenario_dict(i, seed, cc, topology, compatible, rng, ecn)
         path = outdir / f"{d['name']}.toml"
         tmp = path.with_suffix(".toml.tmp")
         tmp.write_bytes(tomli_w.dumps(d).encode())

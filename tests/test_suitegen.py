@@ -81,3 +81,20 @@ def test_cli_generate_writes_the_suite_and_refuses_bad_options(tmp_path):
 def test_cli_scenarios_still_lists_the_built_ins():
     r = _mltcp("scenarios")
     assert r.returncode == 0 and "two-jobs" in r.stdout
+
+
+def test_ecn_suites_mark_at_a_step_below_half_the_buffer_or_20_packets(tmp_path):
+    files = suitegen.generate(tmp_path, 8, seed=3, cc="reno", ecn=True)
+    for f in files:
+        sc = load(str(f))
+        assert "-ecn-" in sc.name
+        for lk in sc.links.values():
+            k = lk.ecn_k_bytes
+            assert lk.ecn == "step" and k >= 20 * sc.mss - 1
+            assert k <= max(20 * sc.mss, lk.buffer_bytes / 2) + 1  # one BDP at most, capped at half the buffer
+    plain = suitegen.generate(tmp_path / "plain", 8, seed=3, cc="reno")
+    assert all(lk.ecn == "none" for f in plain for lk in load(str(f)).links.values())
+    with pytest.raises(ValueError, match="always mark ECN"):
+        suitegen.generate(tmp_path / "d", 1, seed=3, cc="dctcp", ecn=True)
+    bad = _mltcp("scenarios", "generate", str(tmp_path / "t"), "--cc", "dcqcn", "--ecn")
+    assert bad.returncode == 2 and "--ecn" in bad.stderr and not (tmp_path / "t").exists()
