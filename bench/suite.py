@@ -7,6 +7,9 @@ DIR is a suite written by ``mltcp scenarios generate``. Every scenario runs unde
 control (the file's ``cc``), its MLTCP variant with the scenario's own [mltcp] table (none in a
 generated suite: the shipped default) plus ``--config``, and with ``--reference`` the ref-best
 reference (docs/references.md), once per seed, through :mod:`mltcp.sweep` (Dask when installed).
+With ``--switch-policy ecn-by-progress|priority-by-progress`` the arm measured against the base is
+instead the base hosts behind the in-network policy (its defaults plus ``--config`` keys such as
+``switch.bands``), and the base is the plain switch (in-network MLTCP, docs/in-network.md).
 
 Per scenario an arm's avg (p99) iteration time is the mean over the seeds of each run's steady-state
 average (p99): one run's p99 moves by up to ~15 % when a job starts 10 us later (the simulator's
@@ -26,6 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from mltcp import reference as reference_mod, sweep
+from mltcp.progress_policy import POLICIES
 from mltcp.suite import parse_seeds
 
 ARM_BASE, ARM_MLTCP, ARM_REF, ARM_FIFO, ARM_FAIR = "base", "mltcp", "ref-best", "ref-fifo", "ref-fair"
@@ -35,23 +39,43 @@ def gmean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def scenario_cc(path: Path) -> str:
+def scenario_tables(path: Path) -> dict:
     import tomllib
 
-    return tomllib.loads(path.read_text()).get("cc", "reno")
+    return tomllib.loads(path.read_text())
+
+
+def scenario_cc(path: Path) -> str:
+    return scenario_tables(path).get("cc", "reno")
+
+
+def marks_ecn(path: Path) -> bool:
+    """Whether any of the scenario's links marks ECN (its losses are then counted as marks)."""
+    return any(link.get("ecn", "none") != "none" for link in scenario_tables(path).get("links", []))
 
 
 def build_tasks(
-    files: list[Path], seeds: list[int], config: dict, reference: bool, iterations: int | None = None
+    files: list[Path],
+    seeds: list[int],
+    config: dict,
+    reference: bool,
+    iterations: int | None = None,
+    switch_policy: str | None = None,
 ) -> list[tuple[str, sweep.Task]]:
     """(role, task) pairs: each scenario x seed under base, MLTCP (and the references); every job
-    cut to ``iterations`` if given (:func:`mltcp.sweep.cut_iterations`)."""
+    cut to ``iterations`` if given (:func:`mltcp.sweep.cut_iterations`). With ``switch_policy`` the
+    measured arm is the base behind that in-network policy and the base runs the plain switch."""
     out = []
     for f in files:
         cc = scenario_cc(f)
         for seed in seeds:
-            out.append((ARM_BASE, sweep.Task(str(f), cc, seed, iterations=iterations)))
-            out.append((ARM_MLTCP, sweep.Task(str(f), f"mltcp-{cc}", seed, iterations, config=config or None)))
+            if switch_policy:
+                plain = sweep.Task(str(f), cc, seed, iterations, config={"switch_policy": "off"})
+                treated = sweep.Task(str(f), cc, seed, iterations, config={"switch_policy": switch_policy, **config})
+            else:
+                plain = sweep.Task(str(f), cc, seed, iterations=iterations)
+                treated = sweep.Task(str(f), f"mltcp-{cc}", seed, iterations, config=config or None)
+            out += [(ARM_BASE, plain), (ARM_MLTCP, treated)]
             if reference:  # ref-best is chosen from these and the base (per_scenario), not run again
                 out += [
                     (f"ref-{n}", sweep.Task(str(f), f"ref-{n}", seed, iterations=iterations))
@@ -260,6 +284,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--reference", action="store_true", help="also run ref-best, ref-fifo and ref-fair")
     ap.add_argument(
+        "--switch-policy",
+        choices=[p for p in POLICIES if p != "off"],
+        default=None,
+        help="measure the base hosts behind this in-network policy against the plain switch (not mltcp-<cc>)",
+    )
+    ap.add_argument(
         "--iterations", type=int, default=None, help="every job runs this many iterations (default: the scenario's)"
     )
     ap.add_argument("--workers", type=int, default=None)
@@ -289,16 +319,17 @@ def main(argv=None) -> int:
         if not files:
             print(f"error: {d}: no scenario files", file=sys.stderr)
             return 2
-        pairs = build_tasks(files, seeds, config, a.reference, a.iterations)
+        pairs = build_tasks(files, seeds, config, a.reference, a.iterations, a.switch_policy)
         recs = sweep.run_tasks([t for _, t in pairs], scheduler=a.scheduler, workers=a.workers)
         roles, recs = with_best([r for r, _ in pairs], recs)
-        ecn = scenario_cc(files[0]) in ("dctcp", "dcqcn")
-        summaries[str(d)] = summarize(per_scenario(roles, recs), ecn)
+        summaries[str(d)] = summarize(per_scenario(roles, recs), marks_ecn(files[0]))
         print_summary(str(d), summaries[str(d)])
     cut = f"; {a.iterations} iterations per job" if a.iterations else ""
-    print(f"\nseeds {a.seeds}; config {json.dumps(config)}{cut}")
+    arm = f"{a.switch_policy} vs the plain switch" if a.switch_policy else "mltcp-<cc> vs <cc>"
+    print(f"\n{arm}; seeds {a.seeds}; config {json.dumps(config)}{cut}")
     if a.json:
-        a.json.write_text(json.dumps({"seeds": seeds, "config": config, "suites": summaries}, indent=1))
+        doc = {"seeds": seeds, "config": config, "switch_policy": a.switch_policy, "suites": summaries}
+        a.json.write_text(json.dumps(doc, indent=1))
     if a.plot:
         plot(a.plot, summaries)
     table = markdown(summaries, argv if argv is not None else sys.argv[1:])

@@ -94,3 +94,20 @@ def test_ref_best_is_picked_from_the_candidates_and_the_base_of_each_seed():
     roles2, recs2 = suite.with_best(roles, recs)
     assert roles2[-1] == "ref-best" and len(recs2) == 5
     assert recs2[-1]["avg_iter_s"] == 0.9 and recs2[-1]["reference_pick"] == "ref-fifo"  # MLTCP is no candidate
+
+
+def test_switch_policy_measures_the_base_behind_the_policy_against_the_plain_switch(tmp_path):
+    f = tmp_path / "a.toml"
+    f.write_text('cc = "dctcp"\n[[links]]\nname = "x"\necn = "step"\n')
+    pairs = suite.build_tasks([f], [1, 2], {"switch.bands": 2}, False, 50, "priority-by-progress")
+    assert [r for r, _ in pairs] == ["base", "mltcp"] * 2
+    assert all(t.arm == "dctcp" and t.iterations == 50 for _, t in pairs)  # the same hosts in both arms
+    assert pairs[0][1].config == {"switch_policy": "off"}
+    assert pairs[1][1].config == {"switch_policy": "priority-by-progress", "switch.bands": 2}
+    assert suite.marks_ecn(f)  # the losses counted are marks
+    g = tmp_path / "b.toml"
+    g.write_text('cc = "reno"\n[[links]]\nname = "x"\n')
+    assert not suite.marks_ecn(g)
+    assert [t.arm for _, t in suite.build_tasks([g], [1], {}, False)] == ["reno", "mltcp-reno"]
+    r = _suite(tmp_path, "--switch-policy", "off", timeout=60)
+    assert r.returncode == 2 and "--switch-policy" in r.stderr
