@@ -54,6 +54,11 @@ PRIORITY_BUFFER = ("per-band", "shared")
 MAX_PRIORITY_BANDS = 8  # v1model priority is bit<3>; BMv2 --priority-queues at most 8
 Q16_ONE = 0xFFFF
 MAX_CONTEST_WINDOW_US = 60e6  # mltcp.p4's window is bit<32> microseconds; a minute is plenty
+# ecn-by-progress's default tilt: the band furthest behind is marked at 0.9 of the port's threshold.
+# Chosen on random ECN suites (docs/in-network.md, "Defaults on random suites"): a steeper tilt
+# (0.25-0.75) gains as much where the jobs can interleave but slows the general suites, where the
+# flow behind, marked down to a few segments, regrows one segment per RTT after the other finishes.
+DEFAULT_ECN_SCALE_LO = 0.9
 
 
 class PolicyError(ValueError):
@@ -66,7 +71,7 @@ class PolicyError(ValueError):
 class ProgressPolicy:
     name: str = "off"
     bands: int = 4
-    ecn_scale_lo: float = 0.25  # threshold multiplier of the band furthest behind (bytes_ratio ~ 0)
+    ecn_scale_lo: float = DEFAULT_ECN_SCALE_LO  # threshold multiplier of the band furthest behind (bytes_ratio ~ 0)
     ecn_scale_hi: float = 1.0  # ... of the band furthest ahead (bytes_ratio ~ 1)
     links: tuple[str, ...] | None = None  # links (simulator) the policy runs on; None = all
     priority_ecn: str = "by-band"  # priority queues' ECN: the link's total queue, the band's own, or none
@@ -139,7 +144,7 @@ def from_table(name, table: dict | None, where: str = "switch") -> ProgressPolic
     if isinstance(bands, bool) or not isinstance(bands, int) or bands not in ok:
         raise PolicyError(f"{where}.bands", f"must be one of {ok} for {name} (got {bands!r})")
     vals = {}
-    for k, d in (("ecn_scale_lo", 0.25), ("ecn_scale_hi", 1.0)):
+    for k, d in (("ecn_scale_lo", DEFAULT_ECN_SCALE_LO), ("ecn_scale_hi", 1.0)):
         v = t.get(k, d)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 100) or not math.isfinite(v):
             raise PolicyError(f"{where}.{k}", f"must be a number in (0, 100] (got {v!r})")

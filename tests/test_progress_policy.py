@@ -122,11 +122,13 @@ def test_controlplane_entries_per_band():
     from mltcp.p4src import load_p4info
 
     idx = E.index(load_p4info())
-    pol = from_table("ecn-by-progress", {"bands": 4})
+    pol = from_table("ecn-by-progress", {"bands": 4, "ecn_scale_lo": 0.25})
     tes = E.progress_entries(idx, 3, pol, 20)
     assert len(tes) == HW_BANDS
     ks = [int.from_bytes(te.action.action.params[0].value, "big") for te in tes]
     assert ks == [5] * 4 + [10] * 4 + [15] * 4 + [20] * 4
+    default = E.progress_entries(idx, 3, from_table("ecn-by-progress", {}), 20)  # the mild default tilt
+    assert [int.from_bytes(te.action.action.params[0].value, "big") for te in default] == [18] * 4 + [19] * 8 + [20] * 4
     assert E.describe(idx, tes[5]) == "progress ECN threshold on port 3 band 5"
     prio = E.progress_entries(idx, 3, from_table("priority-by-progress", {"bands": 8, "priority_ecn": "link"}), None)
     assert [int.from_bytes(te.action.action.params[0].value, "big") for te in prio] == [b // 2 for b in range(16)]
