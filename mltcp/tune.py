@@ -712,7 +712,9 @@ def _parse_seeds(s: str) -> list[int]:
 @app.command("run")
 def run_cmd(
     scenarios: Optional[list[str]] = typer.Argument(
-        None, help="training scenarios (files or built-in names); omit to resume a study with its own training set"
+        None,
+        help="training scenarios (files, folders of a random suite, or built-in names); omit to resume a study "
+        "with its own training set",
     ),
     space_name: Optional[str] = typer.Option(
         None, "--space", help=f"a built-in space ({', '.join(BUILTIN)}) or a TOML file; default reno-ai for a new study"
@@ -745,7 +747,7 @@ def run_cmd(
         "default) or gmean (the geometric mean over cases)",
     ),
     holdout_names: Optional[list[str]] = typer.Option(
-        None, "--holdout", help="hold-out scenario (repeatable): report the chosen configuration there"
+        None, "--holdout", help="hold-out scenario or suite folder (repeatable): report the chosen configuration there"
     ),
     pick_trial: Optional[int] = typer.Option(
         None, "--pick", help="trial number to report on the hold-out set; default: chosen from the Pareto front"

@@ -20,6 +20,7 @@ import json
 import math
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 from . import compare, tomlfile
@@ -52,12 +53,29 @@ class Case:
         return Case(d["label"], d["source"], d["raw"])
 
 
+def suite_files(names: Sequence[str]) -> list[str]:
+    """``names`` with each folder replaced by its ``*.toml`` files, sorted (a suite written by
+    ``mltcp scenarios generate``); a folder with none is a ScenarioError."""
+    out = []
+    for name in names:
+        p = Path(name)
+        if not p.is_dir():
+            out.append(name)
+            continue
+        files = sorted(p.glob("*.toml"))
+        if not files:
+            raise ScenarioError(str(p), "folder", "holds no scenario files (*.toml)")
+        out += [str(f) for f in files]
+    return out
+
+
 def make_cases(
     names: Sequence[str], seeds: Sequence[int], iterations: int | None = None, warmup: int | None = None
 ) -> list[Case]:
-    """One case per scenario and seed; raises ScenarioError naming the scenario and field."""
+    """One case per scenario and seed; a folder stands for its scenario files (a random suite);
+    raises ScenarioError naming the scenario and field."""
     out = []
-    for name in names:
+    for name in suite_files(names):
         path = resolve(name)
         try:
             raw = tomlfile.loads(path.read_text())

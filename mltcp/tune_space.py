@@ -19,8 +19,10 @@ A space (built in below, or a TOML file with the same fields) is::
     "mltcp.slope" = { low = 0.5, high = 16.0, log = true, default = 4.0 }
     "mltcp.scale_decrease" = { choices = [false, true], default = false }
 
-``default`` is the value of the reference configuration (the public MLTCP defaults), which every
-new study evaluates first.
+``default`` is the value of the reference configuration (the public MLTCP defaults; in the
+``<base>-default`` spaces the shipped default of :mod:`mltcp.defaults`), which every new study
+evaluates first. ``<base>-default`` tunes the shipped default itself: F and the online switch,
+over a random suite (``mltcp tune run SUITE_DIR --space reno-default --holdout OTHER_SUITE_DIR``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import tomlfile
+from . import defaults, tomlfile
 from .cc import BASES
 
 
@@ -321,5 +323,20 @@ BUILTIN: dict[str, dict] = {
         },
     },
 }
+_SHIPPED = {  # the shipped default's knobs (mltcp.defaults), each default at the shipped value
+    "mltcp.slope": {"low": 0.25, "high": 8.0, "log": True, "default": defaults.SLOPE},
+    "mltcp.intercept": {"low": 0.02, "high": 1.0, "log": True, "default": defaults.INTERCEPT},
+    "mltcp.contended_above": {"low": 1.05, "high": 2.0, "default": defaults.CONTENDED_ABOVE},
+    "mltcp.trial": {"choices": [2, 4, 8], "default": defaults.TRIAL},
+    "mltcp.hold_max": {"choices": [8, 16, 32, 64], "default": defaults.HOLD_MAX},
+}
+for _b in ("reno", "cubic", "dctcp", "dcqcn"):
+    BUILTIN[f"{_b}-default"] = {
+        "base": _b,
+        "description": "the shipped default (mltcp/defaults.py): F and the online switch; "
+        "trial 0 is the default as shipped.",
+        "fixed": {"mltcp.adaptive": True, "mltcp.scale_decrease": False},
+        "search": dict(_SHIPPED),
+    }
 for _n, _d in BUILTIN.items():
     _d["name"] = _n

@@ -148,6 +148,7 @@ def test_space_validation_and_apply():
 
 
 def test_every_builtin_space_loads_and_its_reference_is_a_valid_scenario():
+    from mltcp import defaults
     from mltcp.tune_eval import make_cases
     from mltcp.tune_space import BUILTIN
 
@@ -155,7 +156,8 @@ def test_every_builtin_space_loads_and_its_reference_is_a_valid_scenario():
     for n in BUILTIN:
         s = load(n)
         sc = case.scenario({**s.fixed, **s.reference()})
-        assert sc.mltcp_params.get("slope") == 4.0
+        shipped = n.endswith("-default")  # the <base>-default spaces start from mltcp.defaults
+        assert sc.mltcp_params.get("slope") == (defaults.SLOPE if shipped else 4.0)
 
 
 def test_pareto_front_is_exactly_the_non_dominated_points():
@@ -293,3 +295,25 @@ def test_aggregate_drops_worst_case_or_geometric_mean():
     assert w["speedup_avg"] == pytest.approx(1.0) and w["speedup_p99"] == pytest.approx(2.0)
     assert w["signal_ratio"] == 4.0 and g["signal_ratio"] == pytest.approx(1.0)
     assert w["worst_speedup_avg"] == 0.5 and w["worst_speedup_p99"] == 1.0
+
+
+def test_the_default_is_tuned_over_a_suite_folder_and_held_out_on_another(tmp_path):
+    from mltcp import defaults, suitegen
+
+    train = tmp_path / "train"
+    held = tmp_path / "held"
+    suitegen.generate(train, 2, seed=21, compatible=True)
+    suitegen.generate(held, 1, seed=22, compatible=True)
+    out = tmp_path / "o"
+    code, so, se = tune(train, "--space", "reno-default", "--seeds", "1", "--iterations", "8", "--trials", 2,
+                        "--out", out, "--holdout", held, "--json")  # fmt: skip
+    assert code == 0, se
+    s = _summary(so)
+    assert s["training"] == [f"rand-reno-dumbbell-compatible-21-000{i}@seed1" for i in range(2)]  # the folder's files
+    assert [r["case"] for r in s["holdout"]["cases"]] == ["rand-reno-dumbbell-compatible-22-0000@seed1"]
+    t0 = json.loads((out / "trials/trial-00000.json").read_text())
+    assert t0["params"]["mltcp.slope"] == defaults.SLOPE and t0["params"]["mltcp.intercept"] == defaults.INTERCEPT
+    assert t0["params"]["mltcp.contended_above"] == defaults.CONTENDED_ABOVE  # trial 0: the default as shipped
+    (tmp_path / "empty").mkdir()
+    code, so, se = tune(tmp_path / "empty", "--out", tmp_path / "o2")
+    assert code == 2 and "no scenario files" in se and not (tmp_path / "o2").exists()
