@@ -21,6 +21,7 @@ def test_every_mltcp_variant_defaults_to_the_shipped_numbers():
         cc = ALGORITHMS[name]()
         assert (cc.slope, cc.intercept) == (defaults.SLOPE, defaults.INTERCEPT), name
         assert {k: getattr(cc, k) for k in SWITCH} == {k: getattr(defaults, v) for k, v in SWITCH.items()}, name
+        assert getattr(cc, "min_window", None) == (defaults.MIN_WINDOW if cc.window_based else None), name
 
 
 def test_the_shipped_f_is_the_public_one_scaled_to_a_mean_of_one():
@@ -44,6 +45,7 @@ def test_the_kernel_config_and_the_bpf_built_ins_are_the_same_numbers():
     assert int(d["MLTCP_DEF_CONTENDED_Q10"].rstrip("U")) == round(defaults.CONTENDED_ABOVE * 1024)
     assert int(d["MLTCP_DEF_HOLD_MAX"].rstrip("U")) == defaults.HOLD_MAX
     assert (d["MLTCP_DEF_FLAGS"] == "MLTCP_FLAG_ADAPTIVE") == defaults.ADAPTIVE
+    assert cfg.min_window == int(d["MLTCP_DEF_MIN_WINDOW"].rstrip("U")) == defaults.MIN_WINDOW
     assert int(d["MLTCP_FLAG_ADAPTIVE"].rstrip("U")) == maps.FLAG_ADAPTIVE
 
 

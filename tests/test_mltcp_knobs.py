@@ -229,10 +229,24 @@ def test_restart_window_removes_the_tail_timers_of_a_colliding_start(tmp_path):
     the finishing job's last segment, which waits ~200 ms for a timer. Restarting the starting
     job's window keeps that tail: fewer timers, and the iterations they stretch are gone."""
 
-    def sim(extra):
-        return simulate(scenario.load(str(_write(tmp_path, "scale_decrease = true\n" + extra, 7))), "mltcp-reno")
+    def sim(extra):  # without the window floor, which removes these timers too (next test)
+        table = "scale_decrease = true\nmin_window = 0\n" + extra
+        return simulate(scenario.load(str(_write(tmp_path, table, 7))), "mltcp-reno")
 
     plain, rs = sim(""), sim("restart_window = 10\n")
     assert plain.timeouts + plain.probes >= 2
     assert rs.timeouts + rs.probes < plain.timeouts + plain.probes
     assert max(x.duration for x in rs.records[20:]) < 0.1 < max(x.duration for x in plain.records[20:])
+
+
+def test_the_window_floor_keeps_a_yielding_flow_out_of_the_timers(tmp_path):
+    """The same collision with the shipped min_window (4 segments): the flow behind is not slowed
+    below the window that three duplicate ACKs need, so its losses are repaired without a timer."""
+
+    def sim(extra):
+        return simulate(scenario.load(str(_write(tmp_path, "scale_decrease = true\n" + extra, 7))), "mltcp-reno")
+
+    bare, floored = sim("min_window = 0\n"), sim("")
+    assert bare.timeouts + bare.probes >= 2
+    assert floored.timeouts + floored.probes < bare.timeouts + bare.probes
+    assert max(x.duration for x in floored.records[20:]) < 0.1 < max(x.duration for x in bare.records[20:])

@@ -53,8 +53,9 @@ SHAPES = ("linear", "capped", "convex")
     TRIAL,
     CONTENDED_ABOVE,
     HOLD_MAX,
-) = range(17)
-HOOK_LEN = 17
+    MIN_WINDOW,
+) = range(18)
+HOOK_LEN = 18
 
 
 @njit(cache=True)
@@ -74,6 +75,13 @@ def gain(mp, r):
         return mp[SLOPE] * r ** mp[EXPONENT] + mp[INTERCEPT]
     f = mp[SLOPE] * r + mp[INTERCEPT]
     return min(f, mp[CAP]) if mp[SHAPE] == 1.0 else f
+
+
+@njit(cache=True)
+def window_floor(mp, g, cwnd, mss):
+    """The increase gain ``g`` of a window-based flow at ``cwnd`` bytes: at least 1 below
+    ``min_window`` segments, where a flow that yields further loses packets only a timer repairs."""
+    return 1.0 if g < 1.0 and cwnd < mp[MIN_WINDOW] * mss else g
 
 
 @njit(cache=True)
@@ -222,6 +230,20 @@ class MLTCPHook(OnlineSwitch, IterationTracking):
         return self.where_engaged(st, [dscale(self.hook_vector(), float(r)) for r in st.tracker.bytes_ratio])
 
 
+class WindowFloor:
+    """Window-based variants: ``min_window`` (:func:`window_floor`), F never slows a window below it."""
+    min_window = Param(defaults.MIN_WINDOW, "segments", "F never slows the increase below this", bounds="[0, 1e6]")
+
+    def hook_vector(self):
+        mp = super().hook_vector()
+        mp[MIN_WINDOW] = self.min_window
+        return mp
+
+    def increase_gain(self, st):
+        g, mp = _vec(super().increase_gain(st), st.n), self.hook_vector()
+        return np.array([window_floor(mp, g[i], st.tcp[i, CWND], st.mss) for i in range(st.n)])
+
+
 class IterationRestart:
     """Window-based variants: ``restart_window`` (:func:`iteration_restart`) at each iteration's
     first send, after the base's own TX_START reaction."""
@@ -236,15 +258,15 @@ class IterationRestart:
 # fmt: on
 
 
-class MLTCPReno(IterationRestart, MLTCPHook, Reno):
+class MLTCPReno(IterationRestart, WindowFloor, MLTCPHook, Reno):
     name = "mltcp-reno"
 
 
-class MLTCPCubic(IterationRestart, MLTCPHook, Cubic):
+class MLTCPCubic(IterationRestart, WindowFloor, MLTCPHook, Cubic):
     name = "mltcp-cubic"
 
 
-class MLTCPDctcp(IterationRestart, MLTCPHook, Dctcp):
+class MLTCPDctcp(IterationRestart, WindowFloor, MLTCPHook, Dctcp):
     """F scales Reno's additive increase; with ``scale_decrease`` also the ECN cut alpha / 2 and the halving."""
 
     name = "mltcp-dctcp"
@@ -267,7 +289,7 @@ def variant_of(base: type[CongestionOps]) -> type[CongestionOps]:
     name = f"mltcp-{base.name}"
     if name in REGISTRY and REGISTRY[name].base_algorithm() is base:
         return REGISTRY[name]
-    mixins = (IterationRestart, MLTCPHook) if base.window_based else (MLTCPHook,)
+    mixins = (IterationRestart, WindowFloor, MLTCPHook) if base.window_based else (MLTCPHook,)
     return type(f"MLTCP{base.__name__}", (*mixins, base), {"name": name, "__module__": base.__module__})
 
 
@@ -278,7 +300,7 @@ def hook_fields() -> dict[str, Param]:
         if not issubclass(cls, MLTCPHook):
             continue
         for name, prm in cls.params.items():
-            hook_classes = (MLTCPHook, OnlineSwitch, IterationTracking, IterationRestart)
+            hook_classes = (MLTCPHook, OnlineSwitch, IterationTracking, IterationRestart, WindowFloor)
             if name in cls.__dict__ or any(name in vars(k) for k in hook_classes):
                 out[prm.key] = prm
     return out

@@ -256,7 +256,9 @@ def _congestion_response(cfg, cc, fl, f, t, a, lo, lo_rtx, req, hole, marked):
         # growth only outside recovery and when the window limited the sender (Linux
         # tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
         if a > 0.0 and not in_rec and fl.cwnd_limited[f]:
-            dispatch.cong_avoid(cc.kind, cc.p, cc.tcp, cc.ca, f, a, _gain(cc.mltcp, cc.mp, cc.tr, f), t, cfg.mss)
+            g = _gain(cc.mltcp, cc.mp, cc.tr, f)
+            g = hook.window_floor(cc.mp, g, cc.tcp[f, CWND], cfg.mss) if cc.mltcp else g
+            dispatch.cong_avoid(cc.kind, cc.p, cc.tcp, cc.ca, f, a, g, t, cfg.mss)
         # a first loss fast recovery repairs: one reduction per round trip; a lost retransmission
         # RACK found extends the episode it belongs to (Linux: no second reduction)
         loss = req > 0.0 and lo > lo_rtx

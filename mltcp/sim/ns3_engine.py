@@ -208,6 +208,7 @@ HOOK_KNOBS = (
     "trial",
     "contended_above",
     "hold_max",
+    "min_window",
 )
 
 
@@ -222,7 +223,7 @@ def _unmodelled_knobs(cc_name: str) -> list[str]:
 
 
 def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
-    """The ``[mltcp]`` table as the 18 numbers ``MakeCc`` takes (order in ns3_cxx.SetHook), from
+    """The ``[mltcp]`` table as the 19 numbers ``MakeCc`` takes (order in ns3_cxx.SetHook), from
     the same Param declarations and defaults the fast engine uses, and whether the flows mark
     iteration starts (boundary = mark); ([], False) for a base algorithm."""
     if not cc_name.startswith("mltcp-"):
@@ -249,6 +250,7 @@ def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
         float(c.trial),
         float(c.contended_above),
         float(c.hold_max),
+        float(c.min_window),
     ], c.boundary == "mark"
 
 

@@ -80,6 +80,7 @@ class Config:
     trial: int = defaults.TRIAL  # adaptive: judge every this many engaged iterations
     contended_above: float = defaults.CONTENDED_ABOVE  # adaptive: contended = comm > this x bytes at the best rate
     hold_max: int = defaults.HOLD_MAX  # adaptive: longest wait (iterations) before engaging again
+    min_window: int = defaults.MIN_WINDOW  # segments: below this window F never slows the increase (0 = off)
 
     def validate(self) -> None:
         for name in ("slope", "intercept", "idle_fraction"):
@@ -105,6 +106,9 @@ class Config:
                 raise ValueError(f"{name} must be a whole number of iterations from 1 to 1000000, got {v!r}")
         if not 1 < self.contended_above <= 100:
             raise ValueError(f"contended_above must be in (1, 100], got {self.contended_above}")
+        mw = self.min_window
+        if isinstance(mw, bool) or not isinstance(mw, int) or not 0 <= mw <= MAX_RESTART_SEGS:
+            raise ValueError(f"min_window must be a whole number of segments from 0 to {MAX_RESTART_SEGS}, got {mw!r}")
 
     def pack(self) -> bytes:
         self.validate()
@@ -123,7 +127,7 @@ class Config:
             self.trial,
             round(self.contended_above * Q10),
             self.hold_max,
-            0,
+            self.min_window,
         )
 
 
@@ -157,11 +161,12 @@ class SocketState:
     trial: int
     contended_q10: int
     hold_max: int
+    min_window: int
 
     @classmethod
     def unpack(cls, raw: bytes) -> "SocketState":
         v = SK.unpack(raw)
-        return cls(v[0], v[1], v[2], tuple(v[3:6]), *v[6:-1])  # the last u32 is padding
+        return cls(v[0], v[1], v[2], tuple(v[3:6]), *v[6:])
 
     @property
     def bytes_ratio(self) -> float:

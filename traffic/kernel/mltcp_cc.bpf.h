@@ -52,6 +52,7 @@
 #define MLTCP_DEF_TRIAL 4U                   /* the online switch's settings (mltcp.cc.mltcp.OnlineSwitch) */
 #define MLTCP_DEF_CONTENDED_Q10 1280U        /* 1.25 */
 #define MLTCP_DEF_HOLD_MAX 32U
+#define MLTCP_DEF_MIN_WINDOW 4U              /* segments: below this window F never slows the increase */
 
 #define MLTCP_FLAG_SCALE_DECREASE 1U
 #define MLTCP_FLAG_TRACE_ALL 2U          /* global cfg only: trace every socket */
@@ -79,7 +80,7 @@ struct mltcp_cfg {
 	__u32 trial;          /* adaptive: judge every this many engaged iterations */
 	__u32 contended_q10;  /* adaptive: contended = comm time > this x bytes at the best rate */
 	__u32 hold_max;       /* adaptive: longest wait (iterations) before engaging again */
-	__u32 pad;
+	__u32 min_window;     /* segments: below this window F never slows the increase, 0 = off */
 };
 
 struct mltcp_sk {
@@ -109,7 +110,7 @@ struct mltcp_sk {
 	__u32 trial;
 	__u32 contended_q10;
 	__u32 hold_max;
-	__u32 pad;
+	__u32 min_window;
 };
 
 struct mltcp_trace_ev {
@@ -390,6 +391,7 @@ static __always_inline void mltcp_init(struct sock *sk)
 		m->trial = cfg->trial ? cfg->trial : MLTCP_DEF_TRIAL;
 		m->contended_q10 = cfg->contended_q10 ? cfg->contended_q10 : MLTCP_DEF_CONTENDED_Q10;
 		m->hold_max = cfg->hold_max ? cfg->hold_max : MLTCP_DEF_HOLD_MAX;
+		m->min_window = cfg->min_window;
 	} else {
 		m->slope_q10 = MLTCP_DEF_SLOPE;
 		m->intercept_q10 = MLTCP_DEF_INTERCEPT;
@@ -400,6 +402,7 @@ static __always_inline void mltcp_init(struct sock *sk)
 		m->trial = MLTCP_DEF_TRIAL;
 		m->contended_q10 = MLTCP_DEF_CONTENDED_Q10;
 		m->hold_max = MLTCP_DEF_HOLD_MAX;
+		m->min_window = MLTCP_DEF_MIN_WINDOW;
 	}
 	m->port = port;
 	m->iter_start_acked = tp->bytes_acked;
@@ -561,8 +564,12 @@ static __always_inline int mltcp_nic_capped(const struct tcp_sock *tp, const str
 static __always_inline void mltcp_grow(struct tcp_sock *tp, const struct mltcp_sk *m, __u32 w,
 				       __u32 acked, __u32 aux)
 {
-	__u32 inc = acked * (m ? mltcp_f(m) : MLTCP_ONE);
+	__u32 f = m ? mltcp_f(m) : MLTCP_ONE, inc;
 	struct mltcp_trace_ev *ev;
+
+	if (m && f < MLTCP_ONE && tp->snd_cwnd < m->min_window)
+		f = MLTCP_ONE;      /* below min_window F never slows the increase (mltcp.cc.mltcp.window_floor) */
+	inc = acked * f;
 
 	if (mltcp_nic_capped(tp, m))
 		return;

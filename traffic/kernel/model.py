@@ -6,6 +6,8 @@ in :mod:`mltcp.cc` to show both implement the same MLTCP rules.
 
 from __future__ import annotations
 
+from mltcp import defaults
+
 SHIFT = 10
 ONE = 1 << SHIFT
 R_ONE = 1 << 16
@@ -62,8 +64,13 @@ def cubic_w(cwnd: int, target: int) -> int:
     return (cwnd << SHIFT) // (target - cwnd)
 
 
-def grow(cwnd: int, cnt: int, w: int, acked: int, f: int, clamp: int) -> tuple[int, int]:
-    """mltcp_grow: cwnd += F * acked * 1024 / w, fraction kept in cnt."""
+def grow(
+    cwnd: int, cnt: int, w: int, acked: int, f: int, clamp: int, min_window: int = defaults.MIN_WINDOW
+) -> tuple[int, int]:
+    """mltcp_grow: cwnd += F * acked * 1024 / w, fraction kept in cnt; F < 1 counts as 1 below
+    ``min_window`` segments."""
+    if f < ONE and cwnd < min_window:
+        f = ONE
     return cong_avoid_ai(cwnd, cnt, w, acked * f, clamp)
 
 

@@ -18,6 +18,7 @@ class Mltcp : public Base {
     double cap = INFINITY, exponent = 2.0;
     bool scaleDecrease = false;
     double restartWindow = 0;          // segments; 0 = off (mltcp.cc.mltcp.iteration_restart)
+    double minWindow = 0;              // segments: below this window F never slows the increase
     double decStart = 0.8, decEnd = 0.2;   // fraction removed at r = 0 / r = 1, in Reno terms (x base / 0.5)
     double baseKeep = 0.5;             // fraction of the window the base keeps on a reduction
     std::string name = "Mltcp";
@@ -55,7 +56,9 @@ class Mltcp : public Base {
         Base::IncreaseWindow(tcb, segmentsAcked);
         uint32_t after = tcb->m_cWnd;
         if (after > before) {
-            double inc = F() * double(after - before) + carry;
+            double f = F();             // mltcp.cc.mltcp.window_floor
+            if (f < 1.0 && double(before) < minWindow * tcb->m_segmentSize) f = 1.0;
+            double inc = f * double(after - before) + carry;
             double whole = std::floor(inc);
             carry = inc - whole;
             tcb->m_cWnd = before + uint32_t(whole);
@@ -85,7 +88,7 @@ class Mltcp : public Base {
 
 // the hook's numbers: slope, intercept, shape, cap, exponent, decrease_at_start, decrease_at_end,
 // idle_fraction, min_idle (inf with explicit marks), history, idle_gap == min2, scale_decrease,
-// restart_window, boundary == tx_start, adaptive, trial, contended_above, hold_max
+// restart_window, boundary == tx_start, adaptive, trial, contended_above, hold_max, min_window
 template <class M>
 void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
     m->slope = h[0]; m->intercept = h[1]; m->shape = int(h[2]); m->cap = h[3]; m->exponent = h[4];
@@ -94,7 +97,7 @@ void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
     m->tracker.min2 = h[10] != 0.0; m->scaleDecrease = h[11] != 0.0; m->restartWindow = h[12];
     m->tracker.atTx = h[13] != 0.0;
     m->tracker.adaptive = h[14] != 0.0; m->tracker.trial = h[15]; m->tracker.contendedAbove = h[16];
-    m->tracker.holdMax = h[17];
+    m->tracker.holdMax = h[17]; m->minWindow = h[18];
     m->baseKeep = baseKeep;
 }
 
@@ -102,7 +105,7 @@ Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double 
     if (name == "reno" && !linuxReno) return CreateObject<HostNewReno>();
     if (name == "reno") return CreateObject<HostReno>();
     if (name == "cubic") return CreateObject<HostCubic>();
-    NS_ABORT_MSG_IF(hook.size() != 18, "MakeCc: 18 hook numbers expected");
+    NS_ABORT_MSG_IF(hook.size() != 19, "MakeCc: 19 hook numbers expected");
     if (name == "mltcp-reno" && !linuxReno) {
         Ptr<Mltcp<HostNewReno>> m = CreateObject<Mltcp<HostNewReno>>();
         SetHook(m, hook, baseKeep); m->name = "MltcpNewReno";
