@@ -57,4 +57,6 @@ def test_the_kernel_cli_loads_the_shipped_default_unless_told_otherwise():
     opts = inspect.signature(cli.load).parameters
     assert (opts["slope"].default.default, opts["intercept"].default.default) == (defaults.SLOPE, defaults.INTERCEPT)
     assert opts["adaptive"].default.default is defaults.ADAPTIVE
+    assert opts["min_window"].default.default == defaults.MIN_WINDOW
+    assert cli._config(1.0, 0.5, 0.9, 1.0, None, min_window=0).min_window == 0
     assert cli._config(1.0, 0.5, 0.9, 1.0, None, variant="mltcp_reno", adaptive=False).adaptive is False

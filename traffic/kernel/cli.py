@@ -43,6 +43,7 @@ RESTART_WINDOW_HELP = (
 
 
 ADAPTIVE_HELP = "the online switch (mltcp.engage): F acts only while the flow's iterations interleave"
+MIN_WINDOW_HELP = "segments: below this window F never slows the increase (0 = off)"
 
 
 def _config(
@@ -55,6 +56,7 @@ def _config(
     variant=None,
     restart_window=0,
     adaptive=defaults.ADAPTIVE,
+    min_window=defaults.MIN_WINDOW,
 ) -> Config:
     if scale_decrease is None:
         scale_decrease = SCALE_DECREASE_DEFAULT.get(variant, False)
@@ -67,6 +69,7 @@ def _config(
         nic_cap=nic_cap,
         restart_window=restart_window,
         adaptive=adaptive,
+        min_window=min_window,
     )
     try:
         cfg.validate()
@@ -109,12 +112,26 @@ def load(
     ),
     restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
     adaptive: bool = typer.Option(defaults.ADAPTIVE, "--adaptive/--no-adaptive", help=ADAPTIVE_HELP),
+    min_window: int = typer.Option(
+        defaults.MIN_WINDOW, "--min-window", min=0, max=MAX_RESTART_SEGS, help=MIN_WINDOW_HELP
+    ),
     clang: str = typer.Option("clang"),
 ):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
     names = _variants(variant)  # one configuration per variant (their defaults differ)
     cfgs = {
-        v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v, restart_window, adaptive)
+        v: _config(
+            slope,
+            intercept,
+            idle_fraction,
+            min_idle_ms,
+            scale_decrease,
+            nic_cap,
+            v,
+            restart_window,
+            adaptive,
+            min_window,
+        )
         for v in names
     }
     try:
@@ -248,6 +265,9 @@ def experiment(
     ),
     restart_window: int = typer.Option(0, "--restart-window", min=0, max=MAX_RESTART_SEGS, help=RESTART_WINDOW_HELP),
     adaptive: bool = typer.Option(defaults.ADAPTIVE, "--adaptive/--no-adaptive", help=ADAPTIVE_HELP),
+    min_window: int = typer.Option(
+        defaults.MIN_WINDOW, "--min-window", min=0, max=MAX_RESTART_SEGS, help=MIN_WINDOW_HELP
+    ),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),
@@ -263,7 +283,16 @@ def experiment(
     setLogLevel("error")  # Mininet's warnings (as `mltcp emulate`): errors still show
 
     cfg = _config(
-        slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant, restart_window, adaptive
+        slope,
+        intercept,
+        idle_fraction,
+        min_idle_ms,
+        scale_decrease,
+        nic_cap,
+        variant,
+        restart_window,
+        adaptive,
+        min_window,
     )
     try:
         case = Case(
