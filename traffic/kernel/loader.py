@@ -94,6 +94,13 @@ def check_variants(variants: list[str] | tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys(variants))
 
 
+def clang_argv(clang: str, c_file: Path, obj: Path, *extra: str) -> list[str]:
+    """``clang -O2 -g -target bpf -D__TARGET_ARCH_<arch> EXTRA... -c C_FILE -o OBJ``: the BPF compile
+    line ``build`` and tcprog.build share; ``extra`` is what differs (include dirs, defines)."""
+    arch = _ARCH.get(platform.machine(), platform.machine())
+    return [clang, "-O2", "-g", "-target", "bpf", f"-D__TARGET_ARCH_{arch}", *extra, "-c", str(c_file), "-o", str(obj)]
+
+
 def build(
     variants=tuple(VARIANTS), out_dir: Path | None = None, clang: str = "clang", force: bool = False
 ) -> dict[str, Path]:
@@ -111,7 +118,6 @@ def build(
         tmp.replace(vmlinux_h)
     src = source_dir()
     header = src / "mltcp_cc.bpf.h"
-    arch = _ARCH.get(platform.machine(), platform.machine())
     objs = {}
     for v in variants:
         c_file = src / VARIANTS[v][0]
@@ -119,25 +125,7 @@ def build(
         newest = max(c_file.stat().st_mtime, header.stat().st_mtime, vmlinux_h.stat().st_mtime)
         if force or not obj.exists() or obj.stat().st_mtime < newest:
             tmp = obj.with_suffix(".o.tmp")
-            _run(
-                [
-                    clang,
-                    "-O2",
-                    "-g",
-                    "-target",
-                    "bpf",
-                    f"-D__TARGET_ARCH_{arch}",
-                    "-I",
-                    str(out),
-                    "-I",
-                    str(src),
-                    "-c",
-                    str(c_file),
-                    "-o",
-                    str(tmp),
-                ],
-                f"compiling {c_file.name}",
-            )
+            _run(clang_argv(clang, c_file, tmp, "-I", str(out), "-I", str(src)), f"compiling {c_file.name}")
             tmp.replace(obj)
         objs[v] = obj
     return objs

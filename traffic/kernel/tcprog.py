@@ -10,7 +10,6 @@ an object with maps ("mkdir /sys/fs/bpf/tc/ failed ... Unable to load program").
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -28,24 +27,9 @@ def build(source: str, defines: dict[str, int | str]) -> Path:
     if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
         return out
     loader.build([])  # vmlinux.h into the cache directory
-    arch = {"x86_64": "x86", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
     tmp = out.with_suffix(".o.tmp")
     p = subprocess.run(
-        [
-            "clang",
-            "-O2",
-            "-g",
-            "-target",
-            "bpf",
-            f"-D__TARGET_ARCH_{arch}",
-            "-I",
-            str(out.parent),
-            *(f"-D{k}={v}" for k, v in defines.items()),
-            "-c",
-            str(src),
-            "-o",
-            str(tmp),
-        ],
+        loader.clang_argv("clang", src, tmp, "-I", str(out.parent), *(f"-D{k}={v}" for k, v in defines.items())),
         capture_output=True,
         text=True,
     )
