@@ -32,10 +32,11 @@ from numba import njit
 
 # per flow: the iteration's bytes so far, the learned bytes per iteration, the last ACK's time, the
 # boundary gaps, the iteration count, the iteration's first ACK, the last closed iteration's
-# communication time (first to last ACK) and the best delivery rate seen; then the online switch's
-# state (:mod:`mltcp.engage`); HISTORY..: bytes of the last iterations, newest first
+# communication time (first to last ACK), the best delivery rate seen and the smallest RTT sample
+# (0: none yet); then the online switch's state (:mod:`mltcp.engage`); HISTORY..: bytes of the last
+# iterations, newest first
 (BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, PREV_GAP, FIRST_ACK, LAST_COMM, BEST_RATE,
- ENGAGED, IN_MODE, CONTENDED, HOLD, SEEN, HISTORY) = range(15)  # fmt: skip
+ MIN_RTT, ENGAGED, IN_MODE, CONTENDED, HOLD, SEEN, HISTORY) = range(16)  # fmt: skip
 BOUNDARIES = (
     "idle",
     "mark",
@@ -122,6 +123,20 @@ def on_ack(a, i, acked, now, idle_fraction, min_idle, min2=False):
 
 
 @njit(cache=True)
+def rtt_sample(a, i, rtt):
+    """Flow i's smallest RTT sample (s), like Linux's tcp_min_rtt (without its 5-minute window)."""
+    if rtt > 0.0 and (a[i, MIN_RTT] == 0.0 or rtt < a[i, MIN_RTT]):
+        a[i, MIN_RTT] = rtt
+
+
+@njit(cache=True)
+def path_bdp(a, i):
+    """Flow i's estimate of its path's bandwidth-delay product (bytes): the best delivery rate of a
+    completed iteration times the smallest RTT; 0 before both are known."""
+    return a[i, BEST_RATE] * a[i, MIN_RTT]
+
+
+@njit(cache=True)
 def tx_start(a, i, now, idle_fraction, min_idle, min2=False):
     """The idle rule checked when flow i starts sending with nothing in flight (Linux's
     CA_EVENT_TX_START, as the kernel tracker does), on the gap since its last ACK: a stall with data
@@ -187,6 +202,11 @@ class IterationTracker:
         min_idle = math.inf if self.at_tx else self.min_idle
         for i in np.flatnonzero(acked > 0):
             on_ack(self.a, i, acked[i], now, self.idle_fraction, min_idle, self.min2)
+
+    def rtt_sample(self, rtt) -> None:
+        rtt = np.broadcast_to(np.asarray(rtt, dtype=float), (len(self.a),))
+        for i in range(len(self.a)):
+            rtt_sample(self.a, i, rtt[i])
 
     def tx_start(self, now: float, mask=None) -> None:
         """The flows of ``mask`` send with nothing in flight; with ``boundary = "tx_start"`` the idle

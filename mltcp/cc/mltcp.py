@@ -78,10 +78,19 @@ def gain(mp, r):
 
 
 @njit(cache=True)
-def window_floor(mp, g, cwnd, mss):
-    """The increase gain ``g`` of a window-based flow at ``cwnd`` bytes: at least 1 below
-    ``min_window`` segments, where a flow that yields further loses packets only a timer repairs."""
-    return 1.0 if g < 1.0 and cwnd < mp[MIN_WINDOW] * mss else g
+def floor_bytes(mp, tr, i, mss):
+    """Flow i's window floor (bytes): ``min_window`` segments, but never more than its path's BDP
+    (:func:`mltcp.tracker.path_bdp`, once known): a flow at one BDP fills the link alone, so a floor
+    above it would keep the flow behind from yielding (few-segment BDPs, several flows per job)."""
+    floor, bdp = mp[MIN_WINDOW] * mss, trk.path_bdp(tr, i)
+    return min(floor, bdp) if bdp > 0.0 else floor
+
+
+@njit(cache=True)
+def window_floor(mp, g, cwnd, mss, tr, i):
+    """The increase gain ``g`` of window-based flow i at ``cwnd`` bytes: at least 1 below its floor
+    (:func:`floor_bytes`), where a flow that yields further loses packets only a timer repairs."""
+    return 1.0 if g < 1.0 and cwnd < floor_bytes(mp, tr, i, mss) else g
 
 
 @njit(cache=True)
@@ -231,7 +240,8 @@ class MLTCPHook(OnlineSwitch, IterationTracking):
 
 
 class WindowFloor:
-    """Window-based variants: ``min_window`` (:func:`window_floor`), F never slows a window below it."""
+    """Window-based variants: ``min_window`` (:func:`window_floor`), F never slows a window below it
+    (nor below the path's BDP, :func:`floor_bytes`)."""
     min_window = Param(defaults.MIN_WINDOW, "segments", "F never slows the increase below this", bounds="[0, 1e6]")
 
     def hook_vector(self):
@@ -239,9 +249,13 @@ class WindowFloor:
         mp[MIN_WINDOW] = self.min_window
         return mp
 
+    def pkts_acked(self, st, acked, rtt, now):  # the floor's path BDP needs the smallest RTT
+        st.tracker.rtt_sample(rtt)
+        super().pkts_acked(st, acked, rtt, now)
+
     def increase_gain(self, st):
-        g, mp = _vec(super().increase_gain(st), st.n), self.hook_vector()
-        return np.array([window_floor(mp, g[i], st.tcp[i, CWND], st.mss) for i in range(st.n)])
+        g, mp, a = _vec(super().increase_gain(st), st.n), self.hook_vector(), st.tracker.a
+        return np.array([window_floor(mp, g[i], st.tcp[i, CWND], st.mss, a, i) for i in range(st.n)])
 
 
 class IterationRestart:

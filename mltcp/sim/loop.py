@@ -242,6 +242,7 @@ def _ack_sample(cfg, cc, fl, f, t, a, mk, rtt_s):
     fl.srtt[f] += 0.125 * err
     if cc.mltcp:
         trk.on_ack(cc.tr, f, a, t, cc.mp[hook.IDLE_FRACTION], cfg.ack_min_idle, cc.mp[hook.GAP_MIN2] != 0.0)
+        trk.rtt_sample(cc.tr, f, rtt_s)
     dispatch.pkts_acked(cc.kind, cc.p, cc.tcp, cc.ca, f, a, rtt_s, t, cfg.mss)
     dispatch.in_ack_event(cc.kind, cc.p, cc.tcp, cc.ca, f, a, mk, rtt_s, t, cfg.mss)
 
@@ -257,7 +258,7 @@ def _congestion_response(cfg, cc, fl, f, t, a, lo, lo_rtx, req, hole, marked):
         # tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
         if a > 0.0 and not in_rec and fl.cwnd_limited[f]:
             g = _gain(cc.mltcp, cc.mp, cc.tr, f)
-            g = hook.window_floor(cc.mp, g, cc.tcp[f, CWND], cfg.mss) if cc.mltcp else g
+            g = hook.window_floor(cc.mp, g, cc.tcp[f, CWND], cfg.mss, cc.tr, f) if cc.mltcp else g
             dispatch.cong_avoid(cc.kind, cc.p, cc.tcp, cc.ca, f, a, g, t, cfg.mss)
         # a first loss fast recovery repairs: one reduction per round trip; a lost retransmission
         # RACK found extends the episode it belongs to (Linux: no second reduction)

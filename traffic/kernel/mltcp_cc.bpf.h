@@ -561,14 +561,29 @@ static __always_inline int mltcp_nic_capped(const struct tcp_sock *tp, const str
 	return tp->snd_cwnd >= cap + 2;
 }
 
+/*
+ * The window floor in bytes (mltcp.cc.mltcp.floor_bytes): min_window segments, but never more than
+ * the path's BDP once it is known (the best delivery rate of a completed iteration x the min RTT):
+ * a flow at one BDP fills the link alone, so a higher floor would keep the flow behind from yielding.
+ */
+static __always_inline __u64 mltcp_floor_bytes(const struct tcp_sock *tp, const struct mltcp_sk *m)
+{
+	__u64 mss = tp->mss_cache, floor = (__u64)m->min_window * mss, min_rtt_us = tp->rtt_min.s[0].v, bdp;
+
+	if (!m->best_rate_q10 || !min_rtt_us || min_rtt_us == ~0U)
+		return floor;
+	bdp = (m->best_rate_q10 * min_rtt_us) >> MLTCP_SHIFT;
+	return bdp < floor ? bdp : floor;
+}
+
 static __always_inline void mltcp_grow(struct tcp_sock *tp, const struct mltcp_sk *m, __u32 w,
 				       __u32 acked, __u32 aux)
 {
 	__u32 f = m ? mltcp_f(m) : MLTCP_ONE, inc;
 	struct mltcp_trace_ev *ev;
 
-	if (m && f < MLTCP_ONE && tp->snd_cwnd < m->min_window)
-		f = MLTCP_ONE;      /* below min_window F never slows the increase (mltcp.cc.mltcp.window_floor) */
+	if (m && f < MLTCP_ONE && (__u64)tp->snd_cwnd * tp->mss_cache < mltcp_floor_bytes(tp, m))
+		f = MLTCP_ONE;      /* below the floor F never slows the increase (mltcp.cc.mltcp.window_floor) */
 	inc = acked * f;
 
 	if (mltcp_nic_capped(tp, m))

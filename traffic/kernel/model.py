@@ -6,6 +6,8 @@ in :mod:`mltcp.cc` to show both implement the same MLTCP rules.
 
 from __future__ import annotations
 
+import math
+
 from mltcp import defaults
 
 SHIFT = 10
@@ -64,12 +66,27 @@ def cubic_w(cwnd: int, target: int) -> int:
     return (cwnd << SHIFT) // (target - cwnd)
 
 
+def bdp_segments(best_rate_q10: int, min_rtt_us: int, mss: int) -> float:
+    """mltcp_floor_bytes's path BDP in segments: best iteration rate (bytes/us, Q10) x min RTT;
+    infinite while either is unknown."""
+    if not best_rate_q10 or not min_rtt_us or min_rtt_us == 0xFFFFFFFF:
+        return math.inf
+    return ((best_rate_q10 * min_rtt_us) >> SHIFT) / mss
+
+
 def grow(
-    cwnd: int, cnt: int, w: int, acked: int, f: int, clamp: int, min_window: int = defaults.MIN_WINDOW
+    cwnd: int,
+    cnt: int,
+    w: int,
+    acked: int,
+    f: int,
+    clamp: int,
+    min_window: int = defaults.MIN_WINDOW,
+    bdp_segs: float = math.inf,
 ) -> tuple[int, int]:
     """mltcp_grow: cwnd += F * acked * 1024 / w, fraction kept in cnt; F < 1 counts as 1 below
-    ``min_window`` segments."""
-    if f < ONE and cwnd < min_window:
+    the floor: ``min_window`` segments, at most the path's BDP (:func:`bdp_segments`)."""
+    if f < ONE and cwnd < min(min_window, bdp_segs):
         f = ONE
     return cong_avoid_ai(cwnd, cnt, w, acked * f, clamp)
 

@@ -57,12 +57,19 @@ class Mltcp : public Base {
         uint32_t after = tcb->m_cWnd;
         if (after > before) {
             double f = F();             // mltcp.cc.mltcp.window_floor
-            if (f < 1.0 && double(before) < minWindow * tcb->m_segmentSize) f = 1.0;
+            if (f < 1.0 && double(before) < FloorBytes(tcb)) f = 1.0;
             double inc = f * double(after - before) + carry;
             double whole = std::floor(inc);
             carry = inc - whole;
             tcb->m_cWnd = before + uint32_t(whole);
         }
+    }
+    // mltcp.cc.mltcp.floor_bytes: minWindow segments, at most the path's BDP once known (the best
+    // rate of a completed iteration x the min RTT): a flow at one BDP fills the link alone
+    double FloorBytes(Ptr<TcpSocketState> tcb) const {
+        double floor = minWindow * tcb->m_segmentSize;
+        double bdp = tracker.bestRate * tcb->m_minRtt.GetSeconds();
+        return bdp > 0.0 && tcb->m_minRtt != Time::Max() ? std::min(floor, bdp) : floor;
     }
     uint32_t GetSsThresh(Ptr<const TcpSocketState> tcb, uint32_t bytesInFlight) override {
         uint32_t ss = Base::GetSsThresh(tcb, bytesInFlight);
