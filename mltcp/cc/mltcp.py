@@ -240,9 +240,10 @@ class MLTCPHook(OnlineSwitch, IterationTracking):
 
 
 class WindowFloor:
-    """Window-based variants: ``min_window`` (:func:`window_floor`), F never slows a window below it
-    (nor below the path's BDP, :func:`floor_bytes`)."""
-    min_window = Param(defaults.MIN_WINDOW, "segments", "F never slows the increase below this", bounds="[0, 1e6]")
+    """Window-based variants: ``min_window`` (:func:`window_floor`), F never slows a window below it,
+    or below the path's BDP if that is smaller (:func:`floor_bytes`)."""
+    min_window = Param(defaults.MIN_WINDOW, "segments", "F never slows the increase below min(this, path BDP)",
+                       bounds="[0, 1e6]")
 
     def hook_vector(self):
         mp = super().hook_vector()

@@ -43,7 +43,7 @@ RESTART_WINDOW_HELP = (
 
 
 ADAPTIVE_HELP = "the online switch (mltcp.engage): F acts only while the flow's iterations interleave"
-MIN_WINDOW_HELP = "segments: below this window F never slows the increase (0 = off)"
+MIN_WINDOW_HELP = "segments: below this window (or the path BDP, if less) F never slows the increase (0 = off)"
 
 
 def _config(

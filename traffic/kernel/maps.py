@@ -80,7 +80,8 @@ class Config:
     trial: int = defaults.TRIAL  # adaptive: judge every this many engaged iterations
     contended_above: float = defaults.CONTENDED_ABOVE  # adaptive: contended = comm > this x bytes at the best rate
     hold_max: int = defaults.HOLD_MAX  # adaptive: longest wait (iterations) before engaging again
-    min_window: int = defaults.MIN_WINDOW  # segments: below this window F never slows the increase (0 = off)
+    # segments: below this window (or the path BDP if less) F never slows the increase (0 = off)
+    min_window: int = defaults.MIN_WINDOW
 
     def validate(self) -> None:
         for name in ("slope", "intercept", "idle_fraction"):

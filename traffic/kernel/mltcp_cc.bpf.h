@@ -80,7 +80,7 @@ struct mltcp_cfg {
 	__u32 trial;          /* adaptive: judge every this many engaged iterations */
 	__u32 contended_q10;  /* adaptive: contended = comm time > this x bytes at the best rate */
 	__u32 hold_max;       /* adaptive: longest wait (iterations) before engaging again */
-	__u32 min_window;     /* segments: below this window F never slows the increase, 0 = off */
+	__u32 min_window;     /* segments: below this window (or the path BDP if less) F never slows the increase, 0 = off */
 };
 
 struct mltcp_sk {

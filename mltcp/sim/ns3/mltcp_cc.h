@@ -18,7 +18,7 @@ class Mltcp : public Base {
     double cap = INFINITY, exponent = 2.0;
     bool scaleDecrease = false;
     double restartWindow = 0;          // segments; 0 = off (mltcp.cc.mltcp.iteration_restart)
-    double minWindow = 0;              // segments: below this window F never slows the increase
+    double minWindow = 0;              // segments: below this window (or the path BDP if less) F never slows the increase
     double decStart = 0.8, decEnd = 0.2;   // fraction removed at r = 0 / r = 1, in Reno terms (x base / 0.5)
     double baseKeep = 0.5;             // fraction of the window the base keeps on a reduction
     std::string name = "Mltcp";
