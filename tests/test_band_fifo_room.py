@@ -7,6 +7,7 @@ import pytest
 
 from mltcp import suitegen, sweep
 from mltcp.sim import engine
+from mltcp.sim.state import BandFifoOverflow
 
 
 def _slow_priority_case(tmp_path):
@@ -19,7 +20,7 @@ def _slow_priority_case(tmp_path):
 def test_a_fifo_that_overflows_is_run_again_with_more_room_and_gives_the_same_run(tmp_path, monkeypatch):
     sc = _slow_priority_case(tmp_path)
     monkeypatch.setattr(engine, "FIFO_ROOMS", (1,))
-    with pytest.raises(RuntimeError, match="band FIFO overflow"):
+    with pytest.raises(BandFifoOverflow, match="band FIFO overflow"):
         engine.simulate(sc, sc.cc)
     monkeypatch.setattr(engine, "FIFO_ROOMS", (1, 8, 64))
     retried = engine.simulate(sc, sc.cc)

@@ -58,6 +58,7 @@ __all__ = [
     "PQ_Q", "Q", "TLP_EXTRA", "_priority_queues", "_push_feedback", "_serve_bands", "_arm_timer", "_split_loss",
 ]  # fmt: skip
 from .state import (
+    BandFifoOverflow,
     BUF,
     Cc,
     CDT,
@@ -492,8 +493,8 @@ def simulate(
         try:
             loop_time, samples = _run_chunks(run, progress, cwnd_sample_s)
             break
-        except RuntimeError as e:
-            if str(e) != "band FIFO overflow" or fifo_room == FIFO_ROOMS[-1]:
+        except BandFifoOverflow:
+            if fifo_room == FIFO_ROOMS[-1]:
                 raise
     fs, ks, rc, mss = run.fs, run.ks, run.rc, run.cfg.mss
     t_end = float(fs[F_T])

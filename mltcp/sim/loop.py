@@ -31,6 +31,7 @@ from ..cc.base import CWND, RATE, SSTHRESH
 from .queues import _flow_band, _pfc_paused, _priority_queues_into, _progress_hop, _push_feedback, _serve_bands
 from .recovery import _arm_timer, _split_loss, _until_rto
 from .state import (
+    BandFifoOverflow,
     ARRIVE,
     BUF,
     CDT,
@@ -603,7 +604,7 @@ def _enqueue_band(links, fl, ks, pql, f, k, deliv, lost, mkd, lost_rtx, rtt_now)
     fl.pin_b[f] = b
     fl.pin_n[f] += 1
     if pe_hn[pql, b, 1] == pe_cap:
-        raise RuntimeError("band FIFO overflow")
+        raise BandFifoOverflow("band FIFO overflow")
     e = (pe_hn[pql, b, 0] + pe_hn[pql, b, 1]) % pe_cap
     pe_hn[pql, b, 1] += 1
     ks[I_PE] += 1

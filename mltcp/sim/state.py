@@ -39,6 +39,13 @@ Q, QK, ARRIVE, PDROP, PMARK, INV_RATE, CDT, BUF = range(8)
 LR_RTX, LR_RTX_SENT, LR_HOLE, LR_RTO_AT, LR_BACKOFF, LR_PROBE, LR_PROBED, LR_FRTX, LR_LOSS_REC = range(9)
 LR_LEN = 9
 TLP_EXTRA = 0.002  # Linux tail-loss probe timeout: 2 srtt + TCP_TIMEOUT_MIN (2 jiffies at HZ=1000)
+
+
+class BandFifoOverflow(RuntimeError):
+    """A priority band's FIFO at a link is full (the compiled loop raises it; the engine reruns the
+    same seed with more room, :data:`mltcp.sim.engine.FIFO_ROOMS`)."""
+
+
 # ---- in-network policy (mltcp.progress_policy): the switch acts on each packet's bytes_ratio --------
 PP_BANDS, PP_SHIFT, PP_LO, PP_HI, PP_PECN, PP_SHARED, PP_PIN, PP_WINDOW = range(8)  # pp: the policy's parameters
 #     (priority_ecn code, priority_buffer shared 1 / per-band 0, contest window in seconds, 0: none)
