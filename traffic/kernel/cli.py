@@ -119,8 +119,8 @@ def load(
 ):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
     names = _variants(variant)  # one configuration per variant (their defaults differ)
-    hook = (restart_window, adaptive, min_window)
-    cfgs = {v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v, *hook) for v in names}
+    hook = dict(restart_window=restart_window, adaptive=adaptive, min_window=min_window)
+    cfgs = {v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v, **hook) for v in names}
     try:
         regs = loader.load(names, config=cfgs, clang=clang)
     except loader.KernelCCError as e:
@@ -269,8 +269,8 @@ def experiment(
 
     setLogLevel("error")  # Mininet's warnings (as `mltcp emulate`): errors still show
 
-    hook = (restart_window, adaptive, min_window)
-    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant, *hook)
+    hook = dict(restart_window=restart_window, adaptive=adaptive, min_window=min_window)
+    cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant, **hook)
     try:
         case = Case(
             rate_mbit=rate_mbit,

@@ -96,20 +96,16 @@ class Config:
             raise ValueError(f"min_idle must be between 0 and 4000 s, got {self.min_idle}")
         if not (0 <= self.trace_port < 65536):
             raise ValueError(f"trace_port must be a port number, got {self.trace_port}")
-        rw = self.restart_window
-        if isinstance(rw, bool) or not isinstance(rw, int) or not 0 <= rw <= MAX_RESTART_SEGS:
-            raise ValueError(
-                f"restart_window must be a whole number of segments from 0 to {MAX_RESTART_SEGS}, got {rw!r}"
-            )
+        for name in ("restart_window", "min_window"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_RESTART_SEGS:
+                raise ValueError(f"{name} must be a whole number of segments from 0 to {MAX_RESTART_SEGS}, got {v!r}")
         for name in ("trial", "hold_max"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
                 raise ValueError(f"{name} must be a whole number of iterations from 1 to 1000000, got {v!r}")
         if not 1 < self.contended_above <= 100:
             raise ValueError(f"contended_above must be in (1, 100], got {self.contended_above}")
-        mw = self.min_window
-        if isinstance(mw, bool) or not isinstance(mw, int) or not 0 <= mw <= MAX_RESTART_SEGS:
-            raise ValueError(f"min_window must be a whole number of segments from 0 to {MAX_RESTART_SEGS}, got {mw!r}")
 
     def pack(self) -> bytes:
         self.validate()
