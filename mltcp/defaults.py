@@ -8,9 +8,10 @@ test holds to these numbers).
   is on average no more aggressive than its base: F = 1.78 r + 0.11.
 * The online switch (:mod:`mltcp.engage`) is on: F acts only while it makes the flow's iterations
   interleave; elsewhere the flow is its base algorithm.
-* Below a window of 4 segments F never slows the increase (window-based variants): a flow that
-  yields down there loses packets with too few in flight for three duplicate ACKs, and each such
-  loss waits for a timer (200 ms on Linux), the long iterations in the p99.
+* Below a window of 4 segments, or of the path's BDP where that is less, F never slows the
+  increase (window-based variants): a flow that yields down there loses packets with too few in
+  flight for three duplicate ACKs, and each such loss waits for a timer (200 ms on Linux), the long
+  iterations in the p99; a floor above the BDP would keep it from yielding at all.
 
 Chosen on the 30-scenario random suites of suite seeds 11-32 and measured on others
 (docs/references.md, "The default").
