@@ -47,10 +47,14 @@ def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses(tmp_path
     try:
         out, err = p.communicate(timeout=400)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    assert not netns.leftovers(netns.run_prefix(p.pid))
+        # SIGTERM first, so a run that hangs cleans up as on Ctrl-C (a SIGKILL left a gloo worker
+        # spinning in a deleted namespace); whatever it leaves is recorded, then removed
+        netns.stop_process(p, grace_s=60)
+        p.communicate()
+        left = netns.leftovers(netns.run_prefix(p.pid))
+        netns.kill_pids(left.pids)
+        netns.delete_links(netns.run_prefix(p.pid))
+    assert not left
     assert set(loader.registered()) == was  # a variant the run registered is gone again
     deadline = time.monotonic() + 10  # ...and nothing holds its struct_ops once the sockets are closed
     while (new := _held_struct_ops() - held_before) and time.monotonic() < deadline:
