@@ -151,13 +151,16 @@ def emulate(
         "off the links' delay, so the base RTT is the scenario's",
     ),
     switch_logs: Path = typer.Option(None, help="link mode bmv2: keep each switch's log in DIR/<arm>/"),
-    pcap: bool = typer.Option(False, "--pcap", help="link mode bmv2, with --switch-logs: per-port pcaps too"),
+    pcap: bool = typer.Option(
+        False,
+        "--pcap",
+        help="link mode bmv2, with --switch-logs: per-port pcaps too; torch-ddp scenarios, with "
+        "--records: the bottleneck's capture, read back against the ranks' records",
+    ),
 ):
     """Build SCENARIO's topology in Mininet, run its jobs, print the same keys as `mltcp simulate`."""
-    if (switch_logs is not None or pcap) and link_mode != "bmv2":
-        fail("--switch-logs and --pcap need --link-mode bmv2")
-    if pcap and switch_logs is None:
-        fail("--pcap needs --switch-logs DIR (the folder the pcaps are kept in)")
+    if switch_logs is not None and link_mode != "bmv2":
+        fail("--switch-logs needs --link-mode bmv2")
     if switch_logs is not None and (switch_logs.exists() and not switch_logs.is_dir()):
         fail(f"--switch-logs: {switch_logs} exists and is not a folder")
     _emulate(
@@ -274,6 +277,7 @@ def _emulate(
     except TopologyError as e:
         fail(str(e))
     _refuse_options_ddp_ignores(sc, transport, link_mode, topology, switch_logs, baseline_peer)
+    _check_pcap(sc, pcap, link_mode, switch_logs, records)
     _prereqs()
     try:
         sc = rescale(sc, rate_mbps, delay_ms, iterations, buffer_kb, dilate)
@@ -334,6 +338,22 @@ def _emulate(
     _write(doc, out, as_json)
 
 
+def _check_pcap(sc, pcap, link_mode, switch_logs, records) -> None:
+    """--pcap: per-port pcaps of BMv2 (in --switch-logs), or a torch-ddp run's bottleneck (in --records)."""
+    from .ddp import is_ddp
+
+    if not pcap:
+        return
+    if is_ddp(sc):
+        if records is None:
+            fail("--pcap needs --records DIR (the folder the captures are kept in, beside the records)")
+        return
+    if link_mode != "bmv2":
+        fail("--pcap needs --link-mode bmv2 (or a torch-ddp scenario)")
+    if switch_logs is None:
+        fail("--pcap needs --switch-logs DIR (the folder the pcaps are kept in)")
+
+
 def _refuse_options_ddp_ignores(sc, transport, link_mode, topology, switch_logs, baseline_peer) -> None:
     """torch-ddp jobs run on kernel TCP over the htb dumbbell only: other choices exit 2."""
     from .ddp import is_ddp
@@ -370,9 +390,11 @@ def _run_with_progress(
 
     from .runner import run_experiment
 
-    kw = dict(with_sim=with_sim, records_dir=records, payload_rate=payload_rate, rtt_calibration=rtt_calibration)
+    kw = dict(
+        with_sim=with_sim, records_dir=records, payload_rate=payload_rate, rtt_calibration=rtt_calibration, pcap=pcap
+    )
     if switch_logs is not None:
-        kw.update(switch_logs=switch_logs, pcap=pcap)
+        kw.update(switch_logs=switch_logs)
     if quiet:
         return run_experiment(sc, cc, compare, transport, mode, topology, **kw)
     total = sum(j.iterations for j in sc.jobs)

@@ -31,6 +31,7 @@ from mltcp.records import IterationRecord, write_csv
 
 from . import netns
 from .arm import ArmResult
+from .capture import capture
 from .network import build_network
 from .peers import Peer, kernel_cc_name, messages, start_together
 from mltcp.ddp.catalog import BOUNDARIES
@@ -171,6 +172,9 @@ def base_cc_name(cc: str, mltcp: bool) -> str:
 class DdpArm:
     arm: ArmResult
     ranks: dict[str, dict]  # job -> per rank: loss, cpu_s, gpu_s, buckets, retrans (so far) per step
+    epoch: float = 0.0  # Unix time the records count from
+    rank0_ip: dict[str, str] | None = None  # job -> the address its rank 0 sends from
+    capture: dict | None = None  # with a pcap: its file, interface and the packets tcpdump lost
 
 
 def run_ddp_arm(
@@ -182,10 +186,12 @@ def run_ddp_arm(
     timeout_s: float | None = None,
     prefix: str | None = None,
     fail_after_records: int | None = None,
+    pcap: Path | None = None,
 ) -> DdpArm:
     """Build the dumbbell, run every job's ranks once on kernel ``cc`` (or its MLTCP variant), tear down.
     ``boundary`` overrides every job's (``idle`` or ``mark``); ``fail_after_records`` raises after
-    that many records (tests check the cleanup with it)."""
+    that many records (tests check the cleanup with it); ``pcap``: capture the bottleneck there
+    (headers, TCP, from before the ranks start until they exit)."""
     if boundary is not None and boundary not in BOUNDARIES:
         raise EmulationError(f"boundary must be one of {', '.join(BOUNDARIES)}, got {boundary!r}")
     check_ddp_scenario(sc)
@@ -226,10 +232,11 @@ def run_ddp_arm(
                     mltcp and d.nic_cap,
                 )
                 peers[f"{job.name}:{r}"] = Peer(node, argv, f"rank:{job.name}:{r}", q, cl)
-        start_together(peers, q, timeout_s=120 + 10 * len(peers), lead_s=0.5)
-        setup_drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))  # DDP's first broadcast
-        records, retrans, stats = collect(peers, q, sc, on_record, timeout_s, fail_after_records)
-        drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo)) - setup_drops
+        with capture(bottleneck_intfs(net, topo)[0].name, pcap, cl) if pcap else contextlib.nullcontext() as cap:
+            epoch = start_together(peers, q, timeout_s=120 + 10 * len(peers), lead_s=0.5)
+            setup_drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))  # DDP's first broadcast
+            records, retrans, stats = collect(peers, q, sc, on_record, timeout_s, fail_after_records)
+            drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo)) - setup_drops
     return DdpArm(
         ArmResult(
             wire_cc,
@@ -241,6 +248,9 @@ def run_ddp_arm(
             time.monotonic() - wall0,
         ),
         stats,
+        epoch,
+        {job: ips[hs[0]] for job, hs in hosts.items()},
+        cap,
     )
 
 
@@ -270,6 +280,8 @@ def collect(
             for key in ("loss", "cpu_s", "gpu_s", "buckets", "retrans"):
                 st[key].setdefault(rank, []).append(msg[key])
             if rank == "0":
+                if msg.get("last_collective") is not None:
+                    st.setdefault("last_collective", {})[int(msg["iteration"])] = float(msg["last_collective"])
                 rec = IterationRecord.from_dict(msg)
                 records.append(rec)
                 if on_record:
@@ -307,19 +319,30 @@ def run_ddp_experiment(
     on_record: Callable[[str, IterationRecord], None] | None = None,
     prefix: str | None = None,
     records_dir=None,
+    pcap: bool = False,
 ) -> dict:
     """Both arms of a torch-ddp scenario: the usual report (mltcp.compare.report) plus each job's
     per-step losses per arm and whether they are identical, and a ``ddp`` section. With
-    ``records_dir`` each arm's rank-0 iteration records go to ``<dir>/<arm>.csv``."""
+    ``records_dir`` each arm's rank-0 iteration records go to ``<dir>/<arm>.csv``; with ``pcap``
+    too, the bottleneck's capture to ``<dir>/<arm>.pcap``, and a ``pcap`` section says how
+    pcap-records' reading of it agrees with the ranks' records."""
     from .report import arm_summary
 
     if cc not in ("reno", "cubic", "dctcp"):
         raise EmulationError(f"torch-ddp jobs run on kernel TCP: --cc reno, cubic or dctcp, not {cc}")
-    cb = (lambda arm: lambda r: on_record(arm, r)) if on_record else (lambda arm: None)
-    base = run_ddp_arm(sc, cc, False, boundary, cb("baseline"), prefix=prefix)
-    ml = run_ddp_arm(sc, cc, True, boundary, cb("mltcp"), prefix=prefix) if compare_mltcp else None
+    if pcap and records_dir is None:
+        raise EmulationError("a capture needs a folder to go in (--records DIR)")
     if records_dir is not None:
         Path(records_dir).mkdir(parents=True, exist_ok=True)
+    cb = (lambda arm: lambda r: on_record(arm, r)) if on_record else (lambda arm: None)
+
+    def arm_run(arm: str, mltcp: bool) -> DdpArm:
+        cap = Path(records_dir) / f"{arm}.pcap" if pcap else None
+        return run_ddp_arm(sc, cc, mltcp, boundary, cb(arm), prefix=prefix, pcap=cap)
+
+    base = arm_run("baseline", False)
+    ml = arm_run("mltcp", True) if compare_mltcp else None
+    if records_dir is not None:
         for arm, run in (("baseline", base), ("mltcp", ml)):
             if run is not None:
                 write_csv(run.arm.records, Path(records_dir) / f"{arm}.csv")
@@ -365,7 +388,39 @@ def run_ddp_experiment(
         "iterations": max(j.iterations for j in sc.jobs),
     }
     out["sim_vs_emu"] = None
+    if pcap:
+        out["pcap"] = {arm: wire_report(sc, a) for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
     return out
+
+
+def wire_idle_gap(sc) -> float:
+    """The idle gap that cuts a DDP job's traffic into iterations on the wire: half the shortest
+    forward pass (a third of the GPU time), as a rank sends nothing from its last collective until
+    backward reaches its first bucket; at least 5 ms."""
+    return max(0.005, min(j.extra["ddp"].gpu_ms for j in sc.jobs) / 1e3 / 3 / 2)
+
+
+def wire_report(sc, run: DdpArm) -> dict:
+    """How `mltcp traffic pcap-records` reads an arm's capture against the ranks' records: per job,
+    the bursts on rank 0's connections matched to its records (traffic.wire_check), with the command that reads it."""
+    from mltcp.traffic.pcap import read_records
+    from mltcp.traffic.wire_check import agreement, of_host
+
+    gap = wire_idle_gap(sc)
+    wire = read_records(run.capture["file"], epoch=run.epoch, idle_gap=gap)
+    per_job = {}
+    for k, job in enumerate(sc.jobs):
+        recs = [r for r in run.arm.records if r.job == job.name]
+        bursts = of_host(wire, run.rank0_ip[job.name], skip_ports=[MASTER_PORT + k])
+        last = run.ranks[job.name].get("last_collective", {})
+        per_job[job.name] = agreement(recs, last, bursts, run.rank0_ip[job.name]).as_dict()
+    return {
+        **run.capture,
+        "epoch": run.epoch,
+        "idle_gap_s": gap,
+        "command": f"mltcp traffic pcap-records {run.capture['file']} --epoch {run.epoch:.6f} --idle-gap {gap:.6g}",
+        "agreement": per_job,
+    }
 
 
 def _cpu_gpu(st: dict) -> dict:

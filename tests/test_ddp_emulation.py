@@ -3,6 +3,7 @@
 run fails halfway. Root + Mininet + BPF; integration."""
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -39,7 +40,8 @@ def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses(tmp_path
     was = set(loader.registered())
     held_before = _held_struct_ops()
     p = subprocess.Popen(
-        [sys.executable, "-m", "mltcp.emulation.cli", "run", TINY, "--compare", "--json", "--records", str(tmp_path)],
+        [sys.executable, "-m", "mltcp.emulation.cli", "run", TINY, "--compare", "--json", "--records", str(tmp_path)]
+        + ["--pcap"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -81,6 +83,31 @@ def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses(tmp_path
         rows = read_csv(tmp_path / f"{arm}.csv")
         assert len(rows) == d[arm]["iterations"] and {r.job for r in rows} == {"A", "B"}
     assert d["speedup_avg"] == pytest.approx(d["baseline"]["avg_iter_s"] / d["mltcp"]["avg_iter_s"], rel=1e-3)
+    check_the_capture_agrees_with_the_records(d["pcap"], tmp_path)
+
+
+def check_the_capture_agrees_with_the_records(pcaps: dict, folder) -> None:
+    """--pcap: the bottleneck's capture, read by pcap-records, against rank 0's records."""
+    for arm in ("baseline", "mltcp"):
+        p = pcaps[arm]
+        assert p["file"] == str(folder / f"{arm}.pcap") and p["kernel_dropped"] == 0
+        for job, a in p["agreement"].items():
+            # every iteration is on the wire, and nothing on rank 0's connections outside them
+            assert a["records"] == a["matched"] == 8 and a["unmatched_bursts"] == 0, (arm, job, a)
+            assert a["first_packet_err_ms"]["median"] < 5 and a["last_received_err_ms"]["median"] < 5, (arm, job, a)
+            assert a["period_ratio"] == pytest.approx(1.0, abs=0.02), (arm, job, a)
+    # the command the report names reads the same capture the same way
+    cmd = shlex.split(pcaps["mltcp"]["command"])
+    assert cmd[:2] == ["mltcp", "traffic"]
+    wire_csv = folder / "wire.csv"
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", *cmd[1:], "--out", str(wire_csv)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    stores = (":29500", ":29501")  # the rendezvous stores' connections are no job's traffic
+    bursts = [w for w in read_csv(wire_csv) if not any(s in w.job for s in stores)]
+    # with 2 ranks every gloo connection has rank 0 at one end: the same bursts as the report's
+    assert len(bursts) == sum(a["bursts"] for a in pcaps["mltcp"]["agreement"].values())
 
 
 def test_a_failed_ddp_run_leaves_nothing_behind():

@@ -132,6 +132,18 @@ def test_emulate_options_ddp_jobs_cannot_honour_exit_2(opt):
     assert "ddp-tiny.toml" in r.stderr and " ".join(opt) in r.stderr
 
 
+def test_emulate_pcap_of_a_ddp_run_needs_a_records_folder_exit_2():
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "emulate", "run", "scenarios/ddp-tiny.toml", "--pcap"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert r.returncode == 2, r.stderr
+    assert "--pcap needs --records" in r.stderr
+
+
 def test_two_local_ranks_over_loopback_attach_and_train_identically():
     """examples/ddp_two_ranks.py twice: gloo's sockets on reno, every step recorded in order,
     the same losses both times (fixed seeds)."""

@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -91,6 +92,14 @@ def test_plain_flows_grouped_by_idle_gap(tmp_path):
     for r, (s, e) in zip(back, expected):
         assert r.comm_start == pytest.approx(s - 1000.0, abs=2e-6) and r.end == pytest.approx(e - 1000.0, abs=2e-6)
     assert back[2].start == pytest.approx(back[1].end)
+    later = pcap.read_records(path, epoch=1000.1)  # a run's epoch: what came before it is left out
+    assert [r.comm_start for r in later] == pytest.approx([r.comm_start - 0.1 for r in back[1:]], abs=2e-6)
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "traffic", "pcap-records", str(path), "--epoch", "nan"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "--epoch" in r.stderr
 
 
 def test_read_errors(tmp_path):

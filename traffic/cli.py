@@ -461,6 +461,9 @@ def pcap_records(
     path: Path = typer.Argument(..., help="pcap (MLTCP shim flows or any UDP/TCP flows)"),
     idle_gap: Optional[str] = typer.Option(None, help="gap that starts a new iteration in flows without the shim"),
     port: List[int] = typer.Option([], "--port", help="also parse the MLTCP shim on this UDP port (9199 always)"),
+    epoch: Optional[float] = typer.Option(
+        None, help="Unix time the records count from; earlier packets are left out (default: the first packet)"
+    ),
     records_out: Optional[Path] = typer.Option(None, "--out", help="write records CSV here"),
     as_json: bool = typer.Option(False, "--json"),
 ):
@@ -471,12 +474,15 @@ def pcap_records(
 
     for p in port:
         _bounds(p, "--port", 1, 65535)
+    if epoch is not None and not 0 <= epoch <= 1e11:  # NaN too
+        fail(f"--epoch must be a Unix time in seconds (0 to 1e11), got {epoch}")
     _check_output(records_out, "--out")
     try:
         recs = read_records(
             path,
             idle_gap=_conv(parse_duration, idle_gap, "--idle-gap", 0, MAX_SECONDS, lo_open=True) if idle_gap else None,
             ports=port,
+            epoch=epoch,
         )
     except PcapError as e:
         fail(str(e))

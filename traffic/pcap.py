@@ -162,7 +162,9 @@ def read_records(
     path, epoch: float | None = None, idle_gap: float | None = None, job_names: dict | None = None, ports=()
 ) -> list[IterationRecord]:
     """Per-job iteration records from a capture (see module docstring). The shim is recognised
-    on UDP port 9199 and on any of ``ports`` (for runs on other ports)."""
+    on UDP port 9199 and on any of ``ports`` (for runs on other ports). Times are seconds after
+    ``epoch`` (Unix time; default the first packet), and packets before it are left out (a run's
+    setup)."""
     ports = set(ports)
     path = Path(path)
     if not path.exists():
@@ -178,6 +180,8 @@ def read_records(
     with reader:
         for pkt in reader:
             t = float(pkt.time)
+            if epoch is not None and t < epoch:
+                continue
             if t_first is None:
                 t_first = t
             ip = pkt.getlayer(IP)

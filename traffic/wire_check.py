@@ -1,0 +1,127 @@
+"""Does a capture agree with the iteration records a job's ranks wrote?
+
+The ranks of a torch-ddp job record, per iteration, when its first collective was called
+(``comm_start``) and when its last one returned (``last_collective``). A capture of the link,
+read by :func:`mltcp.traffic.pcap.read_records` (``mltcp traffic pcap-records``), gives the same
+job's traffic per flow, cut into bursts at idle gaps. This module matches the bursts on rank 0's
+connections (both directions) to the records and measures the difference: pure logic, no I/O.
+
+A burst belongs to the record whose communication it falls in: the last record whose first
+collective was called at most ``slack_s`` before the burst's first packet, if the burst starts
+before that record's optimizer step (``end``) plus ``slack_s``. Bursts that match no record are
+counted: traffic the records do not know about. A record may get several bursts (a gap between
+DDP's buckets longer than the idle gap splits an iteration on the wire); its wire view is then
+the first packet of the first and the last packet rank 0 received in any.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from mltcp.records import IterationRecord
+
+
+@dataclass(frozen=True)
+class Agreement:
+    records: int  # rank-0 records compared
+    matched: int  # records with traffic on the wire
+    bursts: int  # bursts on rank 0's connections
+    unmatched_bursts: int  # bursts outside every record's communication
+    first_err_ms: tuple[float, float]  # |first packet - first collective called|: median, max
+    last_err_ms: tuple[float, float]  # |last packet received - last collective returned|: median, max
+    period_wire_s: float  # mean time from one iteration's first packet to the next's
+    period_records_s: float  # the same from the records' first collectives
+
+    @property
+    def period_ratio(self) -> float:
+        return self.period_wire_s / self.period_records_s if self.period_records_s else float("nan")
+
+    def as_dict(self) -> dict:
+        return {
+            "records": self.records,
+            "matched": self.matched,
+            "bursts": self.bursts,
+            "unmatched_bursts": self.unmatched_bursts,
+            "first_packet_err_ms": {"median": self.first_err_ms[0], "max": self.first_err_ms[1]},
+            "last_received_err_ms": {"median": self.last_err_ms[0], "max": self.last_err_ms[1]},
+            "period_wire_s": self.period_wire_s,
+            "period_records_s": self.period_records_s,
+            "period_ratio": self.period_ratio,
+        }
+
+
+def _ends(label: str) -> tuple[str, str, str, str]:
+    """(src ip, src port, dst ip, dst port) of a pcap-records flow label ``src:sport>dst:dport``."""
+    src, _, dst = str(label).partition(">")
+    s_ip, _, s_port = src.rpartition(":")
+    d_ip, _, d_port = dst.rpartition(":")
+    return s_ip, s_port, d_ip, d_port
+
+
+def of_host(wire: list[IterationRecord], ip: str, skip_ports=()) -> list[IterationRecord]:
+    """The bursts of the flows ``ip`` sent or received, without those to or from ``skip_ports``
+    (e.g. the rendezvous store's)."""
+    skip = {str(p) for p in skip_ports}
+    out = []
+    for w in wire:
+        s_ip, s_port, d_ip, d_port = _ends(w.job)
+        if ip in (s_ip, d_ip) and s_port not in skip and d_port not in skip:
+            out.append(w)
+    return sorted(out, key=lambda w: w.comm_start)
+
+
+def _median_max(xs: list[float]) -> tuple[float, float]:
+    return (round(statistics.median(xs), 3), round(max(xs), 3)) if xs else (float("nan"), float("nan"))
+
+
+def _mean_step(ts: list[float]) -> float:
+    return (ts[-1] - ts[0]) / (len(ts) - 1) if len(ts) > 1 else float("nan")
+
+
+def agreement(
+    records: list[IterationRecord],
+    last_collective: dict[int, float],
+    bursts: list[IterationRecord],
+    ip: str,
+    slack_s: float = 0.05,
+) -> Agreement:
+    """Rank 0's ``records`` of one job (``last_collective``: iteration -> when its last collective
+    returned, same clock) against the ``bursts`` on its connections (:func:`of_host`; ``ip`` is
+    rank 0's address). The first packet either way is compared with the first collective's call,
+    the last packet rank 0 received with its last collective's return: gloo's send returns once
+    the bytes are in the socket's buffer, so rank 0's own last packets may leave after that."""
+    recs = sorted(records, key=lambda r: r.comm_start)
+    mine: dict[int, list[IterationRecord]] = {r.iteration: [] for r in recs}
+    unmatched = 0
+    k = 0
+    for w in sorted(bursts, key=lambda w: w.comm_start):
+        while k + 1 < len(recs) and recs[k + 1].comm_start - slack_s <= w.comm_start:
+            k += 1
+        r = recs[k] if recs else None
+        if r is not None and r.comm_start - slack_s <= w.comm_start <= r.end + slack_s:
+            mine[r.iteration].append(w)
+        else:
+            unmatched += 1
+    first_err, last_err, firsts, rec_firsts = [], [], [], []
+    for r in recs:
+        ws = mine[r.iteration]
+        if not ws:
+            continue
+        first = min(w.comm_start for w in ws)
+        firsts.append(first)
+        rec_firsts.append(r.comm_start)
+        first_err.append(abs(first - r.comm_start) * 1e3)
+        received = [w.end for w in ws if _ends(w.job)[2] == ip]
+        if r.iteration in last_collective and received:
+            last_err.append(abs(max(received) - last_collective[r.iteration]) * 1e3)
+    return Agreement(
+        records=len(recs),
+        matched=len(firsts),
+        bursts=len(bursts),
+        unmatched_bursts=unmatched,
+        first_err_ms=_median_max(first_err),
+        last_err_ms=_median_max(last_err),
+        period_wire_s=_mean_step(firsts),
+        period_records_s=_mean_step(rec_firsts),
+    )
