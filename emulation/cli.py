@@ -277,7 +277,7 @@ def _emulate(
     except TopologyError as e:
         fail(str(e))
     _refuse_options_ddp_ignores(sc, transport, link_mode, topology, switch_logs, baseline_peer)
-    _check_pcap(sc, pcap, link_mode, switch_logs, records)
+    _check_pcap(sc, pcap, link_mode, topology, switch_logs, records)
     _prereqs()
     try:
         sc = rescale(sc, rate_mbps, delay_ms, iterations, buffer_kb, dilate)
@@ -338,7 +338,7 @@ def _emulate(
     _write(doc, out, as_json)
 
 
-def _check_pcap(sc, pcap, link_mode, switch_logs, records) -> None:
+def _check_pcap(sc, pcap, link_mode, topology, switch_logs, records) -> None:
     """--pcap: per-port pcaps of BMv2 (in --switch-logs), or a torch-ddp run's bottleneck (in --records)."""
     from .ddp import is_ddp
 
@@ -347,6 +347,8 @@ def _check_pcap(sc, pcap, link_mode, switch_logs, records) -> None:
     if is_ddp(sc):
         if records is None:
             fail("--pcap needs --records DIR (the folder the captures are kept in, beside the records)")
+        if topology not in ("auto", "dumbbell"):
+            fail(f"--pcap: a torch-ddp run captures the dumbbell's bottleneck, not a {topology}'s links")
         return
     if link_mode != "bmv2":
         fail("--pcap needs --link-mode bmv2 (or a torch-ddp scenario)")
@@ -355,7 +357,8 @@ def _check_pcap(sc, pcap, link_mode, switch_logs, records) -> None:
 
 
 def _refuse_options_ddp_ignores(sc, transport, link_mode, topology, switch_logs, baseline_peer) -> None:
-    """torch-ddp jobs run on kernel TCP over the htb dumbbell only: other choices exit 2."""
+    """torch-ddp jobs run on kernel TCP over htb links, on the dumbbell or the leaf-spine: other
+    choices exit 2."""
     from .ddp import is_ddp
 
     if not is_ddp(sc):
@@ -363,10 +366,12 @@ def _refuse_options_ddp_ignores(sc, transport, link_mode, topology, switch_logs,
     for opt, got, ok in (
         ("--transport", transport, ("kernel",)),
         ("--link-mode", link_mode, ("auto", "htb")),
-        ("--topology", topology, ("auto", "dumbbell")),
+        ("--topology", topology, ("auto", "dumbbell", "leafspine")),
     ):
         if got not in ok:
-            fail(f"{sc.source}: torch-ddp jobs run on kernel TCP over the htb dumbbell, not {opt} {got}")
+            fail(
+                f"{sc.source}: torch-ddp jobs run on kernel TCP over htb links (dumbbell or leafspine), not {opt} {got}"
+            )
     if switch_logs is not None or baseline_peer:
         fail(f"{sc.source}: torch-ddp jobs run over htb links: --switch-logs and --baseline-peer do not apply")
 

@@ -38,7 +38,7 @@ from mltcp.ddp.catalog import BOUNDARIES
 from mltcp.traffic.kernel.transport import pacing_rate_for_link
 
 from .plan import EmulationError, link_params_of
-from .topologies import bottleneck_intfs, make_topology, qdisc_drops
+from .topologies import bottleneck_intfs, make_topology, qdisc_drops, qdisc_sent_bytes
 
 MASTER_PORT = 29500
 
@@ -54,16 +54,21 @@ def check_ddp_scenario(sc) -> None:
     paths = {tuple(j.path) for j in sc.jobs}
     if len(paths) != 1 or len(next(iter(paths))) != 1:
         raise EmulationError(
-            f"{sc.source}: jobs[].path: torch-ddp jobs run on the dumbbell: every job's path "
-            "must be the same single link"
+            f"{sc.source}: jobs[].path: torch-ddp jobs share one fabric (the dumbbell's bottleneck, or "
+            "with --topology leafspine every leaf-spine link): every job's path must be the same single link"
         )
 
 
-def rank_hosts(jobs) -> dict[str, list[str]]:
-    """job -> the dumbbell host (short name, a<i> or b<i>) of each rank: the job's ``hosts``, or
-    alternating sides a, b, a, ... on hosts no other job uses."""
+SIDES = {"dumbbell": ("a", "b", 50), "leafspine": ("h1", "h2", 20)}  # host name prefixes, hosts per side
+
+
+def rank_hosts(jobs, topology: str = "dumbbell") -> dict[str, list[str]]:
+    """job -> the host (short name) of each rank: the job's ``hosts``, or alternating sides on
+    hosts no other job uses, so every gloo connection crosses the fabric. Dumbbell: a<i> and b<i>;
+    leaf-spine: h1<i> under leaf 1 and h2<i> under leaf 2."""
+    sides = SIDES[topology]
     taken = {h for j in jobs if j.extra["ddp"].hosts for h in j.extra["ddp"].hosts}
-    nxt = {"a": 1, "b": 1}
+    nxt = {side: 1 for side in sides[:2]}
     out = {}
     for j in jobs:
         d = j.extra["ddp"]
@@ -72,7 +77,7 @@ def rank_hosts(jobs) -> dict[str, list[str]]:
             continue
         hosts = []
         for r in range(d.ranks):
-            side = "ab"[r % 2]
+            side = sides[r % 2]
             while f"{side}{nxt[side]}" in taken:
                 nxt[side] += 1
             hosts.append(f"{side}{nxt[side]}")
@@ -80,12 +85,23 @@ def rank_hosts(jobs) -> dict[str, list[str]]:
         out[j.name] = hosts
     for name, hosts in out.items():
         for h in hosts:
-            if len(h) < 2 or h[0] not in "ab" or not h[1:].isdigit() or not 1 <= int(h[1:]) <= 50:
-                raise EmulationError(f"job {name}: host {h!r} is not a dumbbell host (a1..a50, b1..b50)")
+            if host_index(h, topology) is None:
+                a, b, n = sides
+                raise EmulationError(f"job {name}: host {h!r} is not a {topology} host ({a}1..{a}{n}, {b}1..{b}{n})")
     all_hosts = [h for hs in out.values() for h in hs]
     if len(set(all_hosts)) != len(all_hosts):
         raise EmulationError("two ranks on one host: give each rank its own host")
     return out
+
+
+def host_index(host: str, topology: str) -> int | None:
+    """The number of a host on its side (b7 -> 7, h23 -> 3), or None if it is no host of the topology."""
+    a, b, n = SIDES[topology]
+    for side in (a, b):
+        rest = host[len(side) :]
+        if host.startswith(side) and rest.isdigit() and 1 <= int(rest) <= n:
+            return int(rest)
+    return None
 
 
 def worker_argv(
@@ -175,6 +191,7 @@ class DdpArm:
     epoch: float = 0.0  # Unix time the records count from
     rank0_ip: dict[str, str] | None = None  # job -> the address its rank 0 sends from
     capture: dict | None = None  # with a pcap: its file, interface and the packets tcpdump lost
+    links: dict | None = None  # fabric link direction -> bytes and drops while iterating
 
 
 def run_ddp_arm(
@@ -187,6 +204,7 @@ def run_ddp_arm(
     prefix: str | None = None,
     fail_after_records: int | None = None,
     pcap: Path | None = None,
+    topology: str = "dumbbell",
 ) -> DdpArm:
     """Build the dumbbell, run every job's ranks once on kernel ``cc`` (or its MLTCP variant), tear down.
     ``boundary`` overrides every job's (``idle`` or ``mark``); ``fail_after_records`` raises after
@@ -195,15 +213,17 @@ def run_ddp_arm(
     if boundary is not None and boundary not in BOUNDARIES:
         raise EmulationError(f"boundary must be one of {', '.join(BOUNDARIES)}, got {boundary!r}")
     check_ddp_scenario(sc)
-    hosts = rank_hosts(sc.jobs)
-    n_side = max(int(h[1:]) for hs in hosts.values() for h in hs)
+    if pcap and topology != "dumbbell":
+        raise EmulationError("a torch-ddp run captures the dumbbell's bottleneck only (--pcap without --topology)")
+    hosts = rank_hosts(sc.jobs, topology)
+    n_side = max(host_index(h, topology) for hs in hosts.values() for h in hs)
     bottleneck = link_params_of(sc.links[sc.jobs[0].path[0]], sc.mss)
     prefix = prefix or netns.run_prefix()
     name = base_cc_name(cc, mltcp)
     wall0 = time.monotonic()
     with registered_variant(name), netns.Cleanup(prefix) as cl:
         wire_cc = kernel_cc_name(cc, mltcp)
-        topo = make_topology("dumbbell", prefix, bottleneck, n_jobs=n_side)
+        topo = make_topology(topology, prefix, bottleneck, n_jobs=n_side)
         net = build_network(topo, "htb", cl)
         # Not the namespaces' default: the ranks set it on their sockets. (Setting an algorithm that
         # is not in tcp_allowed_congestion_control as a namespace's default fails with EPERM, and on
@@ -234,9 +254,11 @@ def run_ddp_arm(
                 peers[f"{job.name}:{r}"] = Peer(node, argv, f"rank:{job.name}:{r}", q, cl)
         with capture(bottleneck_intfs(net, topo)[0].name, pcap, cl) if pcap else contextlib.nullcontext() as cap:
             epoch = start_together(peers, q, timeout_s=120 + 10 * len(peers), lead_s=0.5)
-            setup_drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo))  # DDP's first broadcast
+            fabric = bottleneck_intfs(net, topo)
+            setup = link_counters(fabric, prefix)  # DDP's first broadcast
             records, retrans, stats = collect(peers, q, sc, on_record, timeout_s, fail_after_records)
-            drops = sum(qdisc_drops(i) for i in bottleneck_intfs(net, topo)) - setup_drops
+            links = {k: {f: v[f] - setup[k][f] for f in v} for k, v in link_counters(fabric, prefix).items()}
+            drops = sum(v["drops"] for v in links.values())
     return DdpArm(
         ArmResult(
             wire_cc,
@@ -251,7 +273,14 @@ def run_ddp_arm(
         epoch,
         {job: ips[hs[0]] for job, hs in hosts.items()},
         cap,
+        links,
     )
+
+
+def link_counters(intfs, prefix: str) -> dict[str, dict[str, int]]:
+    """Per fabric link direction (the egress interface, named without the run's prefix): bytes
+    sent and packets dropped so far."""
+    return {i.name.removeprefix(prefix): {"bytes": qdisc_sent_bytes(i), "drops": qdisc_drops(i)} for i in intfs}
 
 
 def collect(
@@ -320,6 +349,7 @@ def run_ddp_experiment(
     prefix: str | None = None,
     records_dir=None,
     pcap: bool = False,
+    topology: str = "dumbbell",
 ) -> dict:
     """Both arms of a torch-ddp scenario: the usual report (mltcp.compare.report) plus each job's
     per-step losses per arm and whether they are identical, and a ``ddp`` section. With
@@ -338,7 +368,7 @@ def run_ddp_experiment(
 
     def arm_run(arm: str, mltcp: bool) -> DdpArm:
         cap = Path(records_dir) / f"{arm}.pcap" if pcap else None
-        return run_ddp_arm(sc, cc, mltcp, boundary, cb(arm), prefix=prefix, pcap=cap)
+        return run_ddp_arm(sc, cc, mltcp, boundary, cb(arm), prefix=prefix, pcap=cap, topology=topology)
 
     base = arm_run("baseline", False)
     ml = arm_run("mltcp", True) if compare_mltcp else None
@@ -379,8 +409,9 @@ def run_ddp_experiment(
             if a is not None
         },
     }
+    out["links"] = {arm: a.links for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
     out["emulation"] = {
-        "topology": "dumbbell",
+        "topology": topology,
         "transport": "kernel",
         "link_mode": "htb",
         "bottleneck": link_params_of(sc.links[sc.jobs[0].path[0]], sc.mss).__dict__,

@@ -65,7 +65,10 @@ def run_experiment(
     from .ddp import is_ddp, run_ddp_experiment
 
     if is_ddp(sc):  # real PyTorch DDP ranks on kernel TCP (emulation/ddp.py)
-        return run_ddp_experiment(sc, cc, compare_mltcp, on_record=on_record, records_dir=records_dir, pcap=pcap)
+        kind = "dumbbell" if topology == "auto" else topology
+        return run_ddp_experiment(
+            sc, cc, compare_mltcp, on_record=on_record, records_dir=records_dir, pcap=pcap, topology=kind
+        )
     if cc not in BASE_CCS:
         raise EmulationError(f"--cc must be one of {', '.join(BASE_CCS)}, got {cc}")
     if transport not in TRANSPORTS:

@@ -646,6 +646,13 @@ def bottleneck_intfs(net: Mininet, topo: EmuTopo) -> list:
     return out
 
 
+def qdisc_sent_bytes(intf) -> int:
+    """Bytes the root qdisc on ``intf`` has sent (from tc -s): what left on that link direction."""
+    out = intf.node.cmd(f"tc -s qdisc show dev {intf.name}")
+    m = re.search(r"Sent (\d+) bytes", out)
+    return int(m.group(1)) if m else 0
+
+
 def qdisc_drops(intf) -> int:
     """Packets dropped by the qdiscs on ``intf`` (sum over the hierarchy's leaves, from tc -s)."""
     out = intf.node.cmd(f"tc -s qdisc show dev {intf.name}")

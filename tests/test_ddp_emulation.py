@@ -120,3 +120,21 @@ def test_a_failed_ddp_run_leaves_nothing_behind():
     with pytest.raises(EmulationError, match="injected failure"):
         run_ddp_arm(sc, "reno", False, prefix=prefix, fail_after_records=3)
     assert not netns.leftovers(prefix)
+
+
+def test_ddp_jobs_on_the_leaf_spine_cross_two_fabric_links_each_way():
+    from mltcp import scenario as scn
+    from mltcp.emulation.ddp import run_ddp_arm
+
+    prefix = netns.run_prefix() + "l"
+    sc = scn.load(TINY)
+    try:
+        run = run_ddp_arm(sc, "reno", False, prefix=prefix, topology="leafspine")
+    finally:
+        assert not netns.leftovers(prefix)
+    assert len(run.arm.records) == 2 * 8 and set(run.rank0_ip.values()) == {"10.1.1.1", "10.1.2.1"}
+    assert len(run.links) == 8  # 4 leaf-spine links, both directions
+    # every rank 0 under leaf 1, every rank 1 under leaf 2: each direction of each job's gloo
+    # connection crosses a leaf-spine link and a spine-leaf link in every iteration
+    grads = sum(j.extra["ddp"].gradient_bytes() * j.iterations for j in sc.jobs)
+    assert sum(v["bytes"] for v in run.links.values()) >= 0.95 * 2 * 2 * grads

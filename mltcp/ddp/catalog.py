@@ -8,7 +8,7 @@ A torch-ddp job in a scenario::
     workload = "torch-ddp"
     model = "resnet50"        # a name of MODELS
     ranks = 2                 # processes, one per emulated host
-    hosts = ["a1", "b1"]      # optional: the dumbbell hosts of the ranks (default a<k>, b<k>, ...)
+    hosts = ["a1", "b1"]      # optional: the hosts of the ranks (dumbbell a<k>, b<k>; leaf-spine h1<k>, h2<k>)
     gpu_ms = 400              # optional: emulated GPU time per iteration (default: the model's)
     bucket_mb = 25            # DDP's bucket_cap_mb
     boundary = "mark"         # MLTCP arm: the hook marks each first bucket (idle rule off), or "idle"
