@@ -225,6 +225,8 @@ def run_ddp_arm(
         wire_cc = kernel_cc_name(cc, mltcp)
         topo = make_topology(topology, prefix, bottleneck, n_jobs=n_side)
         net = build_network(topo, "htb", cl)
+        if topology == "leafspine":
+            same_spines_every_run(net)
         # Not the namespaces' default: the ranks set it on their sockets. (Setting an algorithm that
         # is not in tcp_allowed_congestion_control as a namespace's default fails with EPERM, and on
         # this kernel the failed call keeps a reference: the variant's struct_ops outlives unload.)
@@ -275,6 +277,14 @@ def run_ddp_arm(
         cap,
         links,
     )
+
+
+def same_spines_every_run(net) -> None:
+    """The leaves hash flows onto spines by addresses only (fib_multipath_hash_policy 0): gloo's
+    ports are ephemeral, so with the layer-4 hash the two arms of a comparison would place the
+    jobs on different spines; by addresses, every run places each job's connection alike."""
+    for sw in net.switches:
+        sw.cmd("sysctl -qw net.ipv4.fib_multipath_hash_policy=0")
 
 
 def link_counters(intfs, prefix: str) -> dict[str, dict[str, int]]:

@@ -179,7 +179,7 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     "resnet50": ModelSpec("resnet50", resnet50, "image", (1, 3, 224, 224), (2, 3, 32, 32), 1000),
     "vgg16": ModelSpec("vgg16", vgg16, "image", (1, 3, 224, 224), (2, 3, 32, 32), 1000),
-    "gpt2-small": ModelSpec("gpt2-small", GPT, "tokens", (1, 1024), (1, 16), 50257),
+    "gpt2-small": ModelSpec("gpt2-small", GPT, "tokens", (1, 1024), (1, 4), 50257),
     "mlp8m": ModelSpec("mlp8m", lambda: mlp(512, 8), "vector", (1, 512), (4, 512), 10),
     "tiny": ModelSpec("tiny", lambda: mlp(256, 3), "vector", (1, 256), (4, 256), 10),
 }
