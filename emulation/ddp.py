@@ -38,7 +38,7 @@ from mltcp.ddp.catalog import BOUNDARIES
 from mltcp.traffic.kernel.transport import pacing_rate_for_link
 
 from .plan import EmulationError, link_params_of
-from .topologies import bottleneck_intfs, make_topology, qdisc_drops, qdisc_sent_bytes
+from .topologies import bottleneck_intfs, make_topology, qdisc_counters
 
 MASTER_PORT = 29500
 
@@ -254,9 +254,9 @@ def run_ddp_arm(
                     mltcp and d.nic_cap,
                 )
                 peers[f"{job.name}:{r}"] = Peer(node, argv, f"rank:{job.name}:{r}", q, cl)
-        with capture(bottleneck_intfs(net, topo)[0].name, pcap, cl) if pcap else contextlib.nullcontext() as cap:
+        fabric = bottleneck_intfs(net, topo)
+        with capture(fabric[0].name, pcap, cl) if pcap else contextlib.nullcontext() as cap:
             epoch = start_together(peers, q, timeout_s=120 + 10 * len(peers), lead_s=0.5)
-            fabric = bottleneck_intfs(net, topo)
             setup = link_counters(fabric, prefix)  # DDP's first broadcast
             records, retrans, stats = collect(peers, q, sc, on_record, timeout_s, fail_after_records)
             links = {k: {f: v[f] - setup[k][f] for f in v} for k, v in link_counters(fabric, prefix).items()}
@@ -290,7 +290,7 @@ def same_spines_every_run(net) -> None:
 def link_counters(intfs, prefix: str) -> dict[str, dict[str, int]]:
     """Per fabric link direction (the egress interface, named without the run's prefix): bytes
     sent and packets dropped so far."""
-    return {i.name.removeprefix(prefix): {"bytes": qdisc_sent_bytes(i), "drops": qdisc_drops(i)} for i in intfs}
+    return {i.name.removeprefix(prefix): qdisc_counters(i) for i in intfs}
 
 
 def collect(

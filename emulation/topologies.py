@@ -646,22 +646,22 @@ def bottleneck_intfs(net: Mininet, topo: EmuTopo) -> list:
     return out
 
 
-def qdisc_sent_bytes(intf) -> int:
-    """Bytes the root qdisc on ``intf`` has sent (from tc -s): what left on that link direction."""
+def qdisc_counters(intf) -> dict[str, int]:
+    """From one ``tc -s qdisc show`` of ``intf``: the bytes its root qdisc has sent (what left on
+    that link direction) and the packets its qdiscs dropped (sum over the hierarchy's leaves)."""
     out = intf.node.cmd(f"tc -s qdisc show dev {intf.name}")
-    m = re.search(r"Sent (\d+) bytes", out)
-    return int(m.group(1)) if m else 0
-
-
-def qdisc_drops(intf) -> int:
-    """Packets dropped by the qdiscs on ``intf`` (sum over the hierarchy's leaves, from tc -s)."""
-    out = intf.node.cmd(f"tc -s qdisc show dev {intf.name}")
-    total = 0
+    sent = re.search(r"Sent (\d+) bytes", out)
+    drops = 0
     for block in re.split(r"\n(?=qdisc )", out):
         head = block.split("\n", 1)[0]
         if head.startswith("qdisc htb") and "parent" not in head:
             continue  # htb root aggregates its children; count the leaves only
         m = re.search(r"dropped (\d+)", block)
         if m:
-            total += int(m.group(1))
-    return total
+            drops += int(m.group(1))
+    return {"bytes": int(sent.group(1)) if sent else 0, "drops": drops}
+
+
+def qdisc_drops(intf) -> int:
+    """Packets dropped by the qdiscs on ``intf`` (sum over the hierarchy's leaves, from tc -s)."""
+    return qdisc_counters(intf)["drops"]

@@ -119,27 +119,26 @@ def test_bad_torch_ddp_fields_exit_2_naming_file_and_field(tmp_path, extra, fiel
     assert field in r.stderr and "s.toml" in r.stderr
 
 
-@pytest.mark.parametrize("opt", [["--transport", "udp"], ["--link-mode", "bmv2"], ["--topology", "ring"]])
-def test_emulate_options_ddp_jobs_cannot_honour_exit_2(opt):
-    r = subprocess.run(
-        [sys.executable, "-m", "mltcp.cli", "emulate", "run", "scenarios/ddp-tiny.toml", *opt],
+def _emulate_tiny(*opts: str) -> subprocess.CompletedProcess:
+    """`mltcp emulate run scenarios/ddp-tiny.toml OPTS` from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "emulate", "run", "scenarios/ddp-tiny.toml", *opts],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=Path(__file__).resolve().parents[1],
     )
+
+
+@pytest.mark.parametrize("opt", [["--transport", "udp"], ["--link-mode", "bmv2"], ["--topology", "ring"]])
+def test_emulate_options_ddp_jobs_cannot_honour_exit_2(opt):
+    r = _emulate_tiny(*opt)
     assert r.returncode == 2, r.stderr
     assert "ddp-tiny.toml" in r.stderr and " ".join(opt) in r.stderr
 
 
 def test_emulate_pcap_of_a_ddp_run_needs_a_records_folder_exit_2():
-    r = subprocess.run(
-        [sys.executable, "-m", "mltcp.cli", "emulate", "run", "scenarios/ddp-tiny.toml", "--pcap"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).resolve().parents[1],
-    )
+    r = _emulate_tiny("--pcap")
     assert r.returncode == 2, r.stderr
     assert "--pcap needs --records" in r.stderr
 
