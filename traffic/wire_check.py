@@ -28,7 +28,7 @@ class Agreement:
     matched: int  # records with traffic on the wire
     bursts: int  # bursts on rank 0's connections
     unmatched_bursts: int  # bursts outside every record's communication
-    first_err_ms: tuple[float, float]  # |first packet - first collective called|: median, max
+    first_err_ms: tuple[float, float]  # |first packet sent - first collective called|: median, max
     last_err_ms: tuple[float, float]  # |last packet received - last collective returned|: median, max
     period_wire_s: float  # mean time from one iteration's first packet to the next's
     period_records_s: float  # the same from the records' first collectives
@@ -88,9 +88,10 @@ def agreement(
 ) -> Agreement:
     """Rank 0's ``records`` of one job (``last_collective``: iteration -> when its last collective
     returned, same clock) against the ``bursts`` on its connections (:func:`of_host`; ``ip`` is
-    rank 0's address). The first packet either way is compared with the first collective's call,
-    the last packet rank 0 received with its last collective's return: gloo's send returns once
-    the bytes are in the socket's buffer, so rank 0's own last packets may leave after that."""
+    rank 0's address). The first packet rank 0 sent is compared with its first collective's call
+    (the peer's may come earlier: the ranks reach the collective at different times), the last
+    packet it received with its last collective's return (gloo's send returns once the bytes are
+    in the socket's buffer, so rank 0's own last packets may leave after that)."""
     recs = sorted(records, key=lambda r: r.comm_start)
     mine: dict[int, list[IterationRecord]] = {r.iteration: [] for r in recs}
     unmatched = 0
@@ -108,10 +109,12 @@ def agreement(
         ws = mine[r.iteration]
         if not ws:
             continue
+        sent = [w.comm_start for w in ws if _ends(w.job)[0] == ip]
         first = min(w.comm_start for w in ws)
         firsts.append(first)
         rec_firsts.append(r.comm_start)
-        first_err.append(abs(first - r.comm_start) * 1e3)
+        if sent:
+            first_err.append(abs(min(sent) - r.comm_start) * 1e3)
         received = [w.end for w in ws if _ends(w.job)[2] == ip]
         if r.iteration in last_collective and received:
             last_err.append(abs(max(received) - last_collective[r.iteration]) * 1e3)
