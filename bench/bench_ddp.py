@@ -1,7 +1,10 @@
 """Real PyTorch DDP jobs in the emulation, several runs of the base against its MLTCP variant: one
 `mltcp emulate run SCENARIO --cc CC --compare --json` per run (root, Mininet, BPF), a row per run
 and the tallies the DDP targets are judged by (do no harm: avg >= 0.98x and p99 >= 0.95x with no
-more retransmissions; the interleave; identical losses).
+more retransmissions; the interleave; identical losses). First each distinct job runs alone
+(`mltcp emulate calibrate`): the first job's time alone is the perfect-interleave bound, and the
+runs use the calibrated scenario, so each row also says how close the simulator's prediction of
+every job came (`sim_vs_emu`).
 
     sudo .venv/bin/python bench/bench_ddp.py scenarios/ddp-mlp-compatible.toml --runs 5
     sudo .venv/bin/python bench/bench_ddp.py scenarios/ddp-mlp-compatible.toml --cc cubic --runs 3 --markdown t.md
@@ -49,18 +52,22 @@ def median_overlap(records: Path, arm: str, warmup: int) -> float:
     return v[len(v) // 2] if v else float("nan")
 
 
-def first_job_alone(path: str, out: Path) -> str:
-    """The scenario with its first job only: what that job takes with the link to itself (the
-    perfect-interleave bound of an iteration, with the hosts' own CPU time in it)."""
-    import tomllib
+def calibrated(path: str, cc: str, out: Path) -> dict:
+    """`mltcp emulate calibrate`: every job alone once (one run per distinct job), the scenario
+    written to ``out`` with the simulator's compute measured; its JSON document."""
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "emulate", "calibrate", path, "--cc", cc, "--out", str(out), "--json"],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        raise SystemExit(f"bench_ddp: the runs alone failed (exit {r.returncode}): {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout)
 
-    import tomli_w
 
-    raw = tomllib.loads(scenario.resolve(path).read_text())
-    raw["jobs"] = raw["jobs"][:1]
-    raw["name"] = f"{raw.get('name', 'scenario')}-first-job-alone"
-    out.write_text(tomli_w.dumps(raw))
-    return str(out)
+def sim_over_emu(doc: dict) -> list[float]:
+    """The simulator's average iteration over the emulation's, per job and arm (1 = exact)."""
+    return [1 / v for arm in (doc.get("sim_vs_emu") or {}).values() if isinstance(arm, dict) for v in arm.values() if v]
 
 
 def row_of(doc: dict, records: Path, load: float, warmup: int) -> dict:
@@ -81,6 +88,7 @@ def row_of(doc: dict, records: Path, load: float, warmup: int) -> dict:
         "drops_base": b["drops"],
         "drops_mltcp": m["drops"],
         "losses_identical": doc["losses_identical"],
+        "sim_over_emu": sim_over_emu(doc),
     }
 
 
@@ -102,12 +110,15 @@ def tallies(rows: list[dict], avg_target: float, p99_target: float) -> dict:
         "no_harm": sum(map(no_harm, rows)),
         "target": sum(map(target, rows)),
         "losses_identical": sum(bool(r["losses_identical"]) for r in rows),
+        "sim_within_15pc": sum(
+            bool(r["sim_over_emu"]) and all(abs(x - 1) <= 0.15 for x in r["sim_over_emu"]) for r in rows
+        ),
     }
 
 
 HEAD = (
     "| run | load | base avg / p99 (s) | MLTCP avg / p99 (s) | speedup avg / p99 | interleaved at "
-    "| median overlap base -> MLTCP | retransmissions | drops |"
+    "| median overlap base -> MLTCP | retransmissions | drops | simulator / emulation |"
 )
 
 
@@ -117,8 +128,12 @@ def markdown_row(i: int, r: dict) -> str:
         f"| {i} | {r['load']:.1f} | {r['base_avg']:.3f} / {r['base_p99']:.3f} | {r['mltcp_avg']:.3f} / "
         f"{r['mltcp_p99']:.3f} | {r['speedup_avg']:.3f} / {r['speedup_p99']:.3f} | {at} "
         f"| {r['overlap_base']:.2f} -> {r['overlap_mltcp']:.2f} | {r['retrans_base']:,} -> {r['retrans_mltcp']:,} "
-        f"| {r['drops_base']:,.0f} -> {r['drops_mltcp']:,.0f} |"
+        f"| {r['drops_base']:,.0f} -> {r['drops_mltcp']:,.0f} | {_span(r['sim_over_emu'])} |"
     )
+
+
+def _span(xs: list[float]) -> str:
+    return "-" if not xs else f"{min(xs):.2f}-{max(xs):.2f}"
 
 
 def main() -> None:
@@ -128,7 +143,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--avg-target", type=float, default=1.2, help="the avg speedup a run must reach")
     ap.add_argument("--p99-target", type=float, default=1.3, help="the p99 speedup a run must reach")
-    ap.add_argument("--no-alone", action="store_true", help="skip the run of the first job alone")
+    ap.add_argument(
+        "--no-alone",
+        action="store_true",
+        help="skip the runs alone (`mltcp emulate calibrate`): no perfect-interleave bound, the simulator uncalibrated",
+    )
     ap.add_argument("--markdown", type=Path, help="write the rows and tallies as markdown to this file")
     ap.add_argument("--json", type=Path, help="write every run's row to this file")
     a = ap.parse_args()
@@ -141,21 +160,24 @@ def main() -> None:
     except scenario.ScenarioError as e:
         ap.error(str(e))
     alone = None
+    tmp = tempfile.TemporaryDirectory()
+    path = a.scenario
     if not a.no_alone:
-        with tempfile.TemporaryDirectory() as d:
-            doc = one_run(first_job_alone(a.scenario, Path(d) / "alone.toml"), a.cc, None, compare=False)
-        alone = doc["baseline"]
-        print(
-            f"the first job alone on {a.cc}: {alone['avg_iter_s']:.3f} / {alone['p99_iter_s']:.3f} s "
-            "(avg / p99: the perfect-interleave bound)",
-            flush=True,
-        )
+        path = str(Path(tmp.name) / "calibrated.toml")
+        cal = calibrated(a.scenario, a.cc, Path(path))
+        alone = next(iter(cal["measured"].values()))  # the first job's
+        for job, m in cal["measured"].items():
+            print(
+                f"job {job} alone on {a.cc}: {m['alone_s']:.3f} / {m['p99_s']:.3f} s (avg / p99; the first job's is "
+                f"the perfect-interleave bound); the simulator's compute {cal['jobs'][job]['sim_compute_ms']:.0f} ms",
+                flush=True,
+            )
     rows = []
     print(HEAD, flush=True)
     for i in range(1, a.runs + 1):
         load = os.getloadavg()[0]
         with tempfile.TemporaryDirectory() as d:
-            doc = one_run(a.scenario, a.cc, Path(d))
+            doc = one_run(path, a.cc, Path(d))
             rows.append(row_of(doc, Path(d), load, warmup))
         print(markdown_row(i, rows[-1]), flush=True)
     t = tallies(rows, a.avg_target, a.p99_target)
@@ -163,21 +185,22 @@ def main() -> None:
         f"{a.scenario}, {a.cc} vs mltcp_{a.cc}: do no harm (avg >= 0.98x, p99 >= 0.95x, retransmissions <= base) "
         f"in {t['no_harm']} of {t['runs']} runs; avg >= {a.avg_target}x, p99 >= {a.p99_target}x, interleaved "
         f"within 10 iterations and retransmissions <= base in {t['target']} of {t['runs']}; losses identical "
-        f"between the arms in {t['losses_identical']} of {t['runs']}"
+        f"between the arms in {t['losses_identical']} of {t['runs']}; the simulator within 15 % of every job's "
+        f"average in both arms in {t['sim_within_15pc']} of {t['runs']}"
     )
     if alone:
-        near = sum(r["mltcp_avg"] <= 1.05 * alone["avg_iter_s"] for r in rows)
-        base_x = [r["base_avg"] / alone["avg_iter_s"] for r in rows]
+        near = sum(r["mltcp_avg"] <= 1.05 * alone["alone_s"] for r in rows)
+        base_x = [r["base_avg"] / alone["alone_s"] for r in rows]
         summary += (
             f"; MLTCP's avg within 5 % of the first job alone in {near} of {t['runs']} runs; the base's avg "
             f"{min(base_x):.2f}-{max(base_x):.2f}x the job alone (the most any scheduling can gain)"
         )
-        t.update(alone_avg=alone["avg_iter_s"], alone_p99=alone["p99_iter_s"], mltcp_near_alone=near)
+        t.update(alone_avg=alone["alone_s"], alone_p99=alone["p99_s"], mltcp_near_alone=near)
     print(summary)
     if a.markdown:
         a.markdown.write_text(
             "\n".join(
-                [HEAD, "|---|---|---|---|---|---|---|---|---|"]
+                [HEAD, "|---|---|---|---|---|---|---|---|---|---|"]
                 + [markdown_row(i, r) for i, r in enumerate(rows, 1)]
                 + ["", summary, ""]
             )

@@ -5,6 +5,7 @@ Mounted as ``main_app.add_typer(mltcp.emulation.cli.app, name="emulate")``:
     mltcp emulate SCENARIO [options]          (the default command, `run`)
     mltcp emulate baseline-peer SCENARIO      kernel-TCP baseline: fairness + kernel-CC iterations
     mltcp emulate topo dumbbell|ring|leafspine  build a topology, ping through it, tear it down
+    mltcp emulate calibrate SCENARIO --out F  torch-ddp jobs alone: the simulator's compute, measured
 
 ``python -m mltcp.emulation.cli ...`` takes the same arguments.
 """
@@ -224,6 +225,93 @@ def baseline_peer_cmd(
         out=out,
         records=None,
     )
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    scenario: str = typer.Argument(..., help="a torch-ddp scenario (built-in name or TOML file)"),
+    out: Path = typer.Option(..., "--out", help="write the scenario, with sim_compute_ms, to this TOML file"),
+    cc: str = typer.Option(
+        "", help="congestion control of the runs alone: reno | cubic | dctcp (default: the scenario's)"
+    ),
+    as_json: bool = JSON_OPT,
+):
+    """Run each torch-ddp job alone and write SCENARIO with the simulator's compute measured:
+    sim_compute_ms = the job's mean iteration alone less its all-reduce at line rate (docs/ddp.md)."""
+    from mltcp import scenario as scn
+    from mltcp import tomlfile
+    from mltcp.ddp.calibrate import CalibrationError
+
+    from .ddp import is_ddp
+
+    _check_args(out=out)
+    try:
+        sc = scn.load(scenario)
+        src = str(scn.resolve(scenario))
+        doc = tomlfile.loads(scn.resolve(scenario).read_bytes().decode("utf-8-sig"))
+    except scn.ScenarioError as e:
+        fail(str(e))
+    if not is_ddp(sc):
+        fail(f"{src}: calibrate measures torch-ddp jobs; this scenario has none")
+    if cc and cc not in ("reno", "cubic", "dctcp"):
+        fail(f"--cc must be reno, cubic or dctcp (kernel TCP under gloo), got {cc!r}")
+    _prereqs()
+    from mininet.log import setLogLevel
+
+    from . import netns
+    from .ddp_calibrate import calibrate, measure_alone
+    from .plan import EmulationError
+
+    setLogLevel("error")
+    cc = cc or sc.cc
+    try:
+        with netns.signals_raise():
+            if as_json:
+                measured = measure_alone(doc, src, cc)
+            else:
+                from rich.progress import Progress
+
+                with Progress(console=err, transient=True) as prog:
+                    measured = measure_alone(
+                        doc,
+                        src,
+                        cc,
+                        lambda job, n: lambda r, t=prog.add_task(f"{job} alone, {cc}", total=n): prog.advance(t),
+                    )
+        calibrated = calibrate(doc, src, measured)
+    except KeyboardInterrupt:
+        fail(f"interrupted; network and processes removed, {out} not written", 130)
+    except (EmulationError, CalibrationError) as e:
+        fail(f"{e}; {out} not written", 1)
+    import tomli_w
+
+    from mltcp.records import write_text_atomic
+
+    head = "".join(
+        f"# {job}: alone on {cc} {m['alone_s']:.3f} s per iteration, all-reduce at line rate {m['allreduce_s']:.3f} s\n"
+        for job, m in measured.items()
+    )
+    write_text_atomic(
+        out,
+        f"# mltcp emulate calibrate {scenario} --cc {cc}\n{head}" + tomli_w.dumps(calibrated, multiline_strings=True),
+    )
+    result = {
+        "scenario": sc.name,
+        "out": str(out),
+        "cc": cc,
+        "jobs": {
+            t["name"]: {"gpu_ms": t.get("gpu_ms"), "sim_compute_ms": t["sim_compute_ms"]} for t in calibrated["jobs"]
+        },
+        "measured": measured,
+    }
+    if as_json:
+        print_json(result)
+        return
+    t = Table("job", "alone (s)", "all-reduce at line rate (s)", "sim_compute_ms")
+    for job, m in measured.items():
+        t.add_row(job, f"{m['alone_s']:.3f}", f"{m['allreduce_s']:.3f}", f"{result['jobs'][job]['sim_compute_ms']:.1f}")
+    stdout.print(t)
+    stdout.print(f"wrote {out}: `mltcp simulate {out} --compare` predicts the jobs together")
 
 
 def _emulate(

@@ -360,13 +360,16 @@ def run_ddp_experiment(
     records_dir=None,
     pcap: bool = False,
     topology: str = "dumbbell",
+    with_sim: bool = True,
 ) -> dict:
     """Both arms of a torch-ddp scenario: the usual report (mltcp.compare.report) plus each job's
     per-step losses per arm and whether they are identical, and a ``ddp`` section. With
     ``records_dir`` each arm's rank-0 iteration records go to ``<dir>/<arm>.csv``; with ``pcap``
     too, the bottleneck's capture to ``<dir>/<arm>.pcap``, and a ``pcap`` section says how
-    pcap-records' reading of it agrees with the ranks' records."""
-    from .report import arm_summary
+    pcap-records' reading of it agrees with the ranks' records. With ``with_sim`` the simulator
+    runs the same scenario (a job's compute is its ``sim_compute_ms`` where measured, else its GPU
+    time) and ``sim_vs_emu`` gives each job's emulated / simulated average iteration per arm."""
+    from .report import arm_summary, sim_vs_emu
 
     if cc not in ("reno", "cubic", "dctcp"):
         raise EmulationError(f"torch-ddp jobs run on kernel TCP: --cc reno, cubic or dctcp, not {cc}")
@@ -429,6 +432,10 @@ def run_ddp_experiment(
         "iterations": max(j.iterations for j in sc.jobs),
     }
     out["sim_vs_emu"] = None
+    if with_sim:
+        out["sim_vs_emu"] = {"baseline": sim_vs_emu(sc, cc, base.arm.records)}
+        if ml is not None:
+            out["sim_vs_emu"]["mltcp"] = sim_vs_emu(sc, compare.mltcp_name(cc), ml.arm.records)
     if pcap:
         out["pcap"] = {arm: wire_report(sc, a) for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
     return out

@@ -67,7 +67,14 @@ def run_experiment(
     if is_ddp(sc):  # real PyTorch DDP ranks on kernel TCP (emulation/ddp.py)
         kind = "dumbbell" if topology == "auto" else topology
         return run_ddp_experiment(
-            sc, cc, compare_mltcp, on_record=on_record, records_dir=records_dir, pcap=pcap, topology=kind
+            sc,
+            cc,
+            compare_mltcp,
+            on_record=on_record,
+            records_dir=records_dir,
+            pcap=pcap,
+            topology=kind,
+            with_sim=with_sim,
         )
     if cc not in BASE_CCS:
         raise EmulationError(f"--cc must be one of {', '.join(BASE_CCS)}, got {cc}")

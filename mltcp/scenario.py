@@ -279,7 +279,7 @@ def _link(src: str, i: int, t: dict, mss: int, prefix: str | None = None, room: 
 
 def _ddp_job(src: str, i: int, r: _Reader, name: str, links: dict[str, Link], defaults: dict) -> Job:
     """A ``workload = "torch-ddp"`` job (mltcp.ddp.catalog): real DDP ranks in the emulation; for the
-    simulator, its GPU time then the ring all-reduce of its gradients."""
+    simulator, its GPU time (or measured sim_compute_ms) then the ring all-reduce of its gradients."""
     from .ddp.catalog import read_ddp_fields
 
     ddp = read_ddp_fields(r)
@@ -295,7 +295,7 @@ def _ddp_job(src: str, i: int, r: _Reader, name: str, links: dict[str, Link], de
     r.finish()
     return Job(
         name,
-        ddp.gpu_ms * 1e-3,
+        ddp.sim_compute_s(),
         ring_allreduce_bytes(ddp.gradient_bytes(), ddp.ranks),
         list(path),
         offset,

@@ -98,6 +98,8 @@ def test_scenario_torch_ddp_job_is_gpu_time_then_the_ring_allreduce(tmp_path):
     assert (d.model, d.ranks, d.gpu_ms, d.boundary) == ("resnet50", 4, 300.0, "mark")
     assert j.compute_s == pytest.approx(0.3)
     assert j.bytes_per_iter == pytest.approx(2 * 3 / 4 * 4 * 25_557_032)
+    measured = scn.load(str(_ddp_scenario(tmp_path, 'model = "resnet50"\ngpu_ms = 300\nsim_compute_ms = 450\n')))
+    assert measured.jobs[0].compute_s == pytest.approx(0.45)  # the simulator's compute, where measured
 
 
 @pytest.mark.parametrize(
@@ -108,6 +110,7 @@ def test_scenario_torch_ddp_job_is_gpu_time_then_the_ring_allreduce(tmp_path):
         ('model = "tiny"\nhosts = ["a1"]\n', "jobs[0].hosts"),
         ('model = "tiny"\nboundary = "sometimes"\n', "jobs[0].boundary"),
         ('model = "tiny"\nbytes = 5\n', "jobs[0].bytes"),
+        ('model = "tiny"\nsim_compute_ms = -1\n', "jobs[0].sim_compute_ms"),
     ],
 )
 def test_bad_torch_ddp_fields_exit_2_naming_file_and_field(tmp_path, extra, field):

@@ -14,11 +14,15 @@ A torch-ddp job in a scenario::
     boundary = "mark"         # MLTCP arm: the hook marks each first bucket (idle rule off), or "idle"
     pacing = true             # pace gloo's sockets at the link's rate (hosts with a NIC of that rate), both arms
     nic_cap = false           # MLTCP arm, with pacing: no window growth past 2 F(r) x pacing rate x min RTT
+    sim_compute_ms = 1317     # optional: the simulator's compute per iteration (mltcp emulate calibrate)
     path = ["bottleneck"]
     start_offset_ms = 0
 
-For the simulator the job is what the network sees: ``gpu_ms`` of compute, then the ring
-all-reduce of the gradients (2 (n-1)/n x 4 bytes per parameter per rank).
+For the simulator the job is what the network sees: ``gpu_ms`` of compute (or ``sim_compute_ms``),
+then the ring all-reduce of the gradients (2 (n-1)/n x 4 bytes per parameter per rank).
+``sim_compute_ms`` is measured (mltcp.ddp.calibrate): the job alone's iteration in the emulation
+less its all-reduce at the link's rate. It carries what ``gpu_ms`` alone misses: DDP all-reduces
+most buckets under backward, and the ranks' CPU work (the step, gloo, the kernel's TCP) adds to it.
 """
 
 from __future__ import annotations
@@ -62,9 +66,14 @@ class DdpJob:
     boundary: str = "mark"
     pacing: bool = True
     nic_cap: bool = False  # off: at 1 Gb/s it pinned sockets at 2 segments (docs/ddp.md, ResNet-50)
+    sim_compute_ms: float | None = None  # the simulator's compute per iteration (default gpu_ms)
 
     def gradient_bytes(self) -> int:
         return 4 * MODELS[self.model].params
+
+    def sim_compute_s(self) -> float:
+        """The compute the simulator gives the job per iteration, seconds."""
+        return (self.gpu_ms if self.sim_compute_ms is None else self.sim_compute_ms) * 1e-3
 
 
 def read_ddp_fields(r) -> DdpJob:
@@ -83,4 +92,5 @@ def read_ddp_fields(r) -> DdpJob:
     boundary = r.get("boundary", str, "mark", lambda v: v in BOUNDARIES, f"must be one of {', '.join(BOUNDARIES)}")
     pacing = r.get("pacing", bool, True)
     nic_cap = r.get("nic_cap", bool, False)
-    return DdpJob(model, ranks, tuple(hosts) if hosts else None, gpu, bucket, boundary, pacing, nic_cap)
+    sim_compute = r.get("sim_compute_ms", float, None, lambda v: 0 <= v <= 600_000, "must be in [0, 600000]")
+    return DdpJob(model, ranks, tuple(hosts) if hosts else None, gpu, bucket, boundary, pacing, nic_cap, sim_compute)

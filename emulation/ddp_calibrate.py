@@ -1,0 +1,41 @@
+"""`mltcp emulate calibrate`: each torch-ddp job of a scenario alone in the emulation, and the
+scenario written back with the simulator's compute measured (mltcp.ddp.calibrate)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mltcp import scenario
+from mltcp.ddp.calibrate import alone_document, allreduce_s, calibrated_document, jobs_to_measure
+from mltcp.records import IterationRecord
+
+from .ddp import run_ddp_experiment
+
+
+def measure_alone(
+    doc: dict,
+    src: str,
+    cc: str,
+    on_job: Callable[[str, int], Callable[[IterationRecord], None]] | None = None,
+) -> dict[str, dict]:
+    """For the first job of each spec: its mean iteration alone (after the warm-up) and its
+    all-reduce at line rate, seconds. ``on_job(name, iterations)`` gives a per-record callback."""
+    sc = scenario.from_dict(doc, src)
+    by_name = {j.name: j for j in sc.jobs}
+    out = {}
+    for name in jobs_to_measure(sc):
+        alone = scenario.from_dict(alone_document(doc, name), src)
+        cb = on_job(name, alone.jobs[0].iterations) if on_job else None
+        report = run_ddp_experiment(alone, cc, False, on_record=(lambda arm, r: cb(r)) if cb else None, with_sim=False)
+        out[name] = {
+            "alone_s": report["baseline"]["per_job_avg_iter_s"][name],
+            "p99_s": report["baseline"]["p99_iter_s"],
+            "allreduce_s": allreduce_s(by_name[name], sc),
+        }
+    return out
+
+
+def calibrate(doc: dict, src: str, measured: dict[str, dict]) -> dict:
+    """``doc`` with every torch-ddp job's ``sim_compute_ms`` from :func:`measure_alone`."""
+    sc = scenario.from_dict(doc, src)
+    return calibrated_document(doc, sc, {k: v["alone_s"] for k, v in measured.items()})
