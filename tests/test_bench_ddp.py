@@ -1,0 +1,48 @@
+"""bench/bench_ddp.py's pure parts: the tallies and the README's DDP table (rows per scenario and base)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("bench_ddp", ROOT / "bench" / "bench_ddp.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def _row(avg, p99, retr_base, retr_mltcp, sim=(1.0,), base_avg=3.0):
+    return {
+        "speedup_avg": avg,
+        "speedup_p99": p99,
+        "interleaved_at": 4,
+        "retrans_base": retr_base,
+        "retrans_mltcp": retr_mltcp,
+        "losses_identical": True,
+        "sim_over_emu": list(sim),
+        "base_avg": base_avg,
+    }
+
+
+def test_tallies_count_no_harm_the_target_and_the_simulator_within_15_percent():
+    rows = [_row(1.25, 1.35, 100, 50), _row(1.0, 0.96, 100, 101, sim=(0.8, 1.0)), _row(0.97, 1.1, 100, 10)]
+    t = bench.tallies(rows, 1.2, 1.3)
+    assert (t["runs"], t["no_harm"], t["target"], t["losses_identical"], t["sim_within_15pc"]) == (3, 1, 1, 3, 2)
+
+
+def test_readme_row_replaces_its_scenario_and_base_and_appends_others():
+    rows = [_row(1.1, 1.2, 100, 50), _row(1.2, 1.0, 200, 20, base_avg=3.3)]
+    t = bench.tallies(rows, 1.2, 1.3) | {"alone_avg": 2.5, "floor_avg": 2.75}
+    row = bench.readme_row("ddp-two-jobs", "reno", rows, t, "2026-12-06")
+    assert row.startswith("| `ddp-two-jobs` | reno | 2 (2026-12-06) | 2.500 / 2.750 | 1.09x-1.20x | 1.10x-1.20x |")
+    assert "| 2 of 2 | 0 of 2 | 0.10-0.50 |" in row
+    text = f"# x\n{bench.README_START}\nold\n{bench.README_END}\ntail\n"
+    once = bench.with_readme_row(text, row)
+    assert once.count("| `ddp-two-jobs` | reno |") == 1 and once.endswith(f"{bench.README_END}\ntail\n")
+    newer = row.replace("2 (2026-12-06)", "5 (2026-12-07)")
+    twice = bench.with_readme_row(bench.with_readme_row(once, newer), row.replace("| reno |", "| cubic |"))
+    assert "2026-12-06) | 2.500" not in twice.split("| cubic |")[0]  # the reno row replaced in place
+    assert twice.index("| `ddp-two-jobs` | reno | 5") < twice.index("| `ddp-two-jobs` | cubic |")
+    assert bench.README_HEAD in twice and "old" not in twice
+    with pytest.raises(ValueError, match="markers"):
+        bench.with_readme_row("no block here", row)
