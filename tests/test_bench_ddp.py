@@ -33,16 +33,40 @@ def test_tallies_count_no_harm_the_target_and_the_simulator_within_15_percent():
 def test_readme_row_replaces_its_scenario_and_base_and_appends_others():
     rows = [_row(1.1, 1.2, 100, 50), _row(1.2, 1.0, 200, 20, base_avg=3.3)]
     t = bench.tallies(rows, 1.2, 1.3) | {"alone_avg": 2.5, "floor_avg": 2.75}
-    row = bench.readme_row("ddp-two-jobs", "reno", rows, t, "2026-12-06")
-    assert row.startswith("| `ddp-two-jobs` | reno | 2 (2026-12-06) | 2.500 / 2.750 | 1.09x-1.20x | 1.10x-1.20x |")
+    row = bench.readme_row("ddp-two-jobs", "reno", rows, t)
+    assert row.startswith("| `ddp-two-jobs` | reno | 2 | 2.500 / 2.750 | 1.09x-1.20x | 1.10x-1.20x |")
+    # the bound is the larger of the two: the job alone where the hosts keep up with both jobs
+    alone_bound = bench.readme_row("x", "reno", rows, t | {"alone_avg": 3.0, "floor_avg": 2.0})
+    assert "| 3.000 / 2.000 | 1.00x-1.10x |" in alone_bound
     assert "| 2 of 2 | 0 of 2 | 0.10-0.50 |" in row
     text = f"# x\n{bench.README_START}\nold\n{bench.README_END}\ntail\n"
     once = bench.with_readme_row(text, row)
     assert once.count("| `ddp-two-jobs` | reno |") == 1 and once.endswith(f"{bench.README_END}\ntail\n")
-    newer = row.replace("2 (2026-12-06)", "5 (2026-12-07)")
+    newer = row.replace("| reno | 2 |", "| reno | 5 |")
     twice = bench.with_readme_row(bench.with_readme_row(once, newer), row.replace("| reno |", "| cubic |"))
-    assert "2026-12-06) | 2.500" not in twice.split("| cubic |")[0]  # the reno row replaced in place
+    assert "| reno | 2 |" not in twice  # the reno row replaced in place
     assert twice.index("| `ddp-two-jobs` | reno | 5") < twice.index("| `ddp-two-jobs` | cubic |")
     assert bench.README_HEAD in twice and "old" not in twice
     with pytest.raises(ValueError, match="markers"):
         bench.with_readme_row("no block here", row)
+
+
+def test_from_json_renders_the_readme_row_of_saved_runs_without_measuring(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    rows = [_row(1.1, 1.2, 100, 50)]
+    saved = tmp_path / "runs.json"
+    saved.write_text(json.dumps({"rows": rows, "tallies": bench.tallies(rows, 1.2, 1.3)}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{bench.README_START}\n{bench.README_END}\n")
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_ddp.py"), "scenarios/ddp-tiny.toml", "--cc", "cubic"]
+        + ["--from-json", str(saved), "--readme", str(readme)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "| `ddp-tiny` | cubic | 1 | - | - | 1.10x | 1.20x | 1 of 1 |" in readme.read_text()
