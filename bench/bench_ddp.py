@@ -197,8 +197,10 @@ def with_readme_row(text: str, row: str) -> str:
     if row not in rows:
         rows.append(row)
     block = [
-        "Each row: `sudo .venv/bin/python bench/bench_ddp.py scenarios/SCENARIO.toml --cc BASE --runs N --readme "
-        "README.md` ([docs/ddp.md](docs/ddp.md) has every run).",
+        "Two DDP jobs (2 ranks, gloo) on one link, the kernel defaults; each row by `sudo .venv/bin/python "
+        "bench/bench_ddp.py scenarios/SCENARIO.toml --cc BASE --runs N --readme README.md`. Bound: the larger of "
+        "one job alone and both jobs on links 10x as fast (the hosts' floor); no network schedule beats it. Do no "
+        "harm: avg >= 0.98x, p99 >= 0.95x, no more retransmissions ([docs/ddp.md](docs/ddp.md) has every run).",
         "",
         README_HEAD,
         "|" + "---|" * (README_HEAD.count("|") - 1),
