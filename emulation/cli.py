@@ -36,7 +36,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Mininet emulation of MLTCP scenarios: `emulate SCENARIO`, `emulate baseline-peer "
-    "SCENARIO`, `emulate topo KIND`.",
+    "SCENARIO`, `emulate calibrate SCENARIO --out F`, `emulate topo KIND`.",
 )
 
 
