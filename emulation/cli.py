@@ -259,7 +259,7 @@ def calibrate_cmd(
     from mininet.log import setLogLevel
 
     from . import netns
-    from .ddp_calibrate import calibrate, measure_alone
+    from .ddp_calibrate import calibrate, calibrated_text, calibration_report, measure_alone
     from .plan import EmulationError
 
     setLogLevel("error")
@@ -272,38 +272,16 @@ def calibrate_cmd(
                 from rich.progress import Progress
 
                 with Progress(console=err, transient=True) as prog:
-                    measured = measure_alone(
-                        doc,
-                        src,
-                        cc,
-                        lambda job, n: lambda r, t=prog.add_task(f"{job} alone, {cc}", total=n): prog.advance(t),
-                    )
+                    measured = measure_alone(doc, src, cc, _progress_per_job(prog, cc))
         calibrated = calibrate(doc, src, measured)
     except KeyboardInterrupt:
         fail(f"interrupted; network and processes removed, {out} not written", 130)
     except (EmulationError, CalibrationError) as e:
         fail(f"{e}; {out} not written", 1)
-    import tomli_w
-
     from mltcp.records import write_text_atomic
 
-    head = "".join(
-        f"# {job}: alone on {cc} {m['alone_s']:.3f} s per iteration, all-reduce at line rate {m['allreduce_s']:.3f} s\n"
-        for job, m in measured.items()
-    )
-    write_text_atomic(
-        out,
-        f"# mltcp emulate calibrate {scenario} --cc {cc}\n{head}" + tomli_w.dumps(calibrated, multiline_strings=True),
-    )
-    result = {
-        "scenario": sc.name,
-        "out": str(out),
-        "cc": cc,
-        "jobs": {
-            t["name"]: {"gpu_ms": t.get("gpu_ms"), "sim_compute_ms": t["sim_compute_ms"]} for t in calibrated["jobs"]
-        },
-        "measured": measured,
-    }
+    write_text_atomic(out, calibrated_text(f"mltcp emulate calibrate {scenario} --cc {cc}", calibrated, measured))
+    result = calibration_report(sc.name, out, cc, calibrated, measured)
     if as_json:
         print_json(result)
         return
@@ -312,6 +290,16 @@ def calibrate_cmd(
         t.add_row(job, f"{m['alone_s']:.3f}", f"{m['allreduce_s']:.3f}", f"{result['jobs'][job]['sim_compute_ms']:.1f}")
     stdout.print(t)
     stdout.print(f"wrote {out}: `mltcp simulate {out} --compare` predicts the jobs together")
+
+
+def _progress_per_job(prog, cc: str):
+    """measure_alone's on_job: a progress bar per job run alone, advanced at each record."""
+
+    def on_job(job: str, iterations: int):
+        task = prog.add_task(f"{job} alone, {cc}", total=iterations)
+        return lambda record: prog.advance(task)
+
+    return on_job
 
 
 def _emulate(

@@ -39,3 +39,20 @@ def calibrate(doc: dict, src: str, measured: dict[str, dict]) -> dict:
     """``doc`` with every torch-ddp job's ``sim_compute_ms`` from :func:`measure_alone`."""
     sc = scenario.from_dict(doc, src)
     return calibrated_document(doc, sc, {k: v["alone_s"] for k, v in measured.items()})
+
+
+def calibrated_text(command: str, calibrated: dict, measured: dict[str, dict]) -> str:
+    """The calibrated scenario as TOML, headed by comments: the command and each measurement."""
+    import tomli_w
+
+    head = "".join(
+        f"# {job}: alone {m['alone_s']:.3f} s per iteration, all-reduce at line rate {m['allreduce_s']:.3f} s\n"
+        for job, m in measured.items()
+    )
+    return f"# {command}\n{head}" + tomli_w.dumps(calibrated, multiline_strings=True)
+
+
+def calibration_report(name: str, out, cc: str, calibrated: dict, measured: dict[str, dict]) -> dict:
+    """``mltcp emulate calibrate --json``: each job's GPU time and simulator compute, the runs alone."""
+    jobs = {t["name"]: {"gpu_ms": t.get("gpu_ms"), "sim_compute_ms": t["sim_compute_ms"]} for t in calibrated["jobs"]}
+    return {"scenario": name, "out": str(out), "cc": cc, "jobs": jobs, "measured": measured}

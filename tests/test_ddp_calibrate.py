@@ -115,3 +115,19 @@ def test_calibrate_runs_the_job_alone_and_writes_a_scenario_the_simulator_matche
     res = simulate(alone, "reno")
     assert per_job_avg(res.records, alone.warmup_iterations)["A"] == pytest.approx(m["alone_s"], rel=0.05)
     assert [j.start_offset_s for j in sc.jobs] == [0.0, 0.01]  # the rest of the scenario as it was
+
+
+def test_the_written_scenario_loads_and_names_its_command_and_measurements():
+    from mltcp.emulation.ddp_calibrate import calibrated_text, calibration_report
+
+    doc = _doc(TWO_JOBS)
+    measured = {"A": {"alone_s": 2.485, "p99_s": 2.6, "allreduce_s": 1.168}}
+    out = calibrated_document(doc, scn.from_dict(doc, "t"), {"A": 2.485})
+    text = calibrated_text("mltcp emulate calibrate ddp-two-jobs --cc reno", out, measured)
+    assert text.splitlines()[:2] == [
+        "# mltcp emulate calibrate ddp-two-jobs --cc reno",
+        "# A: alone 2.485 s per iteration, all-reduce at line rate 1.168 s",
+    ]
+    assert tomllib.loads(text) == out  # comments aside, the document itself
+    report = calibration_report("ddp-two-jobs", "x.toml", "reno", out, measured)
+    assert report["jobs"]["B"] == {"gpu_ms": 1744, "sim_compute_ms": out["jobs"][1]["sim_compute_ms"]}
