@@ -246,9 +246,10 @@ def calibrate_cmd(
 
     _check_args(out=out)
     try:
-        sc = scn.load(scenario)
-        src = str(scn.resolve(scenario))
-        doc = tomlfile.loads(scn.resolve(scenario).read_bytes().decode("utf-8-sig"))
+        path = scn.resolve(scenario)
+        sc = scn.load(str(path))
+        src = str(path)
+        doc = tomlfile.loads(path.read_bytes().decode("utf-8-sig"))
     except scn.ScenarioError as e:
         fail(str(e))
     if not is_ddp(sc):

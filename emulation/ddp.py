@@ -369,7 +369,7 @@ def run_ddp_experiment(
     pcap-records' reading of it agrees with the ranks' records. With ``with_sim`` the simulator
     runs the same scenario (a job's compute is its ``sim_compute_ms`` where measured, else its GPU
     time) and ``sim_vs_emu`` gives each job's emulated / simulated average iteration per arm."""
-    from .report import arm_summary, sim_vs_emu
+    from .report import arm_summary, sim_vs_emu_arms
 
     if cc not in ("reno", "cubic", "dctcp"):
         raise EmulationError(f"torch-ddp jobs run on kernel TCP: --cc reno, cubic or dctcp, not {cc}")
@@ -433,9 +433,7 @@ def run_ddp_experiment(
     }
     out["sim_vs_emu"] = None
     if with_sim:
-        out["sim_vs_emu"] = {"baseline": sim_vs_emu(sc, cc, base.arm.records)}
-        if ml is not None:
-            out["sim_vs_emu"]["mltcp"] = sim_vs_emu(sc, compare.mltcp_name(cc), ml.arm.records)
+        out["sim_vs_emu"] = sim_vs_emu_arms(sc, cc, base.arm.records, ml.arm.records if ml is not None else None)
     if pcap:
         out["pcap"] = {arm: wire_report(sc, a) for arm, a in (("baseline", base), ("mltcp", ml)) if a is not None}
     return out

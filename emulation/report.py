@@ -48,6 +48,16 @@ def sim_vs_emu(sc, cc_name: str, emu_records: list[IterationRecord]) -> dict | N
     return {job: round(emu[job] / sim[job], 4) for job in emu if job in sim and sim[job] > 0}
 
 
+def sim_vs_emu_arms(sc, cc: str, base_records: list[IterationRecord], ml_records: list[IterationRecord] | None) -> dict:
+    """``sim_vs_emu`` of both arms: the base ``cc``'s, and its MLTCP variant's when it ran."""
+    from mltcp import compare
+
+    out = {"baseline": sim_vs_emu(sc, cc, base_records)}
+    if ml_records is not None:
+        out["mltcp"] = sim_vs_emu(sc, compare.mltcp_name(cc), ml_records)
+    return out
+
+
 def rtt_seen(arm: ArmResult) -> dict[str, dict] | None:
     """Per job, the RTT percentiles (ms) its sender saw in this arm (userspace transport only)."""
     out = {job: flows[0]["rtt_ms"] for job, flows in arm.peer_stats.items() if flows and flows[0].get("rtt_ms")}

@@ -24,7 +24,7 @@ from .calibrate import calibrate_rtt
 from .network import resolve_link_mode
 from .peers import kernel_cc_name, udp_available
 from .plan import BASE_CCS, KERNEL_BPF_CCS, TRANSPORTS, EmulationError, needs_ecn, payload_rate_plan, plan_from_scenario
-from .report import arm_summary, regime_notes, rtt_seen, sim_vs_emu
+from .report import arm_summary, regime_notes, rtt_seen, sim_vs_emu_arms
 from .topologies import features
 
 
@@ -128,9 +128,7 @@ def run_experiment(
             write_csv(ml.records, Path(records_dir) / "mltcp.csv")
     out = compare.report(sc, arm_summary(base, sc), arm_summary(ml, sc) if ml else None)
     if with_sim:
-        out["sim_vs_emu"] = {"baseline": sim_vs_emu(sc, cc, base.records)}
-        if ml is not None:
-            out["sim_vs_emu"]["mltcp"] = sim_vs_emu(sc, compare.mltcp_name(cc), ml.records)
+        out["sim_vs_emu"] = sim_vs_emu_arms(sc, cc, base.records, ml.records if ml is not None else None)
     else:
         out["sim_vs_emu"] = None
     out["emulation"] = {
