@@ -70,3 +70,39 @@ def test_kernel_dropped_reads_tcpdump_s_exit_statistics():
     err = "listening on x\n1200 packets captured\n1210 packets received by filter\n3 packets dropped by kernel\n"
     assert kernel_dropped(err) == 3
     assert kernel_dropped("") is None
+
+
+def test_a_later_bucket_stays_with_its_iteration_when_the_iterations_are_short():
+    # 80 ms iterations: rank 0's second bucket leaves 40 ms before the next first collective
+    recs = [rec(i, 1.0 + 0.08 * i, 1.0 + 0.08 * i + 0.03, start=1.0 + 0.08 * i - 0.04) for i in range(3)]
+    bursts = [burst(FLOW, i, 1.0 + 0.08 * i + 0.001, 1.0 + 0.08 * i + 0.01) for i in range(3)]
+    bursts += [burst(FLOW, i, 1.0 + 0.08 * i + 0.04, 1.0 + 0.08 * i + 0.045) for i in range(2)]  # tails
+    a = agreement(recs, {}, bursts, IP)
+    assert (a.matched, a.unmatched_bursts) == (3, 0)
+    assert a.first_err_ms == (1.0, 1.0)
+
+
+def test_the_peer_may_start_long_before_rank_0_and_the_period_is_rank_0_s():
+    recs = [rec(i, 1.0 + i, 1.0 + i + 0.4) for i in range(4)]
+    last = {i: 1.0 + i + 0.35 for i in range(4)}
+    bursts = [burst(FLOW, i, 1.0 + i + 0.002, 1.0 + i + 0.36) for i in range(4)]
+    # the peer's traffic of iteration 3 starts 200 ms before rank 0 reaches its collective
+    bursts += [burst(BACK, i, 1.0 + i - (0.2 if i == 3 else 0.0), 1.0 + i + 0.348) for i in range(4)]
+    a = agreement(recs, last, bursts, IP)
+    assert (a.matched, a.unmatched_bursts) == (4, 0)
+    assert a.period_ratio == 1.0  # the peer's early start does not shorten the wire's period
+    assert a.last_err_ms == (2.0, 2.0)
+
+
+def test_setup_and_teardown_traffic_is_counted_apart_from_the_iterations():
+    recs = [rec(0, 1.0, 1.5), rec(1, 2.0, 2.5)]
+    bursts = [
+        burst(BACK, 0, 0.5, 0.6),  # DDP's first broadcast, before iteration 0 began at 0.9
+        burst(FLOW, 0, 0.5, 0.6),
+        burst(FLOW, 1, 2.7, 2.8),  # the closing barrier, after the last iteration ended
+        burst(BACK, 1, 2.7, 2.8),
+        burst(BACK, 2, 2.01, 2.52),  # the last iteration's traffic ran on into the barrier
+    ]
+    a = agreement(recs, {}, bursts, IP)
+    assert (a.matched, a.unmatched_bursts, a.outside_run) == (1, 0, 4)
+    assert a.as_dict()["outside_run"] == 4
