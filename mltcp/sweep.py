@@ -24,13 +24,15 @@ records (only ``wall_s``, the time one run took, differs). A worker process that
 (SIGKILL, out of memory) has its task re-run on another worker by Dask; a task that kills
 ``distributed.scheduler.allowed-failures`` + 1 workers is recorded as failed, and the sweep goes on.
 Ctrl-C (KeyboardInterrupt) cancels what is queued, closes the cluster (its worker processes end
-with it) and re-raises.
+with it) and re-raises; one that Python dropped (raised inside a finalizer) is raised again once
+the next result is in (:class:`CtrlCKept`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import tomllib
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -224,14 +226,47 @@ def run_tasks(
             return out
         if engine == "processes":
             return _run_processes(tasks, payloads, n, tick)
-        return _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout, batch)
+        with CtrlCKept() as ctrl_c:
+            return _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout, batch, ctrl_c.check)
 
 
 def _batches(count: int, size: int) -> list[range]:
     return [range(i, min(i + size, count)) for i in range(0, count, size)]
 
 
-def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout, batch=None) -> list[dict]:
+class CtrlCKept:
+    """While active in the main thread, SIGINT raises KeyboardInterrupt as Python's own handler does
+    and is also kept, so :meth:`check` raises it again: a KeyboardInterrupt raised inside a
+    finalizer (Dask's client runs weakref callbacks) is printed as "Exception ignored" and lost,
+    and the sweep would run on. A handler someone else installed is left alone."""
+
+    def __init__(self):
+        self.seen = False
+        self._installed = False
+
+    def _on_sigint(self, *_):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.seen:
+            raise KeyboardInterrupt
+
+    def __enter__(self):
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self._installed = False
+
+
+def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout, batch=None, interrupted=lambda: None) -> list[dict]:
+    """``interrupted()`` is called after each result (it raises KeyboardInterrupt to stop)."""
     import logging
 
     from distributed import Client, LocalCluster, as_completed
@@ -275,6 +310,7 @@ def _run_dask(tasks, payloads, scheduler, n, tick, connect_timeout, batch=None) 
             fut.release()
             for _ in g:
                 tick()
+            interrupted()
         return out
     finally:
         if client is not None and futures:

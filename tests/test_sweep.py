@@ -167,3 +167,35 @@ def test_worker_processes_load_numba_s_cache_instead_of_compiling():
     assert any(p.suffix == ".nbc" for p in before), "numba wrote no cache"
     sweep.run_tasks(SMALL[:4], workers=2, engine="dask", progress=False)  # fresh spawned worker processes
     assert _cache_files() == before, "a worker process compiled afresh instead of loading the cache"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped Ctrl-C
+def test_a_ctrl_c_that_python_drops_in_a_finalizer_is_raised_at_the_next_check():
+    import weakref
+
+    class Thing:
+        pass
+
+    with sweep.CtrlCKept() as ctrl_c:
+        t = Thing()
+        weakref.finalize(t, os.kill, os.getpid(), signal.SIGINT)  # Ctrl-C lands inside a finalizer
+        del t  # ...Python prints "Exception ignored" and goes on
+        for _ in range(100):
+            sum(range(10))  # signal handlers run between bytecodes
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.check()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own handler is back
+
+
+def test_ctrl_c_kept_leaves_a_handler_someone_else_installed():
+    def mine(*_):
+        pass
+
+    old = signal.signal(signal.SIGINT, mine)
+    try:
+        with sweep.CtrlCKept() as ctrl_c:
+            assert signal.getsignal(signal.SIGINT) is mine
+            ctrl_c.check()  # nothing seen: no exception
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, old)
