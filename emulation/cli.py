@@ -239,17 +239,14 @@ def calibrate_cmd(
     """Run each torch-ddp job alone and write SCENARIO with the simulator's compute measured:
     sim_compute_ms = the job's mean iteration alone less its all-reduce at line rate (docs/ddp.md)."""
     from mltcp import scenario as scn
-    from mltcp import tomlfile
     from mltcp.ddp.calibrate import CalibrationError
 
     from .ddp import is_ddp
 
     _check_args(out=out)
     try:
-        path = scn.resolve(scenario)
-        sc = scn.load(str(path))
-        src = str(path)
-        doc = tomlfile.loads(path.read_bytes().decode("utf-8-sig"))
+        doc, src = scn.read_tables(scenario)
+        sc = scn.from_dict(doc, src)
     except scn.ScenarioError as e:
         fail(str(e))
     if not is_ddp(sc):
@@ -268,13 +265,13 @@ def calibrate_cmd(
     try:
         with netns.signals_raise():
             if as_json:
-                measured = measure_alone(doc, src, cc)
+                measured = measure_alone(doc, sc, cc)
             else:
                 from rich.progress import Progress
 
                 with Progress(console=err, transient=True) as prog:
-                    measured = measure_alone(doc, src, cc, _progress_per_job(prog, cc))
-        calibrated = calibrate(doc, src, measured)
+                    measured = measure_alone(doc, sc, cc, _progress_per_job(prog, cc))
+        calibrated = calibrate(doc, sc, measured)
     except KeyboardInterrupt:
         fail(f"interrupted; network and processes removed, {out} not written", 130)
     except (EmulationError, CalibrationError) as e:

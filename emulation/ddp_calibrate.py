@@ -14,17 +14,17 @@ from .ddp import run_ddp_experiment
 
 def measure_alone(
     doc: dict,
-    src: str,
+    sc: scenario.Scenario,
     cc: str,
     on_job: Callable[[str, int], Callable[[IterationRecord], None]] | None = None,
 ) -> dict[str, dict]:
     """For the first job of each spec: its mean iteration alone (after the warm-up) and its
-    all-reduce at line rate, seconds. ``on_job(name, iterations)`` gives a per-record callback."""
-    sc = scenario.from_dict(doc, src)
+    all-reduce at line rate, seconds (``sc``: ``doc`` checked). ``on_job(name, iterations)`` gives
+    a per-record callback."""
     by_name = {j.name: j for j in sc.jobs}
     out = {}
     for name in jobs_to_measure(sc):
-        alone = scenario.from_dict(alone_document(doc, name), src)
+        alone = scenario.from_dict(alone_document(doc, name), sc.source)
         cb = on_job(name, alone.jobs[0].iterations) if on_job else None
         report = run_ddp_experiment(alone, cc, False, on_record=(lambda arm, r: cb(r)) if cb else None, with_sim=False)
         out[name] = {
@@ -35,9 +35,8 @@ def measure_alone(
     return out
 
 
-def calibrate(doc: dict, src: str, measured: dict[str, dict]) -> dict:
-    """``doc`` with every torch-ddp job's ``sim_compute_ms`` from :func:`measure_alone`."""
-    sc = scenario.from_dict(doc, src)
+def calibrate(doc: dict, sc: scenario.Scenario, measured: dict[str, dict]) -> dict:
+    """``doc`` (checked as ``sc``) with every torch-ddp job's ``sim_compute_ms`` from :func:`measure_alone`."""
     return calibrated_document(doc, sc, {k: v["alone_s"] for k, v in measured.items()})
 
 

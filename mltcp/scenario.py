@@ -137,6 +137,12 @@ def resolve(name_or_path: str) -> Path:
 
 
 def load(name_or_path: str) -> Scenario:
+    return from_dict(*read_tables(name_or_path))
+
+
+def read_tables(name_or_path: str) -> tuple[dict, str]:
+    """A scenario's TOML tables, unchecked, and the file they came from (ScenarioError naming the
+    file if it cannot be read or parsed); :func:`from_dict` checks them."""
     path = resolve(name_or_path)
     src = str(path)
     try:
@@ -149,7 +155,7 @@ def load(name_or_path: str) -> Scenario:
         raise ScenarioError(src, "file", f"not UTF-8 text (byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(src, "toml", str(e)) from None
-    return from_dict(data, src)
+    return data, src
 
 
 class _Reader:

@@ -33,13 +33,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import tomllib
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from . import arms
-from .scenario import Scenario, ScenarioError, from_dict, load, resolve
+from .scenario import Scenario, ScenarioError, from_dict, read_tables, resolve
 
 CONNECT_TIMEOUT_S = 10.0
 Progress = Callable[[int, int], None]
@@ -70,9 +69,8 @@ def scenario_tables(task: Task) -> dict:
     if task.raw is not None:
         raw = dict(task.raw)
     else:
-        path = resolve(task.scenario)
-        load(str(path))  # any error names the file and the field
-        raw = tomllib.loads(path.read_bytes().decode("utf-8-sig"))
+        raw, src = read_tables(task.scenario)
+        from_dict(raw, src)  # any error names the file and the field
     if task.iterations is not None:
         raw = cut_iterations(raw, task.iterations)
     if task.seed is not None:
