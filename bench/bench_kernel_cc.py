@@ -9,7 +9,7 @@ import json
 import subprocess
 import time
 
-from mltcp.traffic.kernel import loader, maps
+from mltcp.traffic.kernel import bpfsys, loader, maps
 
 
 def iperf(cc: str, seconds: float, port: int) -> float:
@@ -31,6 +31,33 @@ def iperf(cc: str, seconds: float, port: int) -> float:
         srv.wait(timeout=10)
 
 
+def _per_call_s(fn, n: int) -> float:
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t) / n
+
+
+def mark_costs(port: int = 40000, n: int = 2000) -> None:
+    """What one iteration mark costs: the map syscalls alone, and a mark that revalidates the
+    cached maps (as every mark_iteration_start does once per REVALIDATE_S), against a walk over
+    every map in the system (how revalidation used to look for a reload)."""
+    maps.mark_iteration_start(port, ["mltcp_reno"])  # opens and caches the maps
+    vm = maps._cached("mltcp_reno")
+    plain = _per_call_s(lambda: vm.mark(port), n)
+
+    def revalidating_mark():
+        maps._open_maps["mltcp_reno"] = (vm, float("-inf"))  # the interval has passed
+        maps.mark_iteration_start(port, ["mltcp_reno"])
+
+    revalidating = _per_call_s(revalidating_mark, n // 10)
+    walk = _per_call_s(lambda: maps.find_maps("mltcp_reno"), n // 10)
+    print(f"mark via open maps (2 bpf syscalls): {plain * 1e6:.1f} us")
+    print(f"mark that revalidates the cache (maps newer than ours walked): {revalidating * 1e6:.1f} us")
+    print(f"walk over all {len(bpfsys.map_ids())} maps in the system: {walk * 1e6:.1f} us")
+    print(f"revalidating mark / full walk = {revalidating / walk:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3.0)
@@ -45,19 +72,7 @@ def main() -> None:
             print(f"{cc:12s} {r / 1e9:6.2f} Gbit/s over loopback ({a.seconds:g} s iperf3)")
         print(f"mltcp_reno / reno   = {rates['mltcp_reno'] / rates['reno']:.3f}")
         print(f"mltcp_cubic / cubic = {rates['mltcp_cubic'] / rates['cubic']:.3f}")
-        with maps.VariantMaps("mltcp_reno") as vm:
-            n = 20000
-            t = time.perf_counter()
-            for _ in range(n):
-                vm.mark(40000)
-            per = (time.perf_counter() - t) / n
-        t = time.perf_counter()
-        maps.mark_iteration_start(40000)
-        once = time.perf_counter() - t
-        print(
-            f"mark via open maps (bpf syscall): {per * 1e6:.1f} us; mark_iteration_start() (bpftool lookup): "
-            f"{once * 1e3:.1f} ms"
-        )
+        mark_costs()
     finally:
         if we_loaded:
             loader.unload()

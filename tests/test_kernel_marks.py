@@ -93,8 +93,11 @@ def test_mark_iteration_start_keeps_the_maps_open_and_follows_a_reload(loaded):
         maps.mark_iteration_start(port, ["mltcp_reno"])
     with maps.VariantMaps("mltcp_reno") as vm:
         assert vm.marks()[port] == 10
-    # A reload gives new maps: after the revalidation interval the marks go to them.
+    cached = maps._cached("mltcp_reno")
+    assert cached.current()  # nothing newer loaded
+    # A reload gives new maps, with higher ids: after the revalidation interval the marks go to them.
     loader.load(["mltcp_reno"], config=maps.Config(min_idle=0.02))
+    assert not cached.current()
     maps.mark_iteration_start(port)
     with maps.VariantMaps("mltcp_reno") as vm:
         assert vm.marks().get(port) == 1

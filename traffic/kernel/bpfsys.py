@@ -47,9 +47,9 @@ def map_fd_by_id(map_id: int) -> int:
     return _bpf(BPF_MAP_GET_FD_BY_ID, attr)
 
 
-def map_ids() -> list[int]:
-    """Ids of every BPF map in the system (BPF_MAP_GET_NEXT_ID), ascending."""
-    out, start = [], 0
+def map_ids(after: int = 0) -> list[int]:
+    """Ids of every BPF map in the system above ``after`` (BPF_MAP_GET_NEXT_ID), ascending."""
+    out, start = [], after
     while True:
         attr = ctypes.create_string_buffer(128)
         ctypes.c_uint32.from_buffer(attr, 0).value = start
