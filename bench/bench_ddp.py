@@ -109,7 +109,16 @@ def row_of(doc: dict, records: Path, load: float, warmup: int) -> dict:
         "drops_mltcp": m["drops"],
         "losses_identical": doc["losses_identical"],
         "sim_over_emu": sim_over_emu(doc),
+        "tcp_base": tcp_counted(doc, "baseline"),
+        "tcp_mltcp": tcp_counted(doc, "mltcp"),
     }
+
+
+def tcp_counted(doc: dict, arm: str) -> dict:
+    """The ranks' namespaces' TCP counters over every job of an arm (mltcp.ddp.netstat)."""
+    from mltcp.ddp import netstat
+
+    return netstat.summed(list(doc.get("tcp_counters", {}).get(arm, {}).values()))
 
 
 def tallies(rows: list[dict], avg_target: float, p99_target: float) -> dict:
@@ -138,7 +147,8 @@ def tallies(rows: list[dict], avg_target: float, p99_target: float) -> dict:
 
 HEAD = (
     "| run | load | base avg / p99 (s) | MLTCP avg / p99 (s) | speedup avg / p99 | interleaved at "
-    "| median overlap base -> MLTCP | retransmissions | drops | simulator / emulation |"
+    "| median overlap base -> MLTCP | retransmissions | drops | simulator / emulation "
+    "| timeouts / tail probes / DSACKed, base -> MLTCP |"
 )
 
 
@@ -148,8 +158,16 @@ def markdown_row(i: int, r: dict) -> str:
         f"| {i} | {r['load']:.1f} | {r['base_avg']:.3f} / {r['base_p99']:.3f} | {r['mltcp_avg']:.3f} / "
         f"{r['mltcp_p99']:.3f} | {r['speedup_avg']:.3f} / {r['speedup_p99']:.3f} | {at} "
         f"| {r['overlap_base']:.2f} -> {r['overlap_mltcp']:.2f} | {r['retrans_base']:,} -> {r['retrans_mltcp']:,} "
-        f"| {r['drops_base']:,.0f} -> {r['drops_mltcp']:,.0f} | {_span(r['sim_over_emu'])} |"
+        f"| {r['drops_base']:,.0f} -> {r['drops_mltcp']:,.0f} | {_span(r['sim_over_emu'])} "
+        f"| {_kinds(r.get('tcp_base'))} -> {_kinds(r.get('tcp_mltcp'))} |"
     )
+
+
+def _kinds(tcp: dict | None) -> str:
+    """Why a run's sockets retransmitted: timeouts / tail-loss probes / segments the peer had already."""
+    if not tcp:
+        return "-"
+    return f"{tcp.get('TCPTimeouts', 0):,} / {tcp.get('TCPLossProbes', 0):,} / {tcp.get('TCPDSACKRecvSegs', 0):,}"
 
 
 def _span(xs: list[float]) -> str:

@@ -34,6 +34,7 @@ from .arm import ArmResult
 from .capture import capture
 from .network import build_network
 from .peers import Peer, kernel_cc_name, messages, start_together
+from mltcp.ddp import netstat
 from mltcp.ddp.catalog import BOUNDARIES
 from mltcp.traffic.kernel.transport import pacing_rate_for_link
 
@@ -329,8 +330,11 @@ def collect(
                     raise EmulationError(f"injected failure after {len(records)} records")
         elif msg["type"] == "start":
             stats[job].setdefault("retrans_at_start", {})[rank] = int(msg.get("retrans", 0))
+            stats[job].setdefault("tcp_at_start", {})[rank] = msg.get("tcp") or {}
         elif msg["type"] == "summary":  # retransmissions while iterating (not in DDP's setup)
             retrans[job] += int(msg["retrans"]) - stats[job].get("retrans_at_start", {}).get(rank, 0)
+            before = stats[job].get("tcp_at_start", {}).get(rank, {})
+            stats[job].setdefault("tcp", {})[rank] = netstat.between(before, msg.get("tcp") or {})
             stats[job].setdefault("kernel_iterations", {})[rank] = msg.get("kernel_iterations")
         elif msg["type"] == "eof":
             p = peers[f"{job}:{rank}"].proc
@@ -394,6 +398,11 @@ def run_ddp_experiment(
     out["losses_identical"] = (losses(base) == losses(ml)) if ml else None
     out["kernel_iterations"] = {
         arm: {job: st.get("kernel_iterations") for job, st in a.ranks.items()}
+        for arm, a in (("baseline", base), ("mltcp", ml))
+        if a is not None
+    }
+    out["tcp_counters"] = {
+        arm: {job: netstat.summed(list(st.get("tcp", {}).values())) for job, st in a.ranks.items()}
         for arm, a in (("baseline", base), ("mltcp", ml))
         if a is not None
     }

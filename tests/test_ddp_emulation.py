@@ -83,6 +83,10 @@ def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses(tmp_path
         rows = read_csv(tmp_path / f"{arm}.csv")
         assert len(rows) == d[arm]["iterations"] and {r.job for r in rows} == {"A", "B"}
     assert d["speedup_avg"] == pytest.approx(d["baseline"]["avg_iter_s"] / d["mltcp"]["avg_iter_s"], rel=1e-3)
+    for arm in ("baseline", "mltcp"):  # the ranks' namespaces count every retransmission the sockets did
+        counted = d["tcp_counters"][arm]
+        assert set(counted) == {"A", "B"}
+        assert sum(c["RetransSegs"] for c in counted.values()) >= d[arm]["retransmissions"]
     # the simulator ran the same scenario: every job's emulated / simulated average, per arm
     assert set(d["sim_vs_emu"]) == {"baseline", "mltcp"}
     assert all(set(v) == {"A", "B"} and all(x > 0 for x in v.values()) for v in d["sim_vs_emu"].values())

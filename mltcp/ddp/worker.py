@@ -116,7 +116,7 @@ def main(
 
     import mltcp.torch as mt
 
-    from . import profile
+    from . import netstat, profile
 
     torch.set_num_threads(1)
     addr, port = master.rsplit(":", 1)
@@ -145,7 +145,8 @@ def main(
     conns = mt.sockets.own_connections({int(port)})
     emit({"type": "ready", "job": job, "rank": rank, "params": n_params, "cc": hook.cc, "ports": hook.ports})
     t0 = float(sys.stdin.readline()) if wait else time.time()
-    emit({"type": "start", "job": job, "rank": rank, "retrans": retransmits(conns)})  # DDP's setup's
+    # counted from here: not DDP's setup
+    emit({"type": "start", "job": job, "rank": rank, "retrans": retransmits(conns), "tcp": netstat.read()})
     hook.clock = lambda: time.time() - t0
     delay = t0 + start_offset - time.time()
     if delay > 0:
@@ -184,6 +185,7 @@ def main(
             "job": job,
             "rank": rank,
             "retrans": retransmits(conns),
+            "tcp": netstat.read(),  # this rank's namespace: why its connections retransmitted
             "cc": hook.cc,
             "mark_errors": hook.mark_errors,
             "kernel_iterations": kernel_iterations(conns, hook.cc),
