@@ -18,7 +18,8 @@ IpExt: 0
 
 def test_parse_reads_the_tcp_counters_from_both_files():
     got = netstat.parse(SNMP, NETSTAT)
-    assert got == {"RetransSegs": 57, "TCPLossProbes": 12, "TCPTimeouts": 3, "TCPFastRetrans": 40, "TCPDSACKRecvSegs": 9}
+    want = {"RetransSegs": 57, "TCPLossProbes": 12, "TCPTimeouts": 3, "TCPFastRetrans": 40, "TCPDSACKRecvSegs": 9}
+    assert got == want
 
 
 def test_between_and_summed_count_what_happened_in_each_namespace():
