@@ -171,7 +171,7 @@ def test_worker_processes_load_numba_s_cache_instead_of_compiling():
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped Ctrl-C
 def test_a_ctrl_c_that_python_drops_in_a_finalizer_is_raised_at_the_next_check():
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever ran before
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background start inherits SIG_IGN
     try:
         _drop_a_ctrl_c_in_a_finalizer()
     finally:
