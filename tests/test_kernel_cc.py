@@ -3,6 +3,7 @@ growth steps with the Python models, unload without a trace. Needs root, BTF, cl
 skips with the reason otherwise."""
 
 import dataclasses
+import os
 import socket
 import struct
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mltcp.traffic.kernel import loader, maps, model
+from mltcp.traffic.kernel import bpfsys, loader, maps, model
 from mltcp.emulation.netns import have_mininet_prereqs, leftovers, run_prefix
 from mltcp.traffic.kernel.net import KernelNet
 from mltcp.traffic.kernel.transport import KernelTransport, Receiver, congestion
@@ -381,7 +382,25 @@ def test_failed_load_leaves_nothing(loaded, monkeypatch):
 def _bpf_ids() -> tuple[set[int], set[int]]:
     """The ids of our variants' unregistered struct_ops still held, and of their maps."""
     held = {i for ids in loader.lingering().values() for i in ids}
-    return held, {m["id"] for v in maps.VARIANTS for m in maps.find_maps(v).values()}
+    return held, _our_map_ids()
+
+
+def _our_map_ids() -> set[int]:
+    """Every map of our variants' names, not only the newest of each name (find_maps): older copies
+    held elsewhere would be hidden while a newer one is loaded and show up once it is unloaded."""
+    prefixes = tuple(maps.VARIANTS[v][1] for v in maps.VARIANTS)
+    out = set()
+    for mid in bpfsys.map_ids():
+        try:
+            fd = bpfsys.map_fd_by_id(mid)
+        except bpfsys.BpfError:
+            continue
+        try:
+            if bpfsys.map_info(fd)["name"].startswith(prefixes):
+                out.add(mid)
+        finally:
+            os.close(fd)
+    return out
 
 
 def test_unload_leaves_no_trace(loaded, foreign_bpf):
