@@ -3,7 +3,6 @@ growth steps with the Python models, unload without a trace. Needs root, BTF, cl
 skips with the reason otherwise."""
 
 import dataclasses
-import os
 import socket
 import struct
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mltcp.traffic.kernel import bpfsys, loader, maps, model
+from mltcp.traffic.kernel import loader, maps, model
 from mltcp.emulation.netns import have_mininet_prereqs, leftovers, run_prefix
 from mltcp.traffic.kernel.net import KernelNet
 from mltcp.traffic.kernel.transport import KernelTransport, Receiver, congestion
@@ -388,19 +387,7 @@ def _bpf_ids() -> tuple[set[int], set[int]]:
 def _our_map_ids() -> set[int]:
     """Every map of our variants' names, not only the newest of each name (find_maps): older copies
     held elsewhere would be hidden while a newer one is loaded and show up once it is unloaded."""
-    prefixes = tuple(maps.VARIANTS[v][1] for v in maps.VARIANTS)
-    out = set()
-    for mid in bpfsys.map_ids():
-        try:
-            fd = bpfsys.map_fd_by_id(mid)
-        except bpfsys.BpfError:
-            continue
-        try:
-            if bpfsys.map_info(fd)["name"].startswith(prefixes):
-                out.add(mid)
-        finally:
-            os.close(fd)
-    return out
+    return {m["id"] for m in maps.maps_named(tuple(maps.VARIANTS[v][1] for v in maps.VARIANTS))}
 
 
 def test_unload_leaves_no_trace(loaded, foreign_bpf):

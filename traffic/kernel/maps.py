@@ -207,13 +207,9 @@ def _bpftool_json(*args: str) -> object:
     return json.loads(out.stdout or "[]")
 
 
-def find_maps(variant: str, after: int = 0) -> dict[str, dict]:
-    """The newest map of each name of a loaded variant: short name ("cfg", "mark", ...) -> info.
-
-    Walks the kernel's map ids above ``after`` with bpf(2) (no bpftool): three syscalls per map,
-    about a millisecond for every map in the system."""
-    prefix = VARIANTS[variant][1]
-    found: dict[str, dict] = {}
+def maps_named(prefixes: tuple[str, ...], after: int = 0):
+    """Info of every map above id ``after`` whose name starts with one of ``prefixes``: a bpf(2)
+    walk over the kernel's map ids (no bpftool), three syscalls per map."""
     for mid in bpfsys.map_ids(after):
         try:
             fd = bpfsys.map_fd_by_id(mid)
@@ -223,11 +219,21 @@ def find_maps(variant: str, after: int = 0) -> dict[str, dict]:
             m = bpfsys.map_info(fd)
         finally:
             os.close(fd)
-        name = m["name"]
-        if name.startswith(prefix):
-            short = name[len(prefix) :]
-            if short not in found or m["id"] > found[short]["id"]:
-                found[short] = m
+        if m["name"].startswith(prefixes):
+            yield m
+
+
+def find_maps(variant: str, after: int = 0) -> dict[str, dict]:
+    """The newest map of each name of a loaded variant: short name ("cfg", "mark", ...) -> info.
+
+    Walks the kernel's map ids above ``after`` (:func:`maps_named`): about a millisecond for every
+    map in the system."""
+    prefix = VARIANTS[variant][1]
+    found: dict[str, dict] = {}
+    for m in maps_named((prefix,), after):
+        short = m["name"][len(prefix) :]
+        if short not in found or m["id"] > found[short]["id"]:
+            found[short] = m
     return found
 
 
