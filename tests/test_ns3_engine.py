@@ -117,14 +117,17 @@ def test_the_hook_table_reaches_the_ns3_ops_as_the_fast_engine_reads_it():
             "contended_above": 1.4,
             "hold_max": 20,
             "min_window": 7,
+            "above_bdp_gain": 0.6,
         }
     )
     hook, marks = ns3_engine.hook_numbers(sc, "mltcp-cubic")
     inf = float("inf")
-    assert hook == [8.4, 0.11, 2.0, inf, 1.3, 0.55, 0.14, 0.34, inf, 5.0, 1.0, 1.0, 12.0, 0.0, 1.0, 6.0, 1.4, 20.0, 7.0]
+    assert hook[:18] == [8.4, 0.11, 2.0, inf, 1.3, 0.55, 0.14, 0.34, inf, 5.0, 1.0, 1.0, 12.0, 0.0, 1.0, 6.0, 1.4, 20.0]
+    assert hook[18:] == [7.0, 0.6]
     assert marks
     hook, marks = ns3_engine.hook_numbers(_dumbbell(), "mltcp-reno")  # the hook's declared defaults
-    assert hook == [1.78, 0.11, 0.0, inf, 2.0, 0.8, 0.2, 0.9, 1e-3, 3.0, 0.0, 0.0, 0.0, 0.0, 1.0, 4.0, 1.25, 32.0, 4.0]
+    assert hook[:18] == [1.78, 0.11, 0.0, inf, 2.0, 0.8, 0.2, 0.9, 1e-3, 3.0, 0.0, 0.0, 0.0, 0.0, 1.0, 4.0, 1.25, 32.0]
+    assert hook[18:] == [4.0, 1.0]
     assert not marks
     assert ns3_engine.hook_numbers(sc, "reno") == ([], False)
     for cc in ("mltcp-reno", "mltcp-cubic"):  # every knob of the Reno/CUBIC variants is modelled

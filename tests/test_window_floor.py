@@ -6,11 +6,12 @@ import math
 
 import pytest
 
-from mltcp import defaults
+from mltcp import defaults, scenario
 from mltcp import tracker as trk
 from mltcp.cc import make_cc
 from mltcp.cc.base import CWND
 from mltcp.cc.mltcp import floor_bytes
+from mltcp.sim.engine import simulate
 from mltcp.traffic.kernel import model
 
 MSS = 1448
@@ -70,3 +71,77 @@ def test_the_bpf_model_floor_matches():
     floored = model.grow(3, 0, w, 3, fq, 1 << 30)  # BDP unknown: 3 < 4 segments, F counts as 1
     yielding = model.grow(3, 0, w, 3, fq, 1 << 30, bdp_segs=model.bdp_segments(rate_q10, 100, MSS))
     assert floored[0] == 4 and yielding[0] == 3
+
+
+def _disengaged(cc, st):
+    """The online switch has made flow 0 its base (and has judged every closed iteration)."""
+    a = st.tracker.a
+    a[0, trk.ENGAGED] = 0.0
+    a[0, trk.SEEN] = a[0, trk.ITERATION]
+    return cc
+
+
+@pytest.mark.parametrize("cwnd_segs, expected", [(100, 0.5), (20, 1.0)])
+def test_a_disengaged_flow_grows_at_above_bdp_gain_only_above_its_path_bdp(cwnd_segs, expected):
+    """A 29-segment BDP (3.4 Gb/s x 100 us): above it the disengaged flow grows at above_bdp_gain,
+    below it at its base's rate; while engaged the gain is F's, whatever the window."""
+    cc = make_cc("mltcp-reno", above_bdp_gain=0.5)
+    _, st = _flow_behind(cwnd_segs, best_rate=425e6, min_rtt=100e-6)
+    f0 = float(cc.F(st.tracker.bytes_ratio)[0])
+    assert float(cc.increase_gain(st)[0]) == pytest.approx(f0)  # engaged (the start): F
+    assert float(_disengaged(cc, st).increase_gain(st)[0]) == expected
+
+
+def test_above_bdp_gain_is_off_by_default_and_waits_for_the_bdp():
+    cc = make_cc("mltcp-reno")
+    assert cc.above_bdp_gain == 1.0
+    _, st = _flow_behind(100, best_rate=425e6, min_rtt=100e-6)
+    assert float(_disengaged(cc, st).increase_gain(st)[0]) == 1.0
+    cc = make_cc("mltcp-cubic", above_bdp_gain=0.5)
+    _, st = _flow_behind(100)  # no rate, no RTT: the BDP is unknown, so the base's gain
+    assert float(_disengaged(cc, st).increase_gain(st)[0]) == 1.0
+
+
+CLASH = """name = "clash"
+description = "two jobs whose communication (16 ms each alone) cannot take turns in a 21 ms period"
+seed = {seed}
+iterations = 30
+warmup_iterations = 5
+cc = "reno"
+[network]
+mss = 1448
+step_us = 10
+[[links]]
+name = "bottleneck"
+rate_gbps = 1.0
+delay_us = 100
+buffer_kb = 100
+{table}
+[[jobs]]
+name = "A"
+compute_ms = 5
+bytes = 2_000_000
+path = ["bottleneck"]
+[[jobs]]
+name = "B"
+compute_ms = 5
+bytes = 2_000_000
+start_offset_ms = 3
+path = ["bottleneck"]
+"""
+
+
+def test_a_slower_increase_above_the_bdp_drops_less_where_no_interleave_forms(tmp_path):
+    """Jobs that cannot take turns: the switch makes the flows their base, and above_bdp_gain = 0.5
+    then fills the queue half as fast: fewer drops over three seeds, iterations as fast."""
+
+    def run(table, seed):
+        path = tmp_path / f"clash-{seed}.toml"
+        path.write_text(CLASH.format(seed=seed, table=table))
+        res = simulate(scenario.load(str(path)), "mltcp-reno")
+        return res.drops, sum(r.duration for r in res.records[10:]) / len(res.records[10:])
+
+    plain = [run("", s) for s in (1, 2, 3)]
+    gentle = [run("[mltcp]\nabove_bdp_gain = 0.5", s) for s in (1, 2, 3)]
+    assert sum(d for d, _ in gentle) < 0.95 * sum(d for d, _ in plain)
+    assert sum(t for _, t in gentle) < 1.02 * sum(t for _, t in plain)

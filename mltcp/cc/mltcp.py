@@ -54,8 +54,9 @@ SHAPES = ("linear", "capped", "convex")
     CONTENDED_ABOVE,
     HOLD_MAX,
     MIN_WINDOW,
-) = range(18)
-HOOK_LEN = 18
+    ABOVE_BDP_GAIN,
+) = range(19)
+HOOK_LEN = 19
 
 
 @njit(cache=True)
@@ -91,6 +92,18 @@ def window_floor(mp, g, cwnd, mss, tr, i):
     """The increase gain ``g`` of window-based flow i at ``cwnd`` bytes: at least 1 below its floor
     (:func:`floor_bytes`), where a flow that yields further loses packets only a timer repairs."""
     return 1.0 if g < 1.0 and cwnd < floor_bytes(mp, tr, i, mss) else g
+
+
+@njit(cache=True)
+def window_gain(mp, g, cwnd, mss, tr, i):
+    """The increase gain of window-based flow i at ``cwnd`` bytes, given its hook gain ``g``: the
+    floor's (:func:`window_floor`) while the hook acts; once the online switch has made the flow its
+    base, 1, or ``above_bdp_gain`` while its window exceeds its path's BDP: beyond one BDP a larger
+    window only queues, so growing it slower delays the next overflow without slowing the flow."""
+    if active(mp, tr, i):
+        return window_floor(mp, g, cwnd, mss, tr, i)
+    bdp = trk.path_bdp(tr, i)
+    return mp[ABOVE_BDP_GAIN] if 0.0 < bdp < cwnd else 1.0
 
 
 @njit(cache=True)
@@ -241,13 +254,16 @@ class MLTCPHook(OnlineSwitch, IterationTracking):
 
 class WindowFloor:
     """Window-based variants: ``min_window`` (:func:`window_floor`), F never slows a window below it,
-    or below the path's BDP if that is smaller (:func:`floor_bytes`)."""
+    or below the path's BDP if that is smaller (:func:`floor_bytes`); ``above_bdp_gain``
+    (:func:`window_gain`), a disengaged flow's increase above that BDP."""
     min_window = Param(defaults.MIN_WINDOW, "segments", "F never slows the increase below min(this, path BDP)",
                        bounds="[0, 1e6]")
+    above_bdp_gain = Param(1.0, "1", "disengaged by the switch, a window above the path BDP grows x this (1 = base)",
+                           bounds="(0, 1]")
 
     def hook_vector(self):
         mp = super().hook_vector()
-        mp[MIN_WINDOW] = self.min_window
+        mp[[MIN_WINDOW, ABOVE_BDP_GAIN]] = self.min_window, self.above_bdp_gain
         return mp
 
     def pkts_acked(self, st, acked, rtt, now):  # the floor's path BDP needs the smallest RTT
@@ -256,7 +272,7 @@ class WindowFloor:
 
     def increase_gain(self, st):
         g, mp, a = _vec(super().increase_gain(st), st.n), self.hook_vector(), st.tracker.a
-        return np.array([window_floor(mp, g[i], st.tcp[i, CWND], st.mss, a, i) for i in range(st.n)])
+        return np.array([window_gain(mp, g[i], st.tcp[i, CWND], st.mss, a, i) for i in range(st.n)])
 
 
 class IterationRestart:

@@ -259,7 +259,7 @@ def _congestion_response(cfg, cc, fl, f, t, a, lo, lo_rtx, req, hole, marked):
         # tcp_is_cwnd_limited, RFC 7661): NIC-limited flows keep their window
         if a > 0.0 and not in_rec and fl.cwnd_limited[f]:
             g = _gain(cc.mltcp, cc.mp, cc.tr, f)
-            g = hook.window_floor(cc.mp, g, cc.tcp[f, CWND], cfg.mss, cc.tr, f) if cc.mltcp else g
+            g = hook.window_gain(cc.mp, g, cc.tcp[f, CWND], cfg.mss, cc.tr, f) if cc.mltcp else g
             dispatch.cong_avoid(cc.kind, cc.p, cc.tcp, cc.ca, f, a, g, t, cfg.mss)
         # a first loss fast recovery repairs: one reduction per round trip; a lost retransmission
         # RACK found extends the episode it belongs to (Linux: no second reduction)

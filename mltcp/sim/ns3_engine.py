@@ -209,6 +209,7 @@ HOOK_KNOBS = (
     "contended_above",
     "hold_max",
     "min_window",
+    "above_bdp_gain",
 )
 
 
@@ -223,7 +224,7 @@ def _unmodelled_knobs(cc_name: str) -> list[str]:
 
 
 def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
-    """The ``[mltcp]`` table as the 19 numbers ``MakeCc`` takes (order in ns3_cxx.SetHook), from
+    """The ``[mltcp]`` table as the 20 numbers ``MakeCc`` takes (order in ns3_cxx.SetHook), from
     the same Param declarations and defaults the fast engine uses, and whether the flows mark
     iteration starts (boundary = mark); ([], False) for a base algorithm."""
     if not cc_name.startswith("mltcp-"):
@@ -251,6 +252,7 @@ def hook_numbers(sc: Scenario, cc_name: str) -> tuple[list[float], bool]:
         float(c.contended_above),
         float(c.hold_max),
         float(c.min_window),
+        float(c.above_bdp_gain),
     ], c.boundary == "mark"
 
 

@@ -19,6 +19,7 @@ class Mltcp : public Base {
     bool scaleDecrease = false;
     double restartWindow = 0;          // segments; 0 = off (mltcp.cc.mltcp.iteration_restart)
     double minWindow = 0;              // segments: below this window (or the path BDP if less) F never slows the increase
+    double aboveBdpGain = 1.0;         // disengaged, a window above the path BDP grows x this (mltcp.cc.mltcp.window_gain)
     double decStart = 0.8, decEnd = 0.2;   // fraction removed at r = 0 / r = 1, in Reno terms (x base / 0.5)
     double baseKeep = 0.5;             // fraction of the window the base keeps on a reduction
     std::string name = "Mltcp";
@@ -56,8 +57,13 @@ class Mltcp : public Base {
         Base::IncreaseWindow(tcb, segmentsAcked);
         uint32_t after = tcb->m_cWnd;
         if (after > before) {
-            double f = F();             // mltcp.cc.mltcp.window_floor
-            if (f < 1.0 && double(before) < FloorBytes(tcb)) f = 1.0;
+            double f = F();             // mltcp.cc.mltcp.window_gain
+            if (!tracker.Engaged()) {
+                double bdp = Bdp(tcb);
+                if (bdp > 0.0 && double(before) > bdp) f = aboveBdpGain;
+            } else if (f < 1.0 && double(before) < FloorBytes(tcb)) {
+                f = 1.0;
+            }
             double inc = f * double(after - before) + carry;
             double whole = std::floor(inc);
             carry = inc - whole;
@@ -67,9 +73,12 @@ class Mltcp : public Base {
     // mltcp.cc.mltcp.floor_bytes: minWindow segments, at most the path's BDP once known (the best
     // rate of a completed iteration x the min RTT): a flow at one BDP fills the link alone
     double FloorBytes(Ptr<TcpSocketState> tcb) const {
-        double floor = minWindow * tcb->m_segmentSize;
-        double bdp = tracker.bestRate * tcb->m_minRtt.GetSeconds();
-        return bdp > 0.0 && tcb->m_minRtt != Time::Max() ? std::min(floor, bdp) : floor;
+        double floor = minWindow * tcb->m_segmentSize, bdp = Bdp(tcb);
+        return bdp > 0.0 ? std::min(floor, bdp) : floor;
+    }
+    // mltcp.tracker.path_bdp: the best rate of a completed iteration x the min RTT, 0 until both are known
+    double Bdp(Ptr<TcpSocketState> tcb) const {
+        return tcb->m_minRtt != Time::Max() ? tracker.bestRate * tcb->m_minRtt.GetSeconds() : 0.0;
     }
     uint32_t GetSsThresh(Ptr<const TcpSocketState> tcb, uint32_t bytesInFlight) override {
         uint32_t ss = Base::GetSsThresh(tcb, bytesInFlight);
@@ -95,7 +104,8 @@ class Mltcp : public Base {
 
 // the hook's numbers: slope, intercept, shape, cap, exponent, decrease_at_start, decrease_at_end,
 // idle_fraction, min_idle (inf with explicit marks), history, idle_gap == min2, scale_decrease,
-// restart_window, boundary == tx_start, adaptive, trial, contended_above, hold_max, min_window
+// restart_window, boundary == tx_start, adaptive, trial, contended_above, hold_max, min_window,
+// above_bdp_gain
 template <class M>
 void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
     m->slope = h[0]; m->intercept = h[1]; m->shape = int(h[2]); m->cap = h[3]; m->exponent = h[4];
@@ -104,7 +114,7 @@ void SetHook(Ptr<M> m, const std::vector<double>& h, double baseKeep) {
     m->tracker.min2 = h[10] != 0.0; m->scaleDecrease = h[11] != 0.0; m->restartWindow = h[12];
     m->tracker.atTx = h[13] != 0.0;
     m->tracker.adaptive = h[14] != 0.0; m->tracker.trial = h[15]; m->tracker.contendedAbove = h[16];
-    m->tracker.holdMax = h[17]; m->minWindow = h[18];
+    m->tracker.holdMax = h[17]; m->minWindow = h[18]; m->aboveBdpGain = h[19];
     m->baseKeep = baseKeep;
 }
 
@@ -112,7 +122,7 @@ Ptr<TcpCongestionOps> MakeCc(std::string name, std::vector<double> hook, double 
     if (name == "reno" && !linuxReno) return CreateObject<HostNewReno>();
     if (name == "reno") return CreateObject<HostReno>();
     if (name == "cubic") return CreateObject<HostCubic>();
-    NS_ABORT_MSG_IF(hook.size() != 19, "MakeCc: 19 hook numbers expected");
+    NS_ABORT_MSG_IF(hook.size() != 20, "MakeCc: 20 hook numbers expected");
     if (name == "mltcp-reno" && !linuxReno) {
         Ptr<Mltcp<HostNewReno>> m = CreateObject<Mltcp<HostNewReno>>();
         SetHook(m, hook, baseKeep); m->name = "MltcpNewReno";
