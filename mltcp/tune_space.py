@@ -330,13 +330,15 @@ _SHIPPED = {  # the shipped default's knobs (mltcp.defaults), each default at th
     "mltcp.trial": {"choices": [2, 4, 8], "default": defaults.TRIAL},
     "mltcp.hold_max": {"choices": [8, 16, 32, 64], "default": defaults.HOLD_MAX},
 }
+_ABOVE_BDP = {"mltcp.above_bdp_gain": {"low": 0.25, "high": 1.0, "default": 1.0}}  # window-based bases only
 for _b in ("reno", "cubic", "dctcp", "dcqcn"):
     BUILTIN[f"{_b}-default"] = {
         "base": _b,
-        "description": "the shipped default (mltcp/defaults.py): F and the online switch; "
-        "trial 0 is the default as shipped.",
+        "description": "the shipped default (mltcp/defaults.py): F and the online switch"
+        + ("" if _b == "dcqcn" else ", and above_bdp_gain")
+        + "; trial 0 is the default as shipped.",
         "fixed": {"mltcp.adaptive": True, "mltcp.scale_decrease": False},
-        "search": dict(_SHIPPED),
+        "search": {**_SHIPPED, **(_ABOVE_BDP if _b != "dcqcn" else {})},
     }
 for _n, _d in BUILTIN.items():
     _d["name"] = _n
