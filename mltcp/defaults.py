@@ -24,3 +24,5 @@ TRIAL = 4
 CONTENDED_ABOVE = 1.25
 HOLD_MAX = 32
 MIN_WINDOW = 4  # segments
+# once disengaged, a window above the path BDP grows x this; 1 = off (measured, not shipped: docs/references.md)
+ABOVE_BDP_GAIN = 1.0

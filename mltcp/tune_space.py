@@ -330,7 +330,8 @@ _SHIPPED = {  # the shipped default's knobs (mltcp.defaults), each default at th
     "mltcp.trial": {"choices": [2, 4, 8], "default": defaults.TRIAL},
     "mltcp.hold_max": {"choices": [8, 16, 32, 64], "default": defaults.HOLD_MAX},
 }
-_ABOVE_BDP = {"mltcp.above_bdp_gain": {"low": 0.25, "high": 1.0, "default": 1.0}}  # window-based bases only
+# window-based bases only
+_ABOVE_BDP = {"mltcp.above_bdp_gain": {"low": 0.25, "high": 1.0, "default": defaults.ABOVE_BDP_GAIN}}
 for _b in ("reno", "cubic", "dctcp", "dcqcn"):
     BUILTIN[f"{_b}-default"] = {
         "base": _b,

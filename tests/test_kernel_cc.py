@@ -125,7 +125,7 @@ def test_20mib_over_loopback_intact_and_iterations_learned(loaded, variant):
         # so it can close its window for tens of ms: a stall with nothing in flight that the
         # kernel cannot tell from an idle gap. min_idle 150 ms with 300 ms gaps keeps such stalls
         # inside an iteration; the gaps vary by tens of ms, which idle_fraction 0.5 tolerates.
-        vm.write_config(dataclasses.replace(TEST_CFG, idle_fraction=0.5, min_idle=0.15))
+        vm.write_config(dataclasses.replace(TEST_CFG, idle_fraction=0.5, min_idle=0.15, above_bdp_gain=0.5))
         tr = KernelTransport("127.0.0.1", rx.port, cc=variant, verify=True)
         assert congestion(tr.sock) == variant
         for i in range(4):
@@ -143,6 +143,7 @@ def test_20mib_over_loopback_intact_and_iterations_learned(loaded, variant):
     # The BPF tracker saw the idle gaps: 3 iterations completed (the 4th is current), each of
     # the payload plus the transport's 16-byte header.
     assert state.completed == 3
+    assert (state.min_window, state.above_bdp_q10) == (TEST_CFG.min_window, 512)  # the socket took the config
     assert state.learned == per_iter + 16
     assert state.hist == (per_iter + 16,) * 3
     assert state.bytes_ratio == 1.0

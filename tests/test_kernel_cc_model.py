@@ -59,14 +59,16 @@ def test_config_pack_and_errors():
     raw = Config(
         slope=4.0, intercept=0.25, idle_fraction=0.9, min_idle=0.001, scale_decrease=True, adaptive=False
     ).pack()
-    valid, slope, icpt, idle, min_idle, flags, trace, restart, trial, cont, hold_max, _ = CFG.unpack(raw)
+    valid, slope, icpt, idle, min_idle, flags, trace, restart, trial, cont, hold_max, floor, above = CFG.unpack(raw)
     assert (valid, slope, icpt, idle, min_idle, flags, trace, restart) == (1, 4096, 256, 922, 1000, 1, 0, 0)
-    assert (trial, cont, hold_max) == (4, 1280, 32)
+    assert (trial, cont, hold_max, floor, above) == (4, 1280, 32, 4, 1024)
+    assert CFG.unpack(Config(above_bdp_gain=0.5).pack())[12] == 512
     assert CFG.unpack(Config(restart_window=12).pack())[7] == 12
     switch = CFG.unpack(Config(trial=6, contended_above=1.5, hold_max=20).pack())
     assert switch[5] == 8 and switch[8:11] == (6, 1536, 20)  # the online switch on by default: its flag alone
     assert CFG.unpack(Config(adaptive=False).pack())[5] == 0
-    for bad in ({"trial": 0}, {"hold_max": 2.5}, {"contended_above": 1.0}):
+    bads = ({"trial": 0}, {"hold_max": 2.5}, {"contended_above": 1.0}, {"above_bdp_gain": 0}, {"above_bdp_gain": 1.5})
+    for bad in bads:
         with pytest.raises(ValueError, match=next(iter(bad))):
             Config(**bad).pack()
     with pytest.raises(ValueError, match="idle_fraction"):
@@ -90,8 +92,8 @@ def test_restart_keeps_three_quarters_of_the_window_in_ssthresh():
 
 
 def test_layout_sizes_match_the_c_structs():
-    # Sizes the C header's structs have (all naturally aligned, no padding holes).
-    assert (CFG.size, SK.size, EV.size) == (48, 152, 80)
+    # Sizes the C header's structs have (naturally aligned; struct mltcp_sk ends in 4 bytes of padding).
+    assert (CFG.size, SK.size, EV.size) == (52, 160, 80)
 
 
 def test_loader_refuses_clearly(monkeypatch, tmp_path):

@@ -145,3 +145,17 @@ def test_a_slower_increase_above_the_bdp_drops_less_where_no_interleave_forms(tm
     gentle = [run("[mltcp]\nabove_bdp_gain = 0.5", s) for s in (1, 2, 3)]
     assert sum(d for d, _ in gentle) < 0.95 * sum(d for d, _ in plain)
     assert sum(t for _, t in gentle) < 1.02 * sum(t for _, t in plain)
+
+
+def test_the_bpf_model_grows_a_disengaged_window_at_above_bdp_gain_above_the_bdp():
+    """mltcp_window_gain's integer model: disengaged (F is then 1.0), 100 segments on a 2-segment
+    BDP grow at half the rate with above_bdp_q10 = 512; 1 segment (below the BDP) at the full rate;
+    an unknown BDP leaves the base's growth."""
+    bdp = model.bdp_segments(25 << model.SHIFT, 100, MSS)  # 200 Mb/s x 100 us: 1.7 segments
+    w = model.reno_w(100)
+    base = model.grow(100, 0, w, 100, model.ONE, 1 << 30, bdp_segs=bdp, engaged=False)
+    half = model.grow(100, 0, w, 100, model.ONE, 1 << 30, bdp_segs=bdp, engaged=False, above_bdp_q10=512)
+    assert base[0] == 101 and half == (100, 50 * model.ONE)  # half a segment carried in cnt
+    below = model.grow(1, 0, model.reno_w(1), 1, model.ONE, 1 << 30, bdp_segs=bdp, engaged=False, above_bdp_q10=512)
+    assert below[0] == 2
+    assert model.grow(100, 0, w, 100, model.ONE, 1 << 30, engaged=False, above_bdp_q10=512) == base

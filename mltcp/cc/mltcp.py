@@ -258,7 +258,7 @@ class WindowFloor:
     (:func:`window_gain`), a disengaged flow's increase above that BDP."""
     min_window = Param(defaults.MIN_WINDOW, "segments", "F never slows the increase below min(this, path BDP)",
                        bounds="[0, 1e6]")
-    above_bdp_gain = Param(1.0, "1", "disengaged by the switch, a window above the path BDP grows x this (1 = base)",
+    above_bdp_gain = Param(defaults.ABOVE_BDP_GAIN, "1", "disengaged, a window above the path BDP grows x this",
                            bounds="(0, 1]")
 
     def hook_vector(self):

@@ -44,6 +44,7 @@ RESTART_WINDOW_HELP = (
 
 ADAPTIVE_HELP = "the online switch (mltcp.engage): F acts only while the flow's iterations interleave"
 MIN_WINDOW_HELP = "segments: below this window (or the path BDP, if less) F never slows the increase (0 = off)"
+ABOVE_BDP_HELP = "once the online switch has made a flow its base, its window grows x this above the path BDP (1 = off)"
 
 
 def _config(
@@ -57,6 +58,7 @@ def _config(
     restart_window=0,
     adaptive=defaults.ADAPTIVE,
     min_window=defaults.MIN_WINDOW,
+    above_bdp_gain=defaults.ABOVE_BDP_GAIN,
 ) -> Config:
     if scale_decrease is None:
         scale_decrease = SCALE_DECREASE_DEFAULT.get(variant, False)
@@ -70,6 +72,7 @@ def _config(
         restart_window=restart_window,
         adaptive=adaptive,
         min_window=min_window,
+        above_bdp_gain=above_bdp_gain,
     )
     try:
         cfg.validate()
@@ -115,11 +118,14 @@ def load(
     min_window: int = typer.Option(
         defaults.MIN_WINDOW, "--min-window", min=0, max=MAX_RESTART_SEGS, help=MIN_WINDOW_HELP
     ),
+    above_bdp_gain: float = typer.Option(
+        defaults.ABOVE_BDP_GAIN, "--above-bdp-gain", min=0.01, max=1.0, help=ABOVE_BDP_HELP
+    ),
     clang: str = typer.Option("clang"),
 ):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
     names = _variants(variant)  # one configuration per variant (their defaults differ)
-    hook = dict(restart_window=restart_window, adaptive=adaptive, min_window=min_window)
+    hook = dict(restart_window=restart_window, adaptive=adaptive, min_window=min_window, above_bdp_gain=above_bdp_gain)
     cfgs = {v: _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, v, **hook) for v in names}
     try:
         regs = loader.load(names, config=cfgs, clang=clang)
@@ -255,6 +261,9 @@ def experiment(
     min_window: int = typer.Option(
         defaults.MIN_WINDOW, "--min-window", min=0, max=MAX_RESTART_SEGS, help=MIN_WINDOW_HELP
     ),
+    above_bdp_gain: float = typer.Option(
+        defaults.ABOVE_BDP_GAIN, "--above-bdp-gain", min=0.01, max=1.0, help=ABOVE_BDP_HELP
+    ),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),
@@ -269,7 +278,7 @@ def experiment(
 
     setLogLevel("error")  # Mininet's warnings (as `mltcp emulate`): errors still show
 
-    hook = dict(restart_window=restart_window, adaptive=adaptive, min_window=min_window)
+    hook = dict(restart_window=restart_window, adaptive=adaptive, min_window=min_window, above_bdp_gain=above_bdp_gain)
     cfg = _config(slope, intercept, idle_fraction, min_idle_ms, scale_decrease, nic_cap, variant, **hook)
     try:
         case = Case(

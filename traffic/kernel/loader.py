@@ -255,7 +255,9 @@ def status() -> dict:
         entry: dict = {"struct_ops_id": sid}
         try:
             with VariantMaps(v) as vm:
-                valid, slope, icpt, idle, min_idle, flags, trace, restart, trial, cont, hold_max, _ = vm.read_config()
+                valid, slope, icpt, idle, min_idle, flags, trace, restart, trial, cont, hold_max, floor, above = (
+                    vm.read_config()
+                )
                 entry["maps"] = vm.ids
                 entry["stats"] = vm.stats()
                 if valid:
@@ -272,6 +274,8 @@ def status() -> dict:
                         "trial": trial,
                         "contended_above": round(cont / 1024, 4),
                         "hold_max": hold_max,
+                        "min_window": floor,
+                        "above_bdp_gain": round(above / 1024, 4),
                     }
                 else:
                     entry["config"] = "built-in defaults"

@@ -27,8 +27,8 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "mltcp_cubic": ("mltcp_cubic.bpf.c", "mcubic_"),
 }
 
-CFG = struct.Struct("<12I")  # struct mltcp_cfg
-SK = struct.Struct("<9Q20I")  # struct mltcp_sk
+CFG = struct.Struct("<13I")  # struct mltcp_cfg
+SK = struct.Struct("<9Q21I4x")  # struct mltcp_sk (padded to 8 bytes)
 EV = struct.Struct("<2Q14IQ")  # struct mltcp_trace_ev
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
@@ -82,6 +82,8 @@ class Config:
     hold_max: int = defaults.HOLD_MAX  # adaptive: longest wait (iterations) before engaging again
     # segments: below this window (or the path BDP if less) F never slows the increase (0 = off)
     min_window: int = defaults.MIN_WINDOW
+    # once disengaged, a window above the path BDP grows x this (1 = as the base)
+    above_bdp_gain: float = defaults.ABOVE_BDP_GAIN
 
     def validate(self) -> None:
         for name in ("slope", "intercept", "idle_fraction"):
@@ -104,6 +106,8 @@ class Config:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
                 raise ValueError(f"{name} must be a whole number of iterations from 1 to 1000000, got {v!r}")
+        if not 0 < self.above_bdp_gain <= 1:
+            raise ValueError(f"above_bdp_gain must be in (0, 1], got {self.above_bdp_gain}")
         if not 1 < self.contended_above <= 100:
             raise ValueError(f"contended_above must be in (1, 100], got {self.contended_above}")
 
@@ -125,6 +129,7 @@ class Config:
             round(self.contended_above * Q10),
             self.hold_max,
             self.min_window,
+            max(1, round(self.above_bdp_gain * Q10)),
         )
 
 
@@ -159,6 +164,7 @@ class SocketState:
     contended_q10: int
     hold_max: int
     min_window: int
+    above_bdp_q10: int
 
     @classmethod
     def unpack(cls, raw: bytes) -> "SocketState":

@@ -53,6 +53,7 @@
 #define MLTCP_DEF_CONTENDED_Q10 1280U        /* 1.25 */
 #define MLTCP_DEF_HOLD_MAX 32U
 #define MLTCP_DEF_MIN_WINDOW 4U              /* segments: below this window F never slows the increase */
+#define MLTCP_DEF_ABOVE_BDP_Q10 1024U        /* disengaged, growth above the path BDP x this: 1.0 = off */
 
 #define MLTCP_FLAG_SCALE_DECREASE 1U
 #define MLTCP_FLAG_TRACE_ALL 2U          /* global cfg only: trace every socket */
@@ -81,6 +82,7 @@ struct mltcp_cfg {
 	__u32 contended_q10;  /* adaptive: contended = comm time > this x bytes at the best rate */
 	__u32 hold_max;       /* adaptive: longest wait (iterations) before engaging again */
 	__u32 min_window;     /* segments: below this window (or the path BDP if less) F never slows the increase, 0 = off */
+	__u32 above_bdp_q10;  /* disengaged, a window above the path BDP grows x this (1..1024; 0 = the default) */
 };
 
 struct mltcp_sk {
@@ -111,6 +113,7 @@ struct mltcp_sk {
 	__u32 contended_q10;
 	__u32 hold_max;
 	__u32 min_window;
+	__u32 above_bdp_q10;
 };
 
 struct mltcp_trace_ev {
@@ -392,6 +395,7 @@ static __always_inline void mltcp_init(struct sock *sk)
 		m->contended_q10 = cfg->contended_q10 ? cfg->contended_q10 : MLTCP_DEF_CONTENDED_Q10;
 		m->hold_max = cfg->hold_max ? cfg->hold_max : MLTCP_DEF_HOLD_MAX;
 		m->min_window = cfg->min_window;
+		m->above_bdp_q10 = cfg->above_bdp_q10 ? cfg->above_bdp_q10 : MLTCP_DEF_ABOVE_BDP_Q10;
 	} else {
 		m->slope_q10 = MLTCP_DEF_SLOPE;
 		m->intercept_q10 = MLTCP_DEF_INTERCEPT;
@@ -403,6 +407,7 @@ static __always_inline void mltcp_init(struct sock *sk)
 		m->contended_q10 = MLTCP_DEF_CONTENDED_Q10;
 		m->hold_max = MLTCP_DEF_HOLD_MAX;
 		m->min_window = MLTCP_DEF_MIN_WINDOW;
+		m->above_bdp_q10 = MLTCP_DEF_ABOVE_BDP_Q10;
 	}
 	m->port = port;
 	m->iter_start_acked = tp->bytes_acked;
@@ -566,24 +571,45 @@ static __always_inline int mltcp_nic_capped(const struct tcp_sock *tp, const str
  * the path's BDP once it is known (the best delivery rate of a completed iteration x the min RTT):
  * a flow at one BDP fills the link alone, so a higher floor would keep the flow behind from yielding.
  */
-static __always_inline __u64 mltcp_floor_bytes(const struct tcp_sock *tp, const struct mltcp_sk *m)
+static __always_inline __u64 mltcp_bdp_bytes(const struct tcp_sock *tp, const struct mltcp_sk *m)
 {
-	__u64 mss = tp->mss_cache, floor = (__u64)m->min_window * mss, min_rtt_us = tp->rtt_min.s[0].v, bdp;
+	__u64 min_rtt_us = tp->rtt_min.s[0].v;
 
 	if (!m->best_rate_q10 || !min_rtt_us || min_rtt_us == ~0U)
-		return floor;
-	bdp = (m->best_rate_q10 * min_rtt_us) >> MLTCP_SHIFT;
-	return bdp < floor ? bdp : floor;
+		return 0;                                /* not known yet */
+	return (m->best_rate_q10 * min_rtt_us) >> MLTCP_SHIFT;
+}
+
+static __always_inline __u64 mltcp_floor_bytes(const struct tcp_sock *tp, const struct mltcp_sk *m)
+{
+	__u64 floor = (__u64)m->min_window * tp->mss_cache, bdp = mltcp_bdp_bytes(tp, m);
+
+	return bdp && bdp < floor ? bdp : floor;
+}
+
+/*
+ * The increase gain (mltcp.cc.mltcp.window_gain): F, at least 1 below the floor while the hook
+ * acts; once the online switch has made the flow its base, above_bdp while the window exceeds
+ * the path's BDP (beyond it a larger window only queues), else 1.
+ */
+static __always_inline __u32 mltcp_window_gain(const struct tcp_sock *tp, const struct mltcp_sk *m)
+{
+	__u64 cwnd_bytes = (__u64)tp->snd_cwnd * tp->mss_cache, bdp;
+	__u32 f = mltcp_f(m);
+
+	if (!mltcp_engaged(m)) {
+		bdp = mltcp_bdp_bytes(tp, m);
+		return bdp && cwnd_bytes > bdp ? m->above_bdp_q10 : MLTCP_ONE;
+	}
+	return f < MLTCP_ONE && cwnd_bytes < mltcp_floor_bytes(tp, m) ? MLTCP_ONE : f;
 }
 
 static __always_inline void mltcp_grow(struct tcp_sock *tp, const struct mltcp_sk *m, __u32 w,
 				       __u32 acked, __u32 aux)
 {
-	__u32 f = m ? mltcp_f(m) : MLTCP_ONE, inc;
+	__u32 f = m ? mltcp_window_gain(tp, m) : MLTCP_ONE, inc;
 	struct mltcp_trace_ev *ev;
 
-	if (m && f < MLTCP_ONE && (__u64)tp->snd_cwnd * tp->mss_cache < mltcp_floor_bytes(tp, m))
-		f = MLTCP_ONE;      /* below the floor F never slows the increase (mltcp.cc.mltcp.window_floor) */
 	inc = acked * f;
 
 	if (mltcp_nic_capped(tp, m))

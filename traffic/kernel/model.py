@@ -83,10 +83,16 @@ def grow(
     clamp: int,
     min_window: int = defaults.MIN_WINDOW,
     bdp_segs: float = math.inf,
+    engaged: bool = True,
+    above_bdp_q10: int = ONE,
 ) -> tuple[int, int]:
-    """mltcp_grow: cwnd += F * acked * 1024 / w, fraction kept in cnt; F < 1 counts as 1 below
-    the floor: ``min_window`` segments, at most the path's BDP (:func:`bdp_segments`)."""
-    if f < ONE and cwnd < min(min_window, bdp_segs):
+    """mltcp_grow: cwnd += gain * acked * 1024 / w, fraction kept in cnt (mltcp_window_gain).
+    Engaged, the gain is F, counted as 1 below the floor: ``min_window`` segments, at most the
+    path's BDP (:func:`bdp_segments`); disengaged (``f`` is then 1), ``above_bdp_q10`` while the
+    window exceeds a known BDP."""
+    if not engaged:
+        f = above_bdp_q10 if cwnd > bdp_segs else ONE
+    elif f < ONE and cwnd < min(min_window, bdp_segs):
         f = ONE
     return cong_avoid_ai(cwnd, cnt, w, acked * f, clamp)
 
