@@ -348,7 +348,8 @@ def _emulate(
         fail(str(e))
     try:
         check_emulatable(sc)
-    except TopologyError as e:
+        _check_ddp(sc)
+    except (TopologyError, EmulationError) as e:
         fail(str(e))
     _refuse_options_ddp_ignores(sc, transport, link_mode, topology, switch_logs, baseline_peer)
     _check_pcap(sc, pcap, link_mode, topology, switch_logs, records)
@@ -410,6 +411,14 @@ def _emulate(
     if not as_json:
         _print_summary(doc)
     _write(doc, out, as_json)
+
+
+def _check_ddp(sc) -> None:
+    """A torch-ddp scenario's jobs and [mltcp] table (emulation/ddp.py), checked before anything runs."""
+    from .ddp import check_ddp_scenario, is_ddp
+
+    if is_ddp(sc):
+        check_ddp_scenario(sc)
 
 
 def _check_pcap(sc, pcap, link_mode, topology, switch_logs, records) -> None:

@@ -49,7 +49,9 @@ def is_ddp(sc) -> bool:
 
 
 def check_ddp_scenario(sc) -> None:
-    """Every job torch-ddp, all on one link (the dumbbell's bottleneck)."""
+    """Every job torch-ddp, all on one link (the dumbbell's bottleneck), an [mltcp] table the kernel
+    variants model (:func:`kernel_config`)."""
+    kernel_config(sc)
     if not all("ddp" in j.extra for j in sc.jobs):
         raise EmulationError(f"{sc.source}: torch-ddp jobs cannot be mixed with synthetic ones in one emulation")
     paths = {tuple(j.path) for j in sc.jobs}
@@ -157,18 +159,38 @@ def worker_argv(
     ]
 
 
+def kernel_config(sc):
+    """The scenario's ``[mltcp]`` table as the kernel variants' configuration (the shipped default
+    where it is silent); EmulationError naming the key the BPF variants do not model."""
+    from mltcp.traffic.kernel import maps
+
+    try:
+        return maps.config_from_hook(sc.mltcp_params)
+    except ValueError as e:
+        raise EmulationError(f"{sc.source}: [mltcp]: {e}") from None
+
+
 @contextlib.contextmanager
-def registered_variant(wire_cc: str | None):
-    """The kernel MLTCP variant registered for an arm (and unregistered after, if this arm did it)."""
+def registered_variant(wire_cc: str | None, config=None):
+    """The kernel MLTCP variant registered for an arm with ``config`` (a maps.Config; None: the
+    shipped default), and unregistered after if this arm registered it. A variant registered
+    already (``mltcp kernel load``) keeps that load's configuration: a ``config`` other than the
+    default is refused then, as it could not apply."""
     name = (wire_cc or "").removeprefix("bpf_")
     if not name.startswith("mltcp_"):
         yield
         return
-    from mltcp.traffic.kernel import loader
+    from mltcp.traffic.kernel import loader, maps
 
+    config = config or maps.Config()
     mine = name not in loader.registered()
+    if not mine and config != maps.Config():
+        raise EmulationError(
+            f"{name} is registered already (mltcp kernel load) with that load's configuration, so the "
+            "scenario's [mltcp] table cannot apply: unload it first (mltcp kernel unload)"
+        )
     if mine:
-        loader.load([name])
+        loader.load([name], config=config)
     try:
         yield
     finally:
@@ -221,8 +243,9 @@ def run_ddp_arm(
     bottleneck = link_params_of(sc.links[sc.jobs[0].path[0]], sc.mss)
     prefix = prefix or netns.run_prefix()
     name = base_cc_name(cc, mltcp)
+    config = kernel_config(sc) if mltcp else None
     wall0 = time.monotonic()
-    with registered_variant(name), netns.Cleanup(prefix) as cl:
+    with registered_variant(name, config), netns.Cleanup(prefix) as cl:
         wire_cc = kernel_cc_name(cc, mltcp)
         topo = make_topology(topology, prefix, bottleneck, n_jobs=n_side)
         net = build_network(topo, "htb", cl)
@@ -379,6 +402,7 @@ def run_ddp_experiment(
         raise EmulationError(f"torch-ddp jobs run on kernel TCP: --cc reno, cubic or dctcp, not {cc}")
     if pcap and records_dir is None:
         raise EmulationError("a capture needs a folder to go in (--records DIR)")
+    check_ddp_scenario(sc)  # before the first arm, not after it
     if records_dir is not None:
         Path(records_dir).mkdir(parents=True, exist_ok=True)
     cb = (lambda arm: lambda r: on_record(arm, r)) if on_record else (lambda arm: None)

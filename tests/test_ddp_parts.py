@@ -146,6 +146,24 @@ def test_emulate_pcap_of_a_ddp_run_needs_a_records_folder_exit_2():
     assert "--pcap needs --records" in r.stderr
 
 
+def test_an_mltcp_table_the_kernel_cannot_take_exits_2_before_any_arm(tmp_path):
+    """A torch-ddp scenario's [mltcp] table configures the kernel variants; a key they do not model
+    is refused naming the file, the table and the key, before a namespace is made."""
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "scenarios" / "ddp-tiny.toml").read_text()
+    p = tmp_path / "tiny-convex.toml"
+    p.write_text(text.replace("[[jobs]]", '[mltcp]\nshape = "convex"\n\n[[jobs]]', 1))
+    r = subprocess.run(
+        [sys.executable, "-m", "mltcp.cli", "emulate", "run", str(p), "--compare"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "tiny-convex.toml" in r.stderr and "[mltcp]" in r.stderr and "shape" in r.stderr
+
+
 def test_two_local_ranks_over_loopback_attach_and_train_identically():
     """examples/ddp_two_ranks.py twice: gloo's sockets on reno, every step recorded in order,
     the same losses both times (fixed seeds)."""

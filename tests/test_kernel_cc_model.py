@@ -157,3 +157,16 @@ def test_the_kernel_switch_takes_the_decisions_of_mltcp_engage():
             assert engage.engaged(a, 0, 4, 1.25, 32) == bool(k["engaged"])
             assert (a[0, trk.HOLD], a[0, trk.IN_MODE]) == (k["hold"], k["in_mode"])
         assert np.isfinite(a[0, trk.BEST_RATE])
+
+
+def test_a_scenarios_mltcp_table_becomes_the_kernel_config_or_is_refused_by_key():
+    from mltcp.traffic.kernel.maps import config_from_hook
+
+    assert config_from_hook({}) == Config()  # silent: the shipped default
+    cfg = config_from_hook({"slope": 4.0, "min_idle": 0.002, "min_window": 6.0, "above_bdp_gain": 0.5})
+    assert (cfg.slope, cfg.min_idle, cfg.min_window, cfg.above_bdp_gain) == (4.0, 0.002, 6, 0.5)
+    assert cfg.intercept == Config().intercept
+    with pytest.raises(ValueError, match="do not model exponent, shape"):
+        config_from_hook({"shape": "convex", "exponent": 1.5, "slope": 2.0})
+    with pytest.raises(ValueError, match="min_window must be a whole number"):
+        config_from_hook({"min_window": 4.5})

@@ -133,6 +133,38 @@ class Config:
         )
 
 
+# the [mltcp] keys (hook Param names) the BPF variants model, as Config fields
+HOOK_KNOBS = (
+    "slope",
+    "intercept",
+    "idle_fraction",
+    "min_idle",
+    "scale_decrease",
+    "restart_window",
+    "adaptive",
+    "trial",
+    "contended_above",
+    "hold_max",
+    "min_window",
+    "above_bdp_gain",
+)
+
+
+def config_from_hook(hook: dict) -> Config:
+    """A scenario's ``[mltcp]`` table (hook Param names, SI units) as the kernel's Config; the
+    shipped default where the table is silent. Raises ValueError naming a key the BPF variants do
+    not model, or a value they cannot take."""
+    unmodelled = sorted(set(hook) - set(HOOK_KNOBS))
+    if unmodelled:
+        raise ValueError(
+            f"the kernel's MLTCP variants do not model {', '.join(unmodelled)} (they model: {', '.join(HOOK_KNOBS)})"
+        )
+    segments = ("restart_window", "min_window")  # whole segments: 4.0 from a TOML float is 4
+    cfg = Config(**{k: int(v) if k in segments and float(v).is_integer() else v for k, v in hook.items()})
+    cfg.validate()
+    return cfg
+
+
 @dataclass(frozen=True)
 class SocketState:
     """struct mltcp_sk of one socket."""
