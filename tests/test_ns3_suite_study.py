@@ -111,3 +111,24 @@ def test_one_scenario_few_iterations_in_both_engines(suites, tmp_path):
     (row,) = g["rows"]
     assert row["seeds"] == [1] and g["summary"]["scenarios"] == 1
     assert row["ns3_engaged_at_end"][1] == row["jobs"]  # one flow per job, each reports its switch
+
+
+def test_config_goes_into_the_mltcp_arm_only(suites, monkeypatch):
+    f = sorted(suites[0].glob("*.toml"))[0]
+    assert study.load_cut(f, config={"mltcp.above_bdp_gain": 0.5}).mltcp_params == {"above_bdp_gain": 0.5}
+    assert study.load_cut(f).mltcp_params == {}
+    seen = {}
+    monkeypatch.setattr(study, "load_cut", lambda path, seed, iterations, config: seen.setdefault("c", config))
+    with pytest.raises(AttributeError):  # the stub scenario stops the run right after loading
+        study.one_run(f, 1, 8, "fast", "reno", None, None, {"mltcp.above_bdp_gain": 0.5})
+    assert seen["c"] is None
+
+
+def test_bad_config_json_exits_2(suites):
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), str(suites[0]), "--config", "{not json", "--list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "--config" in out.stderr

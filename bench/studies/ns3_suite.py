@@ -2,7 +2,7 @@
 base that the fast engine shows hold in ns-3 (jittered hosts)?
 
     python bench/studies/ns3_suite.py DIR [DIR ...] [--pick 20] [--seeds 1-3] [--iterations N]
-                                      [--host-jitter 1] [--json OUT.json] [--list]
+                                      [--host-jitter 1] [--config JSON] [--json OUT.json] [--list]
     python bench/studies/ns3_suite.py --generate reno:301 --generate reno:302:compatible --n 60 --out /tmp/s
 
 DIR is a suite written by ``mltcp scenarios generate`` (or ``--generate CC:SEED[:compatible]``,
@@ -14,7 +14,8 @@ file name). ns-3's cost grows with the packets it moves, so this keeps every run
 also means the subset leans to the suites' slowest links.
 
 Each scenario x seed runs the base (the file's ``cc``) and ``mltcp-<cc>`` with no ``[mltcp]``
-table (the shipped default, mltcp/defaults.py), once in the fast engine and once in ns-3 with
+table (the shipped default, mltcp/defaults.py; ``--config`` writes settings into it as
+bench/suite.py's does), once in the fast engine and once in ns-3 with
 ``Ns3Options(host_jitter=--host-jitter, recovery=--ns3-recovery)``, as ``mltcp simulate --engine
 both --ns3-host-jitter X`` does; one progress line per run on stderr. As in bench/suite.py an
 arm's avg (p99) is the mean over the seeds of each run's steady-state avg (p99), and a speedup is
@@ -59,10 +60,10 @@ def scenario_cc(path: Path) -> str:
     return tomllib.loads(path.read_text()).get("cc", "reno")
 
 
-def load_cut(path: Path, seed: int | None = None, iterations: int | None = None) -> Scenario:
+def load_cut(path: Path, seed: int | None = None, iterations: int | None = None, config: dict | None = None):
     """The scenario as ``mltcp.sweep`` builds a task's: ``seed`` overrides the file's, every job cut
-    to ``iterations`` (warm-up a quarter) if given."""
-    task = sweep.Task(str(path), scenario_cc(path), seed, iterations)
+    to ``iterations`` (warm-up a quarter) if given, ``config`` (MLTCP settings) written in."""
+    task = sweep.Task(str(path), scenario_cc(path), seed, iterations, config=config or None)
     return from_dict(sweep.scenario_tables(task), str(path))
 
 
@@ -113,10 +114,13 @@ def select(dirs: list[Path], pick: int, iterations: int | None = None) -> dict[s
 # ---- the runs -----------------------------------------------------------------------------------
 
 
-def one_run(path: Path, seed: int, iterations: int | None, engine: str, algo: str, ns3_opt, fast_recovery) -> dict:
+def one_run(
+    path: Path, seed: int, iterations: int | None, engine: str, algo: str, ns3_opt, fast_recovery, config=None
+) -> dict:
+    """One arm of one scenario x seed in one engine; ``config`` goes to the MLTCP arm only."""
     from mltcp.sim import engine as fast_engine, ns3_engine
 
-    sc = load_cut(path, seed, iterations)
+    sc = load_cut(path, seed, iterations, config if algo.startswith("mltcp-") else None)
     if engine == "fast":
         if fast_recovery:
             sc.loss_recovery = fast_recovery
@@ -154,7 +158,7 @@ def run_scenario(entry: dict, cc: str, seeds: list[int], args, ns3_opt, counter:
         runs: dict = {e: {} for e in ENGINES}
         for eng in ENGINES:
             for arm, algo in zip(ARMS, (cc, f"mltcp-{cc}")):
-                x = one_run(path, seed, args.iterations, eng, algo, ns3_opt, args.fast_recovery)
+                x = one_run(path, seed, args.iterations, eng, algo, ns3_opt, args.fast_recovery, args.config)
                 runs[eng][arm] = x
                 counter[0] += 1
                 eng_txt = f" engaged {sum(v == 1 for v in x['engaged'])}/{len(x['engaged'])}" if x["engaged"] else ""
@@ -370,6 +374,12 @@ def main(argv=None) -> int:
         "(ssthresh = bytes in flight / 2)",
     )
     ap.add_argument("--tolerance", type=float, default=0.10)
+    ap.add_argument(
+        "--config",
+        type=json.loads,
+        default={},
+        help="MLTCP settings written into every MLTCP arm, JSON as bench/suite.py's --config",
+    )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--list", action="store_true", help="print the subset and stop")
     a = ap.parse_args(argv)
@@ -423,6 +433,7 @@ def main(argv=None) -> int:
         "ns3_recovery": a.ns3_recovery,
         "ns3_reno": "TcpLinuxReno" if a.ns3_linux_reno else "TcpNewReno",
         "fast_recovery": a.fast_recovery or "the scenario's",
+        "config": a.config,
         "groups": {},
     }
     for cc, entries in subset.items():
