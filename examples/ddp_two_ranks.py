@@ -59,7 +59,7 @@ def train(rank: int, world: int, args) -> None:
             }
         )
     dist.barrier()
-    dist.destroy_process_group()
+    mltcp.torch.exit_now()  # not destroy_process_group(): torch 1.13 can deadlock in that teardown
 
 
 def main() -> None:

@@ -36,6 +36,20 @@ def marks_only(config=None):
     return dataclasses.replace(config or Config(), min_idle=MARK_ONLY_MIN_IDLE_S)
 
 
+def exit_now() -> None:
+    """Leave the process at once, after the last barrier, without tearing torch.distributed down.
+    torch 1.13 can deadlock there: the DDP reducer's destructor joins gloo's work thread while
+    holding the GIL, and that thread waits for the GIL to free a tensor; meanwhile the rendezvous
+    store's client thread spins on the closed socket of rank 0, which left first (a bench rank hung
+    so for 13 minutes; two local ranks of examples/ddp_two_ranks.py for 3). The kernel closes every
+    socket on exit anyway."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 class AttachError(RuntimeError):
     """attach() could not do what was asked; the message says what to run."""
 

@@ -15,7 +15,7 @@ then reads the run's start epoch from stdin); per iteration an ``iter`` line (th
 :class:`mltcp.records.IterationRecord`, times in seconds since the epoch, plus ``loss``,
 ``last_collective``, ``cpu_s``, ``gpu_s``); finally a ``summary`` (retransmissions of its gloo
 connections, their congestion control), then a barrier and the process exits at once
-(:func:`exit_now`).
+(:func:`mltcp.torch.exit_now`).
 """
 
 from __future__ import annotations
@@ -192,18 +192,7 @@ def main(
         }
     )
     dist.barrier()  # every rank is done with the job's connections
-    exit_now()
-
-
-def exit_now() -> None:
-    """Leave without tearing torch.distributed down. torch 1.13 can deadlock there: the DDP
-    reducer's destructor joins gloo's work thread while holding the GIL, and that thread waits for
-    the GIL to free a tensor; meanwhile the rendezvous store's client thread spins on the closed
-    socket of rank 0, which left first (a rank of a bench run hung so for 13 minutes at 95 % CPU).
-    The kernel closes every socket on exit anyway."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    mt.exit_now()
 
 
 if __name__ == "__main__":
