@@ -566,20 +566,22 @@ static __always_inline int mltcp_nic_capped(const struct tcp_sock *tp, const str
 	return tp->snd_cwnd >= cap + 2;
 }
 
-/*
- * The window floor in bytes (mltcp.cc.mltcp.floor_bytes): min_window segments, but never more than
- * the path's BDP once it is known (the best delivery rate of a completed iteration x the min RTT):
- * a flow at one BDP fills the link alone, so a higher floor would keep the flow behind from yielding.
- */
+/* The path's BDP in bytes (mltcp.tracker.path_bdp): the best delivery rate of a completed iteration
+ * x the min RTT; 0 until both are known. */
 static __always_inline __u64 mltcp_bdp_bytes(const struct tcp_sock *tp, const struct mltcp_sk *m)
 {
 	__u64 min_rtt_us = tp->rtt_min.s[0].v;
 
 	if (!m->best_rate_q10 || !min_rtt_us || min_rtt_us == ~0U)
-		return 0;                                /* not known yet */
+		return 0;
 	return (m->best_rate_q10 * min_rtt_us) >> MLTCP_SHIFT;
 }
 
+/*
+ * The window floor in bytes (mltcp.cc.mltcp.floor_bytes): min_window segments, but never more than
+ * the path's BDP once it is known: a flow at one BDP fills the link alone, so a higher floor would
+ * keep the flow behind from yielding.
+ */
 static __always_inline __u64 mltcp_floor_bytes(const struct tcp_sock *tp, const struct mltcp_sk *m)
 {
 	__u64 floor = (__u64)m->min_window * tp->mss_cache, bdp = mltcp_bdp_bytes(tp, m);
