@@ -330,8 +330,13 @@ _SHIPPED = {  # the shipped default's knobs (mltcp.defaults), each default at th
     "mltcp.trial": {"choices": [2, 4, 8], "default": defaults.TRIAL},
     "mltcp.hold_max": {"choices": [8, 16, 32, 64], "default": defaults.HOLD_MAX},
 }
-# window-based bases only
-_ABOVE_BDP = {"mltcp.above_bdp_gain": {"low": 0.25, "high": 1.0, "default": defaults.ABOVE_BDP_GAIN}}
+
+
+def _above_bdp(base: str) -> dict:
+    """The window-based bases' ``above_bdp_gain`` knob, its default at the base's shipped value."""
+    return {"mltcp.above_bdp_gain": {"low": 0.25, "high": 1.0, "default": defaults.above_bdp_gain(base)}}
+
+
 for _b in ("reno", "cubic", "dctcp", "dcqcn"):
     BUILTIN[f"{_b}-default"] = {
         "base": _b,
@@ -339,7 +344,7 @@ for _b in ("reno", "cubic", "dctcp", "dcqcn"):
         + ("" if _b == "dcqcn" else ", and above_bdp_gain")
         + "; trial 0 is the default as shipped.",
         "fixed": {"mltcp.adaptive": True, "mltcp.scale_decrease": False},
-        "search": {**_SHIPPED, **(_ABOVE_BDP if _b != "dcqcn" else {})},
+        "search": {**_SHIPPED, **({} if _b == "dcqcn" else _above_bdp(_b))},
     }
 for _n, _d in BUILTIN.items():
     _d["name"] = _n

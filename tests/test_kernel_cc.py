@@ -118,6 +118,8 @@ def test_registered_and_selectable(loaded):
 def test_20mib_over_loopback_intact_and_iterations_learned(loaded, variant):
     rx = Receiver("127.0.0.1", 0, verify=True)
     tr = None
+    above = {"mltcp_reno": None, "mltcp_cubic": 0.75}[variant]
+    expected_above = maps.ABOVE_BDP_DEFAULT[variant] if above is None else above
     per_iter = 5 << 20
     vm = maps.VariantMaps(variant)
     try:
@@ -125,7 +127,7 @@ def test_20mib_over_loopback_intact_and_iterations_learned(loaded, variant):
         # so it can close its window for tens of ms: a stall with nothing in flight that the
         # kernel cannot tell from an idle gap. min_idle 150 ms with 300 ms gaps keeps such stalls
         # inside an iteration; the gaps vary by tens of ms, which idle_fraction 0.5 tolerates.
-        vm.write_config(dataclasses.replace(TEST_CFG, idle_fraction=0.5, min_idle=0.15, above_bdp_gain=0.5))
+        vm.write_config(dataclasses.replace(TEST_CFG, idle_fraction=0.5, min_idle=0.15, above_bdp_gain=above))
         tr = KernelTransport("127.0.0.1", rx.port, cc=variant, verify=True)
         assert congestion(tr.sock) == variant
         for i in range(4):
@@ -143,7 +145,8 @@ def test_20mib_over_loopback_intact_and_iterations_learned(loaded, variant):
     # The BPF tracker saw the idle gaps: 3 iterations completed (the 4th is current), each of
     # the payload plus the transport's 16-byte header.
     assert state.completed == 3
-    assert (state.min_window, state.above_bdp_q10) == (TEST_CFG.min_window, 512)  # the socket took the config
+    # the socket took the config: above_bdp_gain as written, or unset, the variant's own built-in default
+    assert (state.min_window, state.above_bdp_q10) == (TEST_CFG.min_window, round(1024 * expected_above))
     assert state.learned == per_iter + 16
     assert state.hist == (per_iter + 16,) * 3
     assert state.bytes_ratio == 1.0

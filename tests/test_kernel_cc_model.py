@@ -61,7 +61,7 @@ def test_config_pack_and_errors():
     ).pack()
     valid, slope, icpt, idle, min_idle, flags, trace, restart, trial, cont, hold_max, floor, above = CFG.unpack(raw)
     assert (valid, slope, icpt, idle, min_idle, flags, trace, restart) == (1, 4096, 256, 922, 1000, 1, 0, 0)
-    assert (trial, cont, hold_max, floor, above) == (4, 1280, 32, 4, 1024)
+    assert (trial, cont, hold_max, floor, above) == (4, 1280, 32, 4, 0)  # above_bdp_gain unset: the variant's own
     assert CFG.unpack(Config(above_bdp_gain=0.5).pack())[12] == 512
     assert CFG.unpack(Config(restart_window=12).pack())[7] == 12
     switch = CFG.unpack(Config(trial=6, contended_above=1.5, hold_max=20).pack())

@@ -92,11 +92,12 @@ def test_a_disengaged_flow_grows_at_above_bdp_gain_only_above_its_path_bdp(cwnd_
     assert float(_disengaged(cc, st).increase_gain(st)[0]) == expected
 
 
-def test_above_bdp_gain_is_off_by_default_and_waits_for_the_bdp():
-    cc = make_cc("mltcp-reno")
-    assert cc.above_bdp_gain == 1.0
-    _, st = _flow_behind(100, best_rate=425e6, min_rtt=100e-6)
-    assert float(_disengaged(cc, st).increase_gain(st)[0]) == 1.0
+def test_above_bdp_gain_is_reno_s_half_by_default_off_elsewhere_and_waits_for_the_bdp():
+    _, st = _flow_behind(100, best_rate=425e6, min_rtt=100e-6)  # 100 segments, above a 29-segment BDP
+    for name, expected in (("mltcp-reno", 0.5), ("mltcp-cubic", 1.0), ("mltcp-dctcp", 1.0)):
+        cc = make_cc(name)
+        assert cc.above_bdp_gain == expected, name
+        assert float(_disengaged(cc, st).increase_gain(st)[0]) == expected, name
     cc = make_cc("mltcp-cubic", above_bdp_gain=0.5)
     _, st = _flow_behind(100)  # no rate, no RTT: the BDP is unknown, so the base's gain
     assert float(_disengaged(cc, st).increase_gain(st)[0]) == 1.0
@@ -141,7 +142,7 @@ def test_a_slower_increase_above_the_bdp_drops_less_where_no_interleave_forms(tm
         res = simulate(scenario.load(str(path)), "mltcp-reno")
         return res.drops, sum(r.duration for r in res.records[10:]) / len(res.records[10:])
 
-    plain = [run("", s) for s in (1, 2, 3)]
+    plain = [run("[mltcp]\nabove_bdp_gain = 1.0", s) for s in (1, 2, 3)]
     gentle = [run("[mltcp]\nabove_bdp_gain = 0.5", s) for s in (1, 2, 3)]
     assert sum(d for d, _ in gentle) < 0.95 * sum(d for d, _ in plain)
     assert sum(t for _, t in gentle) < 1.02 * sum(t for _, t in plain)

@@ -19,6 +19,7 @@ call; :mod:`mltcp.tracker` gives bytes_ratio.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -258,7 +259,7 @@ class WindowFloor:
     (:func:`window_gain`), a disengaged flow's increase above that BDP."""
     min_window = Param(defaults.MIN_WINDOW, "segments", "F never slows the increase below min(this, path BDP)",
                        bounds="[0, 1e6]")
-    above_bdp_gain = Param(defaults.ABOVE_BDP_GAIN, "1", "disengaged, a window above the path BDP grows x this",
+    above_bdp_gain = Param(1.0, "1", "disengaged, a window above the path BDP grows x this (default: per base)",
                            bounds="(0, 1]")
 
     def hook_vector(self):
@@ -291,6 +292,7 @@ class IterationRestart:
 
 class MLTCPReno(IterationRestart, WindowFloor, MLTCPHook, Reno):
     name = "mltcp-reno"
+    above_bdp_gain = replace(WindowFloor.above_bdp_gain, default=defaults.above_bdp_gain("reno"))
 
 
 class MLTCPCubic(IterationRestart, WindowFloor, MLTCPHook, Cubic):

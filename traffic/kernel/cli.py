@@ -13,7 +13,15 @@ from mltcp import defaults
 from mltcp.console import err, fail, out, print_json
 
 from . import loader
-from .maps import MAX_RESTART_SEGS, SCALE_DECREASE_DEFAULT, VARIANTS, Config, MapsError, mark_iteration_start
+from .maps import (
+    ABOVE_BDP_DEFAULT,
+    MAX_RESTART_SEGS,
+    SCALE_DECREASE_DEFAULT,
+    VARIANTS,
+    Config,
+    MapsError,
+    mark_iteration_start,
+)
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -44,7 +52,10 @@ RESTART_WINDOW_HELP = (
 
 ADAPTIVE_HELP = "the online switch (mltcp.engage): F acts only while the flow's iterations interleave"
 MIN_WINDOW_HELP = "segments: below this window (or the path BDP, if less) F never slows the increase (0 = off)"
-ABOVE_BDP_HELP = "once the online switch has made a flow its base, its window grows x this above the path BDP (1 = off)"
+ABOVE_BDP_HELP = (
+    "once the online switch has made a flow its base, its window grows x this above the path BDP "
+    "(1 = as the base; default: " + ", ".join(f"{v} {g:g}" for v, g in ABOVE_BDP_DEFAULT.items()) + ")"
+)
 
 
 def _config(
@@ -58,7 +69,7 @@ def _config(
     restart_window=0,
     adaptive=defaults.ADAPTIVE,
     min_window=defaults.MIN_WINDOW,
-    above_bdp_gain=defaults.ABOVE_BDP_GAIN,
+    above_bdp_gain=None,
 ) -> Config:
     if scale_decrease is None:
         scale_decrease = SCALE_DECREASE_DEFAULT.get(variant, False)
@@ -118,9 +129,7 @@ def load(
     min_window: int = typer.Option(
         defaults.MIN_WINDOW, "--min-window", min=0, max=MAX_RESTART_SEGS, help=MIN_WINDOW_HELP
     ),
-    above_bdp_gain: float = typer.Option(
-        defaults.ABOVE_BDP_GAIN, "--above-bdp-gain", min=0.01, max=1.0, help=ABOVE_BDP_HELP
-    ),
+    above_bdp_gain: Optional[float] = typer.Option(None, "--above-bdp-gain", min=0.01, max=1.0, help=ABOVE_BDP_HELP),
     clang: str = typer.Option("clang"),
 ):
     """Build if needed, register the algorithms and write their configuration (needs root)."""
@@ -261,9 +270,7 @@ def experiment(
     min_window: int = typer.Option(
         defaults.MIN_WINDOW, "--min-window", min=0, max=MAX_RESTART_SEGS, help=MIN_WINDOW_HELP
     ),
-    above_bdp_gain: float = typer.Option(
-        defaults.ABOVE_BDP_GAIN, "--above-bdp-gain", min=0.01, max=1.0, help=ABOVE_BDP_HELP
-    ),
+    above_bdp_gain: Optional[float] = typer.Option(None, "--above-bdp-gain", min=0.01, max=1.0, help=ABOVE_BDP_HELP),
     with_sim: bool = typer.Option(False, "--with-sim", help="also run `mltcp simulate` on the same case"),
     out_path: Optional[Path] = typer.Option(None, "--out", help="write the JSON (with per-iteration records) here"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as one JSON document (no table)"),

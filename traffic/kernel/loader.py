@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 from .maps import (
+    ABOVE_BDP_DEFAULT,
     FLAG_ADAPTIVE,
     FLAG_NIC_CAP,
     FLAG_SCALE_DECREASE,
@@ -275,7 +276,7 @@ def status() -> dict:
                         "contended_above": round(cont / 1024, 4),
                         "hold_max": hold_max,
                         "min_window": floor,
-                        "above_bdp_gain": round(above / 1024, 4),
+                        "above_bdp_gain": round(above / 1024, 4) if above else ABOVE_BDP_DEFAULT[v],
                     }
                 else:
                     entry["config"] = "built-in defaults"

@@ -61,6 +61,9 @@ class MapsError(RuntimeError):
 # the scaled cut it reached the ideal iteration in every run measured (docs/kernel.md, "mltcp_cubic
 # with the scaled decrease").
 SCALE_DECREASE_DEFAULT = {"mltcp_reno": False, "mltcp_cubic": True}
+# what each variant takes for above_bdp_gain when the configuration leaves it unset (its .bpf.c's
+# MLTCP_DEF_ABOVE_BDP_Q10; a test holds them equal): the shipped default of its base
+ABOVE_BDP_DEFAULT = {v: defaults.above_bdp_gain(v.removeprefix("mltcp_")) for v in VARIANTS}
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,9 @@ class Config:
     hold_max: int = defaults.HOLD_MAX  # adaptive: longest wait (iterations) before engaging again
     # segments: below this window (or the path BDP if less) F never slows the increase (0 = off)
     min_window: int = defaults.MIN_WINDOW
-    # once disengaged, a window above the path BDP grows x this (1 = as the base)
-    above_bdp_gain: float = defaults.ABOVE_BDP_GAIN
+    # once disengaged, a window above the path BDP grows x this (1 = as the base); None: the variant's
+    # built-in default (MLTCP_DEF_ABOVE_BDP_Q10 of its .bpf.c, ABOVE_BDP_DEFAULT)
+    above_bdp_gain: float | None = None
 
     def validate(self) -> None:
         for name in ("slope", "intercept", "idle_fraction"):
@@ -106,7 +110,7 @@ class Config:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
                 raise ValueError(f"{name} must be a whole number of iterations from 1 to 1000000, got {v!r}")
-        if not 0 < self.above_bdp_gain <= 1:
+        if self.above_bdp_gain is not None and not 0 < self.above_bdp_gain <= 1:
             raise ValueError(f"above_bdp_gain must be in (0, 1], got {self.above_bdp_gain}")
         if not 1 < self.contended_above <= 100:
             raise ValueError(f"contended_above must be in (1, 100], got {self.contended_above}")
@@ -129,7 +133,7 @@ class Config:
             round(self.contended_above * Q10),
             self.hold_max,
             self.min_window,
-            max(1, round(self.above_bdp_gain * Q10)),
+            0 if self.above_bdp_gain is None else max(1, round(self.above_bdp_gain * Q10)),
         )
 
 

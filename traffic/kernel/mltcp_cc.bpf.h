@@ -53,7 +53,9 @@
 #define MLTCP_DEF_CONTENDED_Q10 1280U        /* 1.25 */
 #define MLTCP_DEF_HOLD_MAX 32U
 #define MLTCP_DEF_MIN_WINDOW 4U              /* segments: below this window F never slows the increase */
+#ifndef MLTCP_DEF_ABOVE_BDP_Q10             /* a variant's .bpf.c may set its base's own */
 #define MLTCP_DEF_ABOVE_BDP_Q10 1024U        /* disengaged, growth above the path BDP x this: 1.0 = off */
+#endif
 
 #define MLTCP_FLAG_SCALE_DECREASE 1U
 #define MLTCP_FLAG_TRACE_ALL 2U          /* global cfg only: trace every socket */

@@ -5,6 +5,7 @@
  * The MLTCP lines are marked "MLTCP".
  */
 #define MLTCP_PREFIX mreno_
+#define MLTCP_DEF_ABOVE_BDP_Q10 512U         /* MLTCP: disengaged, growth above the path BDP x 0.5 */
 #include "mltcp_cc.bpf.h"
 
 char _license[] SEC("license") = "GPL";
