@@ -358,7 +358,7 @@ def collect(
             retrans[job] += int(msg["retrans"]) - stats[job].get("retrans_at_start", {}).get(rank, 0)
             before = stats[job].get("tcp_at_start", {}).get(rank, {})
             stats[job].setdefault("tcp", {})[rank] = netstat.between(before, msg.get("tcp") or {})
-            stats[job].setdefault("kernel_iterations", {})[rank] = msg.get("kernel_iterations")
+            stats[job].setdefault("kernel_sockets", {})[rank] = msg.get("kernel_sockets")
         elif msg["type"] == "eof":
             p = peers[f"{job}:{rank}"].proc
             p.wait(timeout=30)
@@ -375,6 +375,13 @@ def collect(
 def losses(run: DdpArm) -> dict[str, dict[str, list[float]]]:
     """job -> rank -> the loss at every step."""
     return {job: st["loss"] for job, st in run.ranks.items()}
+
+
+def _completed(socks: dict | None) -> dict | None:
+    """rank -> the kernel tracker's closed iterations per connection (-1 where it has no state)."""
+    if socks is None:
+        return None
+    return {rank: None if ss is None else [s["completed"] if s else -1 for s in ss] for rank, ss in socks.items()}
 
 
 def run_ddp_experiment(
@@ -420,10 +427,13 @@ def run_ddp_experiment(
     out = compare.report(sc, arm_summary(base.arm, sc), arm_summary(ml.arm, sc) if ml else None)
     out["losses"] = {"baseline": losses(base), **({"mltcp": losses(ml)} if ml else {})}
     out["losses_identical"] = (losses(base) == losses(ml)) if ml else None
-    out["kernel_iterations"] = {
-        arm: {job: st.get("kernel_iterations") for job, st in a.ranks.items()}
+    out["kernel_sockets"] = {
+        arm: {job: st.get("kernel_sockets") for job, st in a.ranks.items()}
         for arm, a in (("baseline", base), ("mltcp", ml))
         if a is not None
+    }
+    out["kernel_iterations"] = {  # the iterations the tracker closed, per connection (-1: no state)
+        arm: {job: _completed(socks) for job, socks in jobs.items()} for arm, jobs in out["kernel_sockets"].items()
     }
     out["tcp_counters"] = {
         arm: {job: netstat.summed(list(st.get("tcp", {}).values())) for job, st in a.ranks.items()}

@@ -87,6 +87,13 @@ def test_two_ddp_jobs_compare_reno_and_mltcp_reno_with_identical_losses(tmp_path
         counted = d["tcp_counters"][arm]
         assert set(counted) == {"A", "B"}
         assert sum(c["RetransSegs"] for c in counted.values()) >= d[arm]["retransmissions"]
+    # the kernel tracker's view of every MLTCP connection at the end (none under plain reno)
+    assert d["kernel_sockets"]["baseline"] == {"A": {"0": None, "1": None}, "B": {"0": None, "1": None}}
+    for job in ("A", "B"):
+        for rank in ("0", "1"):
+            socks = d["kernel_sockets"]["mltcp"][job][rank]
+            assert socks and all(s is not None and s["best_rate_mbit"] >= 0 for s in socks)
+            assert d["kernel_iterations"]["mltcp"][job][rank] == [s["completed"] for s in socks]
     # the simulator ran the same scenario: every job's emulated / simulated average, per arm
     assert set(d["sim_vs_emu"]) == {"baseline", "mltcp"}
     assert all(set(v) == {"A", "B"} and all(x > 0 for x in v.values()) for v in d["sim_vs_emu"].values())

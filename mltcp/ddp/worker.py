@@ -53,9 +53,11 @@ def retransmits(conns) -> int:
     return total
 
 
-def kernel_iterations(conns, cc: str | None) -> list[int] | None:
-    """Iterations the kernel MLTCP tracker closed on each connection (its ``completed``), or None
-    when the connections do not run an MLTCP variant."""
+def kernel_sockets(conns, cc: str | None) -> list[dict | None] | None:
+    """The kernel MLTCP tracker's state of each connection (None where it has none), or None when
+    the connections do not run an MLTCP variant: the iterations it closed, whether the online
+    switch has the hook on, the bytes per iteration it learned and the best iteration rate it saw
+    (Mbit/s; times the smallest RTT, the path BDP that the window floor and above_bdp_gain use)."""
     import socket
 
     from mltcp.traffic.kernel import maps
@@ -69,9 +71,18 @@ def kernel_iterations(conns, cc: str | None) -> list[int] | None:
         s = socket.socket(fileno=c.fd)
         try:
             st = vm.socket_state(s)
-            out.append(st.completed if st else -1)
         finally:
             s.detach()
+        out.append(
+            None
+            if st is None
+            else {
+                "completed": st.completed,
+                "engaged": bool(st.engaged),
+                "learned_bytes": st.learned,
+                "best_rate_mbit": round(st.best_rate_q10 * 8 / maps.Q10, 1),
+            }
+        )
     return out
 
 
@@ -188,7 +199,7 @@ def main(
             "tcp": netstat.read(),  # this rank's namespace: why its connections retransmitted
             "cc": hook.cc,
             "mark_errors": hook.mark_errors,
-            "kernel_iterations": kernel_iterations(conns, hook.cc),
+            "kernel_sockets": kernel_sockets(conns, hook.cc),
         }
     )
     dist.barrier()  # every rank is done with the job's connections
