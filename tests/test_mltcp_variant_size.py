@@ -2,7 +2,8 @@
 variant adds (the tracker settings and feed, the shared hook, the aggressiveness function and the variant's
 own class) must stay within 60 lines of code, docstrings and comments not counted. The optional
 do-no-harm guards are counted apart, at most 15 more each: the online switch (``adaptive``,
-mltcp.engage) and the window floor (``min_window``, window-based variants)."""
+mltcp.engage), the window floor (``min_window``) and the slower increase above the BDP
+(``above_bdp_gain``; both window-based variants only)."""
 
 import ast
 import inspect
@@ -46,7 +47,7 @@ def test_each_mltcp_variant_adds_at_most_60_lines():
     for variant in ("MLTCPReno", "MLTCPCubic", "MLTCPDctcp", "MLTCPDcqcn"):
         total = shared + code_lines(classes[variant], source) + (restart if variant != "MLTCPDcqcn" else 0)
         assert 5 < total <= LIMIT, f"{variant}: {total} lines of MLTCP code (limit {LIMIT})"
-    for guard in ("OnlineSwitch", "WindowFloor"):
+    for guard in ("OnlineSwitch", "WindowFloor", "AboveBdpGain"):
         n = code_lines(classes[guard], source)
         assert 5 < n <= 15, f"{guard}: {n} lines (limit 15)"
 
@@ -77,8 +78,15 @@ def test_a_derived_variant_is_its_base_plus_the_hook():
         KINDS[:] = kinds
         REGISTRY.clear()
         REGISTRY.update(registry)
-    hook = (mod.IterationRestart, mod.WindowFloor, mod.MLTCPHook, mod.OnlineSwitch, mod.IterationTracking)
-    assert v.__mro__[1:6] == hook and v.__mro__[6] is Plain
+    hook = (
+        mod.IterationRestart,
+        mod.AboveBdpGain,
+        mod.WindowFloor,
+        mod.MLTCPHook,
+        mod.OnlineSwitch,
+        mod.IterationTracking,
+    )
+    assert v.__mro__[1:7] == hook and v.__mro__[7] is Plain
     assert v.name == "mltcp-plain-for-variant-test" and v.kind == Plain.kind
     assert set(v.params) == set(Plain.params) | set(mod.MLTCPReno.params) - set(mod.Reno.params)
     tree = ast.parse(inspect.getsource(mod))

@@ -127,7 +127,7 @@ def test_the_hook_table_reaches_the_ns3_ops_as_the_fast_engine_reads_it():
     assert marks
     hook, marks = ns3_engine.hook_numbers(_dumbbell(), "mltcp-reno")  # the hook's declared defaults
     assert hook[:18] == [1.78, 0.11, 0.0, inf, 2.0, 0.8, 0.2, 0.9, 1e-3, 3.0, 0.0, 0.0, 0.0, 0.0, 1.0, 4.0, 1.25, 32.0]
-    assert hook[18:] == [4.0, 1.0]
+    assert hook[18:] == [4.0, 0.5]  # Reno's above_bdp_gain (mltcp.defaults)
     assert not marks
     assert ns3_engine.hook_numbers(sc, "reno") == ([], False)
     for cc in ("mltcp-reno", "mltcp-cubic"):  # every knob of the Reno/CUBIC variants is modelled

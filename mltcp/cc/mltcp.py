@@ -253,18 +253,34 @@ class MLTCPHook(OnlineSwitch, IterationTracking):
         return self.where_engaged(st, [dscale(self.hook_vector(), float(r)) for r in st.tracker.bytes_ratio])
 
 
-class WindowFloor:
-    """Window-based variants: ``min_window`` (:func:`window_floor`), F never slows a window below it,
-    or below the path's BDP if that is smaller (:func:`floor_bytes`); ``above_bdp_gain``
-    (:func:`window_gain`), a disengaged flow's increase above that BDP."""
-    min_window = Param(defaults.MIN_WINDOW, "segments", "F never slows the increase below min(this, path BDP)",
-                       bounds="[0, 1e6]")
+class AboveBdpGain:
+    """Window-based variants: ``above_bdp_gain`` (:func:`window_gain`), once the online switch has
+    made a flow its base, its increase while its window is above the path's BDP; the default is
+    the base's own (:func:`mltcp.defaults.above_bdp_gain`)."""
     above_bdp_gain = Param(1.0, "1", "disengaged, a window above the path BDP grows x this (default: per base)",
                            bounds="(0, 1]")
 
+    def __init_subclass__(cls, **kw):
+        prm = replace(AboveBdpGain.above_bdp_gain, default=defaults.above_bdp_gain(cls.base_algorithm().name))
+        cls.above_bdp_gain = prm
+        super().__init_subclass__(**kw)
+
     def hook_vector(self):
         mp = super().hook_vector()
-        mp[[MIN_WINDOW, ABOVE_BDP_GAIN]] = self.min_window, self.above_bdp_gain
+        mp[ABOVE_BDP_GAIN] = self.above_bdp_gain
+        return mp
+
+
+class WindowFloor:
+    """Window-based variants: ``min_window`` (:func:`window_floor`), F never slows a window below it,
+    or below the path's BDP if that is smaller (:func:`floor_bytes`); the increase of every
+    window-based variant goes through :func:`window_gain`."""
+    min_window = Param(defaults.MIN_WINDOW, "segments", "F never slows the increase below min(this, path BDP)",
+                       bounds="[0, 1e6]")
+
+    def hook_vector(self):
+        mp = super().hook_vector()
+        mp[MIN_WINDOW] = self.min_window
         return mp
 
     def pkts_acked(self, st, acked, rtt, now):  # the floor's path BDP needs the smallest RTT
@@ -290,16 +306,15 @@ class IterationRestart:
 # fmt: on
 
 
-class MLTCPReno(IterationRestart, WindowFloor, MLTCPHook, Reno):
+class MLTCPReno(IterationRestart, AboveBdpGain, WindowFloor, MLTCPHook, Reno):
     name = "mltcp-reno"
-    above_bdp_gain = replace(WindowFloor.above_bdp_gain, default=defaults.above_bdp_gain("reno"))
 
 
-class MLTCPCubic(IterationRestart, WindowFloor, MLTCPHook, Cubic):
+class MLTCPCubic(IterationRestart, AboveBdpGain, WindowFloor, MLTCPHook, Cubic):
     name = "mltcp-cubic"
 
 
-class MLTCPDctcp(IterationRestart, WindowFloor, MLTCPHook, Dctcp):
+class MLTCPDctcp(IterationRestart, AboveBdpGain, WindowFloor, MLTCPHook, Dctcp):
     """F scales Reno's additive increase; with ``scale_decrease`` also the ECN cut alpha / 2 and the halving."""
 
     name = "mltcp-dctcp"
@@ -322,7 +337,7 @@ def variant_of(base: type[CongestionOps]) -> type[CongestionOps]:
     name = f"mltcp-{base.name}"
     if name in REGISTRY and REGISTRY[name].base_algorithm() is base:
         return REGISTRY[name]
-    mixins = (IterationRestart, WindowFloor, MLTCPHook) if base.window_based else (MLTCPHook,)
+    mixins = (IterationRestart, AboveBdpGain, WindowFloor, MLTCPHook) if base.window_based else (MLTCPHook,)
     return type(f"MLTCP{base.__name__}", (*mixins, base), {"name": name, "__module__": base.__module__})
 
 
@@ -333,7 +348,7 @@ def hook_fields() -> dict[str, Param]:
         if not issubclass(cls, MLTCPHook):
             continue
         for name, prm in cls.params.items():
-            hook_classes = (MLTCPHook, OnlineSwitch, IterationTracking, IterationRestart, WindowFloor)
+            hook_classes = (MLTCPHook, OnlineSwitch, IterationTracking, IterationRestart, WindowFloor, AboveBdpGain)
             if name in cls.__dict__ or any(name in vars(k) for k in hook_classes):
                 out[prm.key] = prm
     return out
