@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from mltcp.traffic.kernel import model
-from mltcp.traffic.kernel.maps import CFG, EV, SK, Config
+from mltcp.traffic.kernel.maps import CFG, EV, SK, Config, SocketState
 
 
 def test_cong_avoid_ai_matches_linux_rules():
@@ -53,6 +53,14 @@ def test_scaled_decrease_matches_mltcp_cc_rule():
         assert model.keep_q16(base_keep, 12345, False) == base_keep
     assert model.ssthresh(3, model.RENO_KEEP_Q16) == 2
     assert model.ssthresh(100, model.RENO_KEEP_Q16) == 50
+
+
+def test_socket_state_unpacks_the_storage_and_converts_the_best_rate():
+    raw = SK.pack(*range(1, 10), *range(10, 31))
+    st = SocketState.unpack(raw)
+    assert st.hist == (4, 5, 6) and st.learned == 7 and st.best_rate_q10 == 9
+    assert st.best_rate_mbit == 9 * 8 / 1024  # bytes/us in Q10 -> Mbit/s
+    assert st.above_bdp_q10 == 30
 
 
 def test_config_pack_and_errors():

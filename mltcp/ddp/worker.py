@@ -80,7 +80,7 @@ def kernel_sockets(conns, cc: str | None) -> list[dict | None] | None:
                 "completed": st.completed,
                 "engaged": bool(st.engaged),
                 "learned_bytes": st.learned,
-                "best_rate_mbit": round(st.best_rate_q10 * 8 / maps.Q10, 1),
+                "best_rate_mbit": round(st.best_rate_mbit, 1),
             }
         )
     return out

@@ -211,6 +211,11 @@ class SocketState:
     def bytes_ratio(self) -> float:
         return self.r_q16 / R_ONE
 
+    @property
+    def best_rate_mbit(self) -> float:
+        """The best iteration rate, Mbit/s (best_rate_q10 is bytes per microsecond in Q10)."""
+        return self.best_rate_q10 * 8 / Q10
+
 
 @dataclass(frozen=True)
 class TraceEvent:
