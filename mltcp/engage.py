@@ -5,8 +5,9 @@ alone at line rate. Where they cannot (periods that do not fit, more communicati
 carries), a more aggressive increase only moves the collision around and drops more. Each flow
 therefore judges its own iterations, with no coordinator and no table:
 
-* an iteration is *contended* when its communication (first to last ACK) took more than
-  ``contended_above`` x its bytes at the best delivery rate the flow has seen;
+* an iteration is *contended* when its busy time (first to last ACK, less the gaps inside it when
+  the flow had nothing in flight, such as a framework's compute between its collectives) took more
+  than ``contended_above`` x its bytes at the best delivery rate the flow has seen over busy time;
 * engaged (the start), after every ``trial`` iterations: if most of them were contended, the
   interleaving did not form, and the flow disengages: it is then exactly its base algorithm;
 * disengaged, it holds for ``hold`` iterations (``trial`` after an engagement that worked, doubled

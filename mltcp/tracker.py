@@ -11,7 +11,9 @@ compute gap for good. (Once is not enough: a stall that split an early iteration
 learned size, and every later stall past it would split again.) The rule is checked at the ACK that
 ends the gap, or (``boundary = "tx_start"``, the kernel tracker's way) at the send that ends it,
 where the sender has nothing in flight: then a stall waiting for a retransmission timeout, which
-has data in flight, never counts as a compute gap (at the ACK it does, and the 200 ms gap it
+has data in flight, never counts as a compute gap (Linux also raises TX_START for the retransmission
+that ends such a stall, with every segment out marked lost; the BPF tracker ignores it, as segments
+are still out) (at the ACK it does, and the 200 ms gap it
 records raises the threshold above every real compute gap that follows). Frameworks that know
 their boundaries call :meth:`iteration_start`. Bytes per iteration are learned as the median of the last
 ``history`` completed iterations, so one mis-detected boundary or the first, partial iteration
@@ -31,12 +33,12 @@ import numpy as np
 from numba import njit
 
 # per flow: the iteration's bytes so far, the learned bytes per iteration, the last ACK's time, the
-# boundary gaps, the iteration count, the iteration's first ACK, the last closed iteration's
-# communication time (first to last ACK), the best delivery rate seen and the smallest RTT sample
-# (0: none yet); then the online switch's state (:mod:`mltcp.engage`); HISTORY..: bytes of the last
-# iterations, newest first
+# boundary gaps, the iteration count, the iteration's first ACK, the last closed iteration's busy
+# time (see close()), the best delivery rate seen and the smallest RTT sample (0: none yet); then the
+# online switch's state (:mod:`mltcp.engage`); the idle time inside the current iteration and the
+# gap a send after idle has yet to count; HISTORY..: bytes of the last iterations, newest first
 (BYTES_CUR, BYTES_PER_ITER, LAST_ACTIVE, LAST_GAP, ITERATION, PREV_GAP, FIRST_ACK, LAST_COMM, BEST_RATE,
- MIN_RTT, ENGAGED, IN_MODE, CONTENDED, HOLD, SEEN, HISTORY) = range(16)  # fmt: skip
+ MIN_RTT, ENGAGED, IN_MODE, CONTENDED, HOLD, SEEN, IDLE_IN, IDLE_PENDING, HISTORY) = range(18)  # fmt: skip
 BOUNDARIES = (
     "idle",
     "mark",
@@ -67,13 +69,17 @@ def _order_stat(a, i, r):
 
 @njit(cache=True)
 def close(a, i):
-    """End flow i's current iteration: push its bytes into the history, re-learn the median."""
+    """End flow i's current iteration: push its bytes into the history, re-learn the median, and
+    note its busy time (first to last ACK less the idle gaps inside, when the flow had nothing in
+    flight: a framework's compute between its collectives) and the best delivery rate over it."""
     h = a.shape[1] - HISTORY
     for j in range(h - 1, 0, -1):
         a[i, HISTORY + j] = a[i, HISTORY + j - 1]
     a[i, HISTORY] = a[i, BYTES_CUR]
-    comm = a[i, LAST_ACTIVE] - a[i, FIRST_ACK]
+    comm = a[i, LAST_ACTIVE] - a[i, FIRST_ACK] - a[i, IDLE_IN]
     a[i, LAST_COMM] = comm
+    a[i, IDLE_IN] = 0.0
+    a[i, IDLE_PENDING] = 0.0
     if comm > 0.0:
         a[i, BEST_RATE] = max(a[i, BEST_RATE], a[i, BYTES_CUR] / comm)
     n = 0
@@ -116,6 +122,8 @@ def on_ack(a, i, acked, now, idle_fraction, min_idle, min2=False):
     if acked <= 0.0:
         return
     idle_gap(a, i, now - a[i, LAST_ACTIVE], idle_fraction, min_idle, min2)
+    a[i, IDLE_IN] += a[i, IDLE_PENDING]  # the gap before a send inside the iteration (0 if it closed)
+    a[i, IDLE_PENDING] = 0.0
     if a[i, BYTES_CUR] == 0.0:
         a[i, FIRST_ACK] = now
     a[i, BYTES_CUR] += acked
@@ -137,10 +145,20 @@ def path_bdp(a, i):
 
 
 @njit(cache=True)
+def send_after_idle(a, i, now):
+    """Flow i sends with nothing in flight (Linux's CA_EVENT_TX_START): the gap since its last ACK
+    was idle. Inside an iteration it is left out of the busy time, once the next ACK shows that it
+    did not start a new iteration."""
+    if a[i, BYTES_CUR] > 0.0 and now > a[i, LAST_ACTIVE]:
+        a[i, IDLE_PENDING] = now - a[i, LAST_ACTIVE]
+
+
+@njit(cache=True)
 def tx_start(a, i, now, idle_fraction, min_idle, min2=False):
     """The idle rule checked when flow i starts sending with nothing in flight (Linux's
     CA_EVENT_TX_START, as the kernel tracker does), on the gap since its last ACK: a stall with data
     outstanding (a retransmission timeout) has no TX_START, so it is never taken for a boundary."""
+    send_after_idle(a, i, now)
     idle_gap(a, i, now - a[i, LAST_ACTIVE], idle_fraction, min_idle, min2)
 
 
@@ -209,11 +227,14 @@ class IterationTracker:
             rtt_sample(self.a, i, rtt[i])
 
     def tx_start(self, now: float, mask=None) -> None:
-        """The flows of ``mask`` send with nothing in flight; with ``boundary = "tx_start"`` the idle
-        rule is checked here (:func:`tx_start`) instead of at the next ACK."""
-        if self.at_tx:
-            for i in np.flatnonzero(np.ones(len(self.a), bool) if mask is None else mask):
+        """The flows of ``mask`` send with nothing in flight: the gap was idle (:func:`send_after_idle`);
+        with ``boundary = "tx_start"`` the idle rule is checked here (:func:`tx_start`) instead of at
+        the next ACK."""
+        for i in np.flatnonzero(np.ones(len(self.a), bool) if mask is None else mask):
+            if self.at_tx:
                 tx_start(self.a, i, now, self.idle_fraction, self.min_idle, self.min2)
+            else:
+                send_after_idle(self.a, i, now)
 
     def iteration_start(self, mask) -> None:
         """Explicit boundary from a framework that knows where its iterations start."""

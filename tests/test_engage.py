@@ -1,5 +1,7 @@
 """The online switch (mltcp.engage): engaged while iterations interleave, the base otherwise."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -78,3 +80,38 @@ def test_disengaged_the_hook_is_its_base_algorithm():
 
     assert make("mltcp-reno").hook_vector()[ADAPTIVE] == 1.0  # the shipped default: on
     assert make("mltcp-reno", adaptive=False).hook_vector()[ADAPTIVE] == 0.0
+
+
+def bucketed_iterations(tr, n, contended_from, boundary):
+    """``n`` iterations of a data-parallel job: 4 collectives of 250 bytes (5 ACKs 0.1 ms apart, 0.2
+    ms from ``contended_from`` on) with 3 ms of backward compute between them, each sent with
+    nothing in flight (TX_START), then 20 ms of compute. Returns the stretch after each iteration
+    (judged at the next one's first ACK)."""
+    t, out = 0.0, []
+    for it in range(n):
+        step = 0.0002 if it >= contended_from else 0.0001
+        for bucket in range(4):
+            t += 0.003 if bucket else 0.020
+            if boundary == "mark" and bucket == 0:
+                tr.iteration_start(np.ones(1, bool))
+            tr.tx_start(t)
+            for k in range(5):
+                t += step
+                tr.on_ack(np.array([50.0]), t)
+                if bucket == 0 and k == 0:
+                    out.append(engage.stretch(tr.a, 0))
+    return out[1:]
+
+
+@pytest.mark.parametrize("boundary", ["idle", "tx_start", "mark"])
+def test_contention_shows_on_bucketed_iterations_as_on_one_block(boundary):
+    """The stretch is measured on busy time: the gaps inside an iteration when the flow had nothing
+    in flight (compute between a framework's collectives) are left out. On the first-to-last-ACK
+    span (9 ms of backward plus 2 ms of sending) twice as slow a network would read as 1.18x,
+    under the 1.25 that counts as contended, and a flow could never see that its turn did not come."""
+    tr = IterationTracker(1, idle_fraction=0.9, min_idle=math.inf if boundary == "mark" else 1e-3, boundary=boundary)
+    tr.last_gap = 0.020  # the idle rules: as after one compute gap (the first iteration's gaps would split it)
+    stretch = bucketed_iterations(tr, 8, 4, boundary)
+    assert stretch[:3] == pytest.approx([1.0] * 3, rel=0.02)
+    assert stretch[4:] == pytest.approx([2.0] * 3, rel=0.06)
+    assert tr.bytes_per_iter[0] == 1000  # the backward gaps split no iteration

@@ -190,6 +190,37 @@ def test_explicit_mark_starts_an_iteration(loaded):
         rx.close()
 
 
+def test_idle_gaps_inside_an_iteration_are_not_busy_time(loaded):
+    """Marked iterations of four sends 40 ms apart (a framework's collectives with compute between
+    them): each later send starts with nothing in flight (TX_START), and the socket leaves the gaps
+    out of the iteration's busy time, which the online switch judges contention on."""
+    rx = Receiver("127.0.0.1", 0)
+    tr = None
+    try:
+        with maps.VariantMaps("mltcp_reno") as vm:
+            vm.write_config(maps.Config(min_idle=100.0))  # only the marks start iterations
+            tr = KernelTransport("127.0.0.1", rx.port, cc="mltcp_reno")
+            vm.write_config(TEST_CFG)
+            for i in range(3):
+                maps.mark_iteration_start(tr.local_port)
+                for b in range(4):
+                    if b:
+                        time.sleep(0.04)
+                    tr.send_iteration(200_000, 4 * i + b)
+                time.sleep(0.01)
+            state = vm.socket_state(tr.sock)
+    finally:
+        if tr:
+            tr.close()
+        rx.close()
+    assert state.completed == 2 and state.learned == 4 * 200_016
+    # the current iteration: three gaps of >= 40 ms, less the few microseconds each send's ACK takes
+    assert 110_000 < state.idle_us < 200_000
+    # the last closed one spans >= 120 ms from its first to its last ACK; its busy time is the sends'
+    assert 0 < state.last_comm_us < 40_000
+    assert state.best_rate_q10 >= (4 * 200_016 << 10) // 40_000
+
+
 def _run_traced(d, variant, traced, cfg, iterations=5, nbytes=1_500_000):
     b = d.receivers[0]
     rx = Receiver("0.0.0.0", 0, ns=d.ns(b))

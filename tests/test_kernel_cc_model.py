@@ -1,5 +1,7 @@
 """Pure checks of the kernel MLTCP's integer model and configuration (no root needed)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -56,11 +58,13 @@ def test_scaled_decrease_matches_mltcp_cc_rule():
 
 
 def test_socket_state_unpacks_the_storage_and_converts_the_best_rate():
-    raw = SK.pack(*range(1, 10), *range(10, 31))
+    raw = SK.pack(*range(1, 10), *range(10, 32))
     st = SocketState.unpack(raw)
     assert st.hist == (4, 5, 6) and st.learned == 7 and st.best_rate_q10 == 9
     assert st.best_rate_mbit == 9 * 8 / 1024  # bytes/us in Q10 -> Mbit/s
-    assert st.above_bdp_q10 == 30
+    assert (st.above_bdp_q10, st.idle_us) == (30, 31)
+    assert st.last_stretch == 21 * 9 / 1024 / 4  # last_comm_us x best rate / the last iteration's bytes
+    assert dataclasses.replace(st, last_comm_us=0).last_stretch == 1.0
 
 
 def test_config_pack_and_errors():
@@ -143,7 +147,8 @@ def test_load_wants_a_configuration_for_every_variant_before_touching_the_kernel
 
 def test_the_kernel_switch_takes_the_decisions_of_mltcp_engage():
     """The BPF online switch (integer, microseconds) against mltcp.engage (float seconds), on the
-    same iterations: clean ones at 1 GB/s, contended ones 1.1x-3x slower, in random runs."""
+    same iterations: clean ones at 1 GB/s, contended ones 1.1x-3x slower, half of them with idle
+    gaps inside (left out of the busy time by both), in random runs."""
     import random
 
     import numpy as np
@@ -158,9 +163,12 @@ def test_the_kernel_switch_takes_the_decisions_of_mltcp_engage():
             done = rng.randrange(100_000, 2_000_000)
             slow = 1.0 if rng.random() < 0.4 else rng.uniform(1.1, 3.0)
             comm_us = max(1, round(done / 1000 * slow))  # 1000 bytes per microsecond, or slower
-            model.close_iteration(k, done, 1_000_000, 1_000_000 + comm_us * 1000)
+            idle_us = rng.choice([0, rng.randrange(1, 50_000)])  # gaps inside with nothing in flight
+            span_ns = (comm_us + idle_us) * 1000
+            model.close_iteration(k, done, 1_000_000, 1_000_000 + span_ns, idle_us)
             model.judge(k, done, 4, model.q10(1.25), 32)
-            a[0, trk.BYTES_CUR], a[0, trk.FIRST_ACK], a[0, trk.LAST_ACTIVE] = done, 1.0, 1.0 + comm_us * 1e-6
+            a[0, trk.BYTES_CUR], a[0, trk.FIRST_ACK], a[0, trk.LAST_ACTIVE] = done, 1.0, 1.0 + span_ns * 1e-9
+            a[0, trk.IDLE_IN] = idle_us * 1e-6
             trk.close(a, 0)
             assert engage.engaged(a, 0, 4, 1.25, 32) == bool(k["engaged"])
             assert (a[0, trk.HOLD], a[0, trk.IN_MODE]) == (k["hold"], k["in_mode"])

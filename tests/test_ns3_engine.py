@@ -563,3 +563,39 @@ def test_the_online_switch_gives_up_in_ns3_as_in_the_fast_engine():
     engine._run_chunks(run, None, None)
     assert list(run.cc.tr[:, trk.ENGAGED]) == [0.0, 1.0] and run.cc.tr[0, trk.HOLD] == 8.0
     assert ns3_engine.run(case(adaptive=False), "mltcp-reno").ns3_stats["mltcp_engaged"] == [1, 1]
+
+
+@needs_ns3
+@pytest.mark.parametrize("boundary", ["idle", "tx_start", "mark"])
+def test_the_ns3_tracker_measures_busy_time_as_the_fast_engines(boundary):
+    """ns-3's C++ tracker fed the bucketed iterations of test_engage (collectives with backward
+    compute between them): the same busy time, best rate and learned bytes as mltcp.tracker."""
+    import math
+
+    import numpy as np
+
+    from mltcp import tracker as trk
+    from mltcp.sim import ns3_cxx
+
+    _, m = ns3_cxx.load()
+    py = trk.IterationTracker(1, min_idle=math.inf if boundary == "mark" else 1e-3, boundary=boundary)
+    cx = m.Tracker()
+    cx.minIdle, cx.atTx = py.min_idle, boundary == "tx_start"
+    py.last_gap, cx.lastGap = 0.020, 0.020
+    t = 0.0
+    for it in range(6):
+        for bucket in range(4):
+            t += 0.003 if bucket else 0.020
+            if boundary == "mark" and bucket == 0:
+                py.iteration_start(np.ones(1, bool))
+                cx.IterationStart()
+            py.tx_start(t)
+            cx.TxStart(t)
+            for _ in range(5):
+                t += 0.0002 if it >= 3 else 0.0001
+                py.on_ack(np.array([50.0]), t)
+                cx.OnAck(50.0, t)
+        assert (cx.lastComm, cx.bestRate) == pytest.approx((py.a[0, trk.LAST_COMM], py.a[0, trk.BEST_RATE]))
+        assert cx.bytesPerIter == py.bytes_per_iter[0]
+    # 4 collectives of 5 ACKs 0.2 ms apart, each from its send on except the first, from its first ACK
+    assert cx.lastComm == pytest.approx(0.0038)

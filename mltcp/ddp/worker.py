@@ -56,8 +56,9 @@ def retransmits(conns) -> int:
 def kernel_sockets(conns, cc: str | None) -> list[dict | None] | None:
     """The kernel MLTCP tracker's state of each connection (None where it has none), or None when
     the connections do not run an MLTCP variant: the iterations it closed, whether the online
-    switch has the hook on, the bytes per iteration it learned and the best iteration rate it saw
-    (Mbit/s; times the smallest RTT, the path BDP that the window floor and above_bdp_gain use)."""
+    switch has the hook on, the bytes per iteration it learned, the best iteration rate it saw
+    (Mbit/s over busy time; times the smallest RTT, the path BDP that the window floor and
+    above_bdp_gain use) and the last iteration's stretch (its busy time over its bytes at that rate)."""
     import socket
 
     from mltcp.traffic.kernel import maps
@@ -81,6 +82,7 @@ def kernel_sockets(conns, cc: str | None) -> list[dict | None] | None:
                 "engaged": bool(st.engaged),
                 "learned_bytes": st.learned,
                 "best_rate_mbit": round(st.best_rate_mbit, 1),
+                "last_stretch": round(st.last_stretch, 2),
             }
         )
     return out

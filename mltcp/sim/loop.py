@@ -160,6 +160,8 @@ def _tx_start(cfg, cc, fl, f, t):
         trk.iteration_start(tr, f)
     elif cc.mltcp and mp[hook.BOUNDARY] == 2.0:  # the idle rule at TX_START
         trk.tx_start(tr, f, t, mp[hook.IDLE_FRACTION], mp[hook.MIN_IDLE], mp[hook.GAP_MIN2] != 0.0)
+    elif cc.mltcp:  # the idle rule at the next ACK; the gap is idle time unless that ACK starts an iteration
+        trk.send_after_idle(tr, f, t)
     rto = max(cfg.min_rto, fl.srtt[f] + 4.0 * fl.rttvar[f])
     dispatch.tx_start(cc.kind, cc.p, cc.tcp, cc.ca, f, t, t - fl.last_tx[f], rto, cfg.mss, cfg.ssai)
     if cc.mltcp:

@@ -28,7 +28,7 @@ VARIANTS: dict[str, tuple[str, str]] = {
 }
 
 CFG = struct.Struct("<13I")  # struct mltcp_cfg
-SK = struct.Struct("<9Q21I4x")  # struct mltcp_sk (padded to 8 bytes)
+SK = struct.Struct("<9Q22I")  # struct mltcp_sk
 EV = struct.Struct("<2Q14IQ")  # struct mltcp_trace_ev
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
@@ -201,6 +201,7 @@ class SocketState:
     hold_max: int
     min_window: int
     above_bdp_q10: int
+    idle_us: int  # the current iteration's idle gaps so far
 
     @classmethod
     def unpack(cls, raw: bytes) -> "SocketState":
@@ -215,6 +216,14 @@ class SocketState:
     def best_rate_mbit(self) -> float:
         """The best iteration rate, Mbit/s (best_rate_q10 is bytes per microsecond in Q10)."""
         return self.best_rate_q10 * 8 / Q10
+
+    @property
+    def last_stretch(self) -> float:
+        """The last closed iteration's busy time over its bytes at the best rate (mltcp.engage.stretch:
+        above contended_above it counted as contended; 1 before anything is known)."""
+        if not (self.best_rate_q10 and self.last_comm_us and self.hist[0]):
+            return 1.0
+        return self.last_comm_us * self.best_rate_q10 / Q10 / self.hist[0]
 
 
 @dataclass(frozen=True)

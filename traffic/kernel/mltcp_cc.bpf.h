@@ -106,7 +106,7 @@ struct mltcp_sk {
 	__u32 port;              /* local port (host order) */
 	__u32 last_ssthresh;     /* what our ssthresh() last returned (for mltcp_guard) */
 	__u32 restart_segs;
-	__u32 last_comm_us;      /* the last completed iteration's first to last ACK */
+	__u32 last_comm_us;      /* the last completed iteration's busy time: first to last ACK less idle_us */
 	__u32 engaged;           /* the online switch: 1 = F acts, 0 = the base algorithm */
 	__u32 in_mode;           /* iterations since the switch last changed (or last judged a trial) */
 	__u32 contended;         /* contended iterations in the current trial */
@@ -116,6 +116,7 @@ struct mltcp_sk {
 	__u32 hold_max;
 	__u32 min_window;
 	__u32 above_bdp_q10;
+	__u32 idle_us;           /* the current iteration's idle gaps (TX_START after its first ACK) */
 };
 
 struct mltcp_trace_ev {
@@ -290,8 +291,8 @@ static __always_inline __u64 mltcp_median(const struct mltcp_sk *m)
 
 /*
  * The online switch after one more completed iteration of `done` bytes (mltcp.engage.judge): the
- * iteration is contended when its first-to-last-ACK time exceeds contended_q10 x its bytes at the
- * best rate seen. Engaged, every `trial` iterations: mostly contended -> disengage for `hold`
+ * iteration is contended when its busy time (first to last ACK, less the idle gaps inside) exceeds
+ * contended_q10 x its bytes at the best rate seen. Engaged, every `trial` iterations: mostly contended -> disengage for `hold`
  * iterations (trial, doubled after each failed engagement, at most hold_max), else hold = 0.
  * Disengaged: engage again at the first contended iteration once the hold is over.
  */
@@ -338,6 +339,7 @@ static __always_inline void mltcp_boundary(const struct tcp_sock *tp, struct mlt
 	if (m->first_ack_ns && m->last_act_ns > m->first_ack_ns) {
 		__u64 comm_us = (m->last_act_ns - m->first_ack_ns) / 1000, rate;
 
+		comm_us = comm_us > m->idle_us ? comm_us - m->idle_us : 0;
 		if (comm_us && comm_us < 0xffffffffULL) {
 			m->last_comm_us = (__u32)comm_us;
 			rate = (done << MLTCP_SHIFT) / comm_us;
@@ -346,6 +348,7 @@ static __always_inline void mltcp_boundary(const struct tcp_sock *tp, struct mlt
 		}
 	}
 	m->first_ack_ns = 0;
+	m->idle_us = 0;
 	m->hist[2] = m->hist[1];
 	m->hist[1] = m->hist[0];
 	m->hist[0] = done;
@@ -420,7 +423,7 @@ static __always_inline void mltcp_init(struct sock *sk)
 	m->completed = 0;
 	m->r_q16 = 0;
 	m->first_ack_ns = m->best_rate_q10 = 0;
-	m->last_comm_us = m->in_mode = m->contended = m->hold = 0;
+	m->last_comm_us = m->in_mode = m->contended = m->hold = m->idle_us = 0;
 	m->engaged = 1;
 	gen = bpf_map_lookup_elem(&MLTCP_MAP(mark), &port);
 	m->mark_gen = gen ? *gen : 0;
@@ -514,7 +517,10 @@ static __always_inline void mltcp_restart(struct tcp_sock *tp, struct mltcp_sk *
 
 /*
  * CA_EVENT_TX_START: data is sent with nothing in flight, i.e. after an idle period. A new mark
- * or a long enough gap closes the iteration; then the restart, if this send starts one.
+ * or a long enough gap closes the iteration; then the restart, if this send starts one. The kernel
+ * also raises it for a retransmission when every segment out is marked lost or SACKed (after a
+ * retransmission timeout): packets_out is not 0 then, and the gap was a stall with data out, so it
+ * is neither a boundary nor idle time.
  */
 static __always_inline void mltcp_on_tx_start(struct sock *sk)
 {
@@ -524,7 +530,7 @@ static __always_inline void mltcp_on_tx_start(struct sock *sk)
 
 	if (!m)
 		return;
-	if (!mltcp_check_mark(tp, m, now)) {
+	if (!mltcp_check_mark(tp, m, now) && !tp->packets_out) {
 		gap = now - m->last_act_ns;
 		min_idle = (__u64)m->min_idle_us * 1000;
 		thr = (m->last_gap_ns * m->idle_frac_q10) >> MLTCP_SHIFT;
@@ -536,6 +542,8 @@ static __always_inline void mltcp_on_tx_start(struct sock *sk)
 		if (gap > thr || (gap > min_idle && m->learned &&
 				  tp->bytes_acked - m->iter_start_acked >= 2 * m->learned))
 			mltcp_boundary(tp, m, gap, 1);
+		else if (m->first_ack_ns)  /* idle inside the iteration: not busy time */
+			m->idle_us += (__u32)(gap / 1000);
 	}
 	mltcp_restart(tp, m);
 }

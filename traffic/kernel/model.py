@@ -142,10 +142,12 @@ def judge(state: dict, done: int, trial: int, contended_q10: int, hold_max: int)
         s["engaged"], s["in_mode"], s["contended"] = 1, 0, 0
 
 
-def close_iteration(state: dict, done: int, first_ack_ns: int, last_act_ns: int) -> None:
-    """mltcp_boundary's bookkeeping for the switch: the iteration's comm time and the best rate."""
+def close_iteration(state: dict, done: int, first_ack_ns: int, last_act_ns: int, idle_us: int = 0) -> None:
+    """mltcp_boundary's bookkeeping for the switch: the iteration's busy time (first to last ACK
+    less ``idle_us``, its idle gaps inside) and the best rate."""
     state["last_comm_us"] = 0
     comm_us = (last_act_ns - first_ack_ns) // 1000 if first_ack_ns and last_act_ns > first_ack_ns else 0
+    comm_us = max(comm_us - idle_us, 0)
     if 0 < comm_us < U32:
         state["last_comm_us"] = comm_us
         state["best_rate_q10"] = max(state["best_rate_q10"], (done << SHIFT) // comm_us)

@@ -13,7 +13,8 @@ struct Tracker {
     bool min2 = false;                 // idle_gap = min2: the threshold's reference is the shorter of the last two gaps
     bool atTx = false;                 // boundary = tx_start: the idle rule is checked at TxStart, not at the ACK
     double bytesCur = 0, bytesPerIter = 0, lastActive = -1, lastGap = 0, prevGap = 0;
-    double firstAck = 0, lastComm = 0, bestRate = 0;   // the iteration's first ACK; last one's comm time; best rate
+    double firstAck = 0, lastComm = 0, bestRate = 0;   // the iteration's first ACK; last one's busy time; best rate
+    double idleIn = 0, idlePending = 0;   // idle time inside the iteration; a send's gap not yet counted
     std::vector<double> hist;          // newest first, at most `history`
     // the online switch (mltcp/engage.py): on with `adaptive`, judged at each close
     bool adaptive = false, engaged = true;
@@ -21,11 +22,16 @@ struct Tracker {
     void OnAck(double acked, double now) {
         if (acked <= 0) return;
         if (lastActive >= 0 && !atTx) Gap(now - lastActive);
+        idleIn += idlePending;           // the gap before a send inside the iteration (0 if it closed)
+        idlePending = 0;
         if (bytesCur == 0) firstAck = now;
         bytesCur += acked;
         lastActive = now;
     }
-    void TxStart(double now) { if (lastActive >= 0 && atTx) Gap(now - lastActive); }   // tracker.tx_start
+    void TxStart(double now) {         // tracker.send_after_idle, and tracker.tx_start with atTx
+        if (bytesCur > 0 && now > lastActive) idlePending = now - lastActive;
+        if (lastActive >= 0 && atTx) Gap(now - lastActive);
+    }
     void Gap(double gap) {
         if (!IsBoundary(gap)) return;
         prevGap = lastGap;
@@ -59,7 +65,8 @@ struct Tracker {
     }
     bool Engaged() const { return !adaptive || engaged; }
     void Close() {
-        lastComm = lastActive - firstAck;
+        lastComm = lastActive - firstAck - idleIn;   // busy time: idle gaps inside left out
+        idleIn = idlePending = 0;
         if (lastComm > 0) bestRate = std::max(bestRate, bytesCur / lastComm);
         hist.insert(hist.begin(), bytesCur);
         if (hist.size() > history) hist.resize(history);
