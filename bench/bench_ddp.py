@@ -111,6 +111,24 @@ def row_of(doc: dict, records: Path, load: float, warmup: int) -> dict:
         "sim_over_emu": sim_over_emu(doc),
         "tcp_base": tcp_counted(doc, "baseline"),
         "tcp_mltcp": tcp_counted(doc, "mltcp"),
+        "switch_mltcp": switch_state(doc),
+    }
+
+
+def switch_state(doc: dict) -> dict:
+    """The MLTCP arm's online switch at the end (the report's kernel_sockets): how many of the ranks'
+    connections had the hook engaged, and each one's last stretch (> 1.25: judged contended)."""
+    socks = [
+        s
+        for job in (doc.get("kernel_sockets") or {}).get("mltcp", {}).values()
+        for rank in job.values()
+        for s in rank or []
+        if s
+    ]
+    return {
+        "engaged": sum(s["engaged"] for s in socks),
+        "connections": len(socks),
+        "last_stretch": [s.get("last_stretch") for s in socks],
     }
 
 

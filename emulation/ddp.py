@@ -363,9 +363,7 @@ def collect(
             p = peers[f"{job}:{rank}"].proc
             p.wait(timeout=30)
             if p.returncode != 0:
-                raise EmulationError(
-                    f"rank {rank} of {job} exited {p.returncode}: {' | '.join(peers[f'{job}:{rank}'].err[-3:])}"
-                )
+                raise EmulationError(f"rank {rank} of {job} exited {p.returncode}: {peers[f'{job}:{rank}'].why()}")
             done.add(tag)
             if len(done) == len(peers):
                 break

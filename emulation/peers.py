@@ -169,6 +169,12 @@ class Peer:
         for line in self.proc.stderr:
             self.err.append(line.rstrip())
 
+    def why(self) -> str:
+        """The end of its stderr for an error message: the last 3 lines, after the last line that
+        names an error where that is earlier (a traceback ends in its frames, the cause is above)."""
+        named = [line for line in self.err[:-3] if "Error" in line or "error:" in line]
+        return " | ".join(named[-1:] + self.err[-3:])
+
     def go(self, t0: float) -> None:
         """Hand the run's start epoch to a peer waiting after its ready line."""
         self.proc.stdin.write(f"{t0!r}\n")
@@ -206,7 +212,7 @@ def start_together(senders: dict, q: queue.Queue, timeout_s: float, lead_s: floa
         elif msg["type"] == "eof" and tag in waiting:
             p = next(p for p in senders.values() if p.tag == tag)
             p.proc.wait(timeout=5)
-            raise EmulationError(f"{tag} exited {p.proc.returncode} before it was ready: {' | '.join(p.err[-3:])}")
+            raise EmulationError(f"{tag} exited {p.proc.returncode} before it was ready: {p.why()}")
         else:
             held.append((tag, msg))
     for item in held:

@@ -67,3 +67,15 @@ def test_from_json_renders_the_readme_row_of_saved_runs_without_measuring(tmp_pa
     )
     assert r.returncode == 0, r.stderr
     assert "| `ddp-tiny` | cubic | 1 | - | - | 1.10x | 1.20x | 1 of 1 |" in readme.read_text()
+
+
+def test_switch_state_counts_the_engaged_connections_of_the_mltcp_arm():
+    sock = {"completed": 9, "engaged": True, "learned_bytes": 1, "best_rate_mbit": 1.0, "last_stretch": 1.1}
+    doc = {
+        "kernel_sockets": {
+            "baseline": {"A": {"0": None}},
+            "mltcp": {"A": {"0": [sock], "1": [dict(sock, engaged=False, last_stretch=2.0)]}, "B": {"0": None}},
+        }
+    }
+    assert bench.switch_state(doc) == {"engaged": 1, "connections": 2, "last_stretch": [1.1, 2.0]}
+    assert bench.switch_state({}) == {"engaged": 0, "connections": 0, "last_stretch": []}

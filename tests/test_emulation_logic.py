@@ -782,3 +782,20 @@ def test_switch_ports_get_the_lossless_and_unpinned_settings(monkeypatch):
     cfg = softswitch.port_config(None, topo)
     assert cfg[1].endswith(",pfc=64,pin=0") and cfg[2].endswith("buffer=30,pin=0")  # 30 packets: no room for 64
     assert "pfc" not in softswitch.port_config(None)[1]
+
+
+def test_a_peers_error_message_keeps_the_cause_above_a_traceback():
+    from mltcp.emulation.peers import Peer
+
+    p = Peer.__new__(Peer)  # only its stderr lines
+    p.err = [
+        "Traceback (most recent call last):",
+        "RuntimeError: [pair.cc:598] Connection reset by peer",
+        "x",
+        "At:",
+        "  hook.py(91): done",
+        "",
+    ]
+    assert p.why() == "RuntimeError: [pair.cc:598] Connection reset by peer | At: |   hook.py(91): done | "
+    p.err = ["warning", "OSError: gone"]
+    assert p.why() == "warning | OSError: gone"
