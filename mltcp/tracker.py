@@ -11,10 +11,10 @@ compute gap for good. (Once is not enough: a stall that split an early iteration
 learned size, and every later stall past it would split again.) The rule is checked at the ACK that
 ends the gap, or (``boundary = "tx_start"``, the kernel tracker's way) at the send that ends it,
 where the sender has nothing in flight: then a stall waiting for a retransmission timeout, which
-has data in flight, never counts as a compute gap (Linux also raises TX_START for the retransmission
-that ends such a stall, with every segment out marked lost; the BPF tracker ignores it, as segments
-are still out) (at the ACK it does, and the 200 ms gap it
-records raises the threshold above every real compute gap that follows). Frameworks that know
+has data in flight, never counts as a compute gap (at the ACK it does, and the 200 ms gap it
+records raises the threshold above every real compute gap that follows). Linux also raises
+TX_START for the retransmission that ends such a stall, with every segment out marked lost; the
+BPF tracker ignores it there, as segments are still out. Frameworks that know
 their boundaries call :meth:`iteration_start`. Bytes per iteration are learned as the median of the last
 ``history`` completed iterations, so one mis-detected boundary or the first, partial iteration
 does not throw the estimate, and a change of model size is followed after two iterations.

@@ -292,8 +292,9 @@ static __always_inline __u64 mltcp_median(const struct mltcp_sk *m)
 /*
  * The online switch after one more completed iteration of `done` bytes (mltcp.engage.judge): the
  * iteration is contended when its busy time (first to last ACK, less the idle gaps inside) exceeds
- * contended_q10 x its bytes at the best rate seen. Engaged, every `trial` iterations: mostly contended -> disengage for `hold`
- * iterations (trial, doubled after each failed engagement, at most hold_max), else hold = 0.
+ * contended_q10 x its bytes at the best rate seen. Engaged, every `trial` iterations: mostly
+ * contended -> disengage for `hold` iterations (trial, doubled after each failed engagement, at
+ * most hold_max), else hold = 0.
  * Disengaged: engage again at the first contended iteration once the hold is over.
  */
 static __always_inline void mltcp_judge(struct mltcp_sk *m, __u64 done)
