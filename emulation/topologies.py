@@ -59,7 +59,7 @@ class LinkParams:
     delay_ms: float = 0.0  # one-way
     buffer_bytes: int | None = None  # drop-tail limit; None: qdisc default
     ecn_threshold_pkts: int | None = None  # mark CE at this queue depth; None: no marking
-    burst_bytes: int | None = None  # htb burst; None: 4 ms of the rate (>= 15 kB); 0: tc's own (one MTU)
+    burst_bytes: int | None = None  # htb burst; None: DEFAULT_BURST_S of the rate (>= 15 kB); 0: tc's own (one MTU)
 
     def validate(self, where: str = "link") -> "LinkParams":
         if self.rate_mbps is not None and not (0 < self.rate_mbps <= 10_000):
@@ -403,6 +403,18 @@ def make_topology(
 # --------------------------------------------------------------------------- link shaping
 
 
+# htb's bucket fills while the link idles and empties at memory speed: after every pause a flow
+# gets the burst on top of the rate. 1 ms keeps that credit small and still lets htb's timers hold
+# the rate on busy cores (measured in docs/design.md, link modes).
+DEFAULT_BURST_S = 1e-3
+
+
+def default_burst_bytes(rate_mbps: float) -> int:
+    """The htb burst of a link at ``rate_mbps`` when the scenario sets none: DEFAULT_BURST_S of the
+    rate, at least 15 kB (ten full frames)."""
+    return max(15_000, int(rate_mbps * 1e6 / 8 * DEFAULT_BURST_S))
+
+
 def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
     """tc command lines that shape egress of ``dev`` per ``p`` in link mode ``mode`` (pure)."""
     cmds: list[list[str]] = []
@@ -410,7 +422,7 @@ def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
     if p.rate_mbps is not None:
         burst = p.burst_bytes
         if burst is None:
-            burst = max(15_000, int(p.rate_mbps * 1e6 / 8 / 250))  # >= one 4 ms tick worth of bytes
+            burst = default_burst_bytes(p.rate_mbps)
         cmds += shaping.htb(dev, p.rate_mbps, burst)
         parent = shaping.HTB_CLASS
     if mode == "htb":

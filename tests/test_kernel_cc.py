@@ -51,7 +51,7 @@ def _one_pair_dumbbell(tag: str, **kw):
     """A built one-sender 50 Mb/s KernelNet (``kw``: its other settings), removed afterwards."""
     if why := have_mininet_prereqs():
         pytest.skip(f"the kernel dumbbell is a Mininet net: {why}")
-    d = KernelNet(n=1, rate_mbit=50, prefix=run_prefix() + tag, **kw)
+    d = KernelNet(**{"n": 1, "rate_mbit": 50, **kw}, prefix=run_prefix() + tag)
     try:
         yield d.build()
     finally:
@@ -219,6 +219,39 @@ def test_idle_gaps_inside_an_iteration_are_not_busy_time(loaded):
     # the last closed one spans >= 120 ms from its first to its last ACK; its busy time is the sends'
     assert 0 < state.last_comm_us < 40_000
     assert state.best_rate_q10 >= (4 * 200_016 << 10) // 40_000
+
+
+def test_busy_time_through_a_shaped_link_is_the_link_rate(loaded):
+    """Marked iterations of eight 500 kB sends 30 ms apart through a 200 Mb/s htb link with the
+    emulation's burst: the best iteration rate on busy time is the link's (payload) rate. Over the
+    first-to-last-ACK span it would be under half of it; with the gaps' sending time left out too,
+    or a shaper that passes a large burst after every pause (htb's bucket), above it."""
+    from mltcp.emulation.topologies import default_burst_bytes
+
+    for d in _one_pair_dumbbell("b", rate_mbit=200, buffer_bytes=250_000, burst_bytes=default_burst_bytes(200)):
+        b = d.receivers[0]
+        rx = Receiver("0.0.0.0", 0, ns=d.ns(b))
+        tr = None
+        try:
+            with maps.VariantMaps("mltcp_reno") as vm:
+                vm.write_config(maps.Config(min_idle=100.0))  # only the marks start iterations
+                tr = KernelTransport(d.ip(b), rx.port, cc="mltcp_reno", ns=d.ns(d.senders[0]))
+                vm.write_config(TEST_CFG)
+                for i in range(3):
+                    maps.mark_iteration_start(tr.local_port)
+                    for k in range(8):
+                        if k:
+                            time.sleep(0.03)
+                        tr.send_iteration(500_000, 8 * i + k)
+                    time.sleep(0.05)
+                state = vm.socket_state(tr.sock)
+        finally:
+            if tr:
+                tr.close()
+            rx.close()
+    assert state.completed == 2 and state.learned == 8 * 500_016
+    payload_rate = 200 * 1448 / 1514
+    assert 0.8 * payload_rate < state.best_rate_mbit < 1.15 * payload_rate, state
 
 
 def _run_traced(d, variant, traced, cfg, iterations=5, nbytes=1_500_000):

@@ -56,10 +56,10 @@ def test_exact_buffer_and_burst_travel_on_the_link():
     flat = [" ".join(c) for c in tc_commands("d", p, "htb")]
     assert not any("burst" in c for c in flat), flat  # 0: tc's own burst (one MTU)
     assert any("limit 50000" in c for c in flat), flat
-    assert any(
-        "burst 52500 cburst 52500" in c
-        for c in (" ".join(c) for c in tc_commands("d", LinkParams(rate_mbps=105.0), "htb"))
-    )
+    # unset: 1 ms of the rate, at least 15 kB
+    for rate, burst in ((700.0, 87_500), (50.0, 15_000)):
+        flat = [" ".join(c) for c in tc_commands("d", LinkParams(rate_mbps=rate), "htb")]
+        assert any(f"burst {burst} cburst {burst}" in c for c in flat), flat
 
 
 def test_a_delay_node_stands_in_the_bottleneck():

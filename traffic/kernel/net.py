@@ -51,6 +51,7 @@ class KernelNet:
     min_rto_ms: int = 0
     idle_restart: bool = True
     ecn_k_pkts: int = 0
+    burst_bytes: int = 0  # the bottleneck's htb burst; 0: tc's own (one MTU)
     prefix: str = field(default_factory=run_prefix)
     topo: Dumbbell | None = None
     wire: DelayLine | None = None  # the delay line (its counters stay after destroy)
@@ -86,8 +87,11 @@ class KernelNet:
         if os.geteuid() != 0:
             raise NetnsError("network namespaces need root")
         bottleneck = LinkParams(
-            rate_mbps=self.rate_mbit, delay_ms=self.delay_us / 1e3, buffer_bytes=self.buffer_bytes, burst_bytes=0
-        )  # tc's own htb burst (one MTU)
+            rate_mbps=self.rate_mbit,
+            delay_ms=self.delay_us / 1e3,
+            buffer_bytes=self.buffer_bytes,
+            burst_bytes=self.burst_bytes,
+        )
         self.topo = Dumbbell(prefix=self.prefix, n=self.n, bottleneck=bottleneck, delay_node=DelayLineSwitch)
         self._cleanup = Cleanup(self.prefix)
         try:
