@@ -17,6 +17,7 @@ from .topologies import (
     configure_routing,
     disable_offloads,
     qdisc_available,
+    steer_flows,
 )
 
 
@@ -101,6 +102,7 @@ def build_network(topo: EmuTopo, mode: str, cleanup) -> Mininet:
     net.build()
     net.start()
     disable_offloads(net)
+    steer_flows(net)
     if mode in ("switch", "bmv2"):  # the switches route (mltcp.p4 LPM); their ports in the root namespace get no IPs
         from .softswitch import set_host_arp
 

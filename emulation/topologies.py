@@ -30,7 +30,9 @@ Link modes (how a link's rate, delay, buffer and ECN threshold are applied):
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import shlex
 import subprocess
 import sys
 import zlib
@@ -646,6 +648,36 @@ def disable_offloads(net: Mininet, checksum: bool = False) -> None:
         for intf in node.intfList():
             if intf.name != "lo":
                 node.cmd(offloads.shell_command(intf.name, checksum=checksum))
+
+
+def rps_mask(cpus: int | None = None) -> str:
+    """The hex CPU mask of every CPU (``cpus``: how many; None: this machine's)."""
+    return format((1 << (cpus or os.cpu_count() or 1)) - 1, "x")
+
+
+def steer_flows_command(ifnames: list[str], mask: str) -> str:
+    """One shell line that sets Receive Packet Steering on ``ifnames`` to ``mask``, in the netns it
+    runs in (a sysfs of its own, mounted in a private mount namespace). Pure."""
+    files = " ".join(f"/sys/class/net/{shlex.quote(n)}/queues/rx-*/rps_cpus" for n in ifnames)
+    script = (
+        "umount -l /sys && mount -t sysfs sysfs /sys && "
+        "{ [ -e /sys/class/net/lo/queues/rx-0/rps_cpus ] || exit 0; } && "  # a kernel without RPS
+        f"for f in {files}; do echo {mask} > $f || exit 1; done"
+    )
+    return f"unshare -m sh -c {shlex.quote(script)} 2>&1"
+
+
+def steer_flows(net: Mininet) -> None:
+    """Receive Packet Steering on every emulated interface: a veth hands each frame to the backlog
+    of the CPU that sent it, and htb dequeues on whichever CPU its timer or the next enqueue runs,
+    so without it the frames of one flow cross the link on both cores and arrive out of order (a
+    TCP sender then retransmits what was not lost: DSACKs). With RPS a frame goes to the CPU its
+    flow hashes to, so every flow stays in order (docs/design.md, link modes)."""
+    mask = rps_mask()
+    for node in net.hosts + net.switches:
+        names = [i.name for i in node.intfList() if i.name != "lo"]
+        if names and (err := node.cmd(steer_flows_command(names, mask)).strip()):
+            raise TopologyError(f"{node.name}: could not set receive packet steering: {err}")
 
 
 def bottleneck_intfs(net: Mininet, topo: EmuTopo) -> list:

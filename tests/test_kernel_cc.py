@@ -190,29 +190,39 @@ def test_explicit_mark_starts_an_iteration(loaded):
         rx.close()
 
 
-def test_idle_gaps_inside_an_iteration_are_not_busy_time(loaded):
-    """Marked iterations of four sends 40 ms apart (a framework's collectives with compute between
-    them): each later send starts with nothing in flight (TX_START), and the socket leaves the gaps
-    out of the iteration's busy time, which the online switch judges contention on."""
-    rx = Receiver("127.0.0.1", 0)
+def _bucketed_iterations(sends, nbytes, gap_s, after_s, d=None):
+    """Three marked iterations of ``sends`` sends of ``nbytes`` each, ``gap_s`` apart, ``after_s``
+    of quiet after each (a framework's collectives with compute between them), on one mltcp_reno
+    connection over loopback or, with ``d``, through the dumbbell ``d``: its socket state after."""
+    rx = Receiver(*(("0.0.0.0", 0, d.ns(d.receivers[0])) if d else ("127.0.0.1", 0)))
     tr = None
     try:
         with maps.VariantMaps("mltcp_reno") as vm:
             vm.write_config(maps.Config(min_idle=100.0))  # only the marks start iterations
-            tr = KernelTransport("127.0.0.1", rx.port, cc="mltcp_reno")
+            if d:
+                tr = KernelTransport(d.ip(d.receivers[0]), rx.port, cc="mltcp_reno", ns=d.ns(d.senders[0]))
+            else:
+                tr = KernelTransport("127.0.0.1", rx.port, cc="mltcp_reno")
             vm.write_config(TEST_CFG)
             for i in range(3):
                 maps.mark_iteration_start(tr.local_port)
-                for b in range(4):
-                    if b:
-                        time.sleep(0.04)
-                    tr.send_iteration(200_000, 4 * i + b)
-                time.sleep(0.01)
-            state = vm.socket_state(tr.sock)
+                for k in range(sends):
+                    if k:
+                        time.sleep(gap_s)
+                    tr.send_iteration(nbytes, sends * i + k)
+                time.sleep(after_s)
+            return vm.socket_state(tr.sock)
     finally:
         if tr:
             tr.close()
         rx.close()
+
+
+def test_idle_gaps_inside_an_iteration_are_not_busy_time(loaded):
+    """Marked iterations of four sends 40 ms apart: each later send starts with nothing in flight
+    (TX_START), and the socket leaves the gaps out of the iteration's busy time, which the online
+    switch judges contention on."""
+    state = _bucketed_iterations(4, 200_000, 0.04, 0.01)
     assert state.completed == 2 and state.learned == 4 * 200_016
     # the current iteration: three gaps of >= 40 ms, less the few microseconds each send's ACK takes
     assert 110_000 < state.idle_us < 200_000
@@ -229,26 +239,7 @@ def test_busy_time_through_a_shaped_link_is_the_link_rate(loaded):
     from mltcp.emulation.topologies import default_burst_bytes
 
     for d in _one_pair_dumbbell("b", rate_mbit=200, buffer_bytes=250_000, burst_bytes=default_burst_bytes(200)):
-        b = d.receivers[0]
-        rx = Receiver("0.0.0.0", 0, ns=d.ns(b))
-        tr = None
-        try:
-            with maps.VariantMaps("mltcp_reno") as vm:
-                vm.write_config(maps.Config(min_idle=100.0))  # only the marks start iterations
-                tr = KernelTransport(d.ip(b), rx.port, cc="mltcp_reno", ns=d.ns(d.senders[0]))
-                vm.write_config(TEST_CFG)
-                for i in range(3):
-                    maps.mark_iteration_start(tr.local_port)
-                    for k in range(8):
-                        if k:
-                            time.sleep(0.03)
-                        tr.send_iteration(500_000, 8 * i + k)
-                    time.sleep(0.05)
-                state = vm.socket_state(tr.sock)
-        finally:
-            if tr:
-                tr.close()
-            rx.close()
+        state = _bucketed_iterations(8, 500_000, 0.03, 0.05, d)
     assert state.completed == 2 and state.learned == 8 * 500_016
     payload_rate = 200 * 1448 / 1514
     assert 0.8 * payload_rate < state.best_rate_mbit < 1.15 * payload_rate, state

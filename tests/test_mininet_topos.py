@@ -119,3 +119,14 @@ def test_the_dumbbell_builds_shapes_and_pings_through_mininets_api():
         assert "rate 50Mbit" in cls, cls
     left = [n for n in netns.root_links() if n.startswith(prefix)]
     assert not left, left
+
+
+def test_receive_packet_steering_command():
+    from mltcp.emulation.topologies import rps_mask, steer_flows_command
+
+    assert rps_mask(2) == "3" and rps_mask(8) == "ff" and rps_mask(1) == "1"
+    line = steer_flows_command(["p-eth0", "p-eth1"], "3")
+    assert line.startswith("unshare -m sh -c ") and line.endswith(" 2>&1")
+    for name in ("p-eth0", "p-eth1"):
+        assert f"/sys/class/net/{name}/queues/rx-*/rps_cpus" in line
+    assert "umount -l /sys && mount -t sysfs sysfs /sys" in line and "echo 3 >" in line
