@@ -170,6 +170,12 @@ HEAD = (
 )
 
 
+def run_table(rows: list[dict], summary: str) -> str:
+    """The runs as a markdown table, a row each, then the summary line."""
+    delimiter = "|" + "---|" * (HEAD.count("|") - 1)
+    return "\n".join([HEAD, delimiter] + [markdown_row(i, r) for i, r in enumerate(rows, 1)] + ["", summary, ""])
+
+
 def markdown_row(i: int, r: dict) -> str:
     at = "-" if r["interleaved_at"] is None else str(r["interleaved_at"])
     return (
@@ -331,13 +337,7 @@ def main() -> None:
         t.update(floor_avg=floor["avg_iter_s"], floor_p99=floor["p99_iter_s"])
     print(summary)
     if a.markdown:
-        a.markdown.write_text(
-            "\n".join(
-                [HEAD, "|---|---|---|---|---|---|---|---|---|---|"]
-                + [markdown_row(i, r) for i, r in enumerate(rows, 1)]
-                + ["", summary, ""]
-            )
-        )
+        a.markdown.write_text(run_table(rows, summary))
     if a.json:
         a.json.write_text(json.dumps({"rows": rows, "tallies": t}, indent=1))
     if a.readme:

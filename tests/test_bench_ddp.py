@@ -79,3 +79,14 @@ def test_switch_state_counts_the_engaged_connections_of_the_mltcp_arm():
     }
     assert bench.switch_state(doc) == {"engaged": 1, "connections": 2, "last_stretch": [1.1, 2.0]}
     assert bench.switch_state({}) == {"engaged": 0, "connections": 0, "last_stretch": []}
+
+
+def test_run_table_has_a_delimiter_cell_per_column_and_a_row_per_run():
+    full = {"load": 2.0, "base_p99": 3.5, "mltcp_avg": 2.8, "mltcp_p99": 3.0, "overlap_base": 0.9, "overlap_mltcp": 0.6}
+    full |= {"drops_base": 90, "drops_mltcp": 40}
+    rows = [_row(1.1, 1.2, 100, 50) | full, _row(0.9, 0.8, 200, 20) | full]
+    lines = bench.run_table(rows, "the summary").splitlines()
+    assert lines[0] == bench.HEAD and lines[1].count("---") == lines[0].count("|") - 1
+    assert [ln.split(" | ")[0] for ln in lines[2:4]] == ["| 1", "| 2"]
+    assert all(ln.count("|") == lines[0].count("|") for ln in lines[2:4])
+    assert lines[-1] == "the summary"
