@@ -651,8 +651,11 @@ def disable_offloads(net: Mininet, checksum: bool = False) -> None:
 
 
 def rps_mask(cpus: int | None = None) -> str:
-    """The hex CPU mask of every CPU (``cpus``: how many; None: this machine's)."""
-    return format((1 << (cpus or os.cpu_count() or 1)) - 1, "x")
+    """The CPU mask of every CPU (``cpus``: how many; None: this machine's) as sysfs takes it: hex,
+    a comma between groups of 32 CPUs."""
+    digits = format((1 << (cpus or os.cpu_count() or 1)) - 1, "x")
+    groups = [digits[max(0, end - 8) : end] for end in range(len(digits), 0, -8)]
+    return ",".join(reversed(groups))
 
 
 def steer_flows_command(ifnames: list[str], mask: str) -> str:

@@ -125,6 +125,7 @@ def test_receive_packet_steering_command():
     from mltcp.emulation.topologies import rps_mask, steer_flows_command
 
     assert rps_mask(2) == "3" and rps_mask(8) == "ff" and rps_mask(1) == "1"
+    assert rps_mask(32) == "ffffffff" and rps_mask(36) == "f,ffffffff" and rps_mask(64) == "ffffffff,ffffffff"
     line = steer_flows_command(["p-eth0", "p-eth1"], "3")
     assert line.startswith("unshare -m sh -c ") and line.endswith(" 2>&1")
     for name in ("p-eth0", "p-eth1"):
