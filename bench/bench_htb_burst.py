@@ -11,6 +11,7 @@ import argparse
 import multiprocessing
 import time
 
+from mltcp.emulation.topologies import default_burst_bytes
 from mltcp.traffic.kernel import loader, maps
 from mltcp.traffic.kernel.net import KernelNet
 from mltcp.traffic.kernel.transport import KernelTransport, Receiver
@@ -71,7 +72,7 @@ def main() -> None:
         print("| burst (ms / bytes) | " + " | ".join(f"gap {g:g} ms" for g in gaps) + " |")
         print("|---|" + "---|" * len(gaps))
         for ms in bursts:
-            burst = max(15_000, int(a.rate_mbit * 1e6 / 8 * ms / 1e3))
+            burst = default_burst_bytes(a.rate_mbit, ms / 1e3)
             d = KernelNet(n=1, rate_mbit=a.rate_mbit, buffer_bytes=a.buffer_bytes, burst_bytes=burst).build()
             try:
                 cells = [iteration_rates(d, g / 1e3) for g in gaps]

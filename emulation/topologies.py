@@ -411,10 +411,10 @@ def make_topology(
 DEFAULT_BURST_S = 1e-3
 
 
-def default_burst_bytes(rate_mbps: float) -> int:
-    """The htb burst of a link at ``rate_mbps`` when the scenario sets none: DEFAULT_BURST_S of the
+def default_burst_bytes(rate_mbps: float, seconds: float = DEFAULT_BURST_S) -> int:
+    """The htb burst of a link at ``rate_mbps`` when the scenario sets none: ``seconds`` of the
     rate, at least 15 kB (ten full frames)."""
-    return max(15_000, int(rate_mbps * 1e6 / 8 * DEFAULT_BURST_S))
+    return max(15_000, int(rate_mbps * 1e6 / 8 * seconds))
 
 
 def tc_commands(dev: str, p: LinkParams, mode: str) -> list[list[str]]:
