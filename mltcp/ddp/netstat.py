@@ -22,8 +22,8 @@ COUNTERS = (
 )
 
 
-def parse(*texts: str) -> dict[str, int]:
-    """The :data:`COUNTERS` found in /proc/net/snmp or /proc/net/netstat text (header line, then
+def parse(*texts: str, counters: tuple[str, ...] = COUNTERS) -> dict[str, int]:
+    """The ``counters`` found in /proc/net/snmp or /proc/net/netstat text (header line, then
     value line, per protocol); a counter the kernel does not have is left out."""
     out: dict[str, int] = {}
     for text in texts:
@@ -33,7 +33,7 @@ def parse(*texts: str) -> dict[str, int]:
             if proto not in ("Tcp", "TcpExt") or not vals.startswith(proto + ":"):
                 continue
             for name, value in zip(names.split(), vals.partition(":")[2].split()):
-                if name in COUNTERS:
+                if name in counters:
                     out[name] = int(value)
     return out
 
